@@ -1,0 +1,61 @@
+# The verbs a person types. Everything runs from the project's own virtualenv (.venv, made by
+# `make setup` over Debian's python3 so that Debian's mininet is importable).
+SHELL := /bin/bash
+PY := .venv/bin/python
+TESTBED := .venv/bin/testbed
+SCENARIO ?= default
+PROFILE ?=
+KERNEL ?=
+TESTBED_ARGS ?=
+
+.PHONY: help setup experiment run test test-unit test-netns test-guest bench lint clean lock
+
+help:
+	@echo "make setup        install what is missing (apt packages, .venv) via playbooks/host.yml"
+	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
+	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
+	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu)"
+	@echo "make test-unit | test-netns | test-guest   one tier"
+	@echo "make bench        speed and fidelity figures, printed and written to bench/"
+	@echo "make lint         ruff, yamllint, ansible-lint"
+	@echo "make clean        remove leftovers of killed runs and caches (never results/)"
+
+setup:
+	@scripts/setup.sh
+
+experiment: setup
+	$(TESTBED) run default $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
+
+run: setup
+	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
+
+test: setup
+	@scripts/pytest-tier.sh all
+
+test-unit: setup
+	@scripts/pytest-tier.sh unit
+
+test-netns: setup
+	@scripts/pytest-tier.sh netns
+
+test-guest: setup
+	@scripts/pytest-tier.sh guest
+
+bench: setup
+	$(TESTBED) bench $(if $(KERNEL),--kernel $(KERNEL))
+
+lint: setup
+	$(PY) -m ruff check testbed topologies analysis tests
+	yamllint -s -c .yamllint playbooks scenarios
+	cd playbooks && ansible-lint --offline -p host.yml
+
+clean:
+	-@[ -x $(TESTBED) ] && $(TESTBED) cleanup
+	rm -rf .pytest_cache .ruff_cache
+	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
+
+lock:
+	rm -rf /tmp/cc-testbed-lock && /usr/bin/python3 -m venv /tmp/cc-testbed-lock
+	/tmp/cc-testbed-lock/bin/pip install -q -e '.[dev]'
+	{ echo "# Pinned Python dependencies: pip freeze of pyproject.toml's deps + dev extras."; \
+	  echo "# Regenerate: make lock"; /tmp/cc-testbed-lock/bin/pip freeze --exclude-editable; } > requirements.lock

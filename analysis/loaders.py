@@ -1,0 +1,445 @@
+"""Loaders for every raw file a run writes, each returning tidy pandas frames or plain dicts.
+
+A run folder (see ARCHITECTURE.md, "Results layout")::
+
+    manifest.json                 provenance, status, connections, topology, fidelity
+    raw/iperf3-<conn>-client.json iperf3 -J of the sender (the client) of connection <conn>
+    raw/iperf3-<conn>-server.json iperf3 -J of the receiver (the server)
+    raw/tcp_probe.txt             ftrace text of tcp:tcp_probe, trace_clock=mono, sender side only
+    raw/<router>.pcap             tcpdump -i any -Q in on each router, headers only (see pcap.py)
+    raw/tc-stats.json             tc -s -j qdisc show, per "node/intf", after the run
+    raw/ping-pair<i>.txt          ping summary of the pre-traffic RTT probe
+    raw/udp-probe-<dir>[-client|-server].json  the pre-traffic UDP rate probe (iperf3 -u -J)
+
+Every loader raises :class:`LoadError` naming the file and what is wrong with it (missing, empty,
+cut short, not what it should be), so the caller can report it and go on with the other files.
+Nothing here needs root, Mininet or the testbed package: results can be analysed anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+#: tcp_probe's ssthresh when it was never set (TCP_INFINITE_SSTHRESH)
+INFINITE_SSTHRESH = 0x7FFFFFFF
+#: tcp_probe fields printed in hex without a 0x prefix (``%llx``)
+_BARE_HEX_FIELDS = {"sock_cookie"}
+
+
+class LoadError(Exception):
+    """A raw file could not be used; the message names the file."""
+
+    def __init__(self, path: Path | str, message: str):
+        self.path = Path(path)
+        self.message = message
+        super().__init__(f"{display_path(self.path)}: {message}")
+
+
+def display_path(path: Path) -> str:
+    """``raw/<name>`` for files in a run's raw folder, else the file name: short, but unambiguous in a run."""
+    path = Path(path)
+    return f"{path.parent.name}/{path.name}" if path.parent.name == "raw" else path.name
+
+
+def read_json(path: Path) -> object:
+    """A JSON file, or :class:`LoadError` saying whether it is missing, empty or cut short."""
+    path = Path(path)
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise LoadError(path, "missing") from None
+    except OSError as exc:
+        raise LoadError(path, f"unreadable ({exc.strerror})") from None
+    if not text.strip():
+        raise LoadError(path, "empty file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string"):
+            raise LoadError(
+                path, f"JSON cut short at character {exc.pos} of {len(text)} ({exc.msg})"
+            ) from None
+        raise LoadError(path, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+
+
+def load_manifest(run_dir: Path) -> dict:
+    """The run's ``manifest.json`` as a dict (keys may be missing: a failed run has few)."""
+    data = read_json(Path(run_dir) / "manifest.json")
+    if not isinstance(data, dict):
+        raise LoadError(Path(run_dir) / "manifest.json", "not a JSON object")
+    return data
+
+
+# --------------------------------------------------------------------------------------------- iperf3
+
+
+@dataclass
+class Iperf3Result:
+    """One iperf3 ``-J`` output.
+
+    ``totals`` (from the ``end`` section; empty when iperf3 died before writing it):
+    ``sent_bytes``/``sent_s`` (application bytes written, sender's view), ``received_bytes``/``received_s``
+    (bytes the receiver read), ``retransmits`` (the sender kernel's count), ``mean_rtt_ms``/``min_rtt_ms``/
+    ``max_rtt_ms`` (sender only), ``sender_cc``/``receiver_cc``.
+    ``intervals``: one row per reporting interval (``start_s``, ``end_s``, ``seconds``, ``bytes``,
+    ``bits_per_second`` and, on the sender, ``retransmits``, ``snd_cwnd_bytes``, ``rtt_ms``); times
+    are relative to the start of the iperf3 test.
+    """
+
+    path: Path
+    role: str  # "client" or "server"
+    is_sender: bool | None
+    totals: dict = field(default_factory=dict)
+    intervals: pd.DataFrame = field(default_factory=pd.DataFrame)
+    error: str | None = None  # iperf3's own "error" entry
+    local: tuple[str, int] | None = None
+    remote: tuple[str, int] | None = None
+
+
+_INTERVAL_COLUMNS = [
+    "start_s",
+    "end_s",
+    "seconds",
+    "bytes",
+    "bits_per_second",
+    "retransmits",
+    "snd_cwnd_bytes",
+    "rtt_ms",
+]
+
+
+def load_iperf3(path: Path) -> Iperf3Result:
+    """Parse an iperf3 JSON (client or server, by the file name's ``-client``/``-server`` suffix)."""
+    path = Path(path)
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise LoadError(path, "not an iperf3 JSON object")
+    role = "server" if path.stem.endswith("-server") else "client"
+    start = data.get("start") or {}
+    connected = (start.get("connected") or [{}])[0]
+    result = Iperf3Result(path=path, role=role, is_sender=None, error=data.get("error"))
+    if connected.get("local_host") is not None:
+        result.local = (connected["local_host"], int(connected.get("local_port", 0)))
+        result.remote = (connected.get("remote_host"), int(connected.get("remote_port", 0)))
+    rows = []
+    for interval in data.get("intervals") or []:
+        total = interval.get("sum") or {}
+        streams = interval.get("streams") or [{}]
+        if "sender" in total:
+            result.is_sender = bool(total["sender"])
+        rtt = _mean([s.get("rtt") for s in streams])
+        rows.append(
+            {
+                "start_s": total.get("start"),
+                "end_s": total.get("end"),
+                "seconds": total.get("seconds"),
+                "bytes": total.get("bytes"),
+                "bits_per_second": total.get("bits_per_second"),
+                "retransmits": total.get("retransmits"),
+                "snd_cwnd_bytes": _sum([s.get("snd_cwnd") for s in streams]),
+                "rtt_ms": rtt / 1000 if rtt is not None else None,
+            }
+        )
+    result.intervals = pd.DataFrame(rows, columns=_INTERVAL_COLUMNS).astype("float64")
+    end = data.get("end") or {}
+    if end:
+        sent, received = end.get("sum_sent") or {}, end.get("sum_received") or {}
+        senders = [s.get("sender") or {} for s in end.get("streams") or []]
+        totals = {
+            "sent_bytes": sent.get("bytes"),
+            "sent_s": sent.get("seconds"),
+            "received_bytes": received.get("bytes"),
+            "received_s": received.get("seconds"),
+            "retransmits": sent.get("retransmits"),
+            "mean_rtt_ms": _scaled(_mean([s.get("mean_rtt") for s in senders]), 1e-3),
+            "min_rtt_ms": _scaled(_min([s.get("min_rtt") for s in senders]), 1e-3),
+            "max_rtt_ms": _scaled(_max([s.get("max_rtt") for s in senders]), 1e-3),
+            "sender_cc": end.get("sender_tcp_congestion"),
+            "receiver_cc": end.get("receiver_tcp_congestion"),
+        }
+        result.totals = {k: v for k, v in totals.items() if v is not None}
+        if result.is_sender is None and "sender" in sent:
+            result.is_sender = bool(sent["sender"])
+    return result
+
+
+def _finite(values) -> list[float]:
+    return [float(v) for v in values if isinstance(v, int | float) and math.isfinite(v)]
+
+
+def _mean(values) -> float | None:
+    clean = _finite(values)
+    return sum(clean) / len(clean) if clean else None
+
+
+def _sum(values) -> float | None:
+    clean = _finite(values)
+    return sum(clean) if clean else None
+
+
+def _min(values) -> float | None:
+    clean = _finite(values)
+    return min(clean) if clean else None
+
+
+def _max(values) -> float | None:
+    clean = _finite(values)
+    return max(clean) if clean else None
+
+
+def _scaled(value: float | None, factor: float) -> float | None:
+    return None if value is None else value * factor
+
+
+# ------------------------------------------------------------------------------------------ tcp_probe
+
+# "<task>-<pid> [cpu] <flags> <timestamp>: tcp_probe: key=value ..."; the task name may contain spaces
+_TRACE_LINE = re.compile(r"\s(\d+\.\d+):\s+([\w:]+):\s(.*)$")
+_LOST_EVENTS = re.compile(r"\[LOST (\d+) EVENTS\]")
+_KEY_VALUE = re.compile(r"(\w+)=(\S+)")
+
+
+@dataclass
+class TcpProbeTrace:
+    """``events``: one row per tcp_probe event, columns ``t_mono_s`` (CLOCK_MONOTONIC seconds), ``src_ip``,
+    ``src_port``, ``dest_ip``, ``dest_port`` and every other ``key=value`` field of the event as printed
+    (numbers parsed, ``0x`` hex to int; ``srtt`` in microseconds, ``snd_cwnd`` and ``ssthresh`` in packets).
+    ``ssthresh`` is the kernel's tcp_current_ssthresh(), not the real ssthresh (MACHINE.md)."""
+
+    path: Path
+    events: pd.DataFrame
+    lost_events: int = 0
+    unparsed_lines: int = 0
+
+
+def _field_value(key: str, text: str) -> object:
+    if key in _BARE_HEX_FIELDS:
+        try:
+            return int(text, 16)
+        except ValueError:
+            return text
+    if text.startswith(("0x", "0X")):
+        try:
+            return int(text, 16)
+        except ValueError:
+            return text
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def _split_endpoint(text: str) -> tuple[str, int | None]:
+    """``10.1.0.1:40000`` or ``[2001:db8::1]:40000`` -> (address, port)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        return text, None
+    return host.strip("[]"), int(port)
+
+
+def load_tcp_probe(path: Path, event: str = "tcp_probe") -> TcpProbeTrace:
+    """Parse an ftrace text file of ``tcp:tcp_probe`` events. Fields are parsed generically (newer
+    kernels add fields). An absent file or one without any event raises :class:`LoadError`."""
+    path = Path(path)
+    columns: dict[str, list] = {"t_mono_s": []}
+    count = 0
+    lost = 0
+    unparsed = 0
+    try:
+        handle = open(path, errors="replace")  # noqa: SIM115 - closed below
+    except FileNotFoundError:
+        raise LoadError(path, "missing") from None
+    except OSError as exc:
+        raise LoadError(path, f"unreadable ({exc.strerror})") from None
+    with handle:
+        for line in handle:
+            if not line.strip() or line.startswith("#"):
+                continue
+            match = _TRACE_LINE.search(line)
+            if match is None or match.group(2).rsplit(":", 1)[-1] != event:
+                lost_match = _LOST_EVENTS.search(line)
+                if lost_match:
+                    lost += int(lost_match.group(1))
+                elif match is None:
+                    unparsed += 1
+                continue
+            values = {"t_mono_s": float(match.group(1))}
+            for key, text in _KEY_VALUE.findall(match.group(3)):
+                if key in ("src", "dest"):
+                    values[f"{key}_ip"], values[f"{key}_port"] = _split_endpoint(text)
+                else:
+                    values[key] = _field_value(key, text)
+            for key, value in values.items():
+                column = columns.get(key)
+                if column is None:
+                    column = columns[key] = [None] * count
+                column.append(value)
+            count += 1
+            for column in columns.values():
+                if len(column) < count:
+                    column.append(None)
+    if count == 0:
+        detail = "no tcp_probe events (empty trace)"
+        if lost:
+            detail += f"; the trace buffer lost {lost} events"
+        raise LoadError(path, detail)
+    frame = pd.DataFrame(columns)
+    for name in frame.columns:
+        if name in ("src_ip", "dest_ip", "family"):
+            continue
+        converted = pd.to_numeric(frame[name], errors="coerce")
+        if converted.notna().sum() == frame[name].notna().sum():
+            frame[name] = converted
+    return TcpProbeTrace(path=path, events=frame, lost_events=lost, unparsed_lines=unparsed)
+
+
+# ------------------------------------------------------------------------------------------- tc stats
+
+_TC_COLUMNS = [
+    "node",
+    "intf",
+    "kind",
+    "handle",
+    "parent",
+    "root",
+    "limit",
+    "bytes",
+    "packets",
+    "drops",
+    "overlimits",
+    "requeues",
+    "backlog",
+    "qlen",
+]
+
+
+def load_tc_stats(path: Path) -> pd.DataFrame:
+    """``tc -s -j qdisc show`` per ``"node/intf"``: one row per qdisc (columns in ``_TC_COLUMNS``)."""
+    path = Path(path)
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise LoadError(path, "expected an object of 'node/intf' -> list of qdiscs")
+    rows = []
+    for where, qdiscs in data.items():
+        node, _, intf = where.partition("/")
+        if not isinstance(qdiscs, list):
+            continue
+        for q in qdiscs:
+            if not isinstance(q, dict):
+                continue
+            options = q.get("options") or {}
+            rows.append(
+                {
+                    "node": node,
+                    "intf": intf,
+                    "kind": q.get("kind"),
+                    "handle": q.get("handle"),
+                    "parent": q.get("parent"),
+                    "root": bool(q.get("root", False)),
+                    "limit": options.get("limit"),
+                    **{k: q.get(k) for k in _TC_COLUMNS[7:]},
+                }
+            )
+    frame = pd.DataFrame(rows, columns=_TC_COLUMNS)
+    for name in _TC_COLUMNS[6:]:
+        frame[name] = pd.to_numeric(frame[name], errors="coerce")
+    return frame
+
+
+def leaf_qdiscs(tc: pd.DataFrame) -> pd.DataFrame:
+    """The qdiscs that hold packets themselves (no child qdisc below them): their drops are not double-counted
+    (an HTB root repeats its children's drops)."""
+    parents = {
+        (row.node, row.intf, row.parent.split(":")[0] + ":")
+        for row in tc.itertuples()
+        if isinstance(row.parent, str)
+    }
+    has_child = [(row.node, row.intf, row.handle) in parents for row in tc.itertuples()]
+    return tc[[not flag for flag in has_child]]
+
+
+# ----------------------------------------------------------------------------------------------- ping
+
+_PING_RTT = re.compile(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms")
+_PING_COUNTS = re.compile(r"(\d+) packets transmitted, (\d+) (?:packets )?received")
+_PING_LOSS = re.compile(r"([\d.]+)% packet loss")
+
+
+def load_ping(path: Path) -> dict:
+    """ping's summary: ``transmitted``, ``received``, ``loss_pct`` and ``min_ms``, ``avg_ms``, ``max_ms``,
+    ``mdev_ms`` (None when no reply came back)."""
+    path = Path(path)
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise LoadError(path, "missing") from None
+    counts = _PING_COUNTS.search(text)
+    if counts is None:
+        raise LoadError(path, "no ping summary (ping did not finish?)")
+    result: dict = {"transmitted": int(counts.group(1)), "received": int(counts.group(2))}
+    loss = _PING_LOSS.search(text)
+    result["loss_pct"] = float(loss.group(1)) if loss else None
+    rtt = _PING_RTT.search(text)
+    for key, value in zip(
+        ["min_ms", "avg_ms", "max_ms", "mdev_ms"], rtt.groups() if rtt else [None] * 4, strict=True
+    ):
+        result[key] = float(value) if value is not None else None
+    return result
+
+
+# ------------------------------------------------------------------------------------------ UDP probe
+
+
+def udp_probe_files(raw: Path, direction: str) -> list[Path]:
+    """The UDP probe files of one bottleneck direction, most informative first."""
+    names = [
+        f"udp-probe-{direction}-server.json",
+        f"udp-probe-{direction}.json",
+        f"udp-probe-{direction}-client.json",
+    ]
+    return [Path(raw) / name for name in names if (Path(raw) / name).exists()]
+
+
+def load_udp_probe(path: Path) -> dict:
+    """The pre-traffic UDP probe's totals: ``packets`` sent, ``lost_packets``, ``lost_percent``,
+    ``received_mbit`` (what the receiver got)."""
+    path = Path(path)
+    data = read_json(path)
+    if not isinstance(data, dict):
+        raise LoadError(path, "not an iperf3 JSON object")
+    if data.get("error") and not data.get("end"):
+        raise LoadError(path, f"iperf3 reported an error: {data['error']}")
+    end = data.get("end") or {}
+    total = end.get("sum") or {}
+    received = end.get("sum_received") or {}
+    if not total and not received:
+        raise LoadError(path, "no end totals (iperf3 died before the end of the probe?)")
+    lost = total.get("lost_packets", received.get("lost_packets"))
+    bps = received.get("bits_per_second", total.get("bits_per_second"))
+    return {
+        "packets": total.get("packets"),
+        "lost_packets": lost,
+        "lost_percent": total.get("lost_percent", received.get("lost_percent")),
+        "received_mbit": bps / 1e6 if bps is not None else None,
+    }
+
+
+# ------------------------------------------------------------------------------------------- sessions
+
+
+def load_session(session_dir: Path) -> dict:
+    """``session.json`` of a sweep."""
+    data = read_json(Path(session_dir) / "session.json")
+    if not isinstance(data, dict):
+        raise LoadError(Path(session_dir) / "session.json", "not a JSON object")
+    return data

@@ -1,0 +1,317 @@
+"""The papers' metrics and the statistics across seeds, as pure functions.
+
+Units are in the names: ``_bytes``, ``_s``, ``_mbit`` (Mbit/s, 10**6 bit/s). A missing input (None or
+NaN) gives NaN, never a made-up number; NaN is written as an empty cell and shown as "n/a".
+
+Two goodputs are used everywhere and always labelled:
+
+* **sender goodput** (the papers' definition, paper 000 §3.1): (sent - retransmitted) / transfer
+  time, counted from the capture on the router next to the sender (pcap.py);
+* **receiver goodput**: bytes the iperf3 server read / the server's test time (iperf3 server JSON).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+BITS_PER_BYTE = 8
+BITS_PER_MBIT = 1e6
+
+
+def _number(value) -> float:
+    """A float, NaN for None/NaN/non-numbers."""
+    if value is None:
+        return math.nan
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return math.nan
+    return number
+
+
+def goodput_mbit(sent_bytes, retransmitted_bytes, transfer_s) -> float:
+    """Sender goodput, paper 000 §3.1: ``(sent data - retransmitted data) / transfer time``, in Mbit/s.
+
+    ``sent_bytes`` counts every data segment the sender transmitted (retransmissions included),
+    ``retransmitted_bytes`` the bytes sent again, ``transfer_s`` the time from the connection's first to
+    its last data segment. NaN when the transfer time is not positive (no or one data segment).
+    """
+    sent, retransmitted, seconds = _number(sent_bytes), _number(retransmitted_bytes), _number(transfer_s)
+    if not seconds > 0:
+        return math.nan
+    return (sent - retransmitted) * BITS_PER_BYTE / seconds / BITS_PER_MBIT
+
+
+def receiver_goodput_mbit(received_bytes, seconds) -> float:
+    """Receiver goodput: bytes the receiving application read / its test time (iperf3 server), in Mbit/s."""
+    received, duration = _number(received_bytes), _number(seconds)
+    if not duration > 0:
+        return math.nan
+    return received * BITS_PER_BYTE / duration / BITS_PER_MBIT
+
+
+def retransmission_ratio(retransmitted_bytes, sent_bytes) -> float:
+    """Retransmission ratio = retransmitted / sent bytes (a fraction; paper 000 §4 and SCENARIOS.md).
+
+    NaN when nothing was sent.
+    """
+    retransmitted, sent = _number(retransmitted_bytes), _number(sent_bytes)
+    if not sent > 0:
+        return math.nan
+    return retransmitted / sent
+
+
+def jain_index(goodputs: Iterable) -> float:
+    """Jain fairness index, paper 000 §3.2: ``J = (sum b_i)**2 / (n * sum b_i**2)``, b_i the goodput of
+    flow i.
+
+    1 when all flows get the same share, 1/n when one flow takes everything. NaN for no flows, when any
+    b_i is missing, or when every b_i is zero (the index is undefined).
+    """
+    values = np.array([_number(v) for v in goodputs], dtype=float)
+    if values.size == 0 or np.isnan(values).any():
+        return math.nan
+    if (values < 0).any():
+        raise ValueError("goodputs must not be negative")
+    square_sum = float(np.sum(values**2))
+    if square_sum == 0:
+        return math.nan
+    return float(np.sum(values) ** 2 / (values.size * square_sum))
+
+
+def interval_boundaries(start_s: float, stop_s: float, width_s: float) -> list[float]:
+    """``start, start + width, ...`` up to ``stop`` (the last interval is cut at ``stop``)."""
+    if not width_s > 0:
+        raise ValueError("interval width must be positive")
+    count = max(1, math.ceil((stop_s - start_s) / width_s - 1e-9))
+    edges = [start_s + i * width_s for i in range(count)]
+    return edges + [stop_s]
+
+
+def split_into_intervals(samples: pd.DataFrame, boundaries: Sequence[float]) -> pd.DataFrame:
+    """Per-interval goodput from a series of byte counts over time spans (e.g. iperf3's intervals).
+
+    ``samples`` has ``t_start_s``, ``t_end_s``, ``bytes``: ``bytes`` moved during [t_start, t_end).
+    ``boundaries`` b_0 < b_1 < ... < b_k delimit intervals [b_i, b_i+1). A sample that straddles a
+    boundary is split in proportion to the time it spends on each side (its rate is taken as constant
+    within the sample); a sample of zero duration goes to the interval that contains it.
+
+    Returns one row per interval: ``t_start_s``, ``t_end_s``, ``bytes``, ``covered_s`` (how much of the
+    interval samples cover) and ``goodput_mbit`` = bytes / interval length (as paper 000 §3.1 reports
+    goodput per 250 s interval). An interval no sample covers has NaN bytes and goodput (no data), not 0.
+    """
+    edges = np.asarray(boundaries, dtype=float)
+    if edges.size < 2 or np.any(np.diff(edges) <= 0):
+        raise ValueError("boundaries must be at least two increasing times")
+    count = edges.size - 1
+    moved = np.zeros(count)
+    covered = np.zeros(count)
+    touched = np.zeros(count, dtype=bool)
+    for start, end, amount in samples[["t_start_s", "t_end_s", "bytes"]].itertuples(index=False):
+        if any(math.isnan(_number(x)) for x in (start, end, amount)):
+            continue
+        if end <= start:
+            i = int(np.searchsorted(edges, start, side="right")) - 1
+            if 0 <= i < count:
+                moved[i] += amount
+                touched[i] = True
+            continue
+        first = max(0, int(np.searchsorted(edges, start, side="right")) - 1)
+        last = min(count - 1, int(np.searchsorted(edges, end, side="left")) - 1)
+        for i in range(first, last + 1):
+            overlap = min(end, edges[i + 1]) - max(start, edges[i])
+            if overlap <= 0:
+                continue
+            moved[i] += amount * overlap / (end - start)
+            covered[i] += overlap
+            touched[i] = True
+    width = np.diff(edges)
+    moved_or_nan = np.where(touched, moved, np.nan)
+    return pd.DataFrame(
+        {
+            "t_start_s": edges[:-1],
+            "t_end_s": edges[1:],
+            "bytes": moved_or_nan,
+            "covered_s": covered,
+            "goodput_mbit": moved_or_nan * BITS_PER_BYTE / width / BITS_PER_MBIT,
+        }
+    )
+
+
+# ------------------------------------------------------------------------------ statistics across seeds
+
+
+def _incomplete_beta(a: float, b: float, x: float) -> float:
+    """Regularized incomplete beta function I_x(a, b) (continued fraction, modified Lentz)."""
+    if x <= 0:
+        return 0.0
+    if x >= 1:
+        return 1.0
+    if x > (a + 1) / (a + b + 2):
+        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
+    log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
+    tiny = 1e-300
+    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    fraction = d
+    for m in range(1, 500):
+        for numerator in (
+            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
+            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
+        ):
+            d = 1.0 + numerator * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + numerator / c
+            c = c if abs(c) > tiny else tiny
+            fraction *= c * d
+        if abs(c * d - 1.0) < 1e-15:
+            break
+    return math.exp(log_front) * fraction / a
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t distribution with ``df`` degrees of freedom."""
+    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (e.g. 0.975, 2 -> 4.3027)."""
+    if not 0 < p < 1 or not df > 0:
+        raise ValueError("need 0 < p < 1 and df > 0")
+    if p < 0.5:
+        return -student_t_quantile(1 - p, df)
+    low, high = 0.0, 1.0
+    while student_t_cdf(high, df) < p:
+        high *= 2
+    for _ in range(200):
+        middle = (low + high) / 2
+        if student_t_cdf(middle, df) < p:
+            low = middle
+        else:
+            high = middle
+        if high - low < 1e-12 * max(1.0, high):
+            break
+    return (low + high) / 2
+
+
+@dataclass(frozen=True)
+class SeedStats:
+    """Summary of one quantity over the seeds of a point. ``ci_low``/``ci_high``: the two-sided confidence
+    interval of the mean with Student's t (NaN for fewer than two values: one run gives no interval)."""
+
+    n: int
+    mean: float
+    min: float
+    max: float
+    ci_low: float
+    ci_high: float
+    confidence: float = 0.95
+
+    @property
+    def ci_half_width(self) -> float:
+        return (self.ci_high - self.ci_low) / 2
+
+
+def seed_stats(values: Iterable, confidence: float = 0.95) -> SeedStats:
+    """Mean, min, max and the Student-t confidence interval of the mean over seeds.
+
+    Missing values (None/NaN) are left out and not counted in ``n``. With n = 1 the mean, min and max
+    are that value and the interval is NaN; with n = 0 everything is NaN.
+    """
+    clean = [v for v in (_number(x) for x in values) if not math.isnan(v)]
+    n = len(clean)
+    if n == 0:
+        return SeedStats(0, math.nan, math.nan, math.nan, math.nan, math.nan, confidence)
+    mean = sum(clean) / n
+    low = high = math.nan
+    if n >= 2:
+        std = math.sqrt(sum((v - mean) ** 2 for v in clean) / (n - 1))
+        half = student_t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+        low, high = mean - half, mean + half
+    return SeedStats(n, mean, min(clean), max(clean), low, high, confidence)
+
+
+# ----------------------------------------------------------------------------------- flows of a run
+
+
+def sum_or_nan(series: pd.Series) -> float:
+    """Sum, or NaN when any term is missing (a partial sum would be a made-up number)."""
+    values = pd.to_numeric(series, errors="coerce")
+    return math.nan if values.empty or values.isna().any() else float(values.sum())
+
+
+def flow_totals(connections: pd.DataFrame) -> pd.DataFrame:
+    """One row per flow (scenario ``flow`` x ``replica``) from the per-connection rows of a run.
+
+    A flow with several ON periods is one connection per period; its goodput adds the connections'
+    bytes and transfer times, i.e. its rate while it was ON: ``(sum sent - sum retransmitted) / sum
+    transfer time`` (paper 000 §3.1 per flow). Receiver goodput likewise from the iperf3 servers'
+    bytes and times. A flow with one connection gets that connection's numbers exactly. Any missing
+    term makes the flow's value NaN.
+    """
+    needed = [
+        "flow",
+        "replica",
+        "cc",
+        "direction",
+        "sent_bytes",
+        "retrans_bytes",
+        "transfer_s",
+        "recv_bytes",
+        "recv_s",
+    ]
+    missing = [c for c in needed if c not in connections.columns]
+    if missing:
+        raise ValueError(f"connections lack columns {missing}")
+    rows = []
+    for (flow, replica), group in connections.groupby(["flow", "replica"], sort=True, dropna=False):
+        sent, retransmitted = sum_or_nan(group["sent_bytes"]), sum_or_nan(group["retrans_bytes"])
+        transfer = sum_or_nan(group["transfer_s"])
+        received, received_s = sum_or_nan(group["recv_bytes"]), sum_or_nan(group["recv_s"])
+        rows.append(
+            {
+                "flow": flow,
+                "replica": replica,
+                "cc": group["cc"].iloc[0],
+                "direction": group["direction"].iloc[0],
+                "connections": len(group),
+                "sent_bytes": sent,
+                "retrans_bytes": retransmitted,
+                "transfer_s": transfer,
+                "goodput_mbit": goodput_mbit(sent, retransmitted, transfer),
+                "recv_goodput_mbit": receiver_goodput_mbit(received, received_s),
+                "retrans_ratio": retransmission_ratio(retransmitted, sent),
+            }
+        )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "flow",
+            "replica",
+            "cc",
+            "direction",
+            "connections",
+            "sent_bytes",
+            "retrans_bytes",
+            "transfer_s",
+            "goodput_mbit",
+            "recv_goodput_mbit",
+            "retrans_ratio",
+        ],
+    )
+
+
+def jain_by_direction(flows: pd.DataFrame) -> dict[str, float]:
+    """Jain index over the flows of each direction that has more than one flow (paper 000 §3.2 takes the
+    M forward flows; reverse background flows are a population of their own)."""
+    result = {}
+    for direction, group in flows.groupby("direction", sort=True):
+        if len(group) > 1:
+            result[str(direction)] = jain_index(group["goodput_mbit"])
+    return result

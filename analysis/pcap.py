@@ -1,0 +1,449 @@
+"""Per-connection accounting of TCP data segments in a capture, streamed record by record.
+
+The testbed captures on the router next to each sender (``tcpdump -i any -Q in -s 128``), so a
+connection's data is counted before the bottleneck queue can drop any of it: every segment the
+sender put on the wire, first transmissions and retransmissions alike.
+
+Definitions (per direction of a connection; the same as ``tcptrace -l -n``, so the numbers can be
+cross-checked against it):
+
+* **sent** ("actual data pkts/bytes"): every segment with a TCP payload, retransmissions included.
+  The payload length comes from the IP header (total length - IP header - TCP header), not from
+  the captured bytes: captures keep headers only.
+* **retransmitted** ("rexmt data pkts/bytes"): the payload bytes of a segment that lie inside
+  sequence ranges already seen in this direction; a segment counts as one retransmitted packet if
+  any of its bytes were seen before. A partial overlap counts only the overlapping bytes.
+* **unique** ("unique bytes sent"): payload bytes seen for the first time.
+* **zero-window probes**: like tcptrace, a data segment sent while the other side's last
+  advertised window was zero is a probe: counted as sent, neither retransmitted nor unique, and
+  not remembered as seen. (Linux's own probes carry no data; this only matters when data the
+  sender sent before it learnt of the zero window passes the capture point after the window
+  update.) ``sent = retransmitted + unique + probe`` holds exactly.
+* **first/last data time**: capture timestamps of the first and last data segment; their
+  difference is the transfer time of paper 000 §3.1's goodput.
+
+Sequence numbers are unwrapped to 64 bits relative to the initial sequence number (the SYN's, or the
+first seen), always choosing the unwrapping closest to the highest sequence seen so far, so a
+connection that sends more than 4 GiB (or starts near 2**32) is counted correctly.
+
+One difference from tcptrace, on purpose: tcptrace also counts a retransmitted SYN or FIN as one
+"rexmt data pkt" and one "rexmt data byte" (they occupy sequence space). Here only payload bytes
+count, since a SYN carries no data and goodput is about data; with a lost SYN or FIN the two tools
+differ by exactly one packet and one byte per retransmitted SYN/FIN.
+
+Memory stays bounded: records are read one at a time and each direction keeps only the merged
+ranges of sequence space seen (one range per hole still open, usually one in all).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+from bisect import bisect_left, bisect_right
+from collections.abc import Iterator
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+
+import pandas as pd
+
+#: link-layer header types we decode (pcap LINKTYPE_* values)
+LINKTYPE_NULL = 0
+LINKTYPE_ETHERNET = 1
+LINKTYPE_RAW = 101
+LINKTYPE_LINUX_SLL = 113
+LINKTYPE_LINUX_SLL2 = 276
+LINKTYPE_IPV4 = 228
+LINKTYPE_IPV6 = 229
+
+_PCAP_MAGICS = {
+    b"\xd4\xc3\xb2\xa1": ("<", 1e-6),
+    b"\xa1\xb2\xc3\xd4": (">", 1e-6),
+    b"\x4d\x3c\xb2\xa1": ("<", 1e-9),
+    b"\xa1\xb2\x3c\x4d": (">", 1e-9),
+}
+_PCAPNG_MAGIC = b"\x0a\x0d\x0d\x0a"
+#: a record longer than this is not a packet: the file is corrupt from here on
+_MAX_RECORD = 1 << 18
+
+_SEQ_MOD = 1 << 32
+_SEQ_HALF = 1 << 31
+
+TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+
+
+class PcapError(Exception):
+    """The capture cannot be read (not a pcap, unknown link type)."""
+
+
+class PcapTruncated(Exception):
+    """The capture ends inside a record; everything before it was read."""
+
+    def __init__(self, record: int, offset: int, detail: str):
+        self.record = record
+        self.offset = offset
+        super().__init__(f"cut short in record {record} (at byte {offset}): {detail}")
+
+
+@dataclass
+class PcapRecords:
+    """An open capture: its link type and a one-pass iterator of ``(timestamp_s, origlen, bytes)``."""
+
+    linktype: int
+    records: Iterator[tuple[float, int, bytes]]
+
+
+def read_records(path: Path) -> PcapRecords:
+    """Open a pcap (or pcapng) file to stream it; iterating raises :class:`PcapTruncated` at a cut record."""
+    f = open(path, "rb")  # noqa: SIM115 - closed by the generator
+    head = f.read(24)
+    if head[:4] == _PCAPNG_MAGIC:
+        f.close()
+        return _read_pcapng(path)
+    if len(head) < 24 or head[:4] not in _PCAP_MAGICS:
+        f.close()
+        raise PcapError(
+            "not a pcap file (no pcap magic number)"
+            if len(head) >= 4
+            else "empty or too short for a pcap header"
+        )
+    endian, resolution = _PCAP_MAGICS[head[:4]]
+    linktype = struct.unpack(endian + "I", head[20:24])[0] & 0xFFFF
+    try:
+        _network_offset(linktype, b"")  # fail now on a link type we cannot decode
+    except PcapError:
+        f.close()
+        raise
+    return PcapRecords(linktype, _iter_pcap(f, endian, resolution))
+
+
+def _iter_pcap(f, endian: str, resolution: float) -> Iterator[tuple[float, int, bytes]]:
+    header = struct.Struct(endian + "IIII")
+    offset = 24
+    record = 0
+    with f:
+        while True:
+            raw = f.read(16)
+            if not raw:
+                return
+            record += 1
+            if len(raw) < 16:
+                raise PcapTruncated(record, offset, f"record header has {len(raw)} of 16 bytes")
+            sec, frac, caplen, origlen = header.unpack(raw)
+            if caplen > _MAX_RECORD:
+                raise PcapTruncated(record, offset, f"implausible record length {caplen} (corrupt file)")
+            data = f.read(caplen)
+            if len(data) < caplen:
+                raise PcapTruncated(record, offset, f"record has {len(data)} of {caplen} captured bytes")
+            offset += 16 + caplen
+            yield sec + frac * resolution, origlen, data
+
+
+def _read_pcapng(path: Path) -> PcapRecords:
+    import dpkt  # only pcapng needs it; plain pcap is read above without it
+
+    f = open(path, "rb")  # noqa: SIM115 - closed by the generator
+    try:
+        reader = dpkt.pcapng.Reader(f)
+        _network_offset(reader.datalink(), b"")
+    except (ValueError, dpkt.dpkt.Error) as exc:
+        f.close()
+        raise PcapError(f"unreadable pcapng: {exc}") from exc
+    except PcapError:
+        f.close()
+        raise
+
+    def records() -> Iterator[tuple[float, int, bytes]]:
+        count = 0
+        with f:
+            try:
+                for ts, buf in reader:
+                    count += 1
+                    yield float(ts), len(buf), buf
+            except (dpkt.dpkt.NeedData, dpkt.dpkt.UnpackError, struct.error, ValueError) as exc:
+                raise PcapTruncated(count + 1, f.tell(), f"unreadable pcapng block ({exc})") from exc
+
+    return PcapRecords(reader.datalink(), records())
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The fields of one TCP segment the accounting needs."""
+
+    src: str
+    dst: str
+    sport: int
+    dport: int
+    seq: int
+    ack: int
+    flags: int
+    window: int
+    payload: int
+
+
+_addr_cache: dict[bytes, str] = {}
+
+
+def _addr(raw: bytes) -> str:
+    text = _addr_cache.get(raw)
+    if text is None:
+        text = socket.inet_ntop(socket.AF_INET if len(raw) == 4 else socket.AF_INET6, raw)
+        _addr_cache[raw] = text
+    return text
+
+
+def _network_offset(linktype: int, buf: bytes) -> int | None:
+    """Offset of the IP header in a record, or None when the record carries no IP."""
+    if linktype == LINKTYPE_LINUX_SLL:
+        if len(buf) < 16:
+            return None
+        proto = buf[14] << 8 | buf[15]
+        return 16 if proto in (0x0800, 0x86DD) else None
+    if linktype == LINKTYPE_LINUX_SLL2:
+        if len(buf) < 20:
+            return None
+        proto = buf[0] << 8 | buf[1]
+        return 20 if proto in (0x0800, 0x86DD) else None
+    if linktype == LINKTYPE_ETHERNET:
+        offset = 12
+        while len(buf) >= offset + 2:
+            ethertype = buf[offset] << 8 | buf[offset + 1]
+            if ethertype in (0x8100, 0x88A8):  # VLAN tags
+                offset += 4
+                continue
+            return offset + 2 if ethertype in (0x0800, 0x86DD) else None
+        return None
+    if linktype in (LINKTYPE_RAW, LINKTYPE_IPV4, LINKTYPE_IPV6):
+        return 0
+    if linktype == LINKTYPE_NULL:
+        return 4
+    raise PcapError(
+        f"link type {linktype} is not supported (supported: Ethernet, Linux cooked v1/v2, raw IP)"
+    )
+
+
+def parse_segment(linktype: int, buf: bytes, origlen: int | None = None) -> Segment | None:
+    """The TCP segment in one captured record, or None (not TCP, a later fragment, headers cut off)."""
+    off = _network_offset(linktype, buf)
+    if off is None or len(buf) < off + 20:
+        return None
+    version = buf[off] >> 4
+    if version == 4:
+        ihl = (buf[off] & 0x0F) * 4
+        if buf[off + 9] != 6 or ihl < 20:
+            return None
+        if (buf[off + 6] << 8 | buf[off + 7]) & 0x1FFF:  # not the first fragment
+            return None
+        total = buf[off + 2] << 8 | buf[off + 3]
+        if total == 0 and origlen is not None:  # segmentation offload: the length lives in the frame only
+            total = origlen - off
+        src, dst = _addr(buf[off + 12 : off + 16]), _addr(buf[off + 16 : off + 20])
+        tcp = off + ihl
+        ip_payload = total - ihl
+    elif version == 6:
+        if len(buf) < off + 40:
+            return None
+        ip_payload = buf[off + 4] << 8 | buf[off + 5]
+        next_header = buf[off + 6]
+        src, dst = _addr(buf[off + 8 : off + 24]), _addr(buf[off + 24 : off + 40])
+        tcp = off + 40
+        while next_header in (0, 43, 60):  # hop-by-hop, routing, destination options
+            if len(buf) < tcp + 2:
+                return None
+            ext = (buf[tcp + 1] + 1) * 8
+            next_header = buf[tcp]
+            tcp += ext
+            ip_payload -= ext
+        if next_header != 6:
+            return None
+    else:
+        return None
+    if len(buf) < tcp + 20:
+        return None
+    sport, dport, seq, ack, doff_byte, flags, window = struct.unpack_from("!HHIIBBH", buf, tcp)
+    payload = ip_payload - (doff_byte >> 4) * 4
+    return Segment(src, dst, sport, dport, seq, ack, flags, window, max(payload, 0))
+
+
+class SeqSpace:
+    """The union of sequence ranges seen, as sorted disjoint half-open ranges merged when they touch."""
+
+    def __init__(self) -> None:
+        self.starts: list[int] = []
+        self.ends: list[int] = []
+
+    def add(self, start: int, end: int) -> int:
+        """Record ``[start, end)``; return how many of its bytes had been recorded before."""
+        starts, ends = self.starts, self.ends
+        if start >= end:
+            return 0
+        if not ends or start > ends[-1]:  # the common case: new data beyond everything seen
+            starts.append(start)
+            ends.append(end)
+            return 0
+        if start == ends[-1]:
+            ends[-1] = end if end > ends[-1] else ends[-1]
+            return 0
+        # ranges that overlap or touch [start, end): indices lo..hi-1
+        lo = bisect_left(ends, start)
+        hi = bisect_right(starts, end)
+        overlap = 0
+        for i in range(lo, hi):
+            overlap += max(0, min(end, ends[i]) - max(start, starts[i]))
+        if lo < hi:
+            start = min(start, starts[lo])
+            end = max(end, ends[hi - 1])
+        starts[lo:hi] = [start]
+        ends[lo:hi] = [end]
+        return overlap
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+
+@dataclass
+class DirectionStats:
+    """The accounting of one direction (``src:sport -> dst:dport``) of a TCP connection."""
+
+    src: str
+    sport: int
+    dst: str
+    dport: int
+    packets: int = 0
+    data_pkts: int = 0
+    data_bytes: int = 0
+    rexmit_pkts: int = 0
+    rexmit_bytes: int = 0
+    unique_bytes: int = 0
+    zwnd_probe_pkts: int = 0
+    zwnd_probe_bytes: int = 0
+    syn_count: int = 0
+    fin_count: int = 0
+    rst_count: int = 0
+    first_time: float | None = None
+    last_time: float | None = None
+    first_data_time: float | None = None
+    last_data_time: float | None = None
+    isn: int | None = None
+    # state, not results
+    _base: int | None = field(default=None, repr=False)
+    _highest: int = field(default=0, repr=False)
+    _window_last: int | None = field(default=None, repr=False)
+    _seen: SeqSpace = field(default_factory=SeqSpace, repr=False)
+
+    @property
+    def transfer_s(self) -> float | None:
+        if self.first_data_time is None or self.last_data_time is None:
+            return None
+        return self.last_data_time - self.first_data_time
+
+    def _unwrap(self, seq: int) -> int:
+        relative = (seq - self._base) % _SEQ_MOD
+        wraps = (self._highest - relative + _SEQ_HALF) // _SEQ_MOD
+        return relative + wraps * _SEQ_MOD
+
+    def result(self) -> dict:
+        """The public counters as a plain dict (no state)."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if not f.name.startswith("_")} | {
+            "transfer_s": self.transfer_s
+        }
+
+
+FlowKey = tuple[str, int, str, int]  # (src, sport, dst, dport) of one direction
+
+
+@dataclass
+class PcapAccounting:
+    """Everything counted in one capture file: one :class:`DirectionStats` per direction seen."""
+
+    path: Path
+    linktype: int | None = None
+    records: int = 0
+    tcp_segments: int = 0
+    directions: dict[FlowKey, DirectionStats] = field(default_factory=dict)
+    problem: str | None = None  # set when the file was cut short: the counts cover the records before
+
+    def direction(self, src: str, sport: int, dst: str, dport: int) -> DirectionStats | None:
+        return self.directions.get((src, sport, dst, dport))
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per direction seen, with the counters of :class:`DirectionStats`."""
+        rows = [d.result() for d in self.directions.values()]
+        columns = [f.name for f in fields(DirectionStats) if not f.name.startswith("_")] + ["transfer_s"]
+        return pd.DataFrame(rows, columns=columns)
+
+
+def account_segment(stats: DirectionStats, reverse: DirectionStats | None, seg: Segment, ts: float) -> None:
+    """Count one segment of ``stats``'s direction; ``reverse`` is the other direction, if seen yet."""
+    stats.packets += 1
+    if stats.first_time is None:
+        stats.first_time = ts
+    stats.last_time = ts
+    flags = seg.flags
+    syn = bool(flags & TCP_SYN)
+    if syn:
+        stats.syn_count += 1
+    if flags & TCP_FIN:
+        stats.fin_count += 1
+    if flags & TCP_RST:
+        stats.rst_count += 1
+    if stats._base is None or (syn and stats.isn is None and stats.data_pkts == 0):
+        stats._base = seg.seq
+        stats._highest = 0
+        if syn:
+            stats.isn = seg.seq
+    payload = seg.payload
+    if payload > 0:
+        stats.data_pkts += 1
+        stats.data_bytes += payload
+        if stats.first_data_time is None:
+            stats.first_data_time = ts
+        stats.last_data_time = ts
+        start = stats._unwrap(seg.seq) + (1 if syn else 0)  # a SYN's own sequence number carries no data
+        end = start + payload
+        if reverse is not None and reverse.packets > 0 and reverse._window_last == 0:
+            stats.zwnd_probe_pkts += 1
+            stats.zwnd_probe_bytes += payload
+        else:
+            overlap = stats._seen.add(start, end)
+            if overlap:
+                stats.rexmit_pkts += 1
+                stats.rexmit_bytes += overlap
+            stats.unique_bytes += payload - overlap
+        if end > stats._highest:
+            stats._highest = end
+    elif not syn:
+        position = stats._unwrap(seg.seq)
+        if position > stats._highest and position - stats._highest < _SEQ_HALF:
+            stats._highest = position
+    if not flags & TCP_RST:
+        # tcptrace's "effective window": the advertised window of segments with ACK or SYN, else 0
+        stats._window_last = seg.window if flags & (TCP_ACK | TCP_SYN) else 0
+
+
+def account_pcap(path: Path) -> PcapAccounting:
+    """Stream ``path`` and count data segments per connection direction.
+
+    Raises :class:`PcapError` when the file cannot be read at all (missing, not a pcap, unknown link
+    type). A file cut short keeps the counts of the complete records before the cut and says so in
+    ``problem``.
+    """
+    path = Path(path)
+    result = PcapAccounting(path)
+    opened = read_records(path)
+    result.linktype = opened.linktype
+    directions = result.directions
+    try:
+        for ts, origlen, buf in opened.records:
+            result.records += 1
+            seg = parse_segment(opened.linktype, buf, origlen)
+            if seg is None:
+                continue
+            result.tcp_segments += 1
+            key = (seg.src, seg.sport, seg.dst, seg.dport)
+            stats = directions.get(key)
+            if stats is None:
+                stats = directions[key] = DirectionStats(seg.src, seg.sport, seg.dst, seg.dport)
+            account_segment(stats, directions.get((seg.dst, seg.dport, seg.src, seg.sport)), seg, ts)
+    except PcapTruncated as exc:
+        result.problem = f"{exc}; counted the {result.records} complete records before it"
+    return result

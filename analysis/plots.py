@@ -1,0 +1,204 @@
+"""Figures for the run and session reports, rendered to PNG bytes (no display, no pyplot state).
+
+Names, colours and markers of the algorithms come from analysis/cc.py, so every figure agrees.
+The ssthresh that tcp_probe reports is the kernel's tcp_current_ssthresh() (outside recovery
+max(ssthresh, 3/4 cwnd)), not the real ssthresh: its label says so.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis.cc import lookup
+
+#: more lines than this make a time plot unreadable; the figure says how many it leaves out
+MAX_CONNECTIONS_PLOTTED = 12
+SSTHRESH_LABEL = "ssthresh_current (tcp_current_ssthresh, not the real ssthresh)"
+SENDER_GOODPUT_LABEL = "sender goodput, Mbit/s\n(sent - retransmitted) / transfer time"
+RECEIVER_GOODPUT_LABEL = "receiver goodput, Mbit/s (iperf3 server)"
+
+
+def figure_png(fig: Figure) -> bytes:
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=100, bbox_inches="tight")
+    return buffer.getvalue()
+
+
+def _connection_label(conn: str, cc: str) -> str:
+    return f"{conn} {lookup(cc).label}"
+
+
+def _limited(connections: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    if len(connections) <= MAX_CONNECTIONS_PLOTTED:
+        return connections, ""
+    return (
+        connections.head(MAX_CONNECTIONS_PLOTTED),
+        f" (first {MAX_CONNECTIONS_PLOTTED} of {len(connections)} connections)",
+    )
+
+
+def _empty(ax, text: str) -> None:
+    ax.text(0.5, 0.5, text, ha="center", va="center", transform=ax.transAxes, color="#777777")
+    ax.set_xticks([])
+    ax.set_yticks([])
+
+
+def cwnd_ssthresh_png(series: pd.DataFrame, connections: pd.DataFrame) -> bytes:
+    """cwnd (solid) and tcp_current_ssthresh (dashed) in packets vs run time, per connection."""
+    fig = Figure(figsize=(9, 4))
+    ax = fig.add_subplot()
+    shown, note = _limited(connections)
+    plotted = False
+    for conn in shown.itertuples():
+        style = lookup(conn.cc)
+        mine = series[series["conn"] == conn.conn]
+        cwnd = mine[mine["metric"] == "cwnd_pkts"]
+        ssthresh = mine[mine["metric"] == "ssthresh_current_pkts"]
+        if not cwnd.empty:
+            ax.step(
+                cwnd["t_s"],
+                cwnd["value"],
+                where="post",
+                color=style.colour,
+                linewidth=1,
+                label=f"{_connection_label(conn.conn, conn.cc)} cwnd",
+            )
+            plotted = True
+        if ssthresh["value"].notna().any():
+            ax.step(
+                ssthresh["t_s"],
+                ssthresh["value"],
+                where="post",
+                color=style.colour,
+                linewidth=1,
+                linestyle="--",
+                alpha=0.7,
+                label=f"{conn.conn} {SSTHRESH_LABEL}",
+            )
+    if not plotted:
+        _empty(ax, "no tcp_probe data")
+    else:
+        ax.set_xlabel("time since the run's start, s")
+        ax.set_ylabel("packets")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
+    ax.set_title("cwnd and ssthresh_current (tcp_probe, sender side)" + note, fontsize=10)
+    return figure_png(fig)
+
+
+def srtt_png(series: pd.DataFrame, connections: pd.DataFrame) -> bytes:
+    """Smoothed RTT (the sender kernel's srtt) vs run time, per connection."""
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.add_subplot()
+    shown, note = _limited(connections)
+    plotted = False
+    for conn in shown.itertuples():
+        data = series[(series["conn"] == conn.conn) & (series["metric"] == "srtt_ms")]
+        if data.empty:
+            continue
+        ax.plot(
+            data["t_s"],
+            data["value"],
+            color=lookup(conn.cc).colour,
+            linewidth=1,
+            label=_connection_label(conn.conn, conn.cc),
+        )
+        plotted = True
+    if not plotted:
+        _empty(ax, "no tcp_probe data")
+    else:
+        ax.set_xlabel("time since the run's start, s")
+        ax.set_ylabel("srtt, ms")
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3)
+    ax.set_title("smoothed RTT (tcp_probe srtt, sender side)" + note, fontsize=10)
+    return figure_png(fig)
+
+
+def interval_goodput_png(intervals: pd.DataFrame, connections: pd.DataFrame) -> bytes:
+    """Receiver goodput per interval (``intervals``: conn, t_start_s, t_end_s, goodput_mbit) as steps."""
+    fig = Figure(figsize=(9, 3.2))
+    ax = fig.add_subplot()
+    shown, note = _limited(connections)
+    plotted = False
+    width = None
+    for conn in shown.itertuples():
+        data = intervals[intervals["conn"] == conn.conn].sort_values("t_start_s")
+        if data.empty or data["goodput_mbit"].isna().all():
+            continue
+        width = float((data["t_end_s"] - data["t_start_s"]).median())
+        x = np.append(data["t_start_s"].to_numpy(), data["t_end_s"].iloc[-1])
+        y = np.append(data["goodput_mbit"].to_numpy(), data["goodput_mbit"].iloc[-1])
+        ax.step(
+            x,
+            y,
+            where="post",
+            color=lookup(conn.cc).colour,
+            linewidth=1.2,
+            label=_connection_label(conn.conn, conn.cc),
+        )
+        plotted = True
+    if not plotted:
+        _empty(ax, "no iperf3 server intervals")
+    else:
+        ax.set_xlabel("time since the run's start, s")
+        ax.set_ylabel(RECEIVER_GOODPUT_LABEL.replace(", Mbit/s", "\nMbit/s"))
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, loc="lower right")
+        ax.grid(alpha=0.3)
+    interval = f" per {width:g} s interval" if width else ""
+    ax.set_title(f"receiver goodput{interval} (iperf3 server)" + note, fontsize=10)
+    return figure_png(fig)
+
+
+def point_bars_png(table: pd.DataFrame, value: str, low: str, high: str, ylabel: str, title: str) -> bytes:
+    """One bar per table row (``label`` column), coloured by its ``cc``, with whiskers from ``low`` to
+    ``high`` (min and max across seeds). Rows without a value get no bar and an "n/a" mark."""
+    fig = Figure(figsize=(max(6.0, 0.6 * len(table) + 2), 4))
+    ax = fig.add_subplot()
+    if table.empty:
+        _empty(ax, "no complete runs")
+        return figure_png(fig)
+    x = np.arange(len(table))
+    heights = pd.to_numeric(table[value], errors="coerce").to_numpy(dtype=float)
+    lows = pd.to_numeric(table[low], errors="coerce").to_numpy(dtype=float)
+    highs = pd.to_numeric(table[high], errors="coerce").to_numpy(dtype=float)
+    colours = [
+        lookup(cc).colour if isinstance(cc, str) and "+" not in cc else "#7f7f7f" for cc in table["cc"]
+    ]
+    ax.bar(x, np.nan_to_num(heights), color=colours, edgecolor="black", linewidth=0.5)
+    for i, (height, lo, hi) in enumerate(zip(heights, lows, highs, strict=True)):
+        if math.isnan(height):
+            ax.text(i, 0, "n/a", ha="center", va="bottom", fontsize=8)
+        elif not math.isnan(lo) and not math.isnan(hi) and hi > lo:
+            ax.errorbar(i, height, yerr=[[height - lo], [hi - height]], color="black", capsize=4, linewidth=1)
+    ax.set_xticks(x)
+    # labels are short lines (one per parameter); tilt them only when the bars are crowded
+    crowded = (
+        len(table) * max(len(line) for label in table["label"] for line in str(label).splitlines()) > 110
+    )
+    ax.set_xticklabels(
+        table["label"], rotation=30 if crowded else 0, ha="right" if crowded else "center", fontsize=8
+    )
+    ax.set_ylabel(ylabel)
+    ax.set_title(title, fontsize=10)
+    ax.grid(axis="y", alpha=0.3)
+    seen = []
+    for cc in table["cc"]:
+        if isinstance(cc, str) and "+" not in cc and cc not in seen:
+            seen.append(cc)
+    if seen:
+        from matplotlib.patches import Patch
+
+        ax.legend(
+            handles=[Patch(color=lookup(cc).colour, label=lookup(cc).label) for cc in seen],
+            fontsize=8,
+            loc="upper left",
+            bbox_to_anchor=(1.0, 1.0),
+        )
+    return figure_png(fig)

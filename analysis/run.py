@@ -1,0 +1,947 @@
+"""Analysis of one run folder: raw files in, ``flows.csv``, ``series.csv`` and ``report.html`` out.
+
+``analyze_run(run_dir)`` reads ``manifest.json`` and ``raw/`` (loaders.py, pcap.py), computes the
+metrics (metrics.py) and writes, next to the manifest:
+
+* ``flows.csv``: one row per connection (the manifest's ``connections``): its ids, cc, direction,
+  times, the capture's byte counts, **sender goodput** (paper 000 §3.1, from the capture) and
+  **receiver goodput** (iperf3 server), retransmission ratio, the sender kernel's retransmission
+  count (iperf3) and the mean srtt;
+* ``series.csv``: tidy time series ``conn, t_s, metric, value`` with ``t_s`` in seconds since the
+  run's time zero (``manifest["t0_monotonic"]``): ``cwnd_pkts``, ``ssthresh_current_pkts`` (the
+  kernel's tcp_current_ssthresh(), empty while "infinite"), ``srtt_ms`` from tcp_probe, and
+  ``recv_goodput_mbit`` per iperf3 interval, stamped at the interval's end (connection start_s +
+  iperf3's own clock, which starts when the test starts);
+* ``report.html``: one self-contained page (plots inline as PNG).
+
+A file that is missing, empty or cut short becomes one line in ``problems`` naming it; everything
+else is still analysed, and a number that cannot be computed stays empty ("n/a"), never made up.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis import metrics, plots
+from analysis.cc import lookup
+from analysis.loaders import (
+    INFINITE_SSTHRESH,
+    Iperf3Result,
+    LoadError,
+    TcpProbeTrace,
+    display_path,
+    leaf_qdiscs,
+    load_iperf3,
+    load_manifest,
+    load_tc_stats,
+    load_tcp_probe,
+    load_udp_probe,
+    udp_probe_files,
+)
+from analysis.pcap import PcapAccounting, PcapError, account_pcap
+
+FLOW_COLUMNS = [
+    "conn",
+    "flow",
+    "replica",
+    "period",
+    "pair",
+    "cc",
+    "direction",
+    "sender",
+    "receiver",
+    "start_s",
+    "stop_s",
+    "base_rtt_ms",
+    "capture",
+    "sent_pkts",
+    "sent_bytes",
+    "retrans_pkts",
+    "retrans_bytes",
+    "unique_bytes",
+    "transfer_s",
+    "goodput_mbit",
+    "recv_bytes",
+    "recv_s",
+    "recv_goodput_mbit",
+    "recv_source",
+    "retrans_ratio",
+    "iperf3_retransmits",
+    "mean_rtt_ms",
+    "mean_rtt_source",
+]
+_COUNT_COLUMNS = [
+    "flow",
+    "replica",
+    "period",
+    "pair",
+    "sent_pkts",
+    "sent_bytes",
+    "retrans_pkts",
+    "retrans_bytes",
+    "unique_bytes",
+    "recv_bytes",
+    "iperf3_retransmits",
+]
+SERIES_COLUMNS = ["conn", "t_s", "metric", "value"]
+DROP_CHECK_COLUMNS = [
+    "bottleneck",
+    "direction",
+    "queue_drops",
+    "udp_probe_lost",
+    "netem_drops",
+    "tcp_retrans_pkts",
+    "difference",
+    "verdict",
+]
+#: retransmitted segments and queue drops agree when they differ by at most this many or this fraction
+DROP_TOLERANCE_PKTS = 2
+DROP_TOLERANCE_FRACTION = 0.05
+#: goodput intervals in the run report: the smallest of these giving at most ~25 intervals
+_INTERVAL_WIDTHS_S = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]
+
+
+@dataclass
+class RunAnalysis:
+    """What ``analyze_run`` found. ``flows`` is flows.csv (one row per connection), ``series`` series.csv."""
+
+    run_dir: Path
+    manifest: dict
+    flows: pd.DataFrame
+    series: pd.DataFrame
+    problems: list[str] = field(default_factory=list)
+    status: str = "unknown"
+    reason: str | None = None
+    flow_totals: pd.DataFrame = field(default_factory=pd.DataFrame)  # one row per flow (flow x replica)
+    jain: dict[str, float] = field(default_factory=dict)  # per direction with more than one flow
+    drop_checks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DROP_CHECK_COLUMNS))
+    intervals: pd.DataFrame = field(default_factory=pd.DataFrame)  # receiver goodput per interval, per conn
+    report_path: Path | None = None
+
+    @property
+    def trustworthy(self) -> bool | None:
+        fidelity = self.manifest.get("fidelity") or {}
+        value = fidelity.get("trustworthy")
+        return bool(value) if value is not None else None
+
+
+def run_status(manifest: dict) -> str:
+    """The manifest's status; a run still marked ``running`` when analysed was killed: ``incomplete``."""
+    status = manifest.get("status")
+    if status == "running":
+        return "incomplete"
+    return status if isinstance(status, str) else "unknown"
+
+
+def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
+    """Analyse one run folder and (with ``write``) write flows.csv, series.csv and report.html into it."""
+    run_dir = Path(run_dir)
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir}: no such run folder")
+    raw = run_dir / "raw"
+    problems: list[str] = []
+    try:
+        manifest = load_manifest(run_dir)
+    except LoadError as exc:
+        problems.append(str(exc))
+        manifest = {}
+    status = run_status(manifest) if manifest else "unknown"
+    if manifest.get("status") == "running":
+        problems.append("manifest.json: status is still 'running': the run was interrupted (incomplete)")
+    if not raw.is_dir():
+        problems.append("raw/: missing (no raw files at all)")
+
+    connections = _connections(manifest, raw, problems)
+    probe = _load_probe(raw, connections, problems)
+    captures = _captures(raw, manifest, connections, problems)
+    rows, series_parts, interval_samples = [], [], []
+    t0 = _t0(manifest, probe, problems)
+    for conn in connections:
+        node = capture_node(conn, manifest, raw)
+        row, samples = _connection_row(conn, raw, node, captures.get(node) if node else None, probe, problems)
+        rows.append(row)
+        interval_samples.append(samples)
+        if probe is not None:
+            series_parts.append(_probe_series(conn, probe, t0))
+        series_parts.append(_goodput_series(samples))
+    flows = _flows_frame(rows)
+    series = _concat(series_parts, SERIES_COLUMNS)
+    series = series.sort_values(["conn", "metric", "t_s"], kind="stable").reset_index(drop=True)
+
+    analysis = RunAnalysis(
+        run_dir=run_dir,
+        manifest=manifest,
+        flows=flows,
+        series=series,
+        problems=problems,
+        status=status,
+        reason=manifest.get("reason"),
+    )
+    if not flows.empty:
+        analysis.flow_totals = metrics.flow_totals(flows)
+        analysis.jain = metrics.jain_by_direction(analysis.flow_totals)
+    analysis.intervals = _interval_goodput(interval_samples, manifest, connections)
+    analysis.drop_checks = _drop_checks(raw, manifest, flows, problems)
+    if write:
+        _write_csv(flows, run_dir / "flows.csv")
+        _write_csv(series, run_dir / "series.csv")
+        analysis.report_path = run_dir / "report.html"
+        write_text_atomic(analysis.report_path, run_report_html(analysis))
+    return analysis
+
+
+# ------------------------------------------------------------------------------------- gathering
+
+
+def _connections(manifest: dict, raw: Path, problems: list[str]) -> list[dict]:
+    listed = manifest.get("connections")
+    if isinstance(listed, list) and listed:
+        return [c for c in listed if isinstance(c, dict) and c.get("id")]
+    found = []
+    for path in sorted(raw.glob("iperf3-*-client.json")) if raw.is_dir() else []:
+        conn_id = path.name[len("iperf3-") : -len("-client.json")]
+        try:
+            result = load_iperf3(path)
+        except LoadError:
+            continue
+        if result.local is None:
+            continue
+        found.append(
+            {
+                "id": conn_id,
+                "cc": result.totals.get("sender_cc"),
+                "sender_ip": result.local[0],
+                "client_port": result.local[1],
+                "receiver_ip": result.remote[0],
+                "server_port": result.remote[1],
+            }
+        )
+    if manifest:
+        problems.append(
+            "manifest.json: no connections listed"
+            + (f"; took {len(found)} from the iperf3 client files (no flow or direction)" if found else "")
+        )
+    return found
+
+
+def _load_probe(raw: Path, connections: list[dict], problems: list[str]) -> TcpProbeTrace | None:
+    path = raw / "tcp_probe.txt"
+    if not connections and not path.exists():
+        return None
+    try:
+        probe = load_tcp_probe(path)
+    except LoadError as exc:
+        problems.append(str(exc))
+        return None
+    if probe.lost_events:
+        problems.append(f"{display_path(path)}: the trace buffer lost {probe.lost_events} events")
+    if probe.unparsed_lines:
+        problems.append(f"{display_path(path)}: {probe.unparsed_lines} lines not understood (skipped)")
+    return probe
+
+
+def _t0(manifest: dict, probe: TcpProbeTrace | None, problems: list[str]) -> float | None:
+    t0 = manifest.get("t0_monotonic")
+    if isinstance(t0, int | float):
+        return float(t0)
+    if probe is not None:
+        problems.append(
+            "manifest.json: no t0_monotonic: tcp_probe times are relative to the trace's first event"
+        )
+        return float(probe.events["t_mono_s"].min())
+    return None
+
+
+def capture_node(conn: dict, manifest: dict, raw: Path) -> str | None:
+    """The router whose capture counts ``conn``'s data: the one next to its sender, before the bottleneck.
+
+    That is the node of the bottleneck in the connection's direction (``manifest["topology"]
+    ["bottlenecks"]``); for topologies with several in one direction, the dumbbell naming (sender
+    ``l<i>`` -> ``rl``, ``r<i>`` -> ``rr``) if such a capture exists.
+    """
+    topology = manifest.get("topology") or {}
+    nodes = [
+        b.get("node")
+        for b in topology.get("bottlenecks") or []
+        if b.get("direction") == conn.get("direction")
+    ]
+    nodes = [n for n in nodes if n]
+    if len(nodes) == 1:
+        return nodes[0]
+    sender = conn.get("sender") or ""
+    if sender:
+        guess = f"r{sender[0]}"
+        if guess in (topology.get("capture_nodes") or []) or (raw / f"{guess}.pcap").exists():
+            return guess
+    return None
+
+
+def _captures(
+    raw: Path, manifest: dict, connections: list[dict], problems: list[str]
+) -> dict[str, PcapAccounting | None]:
+    captures: dict[str, PcapAccounting | None] = {}
+    for conn in connections:
+        node = capture_node(conn, manifest, raw)
+        if node is None or node in captures:
+            continue
+        path = raw / f"{node}.pcap"
+        try:
+            if not path.exists():
+                raise PcapError("missing")
+            captures[node] = account_pcap(path)
+        except (PcapError, OSError) as exc:
+            problems.append(f"{display_path(path)}: {exc}")
+            captures[node] = None
+            continue
+        if captures[node].problem:
+            problems.append(f"{display_path(path)}: {captures[node].problem}")
+    return captures
+
+
+def _load_iperf3(path: Path, problems: list[str]) -> Iperf3Result | None:
+    try:
+        result = load_iperf3(path)
+    except LoadError as exc:
+        problems.append(str(exc))
+        return None
+    if result.error:
+        problems.append(f"{display_path(path)}: iperf3 reported an error: {result.error}")
+    elif not result.totals:
+        problems.append(f"{display_path(path)}: no end totals (iperf3 died before the end of the test?)")
+    return result
+
+
+def _nan(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def _connection_row(
+    conn: dict,
+    raw: Path,
+    node: str | None,
+    capture: PcapAccounting | None,
+    probe: TcpProbeTrace | None,
+    problems: list[str],
+) -> tuple[dict, pd.DataFrame]:
+    conn_id = conn["id"]
+    row = {
+        name: conn.get(name)
+        for name in [
+            "flow",
+            "replica",
+            "period",
+            "pair",
+            "cc",
+            "direction",
+            "sender",
+            "receiver",
+            "start_s",
+            "stop_s",
+            "base_rtt_ms",
+        ]
+    }
+    row["conn"] = conn_id
+    # sender side: the capture next to the sender
+    row["capture"] = f"{node}.pcap" if node else None
+    direction = None
+    if node is None:
+        problems.append(
+            f"{conn_id}: no capture to count it in (cannot tell which router is next to its sender)"
+        )
+    if capture is not None:
+        direction = capture.direction(
+            conn.get("sender_ip"), conn.get("client_port"), conn.get("receiver_ip"), conn.get("server_port")
+        )
+        if direction is None or direction.data_pkts == 0:
+            problems.append(
+                f"raw/{node}.pcap: no data segments of {conn_id} "
+                f"({conn.get('sender_ip')}:{conn.get('client_port')} -> "
+                f"{conn.get('receiver_ip')}:{conn.get('server_port')})"
+            )
+            direction = None
+    if direction is not None:
+        row.update(
+            sent_pkts=direction.data_pkts,
+            sent_bytes=direction.data_bytes,
+            retrans_pkts=direction.rexmit_pkts,
+            retrans_bytes=direction.rexmit_bytes,
+            unique_bytes=direction.unique_bytes,
+            transfer_s=direction.transfer_s,
+        )
+    row["goodput_mbit"] = metrics.goodput_mbit(
+        row.get("sent_bytes"), row.get("retrans_bytes"), row.get("transfer_s")
+    )
+    row["retrans_ratio"] = metrics.retransmission_ratio(row.get("retrans_bytes"), row.get("sent_bytes"))
+
+    # receiver side: the iperf3 server
+    server = _load_iperf3(raw / f"iperf3-{conn_id}-server.json", problems)
+    client = _load_iperf3(raw / f"iperf3-{conn_id}-client.json", problems)
+    samples = pd.DataFrame(columns=["conn", "t_start_s", "t_end_s", "bytes"])
+    if server is not None and "received_bytes" in server.totals:
+        row.update(
+            recv_bytes=server.totals["received_bytes"],
+            recv_s=server.totals.get("received_s"),
+            recv_source="iperf3 server",
+        )
+    elif client is not None and "received_bytes" in client.totals:
+        # the client's end section carries the server's own totals, sent back at the end of the test
+        row.update(
+            recv_bytes=client.totals["received_bytes"],
+            recv_s=client.totals.get("received_s"),
+            recv_source="iperf3 client (server's report)",
+        )
+    row["recv_goodput_mbit"] = metrics.receiver_goodput_mbit(row.get("recv_bytes"), row.get("recv_s"))
+    if server is not None and not server.intervals.empty:
+        offset = _nan(conn.get("start_s"))
+        offset = 0.0 if math.isnan(offset) else offset
+        samples = pd.DataFrame(
+            {
+                "conn": conn_id,
+                "t_start_s": server.intervals["start_s"] + offset,
+                "t_end_s": server.intervals["end_s"] + offset,
+                "bytes": server.intervals["bytes"],
+            }
+        )
+    if client is not None:
+        row["iperf3_retransmits"] = client.totals.get("retransmits")
+
+    # mean RTT: the sender kernel's srtt at every ACK (tcp_probe), else iperf3's mean of its samples
+    events = _probe_events(conn, probe)
+    if events is not None and events.empty:
+        problems.append(
+            f"raw/tcp_probe.txt: no events of {conn_id} "
+            f"(source {conn.get('sender_ip')}:{conn.get('client_port')})"
+        )
+    if events is not None and not events.empty and "srtt" in events:
+        row.update(mean_rtt_ms=float(events["srtt"].mean()) / 1000, mean_rtt_source="tcp_probe srtt")
+    elif client is not None and "mean_rtt_ms" in client.totals:
+        row.update(mean_rtt_ms=client.totals["mean_rtt_ms"], mean_rtt_source="iperf3 mean_rtt")
+    return row, samples
+
+
+def _probe_events(conn: dict, probe: TcpProbeTrace | None) -> pd.DataFrame | None:
+    if probe is None:
+        return None
+    events = probe.events
+    if "src_ip" not in events or "src_port" not in events:
+        return events.iloc[0:0]
+    # the data connection's sender side: its source is the client port (the control connection shares
+    # only the server port)
+    mask = (events["src_ip"] == conn.get("sender_ip")) & (events["src_port"] == conn.get("client_port"))
+    if "dest_port" in events and conn.get("server_port") is not None:
+        mask &= events["dest_port"] == conn.get("server_port")
+    return events[mask]
+
+
+def _probe_series(conn: dict, probe: TcpProbeTrace, t0: float | None) -> pd.DataFrame:
+    events = _probe_events(conn, probe)
+    if events is None or events.empty or t0 is None:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    t_s = events["t_mono_s"].to_numpy(dtype=float) - t0
+    parts = []
+    if "snd_cwnd" in events:
+        parts.append(("cwnd_pkts", events["snd_cwnd"].to_numpy(dtype=float)))
+    if "ssthresh" in events:
+        ssthresh = events["ssthresh"].to_numpy(dtype=float)
+        parts.append(("ssthresh_current_pkts", np.where(ssthresh >= INFINITE_SSTHRESH, np.nan, ssthresh)))
+    if "srtt" in events:
+        parts.append(("srtt_ms", events["srtt"].to_numpy(dtype=float) / 1000))
+    frames = [
+        pd.DataFrame({"conn": conn["id"], "t_s": t_s, "metric": name, "value": values})
+        for name, values in parts
+    ]
+    return _concat(frames, SERIES_COLUMNS)
+
+
+def _goodput_series(samples: pd.DataFrame) -> pd.DataFrame:
+    if samples.empty:
+        return pd.DataFrame(columns=SERIES_COLUMNS)
+    seconds = samples["t_end_s"] - samples["t_start_s"]
+    value = (samples["bytes"] * metrics.BITS_PER_BYTE / seconds / metrics.BITS_PER_MBIT).where(seconds > 0)
+    return pd.DataFrame(
+        {"conn": samples["conn"], "t_s": samples["t_end_s"], "metric": "recv_goodput_mbit", "value": value}
+    )
+
+
+def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    if not frames:
+        return pd.DataFrame(
+            {c: pd.Series(dtype="float64" if c in ("t_s", "value") else "object") for c in columns}
+        )
+    return pd.concat(frames, ignore_index=True)[columns]
+
+
+def _flows_frame(rows: list[dict]) -> pd.DataFrame:
+    flows = pd.DataFrame(rows, columns=FLOW_COLUMNS)
+    for name in FLOW_COLUMNS:
+        if name in _COUNT_COLUMNS:
+            flows[name] = pd.to_numeric(flows[name], errors="coerce").astype("Int64")
+        elif name.endswith(("_s", "_ms", "_mbit", "_ratio")):
+            flows[name] = pd.to_numeric(flows[name], errors="coerce").astype("float64")
+    return flows
+
+
+def _run_duration_s(manifest: dict, connections: list[dict]) -> float | None:
+    resolved = manifest.get("resolved") or {}
+    duration = resolved.get("duration_s")
+    if isinstance(duration, int | float) and duration > 0:
+        return float(duration)
+    stops = [c.get("stop_s") for c in connections if isinstance(c.get("stop_s"), int | float)]
+    return float(max(stops)) if stops else None
+
+
+def _interval_goodput(samples: list[pd.DataFrame], manifest: dict, connections: list[dict]) -> pd.DataFrame:
+    """Receiver goodput per interval of the run (metrics.split_into_intervals), per connection."""
+    columns = ["conn", "t_start_s", "t_end_s", "bytes", "covered_s", "goodput_mbit"]
+    samples = [s for s in samples if not s.empty]
+    if not samples:
+        return pd.DataFrame(columns=columns)
+    duration = _run_duration_s(manifest, connections) or max(float(s["t_end_s"].max()) for s in samples)
+    width = next((w for w in _INTERVAL_WIDTHS_S if duration / w <= 25), _INTERVAL_WIDTHS_S[-1])
+    edges = metrics.interval_boundaries(0.0, duration, width)
+    parts = []
+    for s in samples:
+        split = metrics.split_into_intervals(s, edges)
+        split.insert(0, "conn", s["conn"].iloc[0])
+        parts.append(split)
+    return pd.concat(parts, ignore_index=True)[columns]
+
+
+def _drop_checks(raw: Path, manifest: dict, flows: pd.DataFrame, problems: list[str]) -> pd.DataFrame:
+    """Post-run check: bottleneck queue drops (tc -s) vs retransmitted segments (capture).
+
+    Every packet the bottleneck queue drops is a packet the sender has to send again, so, without
+    random loss, queue drops = UDP probe packets lost (the probe ran before TCP, through the same
+    queue) + TCP retransmitted segments. Spurious retransmissions (after an RTO) make the second
+    larger; losses not repaired before the end of the run make it smaller.
+    """
+    bottlenecks = (manifest.get("topology") or {}).get("bottlenecks") or []
+    if not bottlenecks:
+        return pd.DataFrame(columns=DROP_CHECK_COLUMNS)
+    try:
+        tc = load_tc_stats(raw / "tc-stats.json")
+    except LoadError as exc:
+        problems.append(str(exc))
+        tc = None
+    rows = []
+    directions = set(flows["direction"].dropna()) if not flows.empty else set()
+    for bottleneck in bottlenecks:
+        node, intf, direction = bottleneck.get("node"), bottleneck.get("intf"), bottleneck.get("direction")
+        if directions and direction not in directions:
+            continue
+        queue_drops = netem_drops = math.nan
+        if tc is not None:
+            leaves = leaf_qdiscs(tc)
+            here = leaves[(leaves["node"] == node) & (leaves["intf"] == intf)]
+            if not here.empty:
+                queue_drops = float(here["drops"].sum())
+            netem = leaves[leaves["kind"] == "netem"]
+            netem_drops = float(netem["drops"].sum()) if not netem.empty else 0.0
+        probe_lost = math.nan
+        files = udp_probe_files(raw, direction)
+        for path in files:
+            try:
+                lost = load_udp_probe(path).get("lost_packets")
+            except LoadError as exc:
+                problems.append(str(exc))
+                continue
+            if lost is not None:
+                probe_lost = float(lost)
+                break
+        mine = flows[flows["direction"] == direction] if not flows.empty else flows
+        retrans = metrics.sum_or_nan(mine["retrans_pkts"]) if not mine.empty else math.nan
+        difference, verdict = _drop_verdict(queue_drops, probe_lost, netem_drops, retrans, bool(files))
+        rows.append(
+            {
+                "bottleneck": f"{node}/{intf}",
+                "direction": direction,
+                "queue_drops": queue_drops,
+                "udp_probe_lost": probe_lost,
+                "netem_drops": netem_drops,
+                "tcp_retrans_pkts": retrans,
+                "difference": difference,
+                "verdict": verdict,
+            }
+        )
+    return pd.DataFrame(rows, columns=DROP_CHECK_COLUMNS)
+
+
+def _drop_verdict(
+    queue_drops: float, probe_lost: float, netem_drops: float, retrans: float, probe_ran: bool
+) -> tuple[float, str]:
+    if math.isnan(queue_drops) or math.isnan(retrans):
+        return math.nan, "n/a: " + (
+            "no tc stats for this queue" if math.isnan(queue_drops) else "retransmissions unknown"
+        )
+    if math.isnan(probe_lost):
+        if probe_ran:
+            return math.nan, "n/a: the UDP probe's loss is unknown"
+        probe_lost = 0.0
+    expected = queue_drops - probe_lost
+    difference = retrans - expected
+    if netem_drops and not math.isnan(netem_drops):
+        return difference, (
+            f"not compared: random loss (netem dropped {netem_drops:g} packets, both directions) also causes "
+            "retransmissions"
+        )
+    tolerance = max(DROP_TOLERANCE_PKTS, DROP_TOLERANCE_FRACTION * max(expected, retrans))
+    if abs(difference) <= tolerance:
+        return difference, "consistent: every queue drop was retransmitted once"
+    if difference > 0:
+        return difference, "more retransmissions than drops (spurious retransmissions, e.g. after a timeout)"
+    return (
+        difference,
+        "more drops than retransmissions (losses not repaired before the end, or drops of other traffic)",
+    )
+
+
+# ---------------------------------------------------------------------------------------- writing
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file in the same folder, so a reader never sees half a file."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; results are meant to be shared
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _write_csv(frame: pd.DataFrame, path: Path) -> None:
+    write_text_atomic(path, frame.to_csv(index=False, float_format="%.10g"))
+
+
+# ------------------------------------------------------------------------------------ HTML pieces
+
+PAGE_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5em auto; max-width: 75em; color: #222; padding: 0 1em; }
+h1 { font-size: 1.4em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-bottom: 1px solid #ddd; }
+table { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0; }
+th, td { border: 1px solid #ccc; padding: 0.25em 0.5em; text-align: right; }
+th { background: #f3f3f3; } td.text, th.text { text-align: left; }
+.banner { padding: 0.7em 1em; margin: 1em 0; border-radius: 4px; font-weight: bold; }
+.bad { background: #fde0dc; border: 1px solid #d62728; }
+.good { background: #e3f4e1; border: 1px solid #2ca02c; }
+.warn { background: #fff4d6; border: 1px solid #e0a800; }
+.note { color: #555; font-size: 0.85em; } img { max-width: 100%; }
+dl.prov { display: grid; grid-template-columns: max-content auto; gap: 0.15em 1em; font-size: 0.9em; }
+dl.prov dt { font-weight: bold; } dl.prov dd { margin: 0; }
+"""
+
+
+def esc(value) -> str:
+    return html.escape("" if value is None else str(value))
+
+
+def is_missing(value) -> bool:
+    if value is None or value is pd.NA:
+        return True
+    try:
+        return bool(isinstance(value, float | np.floating) and math.isnan(value))
+    except TypeError:
+        return False
+
+
+def fmt(value, digits: int = 3) -> str:
+    """A cell: ``n/a`` for missing, integers as integers, floats with ``digits`` significant digits."""
+    if is_missing(value):
+        return "n/a"
+    if isinstance(value, bool | np.bool_):
+        return "yes" if value else "no"
+    if isinstance(value, int | np.integer):
+        return str(int(value))
+    if isinstance(value, float | np.floating):
+        value = float(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return str(int(value))
+        decimals = max(0, digits - int(math.floor(math.log10(abs(value)))) - 1)
+        return f"{value:.{decimals}f}"
+    return str(value)
+
+
+def _right_aligned(column: pd.Series) -> bool:
+    """Numbers, and text columns that hold only numbers (e.g. "6.29 ±0.12") or n/a, align right."""
+    if pd.api.types.is_bool_dtype(column):
+        return False
+    if pd.api.types.is_numeric_dtype(column):
+        return True
+    texts = [v for v in column if isinstance(v, str) and v != "n/a"]
+    return bool(texts) and all(t[:1].isdigit() or t[:1] in "-+." for t in texts)
+
+
+def html_table(
+    frame: pd.DataFrame,
+    headers: dict[str, str] | None = None,
+    formats: dict | None = None,
+    raw_html: set[str] | None = None,
+    digits: int = 4,
+) -> str:
+    """An HTML table of ``frame``: ``headers`` renames columns, ``formats`` maps a column to a function
+    value -> str, columns in ``raw_html`` are inserted unescaped (links); other numbers get ``digits``
+    significant digits."""
+    headers = headers or {}
+    formats = formats or {}
+    raw_html = raw_html or set()
+    if frame.empty:
+        return '<p class="note">(none)</p>'
+    numeric = {c for c in frame.columns if _right_aligned(frame[c])}
+    out = ["<table><thead><tr>"]
+    for column in frame.columns:
+        cls = "" if column in numeric else ' class="text"'
+        out.append(f"<th{cls}>{esc(headers.get(column, column))}</th>")
+    out.append("</tr></thead><tbody>")
+    for values in frame.itertuples(index=False):
+        out.append("<tr>")
+        for column, value in zip(frame.columns, values, strict=True):
+            cls = "" if column in numeric else ' class="text"'
+            if column in raw_html:
+                text = value if isinstance(value, str) else fmt(value)
+            else:
+                text = esc(formats[column](value) if column in formats else fmt(value, digits))
+            out.append(f"<td{cls}>{text}</td>")
+        out.append("</tr>")
+    out.append("</tbody></table>")
+    return "".join(out)
+
+
+def png_img(png: bytes, alt: str) -> str:
+    return f'<img alt="{esc(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
+
+
+def html_page(title: str, body: list[str]) -> str:
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>{esc(title)}</title><style>{PAGE_STYLE}</style></head><body>\n"
+        + "\n".join(body)
+        + "\n</body></html>\n"
+    )
+
+
+def provenance_items(manifest: dict, session: dict | None = None) -> list[tuple[str, str]]:
+    """(label, text) pairs: scenario, point, seed, kernel, backend + accel, profile, git sha."""
+    source = manifest or session or {}
+    backend = source.get("backend") or {}
+    git = source.get("git") or {}
+    kernel = (manifest.get("kernel") or {}).get("release") if manifest else None
+    kernel = kernel or backend.get("kernel_release")
+    backend_text = " ".join(str(x) for x in [backend.get("kind"), backend.get("tool")] if x) or None
+    if backend_text and backend.get("accel"):
+        backend_text += f", accel {backend['accel']}"
+    if backend_text and backend.get("vcpus"):
+        backend_text += f", {backend['vcpus']} vCPU"
+    sha = git.get("sha")
+    git_text = (
+        (sha[:12] + (" (dirty)" if git.get("dirty") else "")) if sha else ("none recorded" if git else None)
+    )
+    items = [
+        ("scenario", source.get("scenario")),
+        ("profile", source.get("profile") or ("none" if source else None)),
+    ]
+    if manifest:
+        params = manifest.get("params")
+        items += [
+            ("point", manifest.get("point_id")),
+            (
+                "params",
+                (", ".join(f"{k}={v}" for k, v in params.items()) or "none")
+                if isinstance(params, dict)
+                else None,
+            ),
+            ("seed", manifest.get("seed")),
+        ]
+    items += [("kernel", kernel), ("backend", backend_text), ("git", git_text)]
+    if manifest:
+        items += [("started", manifest.get("started_utc")), ("ended", manifest.get("ended_utc"))]
+    elif session:
+        items += [("started", session.get("started_utc"))]
+    return [(label, "n/a" if is_missing(value) or value == "" else str(value)) for label, value in items]
+
+
+def provenance_html(items: list[tuple[str, str]]) -> str:
+    return '<dl class="prov">' + "".join(f"<dt>{esc(k)}</dt><dd>{esc(v)}</dd>" for k, v in items) + "</dl>"
+
+
+def _fidelity_html(manifest: dict) -> str:
+    fidelity = manifest.get("fidelity")
+    if not isinstance(fidelity, dict):
+        return '<p class="banner warn">Fidelity: n/a (the manifest has no fidelity checks)</p>'
+    trustworthy = fidelity.get("trustworthy")
+    word = "n/a" if trustworthy is None else ("yes" if trustworthy else "no")
+    cls = "warn" if trustworthy is None else ("good" if trustworthy else "bad")
+    checks = pd.DataFrame(
+        fidelity.get("checks") or [], columns=["name", "ok", "measured", "expected", "detail"]
+    )
+    return f'<p class="banner {cls}">Trustworthy: {word}</p>' + html_table(
+        checks,
+        formats={"ok": lambda v: "n/a" if is_missing(v) else ("ok" if v else "FAILED")},
+        digits=5,
+    )
+
+
+def _conn_label(conn: str, cc) -> str:
+    return f"{conn} ({lookup(cc).label})" if isinstance(cc, str) else str(conn)
+
+
+def _flat(value) -> str:
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {'' if v is None else v}" for k, v in value.items())
+    return "" if value is None else str(value)
+
+
+def _first_event_note(analysis: RunAnalysis) -> str:
+    """How late each connection's first tcp_probe event came after its start_s (iperf3's clock lags less)."""
+    cwnd = analysis.series[analysis.series["metric"] == "cwnd_pkts"]
+    if cwnd.empty or analysis.flows.empty:
+        return ""
+    first = cwnd.groupby("conn")["t_s"].min()
+    parts = []
+    for conn, start in zip(analysis.flows["conn"], analysis.flows["start_s"], strict=True):
+        if conn in first.index and not is_missing(start):
+            parts.append(f"{conn} {fmt(first[conn] - start)} s")
+    if not parts:
+        return ""
+    shown = ", ".join(parts[:5]) + (f" and {len(parts) - 5} more" if len(parts) > 5 else "")
+    return f" (first tcp_probe event after the connection's start_s: {shown})"
+
+
+def run_report_html(analysis: RunAnalysis) -> str:
+    """The run's self-contained report page."""
+    m = analysis.manifest
+    title = " / ".join(
+        str(x) for x in [m.get("scenario"), m.get("point_id"), f"seed={m.get('seed')}"] if x
+    ) or str(analysis.run_dir)
+    body = [f"<h1>Run: {esc(title)}</h1>"]
+    if analysis.status != "complete":
+        reason = analysis.reason or "no reason recorded"
+        body.append(
+            f'<p class="banner bad">Status: {esc(analysis.status.upper())} - {esc(reason)}<br>'
+            "Numbers below come from whatever raw files exist; missing ones are n/a.</p>"
+        )
+    else:
+        body.append('<p class="banner good">Status: complete</p>')
+    body.append(provenance_html(provenance_items(m)))
+    if analysis.problems:
+        body.append("<h2>Problems with the raw files</h2><ul>")
+        body += [f"<li>{esc(p)}</li>" for p in analysis.problems]
+        body.append("</ul>")
+    body.append("<h2>Fidelity checks (before and during traffic)</h2>")
+    body.append(_fidelity_html(m))
+    body.append("<h2>Post-run check: bottleneck queue drops vs retransmitted segments</h2>")
+    body.append(
+        '<p class="note">Queue drops from tc -s after the run; the UDP rate probe ran through the same '
+        "queue before TCP started, so its lost packets are taken off; retransmitted segments from the "
+        "capture next to the sender.</p>"
+    )
+    body.append(
+        html_table(
+            analysis.drop_checks,
+            headers={
+                "queue_drops": "queue drops (tc)",
+                "udp_probe_lost": "UDP probe lost",
+                "netem_drops": "netem drops (all links)",
+                "tcp_retrans_pkts": "TCP retransmitted segments",
+                "difference": "retransmitted - (drops - probe)",
+            },
+        )
+    )
+    body.append("<h2>Connections</h2>")
+    body.append(
+        '<p class="note">Sender goodput = (sent - retransmitted) / transfer time, paper 000 &sect;3.1, '
+        "counted in the capture on the router next to the sender (transfer time: first to last data "
+        "segment). Receiver goodput = bytes the iperf3 server read / its test time. Retransmission ratio = "
+        "retransmitted / sent bytes.</p>"
+    )
+    shown = analysis.flows[
+        [
+            c
+            for c in [
+                "conn",
+                "cc",
+                "direction",
+                "start_s",
+                "stop_s",
+                "base_rtt_ms",
+                "sent_bytes",
+                "retrans_bytes",
+                "unique_bytes",
+                "transfer_s",
+                "goodput_mbit",
+                "recv_goodput_mbit",
+                "retrans_ratio",
+                "iperf3_retransmits",
+                "mean_rtt_ms",
+                "capture",
+            ]
+        ]
+    ].copy()
+    shown["cc"] = [lookup(cc).label if isinstance(cc, str) else cc for cc in shown["cc"]]
+    body.append(
+        html_table(
+            shown,
+            headers={
+                "goodput_mbit": "sender goodput Mbit/s (paper)",
+                "recv_goodput_mbit": "receiver goodput Mbit/s (iperf3)",
+                "retrans_ratio": "retrans. ratio %",
+                "iperf3_retransmits": "kernel retrans. (iperf3)",
+                "mean_rtt_ms": "mean srtt ms",
+            },
+            formats={"retrans_ratio": lambda v: fmt(v * 100 if not is_missing(v) else v)},
+        )
+    )
+    if len(analysis.flow_totals) > 1 or (
+        not analysis.flow_totals.empty and analysis.flow_totals["connections"].max() > 1
+    ):
+        body.append("<h3>Flows (the connections of a flow's ON periods added)</h3>")
+        body.append(
+            html_table(
+                analysis.flow_totals,
+                headers={
+                    "goodput_mbit": "sender goodput Mbit/s (paper)",
+                    "recv_goodput_mbit": "receiver goodput Mbit/s (iperf3)",
+                },
+            )
+        )
+    if analysis.jain:
+        body.append(
+            "<p>Jain fairness index over flows (paper 000 &sect;3.2, sender goodput): "
+            + ", ".join(f"{esc(d)}: {fmt(j, 4)}" for d, j in analysis.jain.items())
+            + "</p>"
+        )
+    body.append("<h2>Time series</h2>")
+    conns = analysis.flows[["conn", "cc"]]
+    body.append(png_img(plots.cwnd_ssthresh_png(analysis.series, conns), "cwnd and ssthresh_current vs time"))
+    body.append(png_img(plots.srtt_png(analysis.series, conns), "srtt vs time"))
+    body.append(
+        png_img(plots.interval_goodput_png(analysis.intervals, conns), "receiver goodput per interval")
+    )
+    body.append(
+        '<p class="note">ssthresh_current is what tcp_probe reports: the kernel\'s tcp_current_ssthresh() '
+        "(outside recovery max(ssthresh, 3/4 cwnd)), not the real ssthresh; not drawn while infinite. "
+        "Time zero is the run's t0 (CLOCK_MONOTONIC). Receiver goodput is on iperf3's clock: an interval "
+        "is placed at the connection's start_s plus iperf3's own interval times, and iperf3 starts its clock "
+        f"when the test starts, after its control exchange{_first_event_note(analysis)}.</p>"
+    )
+    for key, label in [("sysctls", "sysctls"), ("modules", "modules"), ("tools", "tool versions")]:
+        value = m.get(key)
+        if isinstance(value, dict) and value:
+            items = "".join(
+                f'<tr><td class="text">{esc(k)}</td><td class="text">{esc(_flat(v))}</td></tr>'
+                for k, v in value.items()
+            )
+            body.append(f"<details><summary>{esc(label)}</summary><table>{items}</table></details>")
+    return html_page(f"Run {title}", body)

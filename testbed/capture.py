@@ -1,0 +1,139 @@
+"""Captures during a run: the kernel's ``tcp:tcp_probe`` tracepoint and tcpdump headers.
+
+tcp_probe goes to a tracing instance of our own (``instances/cc-testbed``), so the global
+trace buffer and other users of ftrace are left alone. The instance uses ``trace_clock=mono``:
+its timestamps are CLOCK_MONOTONIC seconds, the clock of Python's ``time.monotonic()``, which
+the manifest records as the run's time zero. The event is filtered to the senders' sockets by
+their fixed client ports (tcp_probe fires on both ends, and iperf3's control connection shares
+the server port). Lost events (ring-buffer overruns) are counted from the per-CPU stats.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+TRACEFS = Path("/sys/kernel/tracing")
+INSTANCE = "cc-testbed"
+#: per-CPU ring buffer; ~1 event per ACK (400-470/s at 10 Mbit/s) leaves a wide margin (MACHINE.md)
+BUFFER_KB = 16384
+SNAPLEN = 128
+
+
+def _write(path: Path, value: str) -> None:
+    path.write_text(value)
+
+
+def mount_tracefs() -> None:
+    if not (TRACEFS / "instances").is_dir():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True)
+
+
+def remove_instance() -> None:
+    instance = TRACEFS / "instances" / INSTANCE
+    if instance.is_dir():
+        try:
+            _write(instance / "tracing_on", "0")
+            for enable in (instance / "events").glob("*/*/enable"):
+                if enable.read_text().strip() != "0":
+                    _write(enable, "0")
+        except OSError:
+            pass
+        instance.rmdir()
+
+
+class TcpProbeTrace:
+    """``tcp:tcp_probe`` events of the sockets bound to ``client_ports``, streamed to ``out``."""
+
+    def __init__(self, out: Path, client_ports: list[int]):
+        self.out = out
+        self.ports = sorted(client_ports)
+        self.instance = TRACEFS / "instances" / INSTANCE
+        self._reader: subprocess.Popen | None = None
+        self._file = None
+
+    @property
+    def filter_expr(self) -> str:
+        lo, hi = self.ports[0], self.ports[-1]
+        return f"sport >= {lo} && sport <= {hi}"
+
+    def start(self) -> None:
+        mount_tracefs()
+        remove_instance()
+        self.instance.mkdir()
+        _write(self.instance / "tracing_on", "0")
+        _write(self.instance / "trace_clock", "mono")
+        _write(self.instance / "buffer_size_kb", str(BUFFER_KB))
+        event = self.instance / "events" / "tcp" / "tcp_probe"
+        if not event.is_dir():
+            raise RuntimeError("this kernel has no tcp:tcp_probe tracepoint (needs Linux >= 4.16)")
+        _write(event / "filter", self.filter_expr)
+        _write(event / "enable", "1")
+        self._file = open(self.out, "wb")
+        self._reader = subprocess.Popen(["cat", str(self.instance / "trace_pipe")], stdout=self._file)
+        _write(self.instance / "tracing_on", "1")
+
+    def stop(self) -> dict:
+        """Stop tracing; return ``{"events": n, "lost": n}`` (lost = overrun + dropped, all CPUs)."""
+        stats = {"events": 0, "lost": None}
+        if self._reader is None:
+            return stats
+        try:
+            _write(self.instance / "tracing_on", "0")
+            lost = 0
+            for cpu_stats in (self.instance / "per_cpu").glob("cpu*/stats"):
+                text = cpu_stats.read_text()
+                for key in ("overrun", "dropped events"):
+                    match = re.search(rf"^{key}: (\d+)", text, re.M)
+                    lost += int(match.group(1)) if match else 0
+            stats["lost"] = lost
+            # let the reader drain what is left in the buffer before it is killed
+            for _ in range(50):
+                size = self.out.stat().st_size
+                time.sleep(0.1)
+                if self.out.stat().st_size == size:
+                    break
+        finally:
+            self._reader.kill()
+            self._reader.wait()
+            self._file.close()
+            self._reader = None
+            remove_instance()
+        with open(self.out, "rb") as f:
+            stats["events"] = sum(1 for line in f if b"tcp_probe:" in line)
+        return stats
+
+
+#: kernel capture buffer (KiB): a TCG guest's tcpdump is scheduled late, the buffer absorbs it
+TCPDUMP_BUFFER_KB = 16384
+
+
+def tcpdump_argv(out: Path) -> list[str]:
+    # Every packet that enters the router, headers only. -i any + -Q in sees each packet once
+    # per router, before its queue; LINUX_SLL (v1) keeps the file readable by tcptrace. No -U:
+    # a write per packet costs too much CPU in a TCG guest (tcpdump flushes on SIGINT).
+    return ["tcpdump", "-i", "any", "-Q", "in", "-y", "LINUX_SLL", "-s", str(SNAPLEN), "-B", str(TCPDUMP_BUFFER_KB),
+            "-n", "-w", str(out), "tcp"]  # fmt: skip
+
+
+def tcpdump_stats(log_text: str) -> dict:
+    """tcpdump's own counts at exit: captured, received by filter, dropped by the kernel."""
+    stats = {}
+    for key, label in (("captured", "packets captured"), ("received", "packets received by filter"),
+                       ("dropped", "packets dropped by kernel")):  # fmt: skip
+        match = re.search(rf"(\d+) {label}", log_text)
+        stats[key] = int(match.group(1)) if match else None
+    return stats
+
+
+def stop_tcpdump(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()

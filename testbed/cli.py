@@ -1,0 +1,170 @@
+"""The ``testbed`` command: run scenarios, analyse results, manage guest kernels, clean up.
+
+Exit status: 0 when every run completed, 1 when a run failed or was incomplete, 2 when the
+command itself could not start (bad scenario, unknown kernel, missing tool).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from testbed.scenario import find_scenario, load_scenario
+    from testbed.session import run_session
+
+    scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
+    result = run_session(
+        scenario, backend=args.backend, kernel_version=args.kernel, results_root=args.results, vcpus=args.cpus
+    )
+    if not args.no_report:
+        _report(result.directory)
+    for run in result.failed:
+        print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
+def _reason(run_dir: Path) -> str:
+    from testbed import rundir
+
+    try:
+        return rundir.read_json(run_dir / rundir.MANIFEST).get("reason") or "no reason recorded"
+    except (OSError, ValueError):
+        return "no manifest"
+
+
+def _report(session: Path) -> None:
+    from analysis.report import write_session_report
+
+    result = write_session_report(session)
+    print(result.summary_text)
+    print(f"report: {result.html_path}")
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    _report(args.session)
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    from testbed.scenario import find_scenario, load_scenario
+
+    for name in args.scenarios:
+        scenario = load_scenario(find_scenario(name, PROJECT / "scenarios"), profile=args.profile)
+        runs = scenario.runs()
+        print(
+            f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, {len(runs)} runs"
+        )
+        for point in scenario.points:
+            print(f"  {point.point_id}")
+    return 0
+
+
+def _cmd_kernels(args: argparse.Namespace) -> int:
+    from testbed import kernels
+
+    if args.fetch:
+        kernel = kernels.fetch(args.fetch)
+        print(f"{kernel.release}: {kernel.vmlinuz}")
+        return 0
+    print(f"default: {kernels.default_package()}")
+    cached = sorted(p.name for p in kernels.cache_root().glob("*") if (p / ".complete").exists())
+    print("cached: " + (", ".join(cached) or "none"))
+    print("downloadable: " + ", ".join(kernels.available_versions()))
+    return 0
+
+
+def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from testbed.capture import remove_instance
+    from testbed.network import cleanup_leftovers
+
+    done = cleanup_leftovers()
+    remove_instance()
+    print(f"cleanup: {len(done)} leftovers removed" if done else "cleanup: nothing left behind")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from testbed.bench import bench
+
+    figures = bench(kernel_version=args.kernel)
+    return 0 if figures["status"] == "complete" else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="testbed", description="Real-kernel testbed for TCP congestion control."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run a scenario (every point and seed) and write its report")
+    run.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
+    run.add_argument(
+        "--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one"
+    )
+    run.add_argument(
+        "--backend", choices=["auto", "local", "guest"], default="auto",
+        help="where runs execute: the running kernel (local) or a virtme-ng guest; auto picks local only "
+             "when this kernel has every algorithm and qdisc the scenario needs",
+    )  # fmt: skip
+    run.add_argument(
+        "--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb"
+    )
+    run.add_argument("--cpus", type=int, help="guest vCPUs (default: 1 under TCG, 2 with KVM)")
+    run.add_argument(
+        "--results", type=Path, default=PROJECT / "results", help="results root (default: results/)"
+    )
+    run.add_argument("--no-report", action="store_true", help="skip the analysis and report")
+    run.set_defaults(func=_cmd_run)
+
+    report = sub.add_parser("report", help="(re)analyse a session folder and write its report")
+    report.add_argument("session", type=Path, help="results/<scenario>/<time>-<sha>/")
+    report.set_defaults(func=_cmd_report)
+
+    check = sub.add_parser("check", help="validate scenario files and list their points")
+    check.add_argument("scenarios", nargs="+")
+    check.add_argument("--profile")
+    check.set_defaults(func=_cmd_check)
+
+    kern = sub.add_parser("kernels", help="list guest kernels (default, cached, downloadable) or fetch one")
+    kern.add_argument("--fetch", metavar="VERSION", help="download and unpack a kernel into the cache")
+    kern.set_defaults(func=_cmd_kernels)
+
+    bench = sub.add_parser(
+        "bench", help="speed and fidelity figures of this machine (printed, written to bench/)"
+    )
+    bench.add_argument("--kernel", help="guest kernel, as for run")
+    bench.set_defaults(func=_cmd_bench)
+
+    clean = sub.add_parser(
+        "cleanup", help="remove processes, interfaces and trace instances left by killed runs"
+    )
+    clean.set_defaults(func=_cmd_cleanup)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from testbed.guest import GuestError
+    from testbed.kernels import KernelError
+    from testbed.scenario import ScenarioError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ScenarioError, KernelError, GuestError, ValueError) as err:
+        print(f"testbed: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "testbed: interrupted; completed runs are intact, the current one is marked incomplete",
+            file=sys.stderr,
+        )
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,135 @@
+"""Checks that the emulation delivers what the scenario asked for, before and during traffic.
+
+Before traffic: each pair's base RTT by ping (min of a few probes vs the configured RTT), and
+the bottleneck rate by a short UDP probe (received rate vs the rate's UDP payload share).
+During traffic: the CPU headroom of the machine (an emulator that runs out of CPU slows the
+links down). A run whose checks fail is kept but marked untrustworthy, with the reasons.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+
+#: base RTT tolerance: |measured min - configured| <= max(RTT_TOLERANCE_MS, RTT_TOLERANCE_FRACTION * RTT)
+RTT_TOLERANCE_MS = 2.0
+RTT_TOLERANCE_FRACTION = 0.02
+#: received UDP rate within this fraction of the expected payload rate
+RATE_TOLERANCE_FRACTION = 0.05
+#: guest CPU busier than this during traffic: timing is no longer trustworthy
+CPU_BUSY_LIMIT_PCT = 90.0
+UDP_PAYLOAD_BYTES = 1448
+UDP_WIRE_BYTES = UDP_PAYLOAD_BYTES + 8 + 20 + 14  # + UDP + IPv4 + Ethernet headers
+
+
+@dataclass
+class Check:
+    name: str
+    ok: bool
+    measured: float | None
+    expected: float | None
+    detail: str = ""
+
+
+@dataclass
+class FidelityReport:
+    checks: list[Check] = field(default_factory=list)
+
+    @property
+    def trustworthy(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def problems(self) -> list[str]:
+        return [f"{c.name}: {c.detail}" for c in self.checks if not c.ok]
+
+    def to_dict(self) -> dict:
+        return {
+            "trustworthy": self.trustworthy,
+            "problems": self.problems,
+            "checks": [asdict(c) for c in self.checks],
+        }
+
+
+def parse_ping(output: str) -> dict | None:
+    """min/avg/max/mdev in ms and the loss from ping's summary, or None if there is none."""
+    rtt = re.search(r"= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms", output)
+    loss = re.search(r"([\d.]+)% packet loss", output)
+    if not rtt:
+        return None
+    result = dict(zip(["min_ms", "avg_ms", "max_ms", "mdev_ms"], map(float, rtt.groups()), strict=True))
+    result["loss_pct"] = float(loss.group(1)) if loss else None
+    return result
+
+
+def rtt_check(name: str, ping_output: str, configured_ms: float) -> Check:
+    summary = parse_ping(ping_output)
+    tolerance = max(RTT_TOLERANCE_MS, RTT_TOLERANCE_FRACTION * configured_ms)
+    if summary is None:
+        return Check(name, False, None, configured_ms, "no ping reply: the path does not work")
+    error = summary["min_ms"] - configured_ms
+    ok = abs(error) <= tolerance
+    detail = f"min RTT {summary['min_ms']:.2f} ms vs {configured_ms:g} ms configured (error {error:+.2f} ms, "
+    detail += f"tolerance {tolerance:.2f} ms)"
+    return Check(name, ok, summary["min_ms"], configured_ms, detail)
+
+
+def expected_udp_rate_mbit(rate_mbit: float, loss_pct: float = 0.0) -> float:
+    """UDP payload rate that a link of ``rate_mbit`` (Ethernet counted) delivers at saturation."""
+    return rate_mbit * UDP_PAYLOAD_BYTES / UDP_WIRE_BYTES * (1 - loss_pct / 100)
+
+
+def udp_steady_rate_mbit(server_json: str, skip_first: int = 2, skip_last: int = 1) -> float | None:
+    """Median received rate over the steady-state intervals of a UDP iperf3 server's JSON.
+
+    The first intervals include the path's fill time and the last one the queue's drain, so
+    a whole-test average under-reads a rate by (queue + RTT) / duration; the median of the
+    middle intervals reads the link itself.
+    """
+    try:
+        intervals = json.loads(server_json)["intervals"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    rates = sorted(
+        i["sum"]["bits_per_second"] / 1e6 for i in intervals[skip_first : len(intervals) - skip_last]
+    )
+    if not rates:
+        return None
+    middle = len(rates) // 2
+    return rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+
+
+def rate_check(name: str, received_mbit: float | None, expected_mbit: float) -> Check:
+    if received_mbit is None:
+        return Check(name, False, None, expected_mbit, "the UDP probe produced no result")
+    error = received_mbit / expected_mbit - 1
+    ok = abs(error) <= RATE_TOLERANCE_FRACTION
+    detail = f"UDP received {received_mbit:.3f} Mbit/s vs {expected_mbit:.3f} expected ({error:+.1%})"
+    return Check(name, ok, received_mbit, expected_mbit, detail)
+
+
+def cpu_check(busy_pct: float) -> Check:
+    ok = busy_pct <= CPU_BUSY_LIMIT_PCT
+    return Check("cpu headroom", ok, busy_pct, CPU_BUSY_LIMIT_PCT, f"CPU {busy_pct:.0f}% busy during traffic")
+
+
+def capture_check(node: str, stats: dict) -> Check:
+    """A capture that lost packets under-counts what the senders sent (the papers' goodput)."""
+    dropped = stats.get("dropped")
+    ok = dropped == 0
+    detail = f"tcpdump on {node}: {stats.get('captured')} captured, {dropped} dropped by the kernel"
+    return Check(f"capture {node}", ok, dropped, 0, detail)
+
+
+def cpu_times() -> tuple[int, int]:
+    """(total, idle+iowait) jiffies from /proc/stat."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return sum(values), values[3] + values[4]
+
+
+def busy_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
+    total = after[0] - before[0]
+    idle = after[1] - before[1]
+    return 100.0 * (1 - idle / total) if total > 0 else 0.0

@@ -1,0 +1,207 @@
+"""Guest control from the host: boot a kernel with virtme-ng over the host's root filesystem and
+run the runner inside it.
+
+KVM is used where it works and TCG otherwise. ``/dev/kvm`` existing is not enough (nested
+virtualization can hang at "Booting from ROM", MACHINE.md), so :func:`kvm_usable` boots the
+kernel once with KVM and a short timeout and caches the answer until the host reboots. Under
+TCG the guest gets one vCPU: with two, it marks the TSC unstable, falls back to hpet and the
+emulated links get slower and erratic (MACHINE.md); more vCPUs get ``tsc=reliable``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from testbed.kernels import Kernel, cache_root
+
+PROJECT = Path(__file__).resolve().parent.parent
+KVM_PROBE_TIMEOUT_S = 20
+#: from `vng` to the guest's first line, measured ~15-20 s under TCG here; a guest silent this long did not boot
+BOOT_TIMEOUT_S = 180
+
+
+class GuestError(Exception):
+    """The guest could not be started or did not finish; the message says where its console log is."""
+
+
+@dataclass(frozen=True)
+class GuestConfig:
+    accel: str  # "kvm" or "tcg"
+    vcpus: int
+    memory: str
+    append: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def kvm_usable(kernel: Kernel, log=print) -> bool:
+    """Whether qemu can run this kernel with KVM (probed once per host boot, then cached)."""
+    if os.environ.get("CC_TESTBED_ACCEL") in ("kvm", "tcg"):
+        return os.environ["CC_TESTBED_ACCEL"] == "kvm"
+    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
+        return False
+    kernel_key = hashlib.sha256(str(kernel.vmlinuz).encode()).hexdigest()[:12]
+    stamp = cache_root().parent / f"kvm-probe-{_boot_id()}-{kernel_key}"
+    if stamp.exists():
+        return stamp.read_text().strip() == "usable"
+    log(f"probing KVM (boot with -accel kvm, {KVM_PROBE_TIMEOUT_S} s at most; cached until the host reboots)")
+    argv = [
+        "qemu-system-x86_64", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-no-reboot",
+        "-display", "none", "-serial", "stdio", "-kernel", str(kernel.vmlinuz),
+        "-append", "console=ttyS0 panic=-1 earlyprintk=serial",
+    ]  # fmt: skip
+    usable = False
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + KVM_PROBE_TIMEOUT_S
+    os.set_blocking(proc.stdout.fileno(), False)
+    seen = b""
+    while time.monotonic() < deadline and proc.poll() is None:
+        chunk = proc.stdout.read() or b""
+        seen += chunk
+        if b"Linux version" in seen:
+            usable = True
+            break
+        time.sleep(0.1)
+    seen += proc.stdout.read() or b""
+    usable = usable or b"Linux version" in seen
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    proc.stdout.close()
+    stamp.parent.mkdir(parents=True, exist_ok=True)
+    stamp.write_text("usable\n" if usable else "unusable\n")
+    log(f"KVM is {'usable' if usable else 'not usable here: using TCG (software emulation)'}")
+    return usable
+
+
+def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", log=print) -> GuestConfig:
+    """KVM with 2 vCPUs where it works; TCG otherwise, with 2 vCPUs and ``tsc=reliable`` on a host
+    with two cores or more (measured here at 10 Mbit/s: guest CPU 75 % busy with one vCPU, 27 %
+    with two, the same rate and RTT fidelity), one vCPU on a single-core host."""
+    if kvm_usable(kernel, log):
+        return GuestConfig("kvm", vcpus or 2, memory, "")
+    vcpus = vcpus or min(2, os.cpu_count() or 1)
+    # without tsc=reliable a multi-vCPU TCG guest marks the TSC unstable and falls back to hpet
+    return GuestConfig("tcg", vcpus, memory, "tsc=reliable" if vcpus > 1 else "")
+
+
+def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: str) -> list[str]:
+    argv = [
+        "vng", "-v", "--run", str(kernel.vmlinuz), "--cpus", str(config.vcpus), "--memory", config.memory,
+    ]  # fmt: skip
+    if config.accel == "tcg":
+        argv.append("--disable-kvm")
+    if config.append:
+        argv += ["--append", config.append]
+    for directory in rwdirs:
+        argv.append(f"--rwdir={directory}")
+    return argv + ["--exec", command]
+
+
+def run_in_guest(
+    kernel: Kernel,
+    config: GuestConfig,
+    plan_path: Path,
+    rwdirs: list[Path],
+    console_log: Path,
+    timeout_s: float,
+    echo=print,
+) -> dict:
+    """Boot, run ``python -m testbed.runner plan_path`` inside, stream its progress lines.
+
+    Returns timings (``ready_s``: command to the runner's first line, ``wall_s``) and the number
+    of runs not complete as written to ``plan.done``; raises GuestError when the guest did not
+    boot or did not finish in time.
+    """
+    venv_bin = Path(sys.executable).parent
+    if not shutil.which("vng", path=str(venv_bin)) and not shutil.which("vng"):
+        raise GuestError("virtme-ng (vng) is not installed: run 'make setup'")
+    done = plan_path.parent / "plan.done"
+    done.unlink(missing_ok=True)
+    command = (
+        f"cd {PROJECT} && PYTHONDONTWRITEBYTECODE=1 PATH=/usr/sbin:/usr/bin:/sbin:/bin "
+        f"{sys.executable} -m testbed.runner {plan_path}"
+    )
+    env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    argv = vng_argv(kernel, config, rwdirs, command)
+    started = time.monotonic()
+    saw_runner = False
+    timing = {"ready_s": None}
+    with open(console_log, "wb") as log_file:
+        log_file.write(("$ " + " ".join(argv) + "\n").encode())
+        proc = subprocess.Popen(
+            argv,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+            cwd=PROJECT,
+        )
+        os.set_blocking(proc.stdout.fileno(), False)
+        buffer = b""
+        try:
+            while True:
+                chunk = proc.stdout.read()
+                if chunk:
+                    log_file.write(chunk)
+                    log_file.flush()
+                    buffer += chunk
+                    *lines, buffer = buffer.split(b"\n")
+                    for line in lines:
+                        text = line.decode(errors="replace")
+                        if "[testbed]" in text:
+                            if not saw_runner:
+                                timing["ready_s"] = round(time.monotonic() - started, 2)
+                            saw_runner = True
+                            echo(text[text.index("[testbed]") + 10 :])
+                if proc.poll() is not None and not chunk:
+                    break
+                elapsed = time.monotonic() - started
+                if not saw_runner and elapsed > BOOT_TIMEOUT_S:
+                    raise GuestError(
+                        f"the guest ({kernel.release}, {config.accel}) did not start the runner within "
+                        f"{BOOT_TIMEOUT_S} s; console log: {console_log}"
+                    )
+                if elapsed > timeout_s:
+                    raise GuestError(
+                        f"the guest did not finish within {timeout_s:.0f} s (runs planned for less); "
+                        f"console log: {console_log}"
+                    )
+                if not chunk:
+                    time.sleep(0.1)
+        except BaseException:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+            raise
+        finally:
+            proc.stdout.close()
+    # vng's own exit status is 255 even on success on hosts without udevd: read the runner's.
+    if not done.exists():
+        raise GuestError(
+            f"the guest ({kernel.release}, {config.accel}) exited without finishing the plan "
+            f"(vng exit {proc.returncode}); console log: {console_log}"
+        )
+    timing["wall_s"] = round(time.monotonic() - started, 2)
+    timing["not_complete"] = int(done.read_text().strip() or 0)
+    return timing

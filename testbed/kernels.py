@@ -1,0 +1,144 @@
+"""Guest kernels: Debian kernel packages fetched once into a cache, or a local vmlinuz / .deb.
+
+A kernel is named as a Debian package version (``6.1.0-56``, ``6.12.117+deb12``), as
+``default`` (what Debian 12's ``linux-image-amd64`` depends on today), or as a path to a
+vmlinuz (its modules under ``../lib/modules/<release>``, the layout ``dpkg-deb -x`` gives) or to
+a ``.deb``. Packages are fetched with ``apt-get download`` of one exact name (never a wildcard:
+that fetches dozens of kernels) and unpacked with ``dpkg-deb -x``; nothing is installed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+FLAVOUR = "amd64"
+
+
+class KernelError(Exception):
+    """A kernel that cannot be had; the message lists what can."""
+
+
+@dataclass(frozen=True)
+class Kernel:
+    vmlinuz: Path
+    release: str  # uname -r of the guest
+    source: str  # package name or path it came from
+
+    @property
+    def modules_dir(self) -> Path:
+        return self.vmlinuz.parent.parent / "lib" / "modules" / self.release
+
+
+def cache_root() -> Path:
+    base = os.environ.get("CC_TESTBED_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cc-testbed"
+    )
+    return Path(base) / "kernels"
+
+
+def package_name(version: str) -> str:
+    """``6.1.0-56`` -> ``linux-image-6.1.0-56-amd64``; a full package name passes through."""
+    if version.startswith("linux-image-"):
+        return version
+    return f"linux-image-{version}-{FLAVOUR}"
+
+
+def default_package() -> str:
+    """The kernel package Debian's ``linux-image-amd64`` meta-package points at."""
+    out = subprocess.run(["apt-cache", "depends", f"linux-image-{FLAVOUR}"], capture_output=True, text=True)
+    match = re.search(rf"Depends: (linux-image-\S+-{FLAVOUR})\b", out.stdout)
+    if not match:
+        raise KernelError(
+            f"cannot resolve linux-image-{FLAVOUR} (apt-cache depends said: {out.stderr.strip() or 'nothing'}); "
+            "run 'apt-get update' or name a kernel version with --kernel"
+        )
+    return match.group(1)
+
+
+def available_versions() -> list[str]:
+    """Versions ``apt-get download`` can fetch for this flavour, oldest first."""
+    out = subprocess.run(
+        ["apt-cache", "search", "--names-only", rf"^linux-image-[0-9].*-{FLAVOUR}$"],
+        capture_output=True,
+        text=True,
+    )
+    names = [line.split()[0] for line in out.stdout.splitlines()]
+    versions = [n.removeprefix("linux-image-").removesuffix(f"-{FLAVOUR}") for n in names]
+    # concrete builds of the plain flavour only: 6.1.0-56, 6.12.117+deb12 (not -rt, -cloud, meta names)
+    versions = [v for v in versions if re.fullmatch(r"\d+\.\d+\.\d+(-\d+|\+deb\d+)", v)]
+    return sorted(
+        versions, key=lambda v: [(0, int(x), "") if x.isdigit() else (1, 0, x) for x in re.split(r"[.+-]", v)]
+    )
+
+
+def _release_of(root: Path) -> str:
+    releases = sorted(p.name.removeprefix("vmlinuz-") for p in (root / "boot").glob("vmlinuz-*"))
+    if not releases:
+        raise KernelError(f"no boot/vmlinuz-* in {root}")
+    return releases[-1]
+
+
+def _unpack(deb: Path, dest: Path) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=dest.parent))
+    try:
+        subprocess.run(["dpkg-deb", "-x", str(deb), str(tmp / "root")], check=True, capture_output=True)
+        (tmp / "root" / ".complete").write_text(deb.name + "\n")
+        os.replace(tmp / "root", dest)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def fetch(version: str | None = None, log=print) -> Kernel:
+    """The kernel named by ``version`` (see the module docstring), fetched into the cache if needed."""
+    if version and (version.endswith(".deb") or "/" in version):
+        return _from_path(Path(version), log)
+    package = default_package() if version in (None, "", "default") else package_name(version)
+    root = cache_root() / package
+    if not (root / ".complete").exists():
+        cache_root().mkdir(parents=True, exist_ok=True)
+        log(f"fetching kernel {package} (once; cached in {root.parent})")
+        with tempfile.TemporaryDirectory(dir=cache_root()) as tmp:
+            out = subprocess.run(["apt-get", "download", package], cwd=tmp, capture_output=True, text=True)
+            debs = list(Path(tmp).glob("*.deb"))
+            if out.returncode != 0 or not debs:
+                versions = available_versions()
+                shown = ", ".join(versions) if versions else "none (run 'apt-get update')"
+                raise KernelError(
+                    f"kernel '{version}' (package {package}) cannot be downloaded: "
+                    f"{out.stderr.strip().splitlines()[-1] if out.stderr.strip() else 'no such package'}. "
+                    f"Versions that can be had: {shown}"
+                )
+            if root.exists():
+                shutil.rmtree(root)
+            _unpack(debs[0], root)
+    release = _release_of(root)
+    return Kernel(root / "boot" / f"vmlinuz-{release}", release, package)
+
+
+def _from_path(path: Path, log) -> Kernel:
+    path = path.resolve()
+    if not path.exists():
+        raise KernelError(f"{path} does not exist; give a vmlinuz, a .deb, or a Debian kernel version")
+    if path.suffix == ".deb":
+        root = cache_root() / f"local-{path.stem}"
+        if not (root / ".complete").exists():
+            cache_root().mkdir(parents=True, exist_ok=True)
+            log(f"unpacking {path.name} into {root}")
+            if root.exists():
+                shutil.rmtree(root)
+            _unpack(path, root)
+        release = _release_of(root)
+        return Kernel(root / "boot" / f"vmlinuz-{release}", release, str(path))
+    release = path.name.removeprefix("vmlinuz-")
+    kernel = Kernel(path, release, str(path))
+    if not kernel.modules_dir.is_dir():
+        raise KernelError(
+            f"{path}: its modules are expected in {kernel.modules_dir} (the layout of dpkg-deb -x)"
+        )
+    return kernel

@@ -1,0 +1,208 @@
+"""Build a :class:`~topologies.netspec.NetSpec` on the running kernel: Mininet nodes, pyroute2 links.
+
+Mininet gives each node a network namespace and a shell (``node.cmd``/``node.popen``) and makes
+the veth pairs; everything else (addresses, routes, qdiscs) goes through netlink with pyroute2
+inside the node's namespace (``/proc/<pid>/ns/net``), never through formatted ``tc`` strings.
+
+Cleanup survives SIGKILL: every process we start (node shells and what runs in them) inherits
+the environment variable :data:`MARKER`; :func:`cleanup_leftovers` kills any process carrying
+it, and with them go their namespaces and veth pairs. The next start calls it first.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from topologies.netspec import NetSpec
+from topologies.shaping import apply as apply_egress
+
+#: environment variable inherited by every process of a run; its value is the run's id
+MARKER = "CC_TESTBED_RUN"
+#: interface names our topologies create (also used to sweep leftovers from the root namespace)
+INTF_PATTERN = re.compile(r"^[a-z]+\d*-eth\d+$")
+
+
+def _marked_pids() -> list[int]:
+    mine = {os.getpid(), os.getppid()}
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) in mine:
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if f"{MARKER}=".encode() in environ:
+            pids.append(int(entry.name))
+    return pids
+
+
+def cleanup_leftovers(verbose: bool = True) -> list[str]:
+    """Kill processes and remove interfaces left by an earlier run that was killed. Returns what it did."""
+    done: list[str] = []
+    own_run = os.environ.get(MARKER)
+    for pid in _marked_pids():
+        try:
+            if own_run and f"{MARKER}={own_run}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+                continue
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            os.kill(pid, signal.SIGKILL)
+            done.append(f"killed leftover process {pid} ({cmdline.strip()[:60]})")
+        except (ProcessLookupError, PermissionError, FileNotFoundError):
+            continue
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if INTF_PATTERN.match(name):
+            subprocess.run(["ip", "link", "del", name], capture_output=True)
+            done.append(f"removed leftover interface {name}")
+    if verbose:
+        for line in done:
+            print(f"[testbed] cleanup: {line}", flush=True)
+    return done
+
+
+class Network:
+    """A NetSpec instantiated on this kernel. Use as a context manager: it always tears down."""
+
+    def __init__(self, spec: NetSpec, run_id: str, host_sysctls: dict[str, str] | None = None):
+        self.spec = spec
+        self.run_id = run_id
+        self.host_sysctls = host_sysctls or {}
+        self.net = None
+        self.nodes: dict = {}
+        self._popens: list[subprocess.Popen] = []
+        self._files: list = []
+
+    def __enter__(self) -> Network:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        from mininet.link import Link
+        from mininet.log import setLogLevel
+        from mininet.net import Mininet
+
+        os.environ[MARKER] = self.run_id
+        setLogLevel("error")
+        self.net = Mininet(controller=None, link=Link, build=False, autoSetMacs=False, waitConnected=False)
+        for name in self.spec.nodes:
+            self.nodes[name] = self.net.addHost(name, ip=None)
+        for link in self.spec.links:
+            self.net.addLink(
+                self.nodes[link.node1], self.nodes[link.node2], intfName1=link.intf1, intfName2=link.intf2
+            )
+        self.net.build()
+        for name in self.spec.nodes:
+            self._configure_node(name)
+
+    def _configure_node(self, name: str) -> None:
+        from pyroute2 import NetNS
+
+        node = self.nodes[name]
+        intfs = self.spec.interfaces(name)
+        # Offloads off: with TSO/GSO/GRO the queue limits would count super-packets (MACHINE.md).
+        # One shell round trip per node: each costs ~0.1 s in a TCG guest.
+        commands = [f"ethtool -K {intf} tso off gso off gro off 2>/dev/null" for intf in intfs]
+        if name in self.spec.routers:
+            commands.append("sysctl -qw net.ipv4.ip_forward=1")
+        else:
+            commands += [f"sysctl -qw {key}={value}" for key, value in self.host_sysctls.items()]
+        node.cmd("; ".join(commands))
+        ns = NetNS(self.netns_path(name))
+        try:
+            for intf in intfs:
+                index = ns.link_lookup(ifname=intf)[0]
+                cidr = self.spec.addresses.get((name, intf))
+                if cidr:
+                    address, prefix = cidr.split("/")
+                    ns.addr("add", index=index, address=address, prefixlen=int(prefix))
+                ns.link("set", index=index, state="up")
+            for dst, gateway in self.spec.routes.get(name, []):
+                ns.route("add", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway)
+        finally:
+            ns.close()
+        for intf in intfs:
+            plan = self.spec.egress.get((name, intf))
+            if plan is not None and not plan.is_empty:
+                apply_egress(self.netns_path(name), intf, plan)
+
+    def netns_path(self, name: str) -> str:
+        return f"/proc/{self.nodes[name].pid}/ns/net"
+
+    def popen(self, node: str, argv: list[str], output: Path | None = None, **kwargs) -> subprocess.Popen:
+        """Start a process inside a node; it is killed at teardown if still running.
+
+        ``output``: a file that receives its stdout and stderr. Without it, and without an explicit
+        ``stdout``, output is discarded: Mininet's default is an unread pipe that can fill and
+        block the process.
+        """
+        if output is not None:
+            handle = open(output, "wb")
+            self._files.append(handle)
+            kwargs.setdefault("stdout", handle)
+            kwargs.setdefault("stderr", subprocess.STDOUT)
+        kwargs.setdefault("stdout", subprocess.DEVNULL)
+        kwargs.setdefault("stderr", subprocess.DEVNULL)
+        proc = self.nodes[node].popen(argv, **kwargs)
+        self._popens.append(proc)
+        return proc
+
+    def cmd(self, node: str, command: str) -> str:
+        return self.nodes[node].cmd(command)
+
+    def stop(self) -> None:
+        for proc in self._popens:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self._popens:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self._popens:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        for handle in self._files:
+            handle.close()
+        if self.net is not None:
+            for node in self.net.hosts:
+                node.terminate()
+                for pipe in (node.stdin, node.stdout, getattr(node.shell, "stderr", None)):
+                    if pipe is not None and not pipe.closed:
+                        pipe.close()
+            self.net = None
+        deadline = time.monotonic() + 5
+        while _marked_pids_of(self.run_id) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        for pid in _marked_pids_of(self.run_id):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        os.environ.pop(MARKER, None)
+
+
+def _marked_pids_of(run_id: str) -> list[int]:
+    needle = f"{MARKER}={run_id}\0".encode()
+    found = []
+    for pid in _marked_pids():
+        try:
+            if needle in Path(f"/proc/{pid}/environ").read_bytes() + b"\0":
+                found.append(pid)
+        except OSError:
+            continue
+    return found

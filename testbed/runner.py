@@ -1,0 +1,418 @@
+"""The runner: executes runs on this kernel, as root (inside the guest, or on a host that can).
+
+One run = build the topology, check fidelity, start captures, start one iperf3 server and
+client per connection at its start time, wait, collect, tear down, write the manifest. A
+failing connection (iperf3 dying, an algorithm the kernel lacks) fails its run with the reason,
+keeps the raw files, and the next run of the plan goes on. Ctrl-C / SIGTERM mark the run
+``incomplete`` and stop the plan; the topology is always torn down.
+
+Invoked as ``python -m testbed.runner PLAN.json`` (what the guest executes) or through
+:func:`execute_plan` from the CLI when the local kernel can run the plan itself.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from analysis.cc import lookup as cc_lookup
+from testbed import capture, fidelity, provenance, rundir
+from testbed.network import Network, cleanup_leftovers
+from testbed.scenario import RunSpec, Scenario
+from testbed.traffic import Connection, client_argv, pair_rtts, plan_connections, server_argv
+from topologies import TOPOLOGIES
+from topologies.shaping import EgressPlan
+from topologies.shaping import apply as apply_egress
+
+#: sysctls set in every host namespace before traffic (papers' labs: no cached metrics between flows)
+HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1"}
+#: how long iperf3 may overrun its planned stop before the run is declared failed
+CLIENT_GRACE_S = 30.0
+#: traffic starts this long after the schedule is computed (servers listening, captures on)
+START_DELAY_S = 1.0
+UDP_PROBE_S = 3.0
+UDP_PROBE_PORT = 5100
+PING_COUNT = 5
+#: a pair whose idle RTT misses the configured one by more than this gets its netem delay corrected
+CALIBRATION_THRESHOLD_MS = 0.25
+
+
+class RunFailed(Exception):
+    """A run could not complete; the message says why and what to do."""
+
+
+def log(message: str) -> None:
+    print(f"[testbed] {message}", flush=True)
+
+
+def available_ccs() -> list[str]:
+    return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+
+
+def ensure_kernel_support(scenario: Scenario, needs_netem: bool) -> None:
+    """Load the modules a run needs; fail with what the kernel has when something is missing."""
+    wanted = sorted({flow.cc for flow in scenario.flows})
+    modules = [m for m in (cc_lookup(cc).module for cc in wanted) if m]
+    modules += ["sch_htb"] + (["sch_netem"] if needs_netem else [])
+    subprocess.run(["modprobe", "-a", "-q", *modules], capture_output=True)
+    have = available_ccs()
+    missing = [cc for cc in wanted if cc not in have]
+    if missing:
+        raise RunFailed(
+            f"this kernel ({os.uname().release}) has no congestion control {', '.join(missing)}; it has: "
+            f"{', '.join(have)}. westwood and vegas are modules of Debian's kernel: run in the guest "
+            f"(testbed run --backend guest, the default when the host kernel lacks them)"
+        )
+
+
+def _ping_pairs(net: Network, connections: list[Connection]) -> dict[int, str]:
+    """ping output per topology pair (sender to receiver of its first connection), all pairs at once."""
+    first = {}
+    for c in connections:
+        first.setdefault(c.pair, c)
+    procs = {
+        pair: net.popen(c.sender, ["ping", "-n", "-q", "-c", str(PING_COUNT), "-i", "0.2", c.receiver_ip],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        for pair, c in first.items()
+    }  # fmt: skip
+    return {pair: proc.communicate(timeout=60)[0].decode(errors="replace") for pair, proc in procs.items()}
+
+
+def _calibrate_delays(net: Network, topology, connections: list[Connection]) -> list[dict]:
+    """Correct each pair's netem delay for the emulator's own latency, measured idle.
+
+    Forwarding and netem's timers add latency of their own (about 1.5-2 ms per round trip in a
+    TCG guest, ~0.05 ms with KVM): the pair's one-way delay is lowered by half the measured
+    excess. The verification pings that follow are the recorded fidelity check.
+    """
+    if not hasattr(topology, "delay_egress"):
+        return []
+    records = []
+    for pair, out in _ping_pairs(net, connections).items():
+        configured = topology.base_rtt_ms(pair)
+        summary = fidelity.parse_ping(out)
+        if summary is None or configured <= 0:
+            continue
+        error = summary["min_ms"] - configured
+        applied = topology.one_way_delay_ms(pair)
+        if abs(error) > CALIBRATION_THRESHOLD_MS:
+            applied = max(0.0, applied - error / 2)
+            for node, intf in topology.delay_egress(pair):
+                apply_egress(net.netns_path(node), intf, EgressPlan(delay_ms=applied), replace=True)
+        records.append({"pair": pair, "configured_rtt_ms": configured, "measured_min_rtt_ms": summary["min_ms"],
+                        "one_way_netem_delay_ms": round(applied, 3)})  # fmt: skip
+    return records
+
+
+def _probe_paths(net: Network, topology, connections: list[Connection], raw: Path) -> fidelity.FidelityReport:
+    report = fidelity.FidelityReport()
+    for pair, out in sorted(_ping_pairs(net, connections).items()):
+        (raw / f"ping-pair{pair}.txt").write_text(out)
+        report.checks.append(fidelity.rtt_check(f"base RTT pair {pair}", out, topology.base_rtt_ms(pair)))
+    for bottleneck in topology.netspec().bottlenecks:
+        directions = {c.direction for c in connections}
+        if bottleneck.direction not in directions:
+            continue
+        probe = next(c for c in connections if c.direction == bottleneck.direction)
+        offered = bottleneck.rate_mbit * 1.2
+        server = net.popen(
+            probe.receiver,
+            ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
+            stdout=subprocess.PIPE,
+        )
+        time.sleep(0.5)
+        client = net.popen(
+            probe.sender,
+            ["iperf3", "-c", probe.receiver_ip, "-p", str(UDP_PROBE_PORT), "-u", "-b", f"{offered:.3f}M",
+             "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
+            stdout=subprocess.PIPE,
+        )  # fmt: skip
+        client_out = client.communicate(timeout=60)[0].decode(errors="replace")
+        server_out = server.communicate(timeout=30)[0].decode(errors="replace")
+        (raw / f"udp-probe-{bottleneck.direction}-client.json").write_text(client_out)
+        (raw / f"udp-probe-{bottleneck.direction}-server.json").write_text(server_out)
+        loss = topology.params.bottleneck.loss_pct if hasattr(topology.params, "bottleneck") else 0.0
+        expected = fidelity.expected_udp_rate_mbit(bottleneck.rate_mbit, loss)
+        measured = fidelity.udp_steady_rate_mbit(server_out)
+        report.checks.append(
+            fidelity.rate_check(f"bottleneck rate {bottleneck.direction}", measured, expected)
+        )
+        # let the probe's standing queue drain before TCP starts
+        time.sleep((bottleneck.queue_pkts or 100) * 1514 * 8 / (bottleneck.rate_mbit * 1e6) + 0.5)
+    return report
+
+
+def _tc_stats(net: Network) -> dict:
+    stats = {}
+    for node in net.spec.nodes:
+        for intf in net.spec.interfaces(node):
+            out = net.cmd(node, f"tc -s -j qdisc show dev {intf}")
+            try:
+                stats[f"{node}/{intf}"] = json.loads(out)
+            except ValueError:
+                stats[f"{node}/{intf}"] = {"unparsed": out}
+    return stats
+
+
+def _read_sysctls(net: Network, node: str) -> dict:
+    values = {}
+    for key in provenance.SYSCTLS:
+        values[key] = net.cmd(node, f"sysctl -n {key} 2>/dev/null").strip() or None
+    return values
+
+
+def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
+    """Execute one run into ``directory``; returns its manifest. Never raises for a failed run."""
+    raw = directory / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    scenario = spec.scenario
+    run_id = f"{os.getpid()}-{time.monotonic_ns()}"
+    manifest = {
+        "schema": 1,
+        "status": "running",
+        "reason": None,
+        "scenario": spec.scenario_name,
+        "profile": context.get("profile"),
+        "point_id": spec.point_id,
+        "params": spec.params,
+        "seed": spec.seed,
+        "identity": spec.identity(),
+        "resolved": scenario.model_dump(mode="json"),
+        "started_utc": rundir.utc_iso(),
+        "backend": context.get("backend", {}),
+        "git": context.get("git", {}),
+        "kernel": provenance.kernel_info(),
+    }
+    rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
+    trace = None
+    dumps: list[subprocess.Popen] = []
+    logs: list = []
+
+    def open_log(name: str):
+        handle = open(raw / name, "wb")
+        logs.append(handle)
+        return handle
+
+    try:
+        topology_cls = TOPOLOGIES[scenario.topology.name]
+        topology = topology_cls(scenario.topology, pair_rtts(scenario))
+        netspec = topology.netspec()
+        connections = plan_connections(scenario, topology)
+        # capture where senders' packets enter the bottleneck: the router next to each direction's senders
+        directions = {c.direction for c in connections}
+        capture_nodes = [b.node for b in netspec.bottlenecks if b.direction in directions]
+        manifest["topology"] = {
+            "name": scenario.topology.name,
+            "queue_pkts": getattr(topology, "queue_pkts", None),
+            "bottlenecks": [b.__dict__ for b in netspec.bottlenecks],
+            "capture_nodes": capture_nodes,
+        }
+        manifest["connections"] = [c.to_dict() for c in connections]
+        ensure_kernel_support(scenario, netspec.needs_netem)
+        manifest["modules"] = {
+            m: provenance.module_info(m)
+            for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
+                            | ({"sch_netem"} if netspec.needs_netem else set()) | {"sch_htb"})
+        }  # fmt: skip
+        manifest["tools"] = provenance.tool_versions()
+        cleanup_leftovers()
+        t_setup = time.monotonic()
+        with Network(netspec, run_id, host_sysctls=HOST_SYSCTLS) as net:
+            manifest["sysctls"] = _read_sysctls(net, connections[0].sender)
+            manifest["timing"] = {"setup_s": round(time.monotonic() - t_setup, 3)}
+            t_check = time.monotonic()
+            manifest["delay_calibration"] = _calibrate_delays(net, topology, connections)
+            report = _probe_paths(net, topology, connections, raw)
+            manifest["timing"]["fidelity_check_s"] = round(time.monotonic() - t_check, 3)
+            for check in report.checks:
+                log(f"  fidelity: {check.name}: {'ok' if check.ok else 'OFF'}: {check.detail}")
+
+            trace = capture.TcpProbeTrace(raw / "tcp_probe.txt", [c.client_port for c in connections])
+            trace.start()
+            for node in capture_nodes:
+                dumps.append(
+                    net.popen(
+                        node,
+                        capture.tcpdump_argv(raw / f"{node}.pcap"),
+                        stderr=open_log(f"tcpdump-{node}.log"),
+                    )
+                )
+            servers = {
+                c.id: net.popen(c.receiver, server_argv(c), output=raw / f"iperf3-{c.id}-server.json")
+                for c in connections
+            }
+            time.sleep(0.5)
+            t0 = time.monotonic() + START_DELAY_S
+            manifest["t0_monotonic"] = t0
+            cpu_before = fidelity.cpu_times()
+            clients: dict[str, subprocess.Popen] = {}
+            pending = sorted(connections, key=lambda c: c.start_s)
+            deadline = t0 + max(c.stop_s for c in connections) + CLIENT_GRACE_S
+            last_progress = 0.0
+            while True:
+                now = time.monotonic()
+                while pending and now >= t0 + pending[0].start_s:
+                    c = pending.pop(0)
+                    clients[c.id] = net.popen(
+                        c.sender, client_argv(c), output=raw / f"iperf3-{c.id}-client.json"
+                    )
+                running = [cid for cid, p in clients.items() if p.poll() is None]
+                if not pending and not running:
+                    break
+                if now > deadline:
+                    raise RunFailed(
+                        f"connections {', '.join(running)} still running {CLIENT_GRACE_S:g} s after "
+                        f"their planned stop; iperf3 hung or the guest is too slow"
+                    )
+                if now - last_progress >= 10:
+                    log(
+                        f"  traffic t={now - t0:5.1f} s of {scenario.duration_s:g} s, {len(running)} connections active"
+                    )
+                    last_progress = now
+                time.sleep(0.05)
+            manifest["timing"]["traffic_s"] = round(time.monotonic() - t0, 3)
+            t_teardown = time.monotonic()
+            cpu_after = fidelity.cpu_times()
+            report.checks.append(fidelity.cpu_check(fidelity.busy_pct(cpu_before, cpu_after)))
+            for proc in servers.values():
+                try:
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            manifest["capture"] = {"tcp_probe": trace.stop()}
+            trace = None
+            if manifest["capture"]["tcp_probe"]["lost"]:
+                report.checks.append(fidelity.Check("tcp_probe events", False, manifest["capture"]["tcp_probe"]["lost"],
+                                                    0, "ring buffer lost events"))  # fmt: skip
+            for proc in dumps:
+                capture.stop_tcpdump(proc)
+            for handle in logs:
+                handle.close()
+            manifest["capture"]["pcap"] = {
+                node: capture.tcpdump_stats((raw / f"tcpdump-{node}.log").read_text(errors="replace"))
+                for node in capture_nodes
+            }
+            for node, stats in manifest["capture"]["pcap"].items():
+                report.checks.append(fidelity.capture_check(node, stats))
+            rundir.write_json_atomic(raw / "tc-stats.json", _tc_stats(net))
+            manifest["fidelity"] = report.to_dict()
+            failures = _connection_failures(connections, clients, raw)
+        manifest["timing"]["collect_teardown_s"] = round(time.monotonic() - t_teardown, 3)
+        if failures:
+            raise RunFailed("; ".join(failures))
+        manifest["status"] = "complete"
+    except KeyboardInterrupt:
+        manifest["status"] = "incomplete"
+        manifest["reason"] = "interrupted (Ctrl-C or SIGTERM); raw files kept"
+        raise
+    except RunFailed as err:
+        manifest["status"] = "failed"
+        manifest["reason"] = str(err)
+    except Exception as err:  # noqa: BLE001 - any failure is recorded in the manifest, not lost
+        manifest["status"] = "failed"
+        manifest["reason"] = f"{type(err).__name__}: {err}"
+        (raw / "runner-traceback.txt").write_text(traceback.format_exc())
+    finally:
+        if trace is not None:
+            try:
+                trace.stop()
+            except Exception:  # noqa: BLE001
+                capture.remove_instance()
+        for proc in dumps:
+            capture.stop_tcpdump(proc)
+        for handle in logs:
+            handle.close()
+        manifest["ended_utc"] = rundir.utc_iso()
+        manifest["files"] = rundir.file_hashes(directory)
+        rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
+    return manifest
+
+
+def _connection_failures(connections: list[Connection], clients: dict, raw: Path) -> list[str]:
+    failures = []
+    for c in connections:
+        proc = clients.get(c.id)
+        text = (raw / f"iperf3-{c.id}-client.json").read_text(errors="replace")
+        error = None
+        try:
+            error = json.loads(text).get("error")
+        except ValueError:
+            error = f"output is not JSON: {text.strip()[:200]!r}"
+        if proc is not None and proc.returncode != 0 or error:
+            failures.append(
+                f"connection {c.id} ({c.cc} {c.sender}->{c.receiver}) failed: iperf3 exit "
+                f"{proc.returncode if proc else 'not started'}: {error or 'no error text'}"
+            )
+    return failures
+
+
+def execute_plan(plan: dict) -> int:
+    """Run every run of a plan (see :mod:`testbed.session`); returns the number of runs not complete."""
+    from testbed.scenario import RunSpec
+
+    runs = plan["runs"]
+    not_complete = 0
+    started = time.monotonic()
+    done_s = 0.0
+    total_s = sum(r["estimate_s"] for r in runs)
+    for i, run in enumerate(runs, 1):
+        spec = RunSpec(
+            scenario_name=run["scenario_name"],
+            point_id=run["point_id"],
+            params=run["params"],
+            seed=run["seed"],
+            scenario=Scenario.model_validate(run["scenario"]),
+        )
+        elapsed = time.monotonic() - started
+        eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
+        log(
+            f"run {i}/{len(runs)}: {spec.scenario_name} {spec.point_id} seed={spec.seed} (ETA {eta / 60:.1f} min)"
+        )
+        manifest = run_one(spec, Path(run["run_dir"]), plan.get("context", {}))
+        done_s += run["estimate_s"]
+        if manifest["status"] != "complete":
+            not_complete += 1
+            log(f"run {i}/{len(runs)} {manifest['status']}: {manifest['reason']}")
+        else:
+            log(f"run {i}/{len(runs)} complete")
+    return not_complete
+
+
+_MAIN_PID = os.getpid()
+
+
+def _interrupt(signum, frame) -> None:
+    # pyroute2's netns helpers are forks of this process and inherit the handler: only the
+    # runner itself turns SIGTERM into an orderly stop
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signum)
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m testbed.runner", description=__doc__.splitlines()[0])
+    parser.add_argument("plan", type=Path, help="plan JSON written by `testbed run`")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)
+    if os.geteuid() != 0:
+        print("testbed.runner: must run as root (network namespaces, qdiscs, tracing)", file=sys.stderr)
+        return 2
+    plan = json.loads(args.plan.read_text())
+    try:
+        failed = execute_plan(plan)
+    except KeyboardInterrupt:
+        log("interrupted: the current run is marked incomplete; the topology was torn down")
+        return 130
+    (args.plan.parent / "plan.done").write_text(f"{failed}\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,175 @@
+"""A session: every run of one scenario file, on one kernel and backend, in one results folder.
+
+``testbed run`` lands here: expand the scenario into runs, decide where they run, execute them
+(in-process on a kernel that has what they need, otherwise in a virtme-ng guest), then analyse
+each run and write the session report. The decision and the guest's accelerator are recorded in
+``session.json`` and every run's manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from analysis.cc import lookup as cc_lookup
+from testbed import provenance, rundir
+from testbed.scenario import RunSpec, ScenarioFile
+
+PROJECT = Path(__file__).resolve().parent.parent
+#: per-run overhead beyond its traffic (setup, fidelity probes, teardown) used for ETAs; measured ~10 s under TCG
+RUN_OVERHEAD_S = 12.0
+GUEST_BOOT_S = 30.0
+
+
+def log(message: str) -> None:
+    print(f"[testbed] {message}", flush=True)
+
+
+@dataclass
+class SessionResult:
+    directory: Path
+    runs: list[Path]
+    statuses: dict[str, str]
+    backend: dict
+
+    @property
+    def failed(self) -> list[Path]:
+        return [r for r in self.runs if self.statuses[str(r)] != "complete"]
+
+
+def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
+    """Whether this machine's own kernel can execute these runs (root, netem if needed, every algorithm)."""
+    if os.geteuid() != 0:
+        return False, "not root"
+    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
+    modules_possible = Path("/proc/modules").exists()
+    wanted = sorted({f.cc for r in runs for f in r.scenario.flows})
+    missing = [cc for cc in wanted if cc not in available and not (modules_possible and cc_lookup(cc).module)]
+    if missing:
+        return False, f"the host kernel lacks {', '.join(missing)}"
+    needs_netem = any(_needs_netem(r) for r in runs)
+    if needs_netem and not _kernel_has_netem(modules_possible):
+        return False, "the host kernel has no netem (delay/loss)"
+    return True, "the host kernel has everything these runs need"
+
+
+def _needs_netem(run: RunSpec) -> bool:
+    from testbed.traffic import pair_rtts
+    from topologies import TOPOLOGIES
+
+    topology = TOPOLOGIES[run.scenario.topology.name](run.scenario.topology, pair_rtts(run.scenario))
+    return topology.netspec().needs_netem
+
+
+def _kernel_has_netem(modules_possible: bool) -> bool:
+    release = os.uname().release
+    if modules_possible and list(Path(f"/lib/modules/{release}").rglob("sch_netem.ko*")):
+        return True
+    config = Path(f"/boot/config-{release}")
+    return config.exists() and "CONFIG_NET_SCH_NETEM=y" in config.read_text()
+
+
+def estimate_s(run: RunSpec) -> float:
+    return run.scenario.duration_s + RUN_OVERHEAD_S
+
+
+def run_session(
+    scenario: ScenarioFile,
+    backend: str = "auto",
+    kernel_version: str | None = None,
+    results_root: Path = PROJECT / "results",
+    vcpus: int | None = None,
+) -> SessionResult:
+    runs = scenario.runs()
+    git = provenance.git_state(PROJECT)
+    if backend == "auto":
+        local_ok, why = host_can_run(runs)
+        backend = "local" if local_ok else "guest"
+        log(f"backend: {backend} ({why})")
+    backend_info: dict = {"kind": backend}
+    kernel = config = None
+    # Everything that can refuse (kernel, accelerator) is settled before the results folder exists.
+    if backend == "guest":
+        from testbed import guest, kernels
+
+        kernel = kernels.fetch(kernel_version, log=log)
+        config = guest.guest_config(kernel, vcpus, log=log)
+        backend_info.update({"tool": "virtme-ng", "kernel_package": kernel.source, "kernel_release": kernel.release,
+                             **config.to_dict()})  # fmt: skip
+        log(f"guest: {kernel.release} under {config.accel.upper()} with {config.vcpus} vCPU(s)")
+    elif kernel_version:
+        raise ValueError("--kernel needs the guest backend (the local backend uses the running kernel)")
+    total = sum(estimate_s(r) for r in runs) + (GUEST_BOOT_S if backend == "guest" else 0)
+    log(
+        f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs)} runs, estimated {total / 60:.1f} min"
+    )
+    session = rundir.session_dir(results_root, scenario.name, git["sha"])
+    session.mkdir(parents=True, exist_ok=True)
+    plan = {
+        "context": {"profile": scenario.profile, "git": git, "backend": backend_info},
+        "runs": [
+            {
+                "scenario_name": r.scenario_name,
+                "point_id": r.point_id,
+                "params": r.params,
+                "seed": r.seed,
+                "scenario": r.scenario.model_dump(mode="json"),
+                "run_dir": str(rundir.run_dir(session, r.point_id, r.seed)),
+                "estimate_s": estimate_s(r),
+            }
+            for r in runs
+        ],
+    }
+    rundir.write_json_atomic(
+        session / rundir.SESSION,
+        {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
+         "description": scenario.description, "backend": backend_info, "git": git,
+         "started_utc": rundir.utc_iso(),
+         "runs": [str(Path(r["run_dir"]).relative_to(session)) for r in plan["runs"]]},
+    )  # fmt: skip
+    plan_path = session / "plan.json"
+    rundir.write_json_atomic(plan_path, plan)
+    started = time.monotonic()
+    timing: dict = {}
+    if backend == "local":
+        from testbed.runner import execute_plan
+
+        execute_plan(plan)
+    else:
+        from testbed import guest
+
+        try:
+            timing["guest"] = guest.run_in_guest(
+                kernel, config, plan_path, [session], session / "guest-console.log",
+                timeout_s=total * 3 + guest.BOOT_TIMEOUT_S, echo=log,
+            )  # fmt: skip
+        except guest.GuestError as err:
+            log(f"guest failed: {err}")
+            _mark_unfinished(plan, str(err))
+    timing["runs_wall_s"] = round(time.monotonic() - started, 2)
+    session_info = rundir.read_json(session / rundir.SESSION)
+    session_info.update({"ended_utc": rundir.utc_iso(), "timing": timing})
+    rundir.write_json_atomic(session / rundir.SESSION, session_info)
+    run_dirs = [Path(r["run_dir"]) for r in plan["runs"]]
+    statuses = {str(d): rundir.run_status(d) for d in run_dirs}
+    log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
+        f"{sum(s == 'complete' for s in statuses.values())}/{len(run_dirs)} complete")  # fmt: skip
+    return SessionResult(session, run_dirs, statuses, backend_info)
+
+
+def _mark_unfinished(plan: dict, reason: str) -> None:
+    """Give every run the guest did not finish a manifest that says why (raw files stay)."""
+    for run in plan["runs"]:
+        directory = Path(run["run_dir"])
+        path = directory / rundir.MANIFEST
+        manifest = rundir.read_json(path) if path.exists() else {
+            "schema": 1, "scenario": run["scenario_name"], "point_id": run["point_id"], "params": run["params"],
+            "seed": run["seed"], "resolved": run["scenario"],
+        }  # fmt: skip
+        if manifest.get("status") in ("complete", "failed"):
+            continue
+        manifest["status"] = "incomplete" if path.exists() else "failed"
+        manifest["reason"] = reason
+        rundir.write_json_atomic(path, manifest)

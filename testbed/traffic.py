@@ -1,0 +1,96 @@
+"""Flows to iperf3 connections: which hosts, ports and times each connection uses (pure), and
+the argv that starts its server and client.
+
+A scenario flow with ``count: n`` is n flows; a flow with several ON periods is one iperf3
+connection per period (paper 000 §3.1's reverse flows are ON in [250, 500] and [750, 1000] s).
+Each connection gets its own server port and a fixed client port (``--cport``), so its data
+packets and its tcp_probe events can be told apart from every other connection and from
+iperf3's control connection, which shares the server port (MACHINE.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+SERVER_PORT_BASE = 5201
+CLIENT_PORT_BASE = 40000
+MAX_CONNECTIONS = 20000
+
+
+@dataclass(frozen=True)
+class Connection:
+    id: str  # "c<k>"
+    flow: int  # index of the flow in the scenario file
+    replica: int  # 0..count-1
+    period: int  # index of the ON period
+    pair: int  # topology pair (sender/receiver hosts)
+    cc: str
+    direction: str
+    sender: str
+    sender_ip: str
+    receiver: str
+    receiver_ip: str
+    server_port: int
+    client_port: int
+    start_s: float
+    stop_s: float
+    base_rtt_ms: float
+
+    @property
+    def duration_s(self) -> float:
+        return self.stop_s - self.start_s
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def plan_connections(scenario, topology) -> list[Connection]:
+    """Expand a resolved scenario's flows into connections on ``topology`` (pairs in flow order)."""
+    connections: list[Connection] = []
+    pair = 0
+    for flow_index, flow in enumerate(scenario.flows):
+        for replica in range(flow.count):
+            sender, receiver = topology.endpoints(pair, flow.direction)
+            for period, (start, stop) in enumerate(flow.on_periods(scenario.duration_s)):
+                k = len(connections)
+                connections.append(
+                    Connection(
+                        id=f"c{k}",
+                        flow=flow_index,
+                        replica=replica,
+                        period=period,
+                        pair=pair,
+                        cc=flow.cc,
+                        direction=flow.direction,
+                        sender=sender.node,
+                        sender_ip=sender.ip,
+                        receiver=receiver.node,
+                        receiver_ip=receiver.ip,
+                        server_port=SERVER_PORT_BASE + k,
+                        client_port=CLIENT_PORT_BASE + k,
+                        start_s=float(start),
+                        stop_s=float(stop),
+                        base_rtt_ms=topology.base_rtt_ms(pair),
+                    )
+                )
+            pair += 1
+    if len(connections) > MAX_CONNECTIONS:
+        raise ValueError(f"{len(connections)} connections; at most {MAX_CONNECTIONS} are supported")
+    return connections
+
+
+def pair_rtts(scenario) -> list[float]:
+    """Base RTT of every topology pair, in the order :func:`plan_connections` assigns pairs."""
+    return [flow.rtt_ms for flow in scenario.flows for _ in range(flow.count)]
+
+
+def server_argv(conn: Connection) -> list[str]:
+    # -1: serve exactly one test, then exit with its JSON on stdout
+    return ["iperf3", "-s", "-1", "-J", "-p", str(conn.server_port)]
+
+
+def client_argv(conn: Connection, interval_s: float = 1.0) -> list[str]:
+    return [
+        "iperf3", "-c", conn.receiver_ip, "-p", str(conn.server_port), "--cport", str(conn.client_port),
+        "-C", conn.cc, "-t", f"{conn.duration_s:g}", "-i", f"{interval_s:g}", "-J",
+    ]  # fmt: skip

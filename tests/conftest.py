@@ -1,0 +1,27 @@
+"""Shared test helpers: leftover detection for the tiers that touch the kernel."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+from testbed.capture import INSTANCE, TRACEFS
+from testbed.network import INTF_PATTERN, _marked_pids
+
+
+def leftovers() -> list[str]:
+    """Everything a run may leave behind: marked processes, our interfaces, netns, trace instance."""
+    found = [f"process {pid}" for pid in _marked_pids()]
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    for line in links.splitlines():
+        name = line.split(":")[1].strip().split("@")[0]
+        if INTF_PATTERN.match(name):
+            found.append(f"interface {name}")
+    netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
+    found += [f"netns {n}" for n in netns]
+    if (TRACEFS / "instances" / INSTANCE).exists():
+        found.append(f"trace instance {INSTANCE}")
+    return found
+
+
+PROJECT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,110 @@
+"""The dumbbell on the host kernel: HTB bottleneck, reno/cubic/bbr, 5 s flows, nothing left behind."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from testbed import rundir
+from testbed.scenario import scenario_from_dict
+from testbed.session import run_session
+from topologies.params import tcp_goodput_limit_mbit
+
+RATE_MBIT = 10
+
+
+def host_scenario(ccs, duration_s=5, name="host-dumbbell"):
+    # rtt_ms 0: the host kernel has no netem, so only the bottleneck (HTB + pfifo) is emulated
+    return scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_pkts": 100}},
+            "flows": [{"cc": ccs, "rtt_ms": 0}],
+            "duration_s": duration_s,
+        },
+        name=name,
+    )
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    from tests.conftest import leftovers
+
+    assert leftovers() == []
+    result = run_session(host_scenario(["reno", "cubic", "bbr"]), backend="local",
+                         results_root=tmp_path_factory.mktemp("results"))  # fmt: skip
+    return result
+
+
+@pytest.mark.parametrize("cc", ["reno", "cubic", "bbr"])
+def test_goodput_within_10_percent_of_the_limit(sweep, cc):
+    (run,) = [r for r in sweep.runs if r.parent.name == f"cc={cc}"]
+    manifest = rundir.read_json(run / "manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    assert manifest["connections"][0]["cc"] == cc
+    server = json.loads((run / "raw" / "iperf3-c0-server.json").read_text())
+    goodput = server["end"]["sum_received"]["bits_per_second"] / 1e6
+    limit = tcp_goodput_limit_mbit(RATE_MBIT)
+    assert goodput == pytest.approx(limit, rel=0.10), f"{cc}: {goodput:.2f} Mbit/s vs limit {limit:.2f}"
+    client = json.loads((run / "raw" / "iperf3-c0-client.json").read_text())
+    assert client["end"]["sender_tcp_congestion"] == cc
+
+
+def test_run_directory_is_complete(sweep):
+    run = sweep.runs[0]
+    manifest = rundir.read_json(run / "manifest.json")
+    raw = {p.name for p in (run / "raw").iterdir()}
+    assert {"iperf3-c0-client.json", "iperf3-c0-server.json", "rl.pcap", "tcpdump-rl.log", "tcp_probe.txt",
+            "tc-stats.json"} <= raw  # fmt: skip
+    assert "rr.pcap" not in raw, "forward-only traffic is captured where it enters the bottleneck, at rl only"
+    assert manifest["capture"]["pcap"]["rl"]["dropped"] == 0
+    assert manifest["capture"]["tcp_probe"]["events"] > 100
+    assert manifest["capture"]["tcp_probe"]["lost"] == 0
+    assert manifest["kernel"]["release"]
+    assert manifest["backend"]["kind"] == "local"
+    assert set(manifest["files"]) >= {f"raw/{name}" for name in raw}
+    assert manifest["fidelity"]["checks"], "fidelity checks were recorded"
+    bottleneck_checks = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
+    assert bottleneck_checks and bottleneck_checks[0]["ok"], bottleneck_checks
+
+
+def test_nothing_left_behind(sweep):
+    from tests.conftest import leftovers
+
+    assert leftovers() == []
+
+
+def test_westwood_on_the_host_kernel_is_refused_with_what_it_has(tmp_path, clean_kernel):
+    result = run_session(host_scenario(["westwood"], duration_s=2), backend="local", results_root=tmp_path)
+    manifest = rundir.read_json(result.runs[0] / "manifest.json")
+    assert manifest["status"] == "failed"
+    assert "no congestion control westwood" in manifest["reason"]
+    assert "it has: " in manifest["reason"] and "reno" in manifest["reason"]
+    assert "guest" in manifest["reason"]
+
+
+def test_reverse_flows_share_the_bottleneck_reverse_direction(tmp_path, clean_kernel):
+    scenario = scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_pkts": 100}},
+            "flows": [{"cc": "reno", "rtt_ms": 0}, {"cc": "cubic", "rtt_ms": 0, "direction": "reverse"}],
+            "duration_s": 5,
+        },
+        name="host-reverse",
+    )
+    result = run_session(scenario, backend="local", results_root=tmp_path)
+    (run,) = result.runs
+    manifest = rundir.read_json(run / "manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    forward, reverse = manifest["connections"]
+    assert (forward["sender"], reverse["sender"]) == ("l0", "r1")
+    assert manifest["topology"]["capture_nodes"] == ["rl", "rr"]
+    assert (run / "raw" / "rr.pcap").stat().st_size > 0
+    limit = tcp_goodput_limit_mbit(RATE_MBIT)
+    for conn in ("c0", "c1"):
+        server = json.loads((run / "raw" / f"iperf3-{conn}-server.json").read_text())
+        goodput = server["end"]["sum_received"]["bits_per_second"] / 1e6
+        # each direction has its own bottleneck queue: both flows get most of the rate
+        assert goodput > 0.6 * limit, f"{conn}: {goodput:.2f} Mbit/s"
+    rates = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
+    assert sorted(c["name"] for c in rates) == ["bottleneck rate forward", "bottleneck rate reverse"]

@@ -1,0 +1,113 @@
+"""Faults on the host kernel: an iperf3 that dies, Ctrl-C, SIGKILL. Completed runs stay intact and
+nothing is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import yaml
+
+from testbed import rundir
+from testbed.network import MARKER, _marked_pids
+from testbed.session import run_session
+from tests.conftest import PROJECT, leftovers
+from tests.netns.test_dumbbell_host import host_scenario
+
+
+def _iperf3_clients() -> list[int]:
+    pids = []
+    for pid in _marked_pids():
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if cmdline[:2] == [b"iperf3", b"-c"] and b"--cport" in cmdline:  # data, not the UDP probe
+            pids.append(pid)
+    return pids
+
+
+def _wait_for(predicate, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("timed out waiting")
+
+
+def test_iperf3_dying_fails_its_run_and_the_sweep_goes_on(tmp_path, clean_kernel):
+    scenario = host_scenario(["reno", "cubic"], duration_s=6, name="faults")
+    killed = []
+
+    def kill_first_client():
+        pid = _wait_for(_iperf3_clients)[0]
+        time.sleep(1.5)
+        os.kill(pid, signal.SIGKILL)
+        killed.append(pid)
+
+    killer = threading.Thread(target=kill_first_client)
+    killer.start()
+    result = run_session(scenario, backend="local", results_root=tmp_path)
+    killer.join()
+    assert killed
+    first, second = (rundir.read_json(r / "manifest.json") for r in result.runs)
+    assert first["status"] == "failed"
+    assert "connection c0 (reno l0->r0) failed: iperf3 exit -9" in first["reason"]
+    assert (result.runs[0] / "raw" / "rl.pcap").stat().st_size > 0, "raw files are kept"
+    assert (result.runs[0] / "raw" / "tcp_probe.txt").exists()
+    assert second["status"] == "complete", "the sweep went on after the failed run"
+
+
+def _start_cli(tmp_path: Path, duration_s: int) -> subprocess.Popen:
+    scenario = tmp_path / "interrupted.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+        "flows": [{"cc": "reno", "rtt_ms": 0}], "duration_s": duration_s,
+    }))  # fmt: skip
+    # output to a file, not a pipe: after a SIGKILL the run's children still hold a pipe open
+    with open(tmp_path / "cli.log", "wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--no-report",
+             "--results", str(tmp_path / "results")],
+            cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+
+def _run_dir(tmp_path: Path) -> Path:
+    manifests = list((tmp_path / "results").glob("*/*/*/seed=*/manifest.json"))
+    return manifests[0].parent if manifests else None
+
+
+def test_ctrl_c_marks_the_run_incomplete_and_tears_down(tmp_path, clean_kernel):
+    proc = _start_cli(tmp_path, duration_s=30)
+    _wait_for(_iperf3_clients)
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=60)
+    out = (tmp_path / "cli.log").read_text()
+    assert proc.returncode == 130, out
+    assert "interrupted" in out
+    manifest = rundir.read_json(_run_dir(tmp_path) / "manifest.json")
+    assert manifest["status"] == "incomplete"
+    assert "interrupted" in manifest["reason"]
+    assert (_run_dir(tmp_path) / "raw" / "rl.pcap").exists()
+
+
+def test_sigkill_leftovers_are_cleaned_by_the_next_start(tmp_path, clean_kernel):
+    proc = _start_cli(tmp_path, duration_s=30)
+    _wait_for(_iperf3_clients)
+    proc.kill()
+    proc.wait(timeout=30)
+    assert leftovers(), "a SIGKILLed run leaves processes and namespaces (this is what cleanup is for)"
+    assert rundir.run_status(_run_dir(tmp_path)) == "incomplete"
+    out = subprocess.run([sys.executable, "-m", "testbed.cli", "cleanup"], cwd=PROJECT, capture_output=True,
+                         text=True, env={k: v for k, v in os.environ.items() if k != MARKER})  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert "leftover" in out.stdout
+    _wait_for(lambda: leftovers() == [], timeout_s=15)

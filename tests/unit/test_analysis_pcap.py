@@ -1,0 +1,322 @@
+"""analysis.pcap: per-connection data-segment accounting, on synthetic captures and on the real fixture."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import struct
+import subprocess
+from pathlib import Path
+
+import dpkt
+import pytest
+
+from analysis.pcap import (
+    LINKTYPE_ETHERNET,
+    LINKTYPE_LINUX_SLL,
+    PcapError,
+    SeqSpace,
+    account_pcap,
+    parse_segment,
+)
+
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"
+SENDER, RECEIVER = ("10.1.0.1", 40000), ("10.2.0.1", 5201)
+ACK, SYN, PSH, FIN = dpkt.tcp.TH_ACK, dpkt.tcp.TH_SYN, dpkt.tcp.TH_PUSH, dpkt.tcp.TH_FIN
+
+
+def segment(
+    src, dst, seq, payload=0, flags=ACK, ack=1, window=1000, snap=None, linktype=LINKTYPE_LINUX_SLL
+) -> bytes:
+    """One captured frame; ``snap`` cuts it like tcpdump -s (the IP header keeps the full length)."""
+    tcp = dpkt.tcp.TCP(
+        sport=src[1], dport=dst[1], seq=seq % 2**32, ack=ack, flags=flags, win=window, data=b"d" * payload
+    )
+    ip = dpkt.ip.IP(src=socket.inet_aton(src[0]), dst=socket.inet_aton(dst[0]), p=6, ttl=64, data=tcp)
+    if linktype == LINKTYPE_LINUX_SLL:
+        frame = struct.pack("!HHH8sH", 0, 1, 6, b"\0" * 8, 0x0800) + bytes(ip)
+    else:
+        frame = bytes(dpkt.ethernet.Ethernet(src=b"\x02" * 6, dst=b"\x04" * 6, type=0x0800, data=ip))
+    return frame[:snap] if snap else frame
+
+
+def write_pcap(path: Path, frames: list[bytes], linktype=LINKTYPE_LINUX_SLL, start=1000.0, step=0.01) -> Path:
+    with open(path, "wb") as f:
+        writer = dpkt.pcap.Writer(f, snaplen=65535, linktype=linktype)
+        for i, frame in enumerate(frames):
+            writer.writepkt(frame, ts=start + i * step)
+    return path
+
+
+def handshake(isn: int) -> list[bytes]:
+    return [
+        segment(SENDER, RECEIVER, isn, flags=SYN, ack=0),
+        segment(RECEIVER, SENDER, 7, flags=SYN | ACK, ack=isn + 1),
+    ]
+
+
+def data(isn: int, offset: int, length: int, **kw) -> bytes:
+    """A data segment carrying stream bytes [offset, offset+length) (offset 0 = first byte after the SYN)."""
+    return segment(SENDER, RECEIVER, isn + 1 + offset, payload=length, flags=ACK | PSH, **kw)
+
+
+def sender_stats(path: Path):
+    stats = account_pcap(path).direction(*SENDER, *RECEIVER)
+    assert stats is not None
+    return stats
+
+
+def test_in_order_transfer_counts_every_byte_once(tmp_path):
+    isn = 1000
+    frames = handshake(isn) + [data(isn, 0, 1000), data(isn, 1000, 1000), data(isn, 2000, 500)]
+    stats = sender_stats(write_pcap(tmp_path / "a.pcap", frames, step=0.5))
+    assert (stats.data_pkts, stats.data_bytes) == (3, 2500)
+    assert (stats.rexmit_pkts, stats.rexmit_bytes, stats.unique_bytes) == (0, 0, 2500)
+    # first data segment is record 2 (t=1001.0), last is record 4 (t=1002.0)
+    assert stats.first_data_time == pytest.approx(1001.0)
+    assert stats.transfer_s == pytest.approx(1.0)
+    assert stats.isn == isn
+    assert stats.syn_count == 1
+
+
+def test_a_retransmitted_segment_counts_as_sent_and_retransmitted(tmp_path):
+    isn = 5
+    frames = handshake(isn) + [
+        data(isn, 0, 1000),
+        data(isn, 1000, 1000),
+        data(isn, 2000, 1000),
+        data(isn, 1000, 1000),
+    ]
+    stats = sender_stats(write_pcap(tmp_path / "r.pcap", frames))
+    assert (stats.data_pkts, stats.data_bytes) == (4, 4000)
+    assert (stats.rexmit_pkts, stats.rexmit_bytes) == (1, 1000)
+    assert stats.unique_bytes == 3000
+    assert stats.data_bytes == stats.rexmit_bytes + stats.unique_bytes
+
+
+def test_partial_overlap_counts_only_the_overlapping_bytes(tmp_path):
+    isn = 77
+    frames = handshake(isn) + [
+        data(isn, 0, 1000),
+        data(isn, 1000, 1000),
+        data(isn, 1500, 1000),  # 500 bytes resent, 500 new
+        data(isn, 3000, 500),  # leaves a hole at [2500, 3000)
+        data(isn, 2400, 700),  # 100 old + 500 hole + 100 old: one retransmitted packet, 200 bytes
+    ]
+    stats = sender_stats(write_pcap(tmp_path / "p.pcap", frames))
+    assert stats.data_bytes == 4200
+    assert (stats.rexmit_pkts, stats.rexmit_bytes) == (2, 700)
+    assert stats.unique_bytes == 3500  # stream bytes [0, 3500), each once
+
+
+def test_sequence_numbers_wrap_relative_to_the_isn(tmp_path):
+    isn = 2**32 - 1500  # the second segment crosses 2**32
+    frames = handshake(isn) + [
+        data(isn, 0, 1000),
+        data(isn, 1000, 1000),
+        data(isn, 2000, 1000),
+        data(isn, 1000, 1000),
+    ]
+    stats = sender_stats(write_pcap(tmp_path / "w.pcap", frames))
+    assert stats.unique_bytes == 3000
+    assert (stats.rexmit_pkts, stats.rexmit_bytes) == (1, 1000)
+
+
+def test_many_wraps_of_a_long_transfer_are_new_data(tmp_path):
+    """A 4 GiB+ stream revisits every 32-bit sequence number: still new data, not retransmissions."""
+    isn, size = 123, 2**30
+    offsets = [
+        0,
+        1 * size,
+        2 * size,
+        3 * size,
+        4 * size,
+        5 * size,
+    ]  # 5 GiB of stream, one (large) segment each
+    frames = handshake(isn) + [data(isn, o, 1000) for o in offsets] + [data(isn, 4 * size, 1000)]
+    stats = sender_stats(write_pcap(tmp_path / "big.pcap", frames))
+    assert stats.unique_bytes == 6000
+    assert (stats.rexmit_pkts, stats.rexmit_bytes) == (1, 1000)
+
+
+def test_payload_length_comes_from_the_ip_header_not_the_snap_length(tmp_path):
+    isn = 9
+    frames = handshake(isn) + [data(isn, 0, 1448, snap=96), data(isn, 1448, 1448, snap=96)]
+    stats = sender_stats(write_pcap(tmp_path / "s.pcap", frames))
+    assert stats.data_bytes == 2896
+
+
+def test_segments_sent_into_a_zero_window_are_probes_like_tcptrace(tmp_path):
+    isn = 40
+    frames = handshake(isn) + [
+        data(isn, 0, 1000),
+        segment(RECEIVER, SENDER, 8, ack=isn + 1001, window=0),
+        data(isn, 1000, 1),  # a probe: neither retransmitted nor unique
+        segment(RECEIVER, SENDER, 8, ack=isn + 1001, window=500),
+        data(isn, 1000, 500),
+    ]
+    stats = sender_stats(write_pcap(tmp_path / "z.pcap", frames))
+    assert (stats.zwnd_probe_pkts, stats.zwnd_probe_bytes) == (1, 1)
+    assert stats.data_bytes == 1501
+    assert stats.rexmit_bytes == 0
+    assert stats.unique_bytes == 1500
+
+
+def test_ethernet_captures_are_decoded_too(tmp_path):
+    isn = 1
+    frames = [segment(SENDER, RECEIVER, isn + 1, payload=100, linktype=LINKTYPE_ETHERNET)]
+    accounting = account_pcap(write_pcap(tmp_path / "e.pcap", frames, linktype=LINKTYPE_ETHERNET))
+    assert accounting.direction(*SENDER, *RECEIVER).data_bytes == 100
+
+
+def test_parse_segment_ignores_non_tcp():
+    udp = dpkt.ip.IP(
+        src=b"\x01\x02\x03\x04", dst=b"\x01\x02\x03\x05", p=17, data=dpkt.udp.UDP(sport=1, dport=2)
+    )
+    frame = struct.pack("!HHH8sH", 0, 1, 6, b"\0" * 8, 0x0800) + bytes(udp)
+    assert parse_segment(LINKTYPE_LINUX_SLL, frame) is None
+    arp = struct.pack("!HHH8sH", 0, 1, 6, b"\0" * 8, 0x0806) + b"\0" * 28
+    assert parse_segment(LINKTYPE_LINUX_SLL, arp) is None
+
+
+def test_seq_space_merges_ranges_and_counts_overlaps():
+    space = SeqSpace()
+    assert space.add(0, 10) == 0
+    assert space.add(20, 30) == 0
+    assert len(space) == 2
+    assert space.add(5, 25) == 10  # 5 bytes of each range
+    assert len(space) == 1
+    assert space.add(30, 40) == 0
+    assert (space.starts, space.ends) == ([0], [40])
+    assert space.add(-5, 45) == 40
+
+
+def test_a_capture_cut_inside_a_record_keeps_the_records_before_and_says_so(tmp_path):
+    isn = 3
+    path = write_pcap(tmp_path / "cut.pcap", handshake(isn) + [data(isn, 0, 1000), data(isn, 1000, 1000)])
+    path.write_bytes(path.read_bytes()[:-30])  # cut the last record's body
+    accounting = account_pcap(path)
+    assert accounting.problem is not None and "cut short in record 4" in accounting.problem
+    assert accounting.records == 3
+    assert accounting.direction(*SENDER, *RECEIVER).data_bytes == 1000
+
+
+def test_a_capture_cut_inside_a_record_header(tmp_path):
+    isn = 3
+    path = write_pcap(tmp_path / "cut.pcap", handshake(isn) + [data(isn, 0, 1000)])
+    path.write_bytes(path.read_bytes() + b"\x01\x02\x03")
+    accounting = account_pcap(path)
+    assert "record header has 3 of 16 bytes" in accounting.problem
+    assert accounting.direction(*SENDER, *RECEIVER).data_bytes == 1000
+
+
+def test_unreadable_captures_raise_a_clear_error(tmp_path):
+    (tmp_path / "empty.pcap").write_bytes(b"")
+    with pytest.raises(PcapError, match="empty"):
+        account_pcap(tmp_path / "empty.pcap")
+    (tmp_path / "text.pcap").write_text("this is not a capture, it only has some text in it")
+    with pytest.raises(PcapError, match="not a pcap"):
+        account_pcap(tmp_path / "text.pcap")
+    with open(tmp_path / "wifi.pcap", "wb") as f:
+        dpkt.pcap.Writer(f, linktype=127)  # radiotap
+    with pytest.raises(PcapError, match="link type 127"):
+        account_pcap(tmp_path / "wifi.pcap")
+
+
+# ----------------------------------------------------------------------------------- the real fixture
+
+#: tcptrace -l -n tests/fixtures/run-westwood/raw/rl.pcap (tcptrace 6.6.7),
+#: connection 10.1.0.1:40000 -> 10.2.0.1:5201
+FIXTURE_TCPTRACE = {
+    "actual data pkts": 914,
+    "actual data bytes": 1320613,
+    "rexmt data pkts": 173,
+    "rexmt data bytes": 250504,
+    "unique bytes sent": 1070109,
+}
+
+
+def test_fixture_capture_counts():
+    accounting = account_pcap(FIXTURE / "raw" / "rl.pcap")
+    assert accounting.problem is None
+    assert accounting.records == 1500
+    stats = accounting.direction(*SENDER, *RECEIVER)
+    assert stats.data_pkts == FIXTURE_TCPTRACE["actual data pkts"]
+    assert stats.data_bytes == FIXTURE_TCPTRACE["actual data bytes"]
+    assert stats.rexmit_pkts == FIXTURE_TCPTRACE["rexmt data pkts"]
+    assert stats.rexmit_bytes == FIXTURE_TCPTRACE["rexmt data bytes"]
+    assert stats.unique_bytes == FIXTURE_TCPTRACE["unique bytes sent"]
+    assert stats.transfer_s == pytest.approx(1.256, abs=0.001)
+    # iperf3's control connection shares the server port but is a connection of its own
+    control = [d for d in accounting.directions.values() if d.dport == 5201 and d.sport != 40000]
+    assert len(control) == 1 and control[0].data_bytes < 1000
+
+
+def _tcptrace_connection(output: str, port: int) -> dict[str, float]:
+    """The left-hand (a->b) column of tcptrace -l for the connection whose first host uses ``port``."""
+    for block in output.split("TCP connection ")[1:]:
+        if not re.search(rf"host \w+:\s+[\d.]+:{port}\n", block):
+            continue
+        values = {}
+        for label in list(FIXTURE_TCPTRACE) + ["data xmit time"]:
+            match = re.search(rf"{label}:\s+([\d.]+)", block)
+            if match:
+                values[label] = float(match.group(1))
+        return values
+    raise AssertionError(f"tcptrace shows no connection from port {port}")
+
+
+@pytest.mark.skipif(
+    shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)"
+)
+def test_fixture_matches_tcptrace():
+    """The same definitions as tcptrace -l -n ("actual data", "rexmt data", "unique bytes sent")."""
+    pcap = FIXTURE / "raw" / "rl.pcap"
+    output = subprocess.run(
+        ["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True
+    ).stdout
+    theirs = _tcptrace_connection(output, SENDER[1])
+    ours = account_pcap(pcap).direction(*SENDER, *RECEIVER)
+    assert ours.data_pkts == theirs["actual data pkts"]
+    assert ours.data_bytes == theirs["actual data bytes"]
+    assert ours.rexmit_pkts == theirs["rexmt data pkts"]
+    assert ours.rexmit_bytes == theirs["rexmt data bytes"]
+    assert ours.unique_bytes == theirs["unique bytes sent"]
+    assert ours.transfer_s == pytest.approx(theirs["data xmit time"], abs=0.001)
+
+
+@pytest.mark.skipif(
+    shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)"
+)
+def test_synthetic_retransmissions_match_tcptrace(tmp_path):
+    isn = 2**32 - 1500
+    frames = handshake(isn) + [
+        data(isn, 0, 1000),
+        data(isn, 1000, 1000),
+        data(isn, 1500, 1000),
+        data(isn, 3000, 500),
+        data(isn, 2400, 700),
+        data(isn, 1000, 1000),
+    ]
+    pcap = write_pcap(tmp_path / "mix.pcap", frames)
+    output = subprocess.run(
+        ["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True
+    ).stdout
+    theirs = _tcptrace_connection(output, SENDER[1])
+    ours = account_pcap(pcap).direction(*SENDER, *RECEIVER)
+    assert (ours.data_pkts, ours.data_bytes) == (theirs["actual data pkts"], theirs["actual data bytes"])
+    assert (ours.rexmit_pkts, ours.rexmit_bytes) == (theirs["rexmt data pkts"], theirs["rexmt data bytes"])
+    assert ours.unique_bytes == theirs["unique bytes sent"]
+
+
+def test_pcapng_captures_are_read_too(tmp_path):
+    isn = 11
+    path = tmp_path / "a.pcapng"
+    with open(path, "wb") as f:
+        writer = dpkt.pcapng.Writer(f, linktype=LINKTYPE_LINUX_SLL)
+        for i, frame in enumerate(handshake(isn) + [data(isn, 0, 1000), data(isn, 0, 1000)]):
+            writer.writepkt(frame, ts=100.0 + i)
+    stats = sender_stats(path)
+    assert (stats.data_bytes, stats.rexmit_bytes) == (2000, 1000)
+    assert stats.transfer_s == pytest.approx(1.0)

@@ -1,0 +1,243 @@
+"""analysis.report.write_session_report on sessions built from copies of the real fixture."""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.metrics import jain_index, student_t_quantile
+from analysis.report import text_table, write_session_report
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+FIXTURE = FIXTURES / "run-westwood"
+RECV_GOODPUT = 7920560 * 8 / 10.123518 / 1e6  # the fixture's iperf3 server: 6.259 Mbit/s
+SENDER_GOODPUT = (1320613 - 250504) * 8 / 1.256148 / 1e6  # the fixture's (trimmed) capture: 6.815 Mbit/s
+#: a second, Reno, flow: iperf3's control connection stands in for it (it has data in the capture)
+SECOND_FLOW = {
+    "id": "c1", "flow": 1, "replica": 0, "period": 0, "pair": 1, "cc": "reno", "direction": "forward",
+    "sender": "l1", "sender_ip": "10.1.0.1", "receiver": "r1", "receiver_ip": "10.2.0.1", "server_port": 5201,
+    "client_port": 32946, "start_s": 0.0, "stop_s": 10.0, "base_rtt_ms": 100.0,
+}  # fmt: skip
+
+
+def add_run(
+    session: Path,
+    point: str,
+    seed: int,
+    params: dict | None = None,
+    cc: str = "westwood",
+    status: str = "complete",
+    recv_scale: float = 1.0,
+    extra_connections: list[dict] | None = None,
+) -> str:
+    """Copy the fixture run into ``session/<point>/seed=<seed>`` with the manifest changed as asked."""
+    relative = f"{point}/seed={seed}"
+    target = session / relative
+    shutil.copytree(FIXTURE, target)
+    manifest = json.loads((target / "manifest.json").read_text())
+    manifest.update(point_id=point, seed=seed, params=params or {}, status=status)
+    if status != "complete":
+        manifest["reason"] = f"guest crashed in seed {seed}"
+    manifest["connections"][0]["cc"] = cc
+    manifest["connections"] += extra_connections or []
+    (target / "manifest.json").write_text(json.dumps(manifest))
+    if recv_scale != 1.0:
+        server = target / "raw" / "iperf3-c0-server.json"
+        data = json.loads(server.read_text())
+        data["end"]["sum_received"]["bytes"] = round(data["end"]["sum_received"]["bytes"] * recv_scale)
+        server.write_text(json.dumps(data))
+    return relative
+
+
+def write_session(session: Path, runs: list[str]) -> None:
+    data = json.loads((FIXTURES / "session-westwood.json").read_text())
+    data["runs"] = runs
+    (session / "session.json").write_text(json.dumps(data))
+
+
+def test_one_run_session(tmp_path):
+    session = tmp_path / "short" / "20261121T074018Z-nogit"
+    session.mkdir(parents=True)
+    write_session(session, [add_run(session, "default", 1)])
+    report = write_session_report(session)
+    assert report.html_path == session / "report.html" and report.html_path.exists()
+    assert report.md_path == session / "summary.md" and report.md_path.exists()
+    assert (session / "default" / "seed=1" / "flows.csv").exists()
+    header = report.summary_text.splitlines()[1]
+    for column in [
+        "point",
+        "cc",
+        "sender goodput Mbit/s (paper)",
+        "receiver goodput Mbit/s (iperf3)",
+        "retrans %",
+        "runs complete",
+        "trustworthy",
+    ]:
+        assert column in header, column
+    row = report.summary_text.splitlines()[3].split()
+    assert row == ["default", "westwood", "6.82", "6.26", "19.0", "1/1", "no"]
+    table = report.table.iloc[0]
+    assert table["goodput_mbit"] == pytest.approx(SENDER_GOODPUT, rel=1e-6)
+    assert table["recv_goodput_mbit"] == pytest.approx(RECV_GOODPUT, rel=1e-6)
+    assert math.isnan(table["goodput_mbit_ci_low"])  # one seed: no interval
+    page = report.html_path.read_text()
+    assert 'href="default/seed=1/report.html"' in page
+    assert page.count("data:image/png;base64,") == 2
+    assert "6.1.0-56-amd64" in page and "accel tcg" in page
+    markdown = report.md_path.read_text()
+    assert "| default | westwood | 6.82 | 6.26 | 19.0 | 1/1 | no |" in markdown
+
+
+def test_a_sweep_is_aggregated_per_point_sorted_by_loss_then_cc(tmp_path):
+    session = tmp_path / "sweep"
+    session.mkdir()
+    runs = []
+    for loss in [1, 0]:
+        for cc in ["westwood", "reno"]:
+            point = f"cc={cc},loss_pct={loss}"
+            for seed, scale in [(1, 1.0), (2, 0.9), (3, 0.8)]:
+                status = "failed" if (cc, loss, seed) == ("reno", 1, 3) else "complete"
+                runs.append(
+                    add_run(
+                        session,
+                        point,
+                        seed,
+                        {"cc": cc, "loss_pct": loss},
+                        cc=cc,
+                        status=status,
+                        recv_scale=scale,
+                    )
+                )
+    write_session(session, runs)
+    report = write_session_report(session)
+    table = report.table
+    assert list(zip(table["loss_pct"], table["cc"], strict=True)) == [
+        (0, "reno"),
+        (0, "westwood"),
+        (1, "reno"),
+        (1, "westwood"),
+    ]
+    full = table[(table["loss_pct"] == 0) & (table["cc"] == "westwood")].iloc[0]
+    assert (full["runs_complete"], full["runs_total"], full["recv_goodput_mbit_n"]) == (3, 3, 3)
+    assert full["recv_goodput_mbit"] == pytest.approx(0.9 * RECV_GOODPUT, rel=1e-6)
+    assert full["recv_goodput_mbit_min"] == pytest.approx(0.8 * RECV_GOODPUT, rel=1e-6)
+    assert full["recv_goodput_mbit_max"] == pytest.approx(RECV_GOODPUT, rel=1e-6)
+    half = student_t_quantile(0.975, 2) * 0.1 * RECV_GOODPUT / math.sqrt(3)  # sd of (1, .9, .8) g is 0.1 g
+    assert full["recv_goodput_mbit_ci_high"] - full["recv_goodput_mbit"] == pytest.approx(half, rel=1e-5)
+    partial = table[(table["loss_pct"] == 1) & (table["cc"] == "reno")].iloc[0]
+    assert (partial["runs_complete"], partial["runs_total"]) == (2, 3)
+    assert partial["recv_goodput_mbit"] == pytest.approx(
+        0.95 * RECV_GOODPUT, rel=1e-6
+    )  # the failed seed is left out
+    lines = report.summary_text.splitlines()
+    assert lines[1].split()[:2] == ["loss_pct", "cc"] and "point" not in lines[1]
+    body = [line.split() for line in lines[3:7]]
+    assert [(b[0], b[1]) for b in body] == [
+        ("0", "reno"),
+        ("0", "westwood"),
+        ("1", "reno"),
+        ("1", "westwood"),
+    ]
+    # identical captures in every seed: the sender goodput's interval has zero width
+    assert body[1][2:4] == [f"{SENDER_GOODPUT:.2f}", "±0"]
+    assert body[1][4:6] == [f"{0.9 * RECV_GOODPUT:.2f}", f"±{half:.1f}"]
+    assert body[2][-2] == "2/3"
+    assert "not complete:" in report.summary_text
+    assert "cc=reno,loss_pct=1/seed=3: failed: guest crashed in seed 3" in report.summary_text
+    page = report.html_path.read_text()
+    assert "Runs that did not complete" in page and "guest crashed in seed 3" in page
+    assert page.count('href="cc=') == 12
+    assert "guest crashed in seed 3" in report.md_path.read_text()
+
+
+def test_several_flows_get_a_jain_index_and_a_row_per_algorithm(tmp_path):
+    session = tmp_path / "mix"
+    session.mkdir()
+    relative = add_run(session, "mixed", 1, {"queue_bdp": 1}, extra_connections=[SECOND_FLOW])
+    for side in ["client", "server"]:
+        shutil.copy(
+            session / relative / "raw" / f"iperf3-c0-{side}.json",
+            session / relative / "raw" / f"iperf3-c1-{side}.json",
+        )
+    write_session(session, [relative])
+    report = write_session_report(session)
+    analysis = report.runs[0]
+    goodputs = analysis.flows["goodput_mbit"].tolist()
+    assert all(g > 0 for g in goodputs)
+    assert analysis.jain["forward"] == pytest.approx(jain_index(goodputs))
+    table = report.table
+    assert sorted(table["cc"]) == ["reno", "westwood"]
+    assert table["jain"].tolist() == pytest.approx([jain_index(goodputs)] * 2)
+    assert "Jain" in report.summary_text.splitlines()[1] and "flows" in report.summary_text.splitlines()[1]
+    assert "Jain fairness index over flows" in (session / relative / "report.html").read_text()
+
+
+def test_without_session_json_the_runs_are_found_by_their_manifests(tmp_path):
+    session = tmp_path / "lost"
+    session.mkdir()
+    add_run(session, "p1", 1)
+    add_run(session, "p1", 2, status="incomplete")
+    report = write_session_report(session)
+    assert "session.json: missing" in report.problems
+    assert len(report.runs) == 2
+    assert report.table.iloc[0]["runs_complete"] == 1 and report.table.iloc[0]["runs_total"] == 2
+    assert "p1/seed=2: incomplete" in report.summary_text
+
+
+def test_a_listed_run_that_does_not_exist_is_reported(tmp_path):
+    session = tmp_path / "gone"
+    session.mkdir()
+    write_session(session, [add_run(session, "p", 1), "p/seed=2"])
+    report = write_session_report(session)
+    assert [run.status for run in report.runs] == ["complete", "missing"]
+    assert "p/seed=2: missing: run folder missing" in report.summary_text
+
+
+def test_text_table_aligns_columns():
+    import pandas as pd
+
+    text = text_table(pd.DataFrame({"cc": ["reno", "westwood"], "goodput": ["10.5", "9.25"]}))
+    lines = text.splitlines()
+    assert lines[0] == "cc        goodput"
+    assert lines[2] == "reno         10.5"
+    assert lines[3] == "westwood     9.25"
+
+
+def test_an_empty_session(tmp_path):
+    session = tmp_path / "empty"
+    session.mkdir()
+    write_session(session, [])
+    report = write_session_report(session)
+    assert report.table.empty
+    assert "no runs found" in report.summary_text
+    assert report.html_path.exists() and report.md_path.exists()
+
+
+def test_a_point_whose_only_run_failed_shows_no_numbers(tmp_path):
+    session = tmp_path / "fail"
+    session.mkdir()
+    relative = add_run(session, "p", 1, {"loss_pct": 5}, status="failed")
+    write_session(session, [relative])
+    report = write_session_report(session)
+    row = report.table.iloc[0]
+    assert (row["runs_complete"], row["runs_total"]) == (0, 1)
+    assert math.isnan(row["goodput_mbit"])
+    line = report.summary_text.splitlines()[3].split()
+    assert line == ["5", "westwood", "n/a", "n/a", "n/a", "0/1", "n/a"]
+
+
+def test_cross_traffic_of_another_algorithm_keeps_its_own_cc(tmp_path):
+    """A point's cc axis names the measured flow; its cross traffic (here Reno) gets a row of its own."""
+    session = tmp_path / "cross"
+    session.mkdir()
+    relative = add_run(session, "cc=westwood", 1, {"cc": "westwood"}, extra_connections=[SECOND_FLOW])
+    write_session(session, [relative])
+    table = write_session_report(session).table
+    assert list(zip(table["point_cc"], table["cc"], strict=True)) == [
+        ("westwood", "reno"),
+        ("westwood", "westwood"),
+    ]

@@ -1,0 +1,81 @@
+"""Parsing and judging the pre-traffic fidelity probes."""
+
+import json
+
+import pytest
+
+from testbed import fidelity
+
+PING = """PING 10.2.0.1 (10.2.0.1) 56(84) bytes of data.
+
+--- 10.2.0.1 ping statistics ---
+5 packets transmitted, 5 received, 0% packet loss, time 805ms
+rtt min/avg/max/mdev = 100.412/100.950/101.733/0.456 ms
+"""
+
+
+def test_parse_ping_summary():
+    assert fidelity.parse_ping(PING) == {
+        "min_ms": 100.412, "avg_ms": 100.95, "max_ms": 101.733, "mdev_ms": 0.456, "loss_pct": 0.0,
+    }  # fmt: skip
+    assert fidelity.parse_ping("ping: connect: Network is unreachable") is None
+
+
+def test_rtt_check_tolerance():
+    assert fidelity.rtt_check("pair 0", PING, 100).ok
+    off = fidelity.rtt_check("pair 0", PING, 95)
+    assert not off.ok and "+5.41 ms" in off.detail
+    # 2 % of a long RTT is wider than 2 ms
+    assert fidelity.rtt_check("pair 0", PING.replace("100.412", "596.0"), 590).ok
+    dead = fidelity.rtt_check("pair 0", "100% packet loss", 100)
+    assert not dead.ok and "no ping reply" in dead.detail
+
+
+def test_expected_udp_rate_counts_headers_and_loss():
+    assert fidelity.expected_udp_rate_mbit(10) == pytest.approx(10 * 1448 / 1490)
+    assert fidelity.expected_udp_rate_mbit(10, 10) == pytest.approx(0.9 * 10 * 1448 / 1490)
+
+
+def _server_json(rates):
+    return json.dumps({"intervals": [{"sum": {"bits_per_second": r * 1e6}} for r in rates]})
+
+
+def test_udp_steady_rate_skips_fill_and_drain():
+    # the fill (first two) and the drain (last) intervals would drag an average down
+    assert fidelity.udp_steady_rate_mbit(_server_json([3.0, 9.0, 9.7, 9.72, 9.71, 5.0])) == pytest.approx(
+        9.71
+    )
+    assert fidelity.udp_steady_rate_mbit(_server_json([1.0, 2.0])) is None
+    assert fidelity.udp_steady_rate_mbit("{truncated") is None
+
+
+def test_rate_check():
+    assert fidelity.rate_check("r", 9.6, 9.718).ok
+    off = fidelity.rate_check("r", 9.0, 9.718)
+    assert not off.ok and "-7.4%" in off.detail
+    assert not fidelity.rate_check("r", None, 9.7).ok
+
+
+def test_cpu_busy_and_report():
+    assert fidelity.busy_pct((1000, 800), (2000, 1300)) == pytest.approx(50.0)
+    report = fidelity.FidelityReport([fidelity.cpu_check(95.0), fidelity.cpu_check(20.0)])
+    assert not report.trustworthy
+    assert report.problems == ["cpu headroom: CPU 95% busy during traffic"]
+    assert report.to_dict()["trustworthy"] is False
+
+
+def test_tcpdump_stats_and_capture_check():
+    from testbed.capture import tcpdump_stats
+
+    log = (
+        "tcpdump: listening on any\n25412 packets captured\n25420 packets received by filter\n"
+        "8 packets dropped by kernel\n"
+    )
+    stats = tcpdump_stats(log)
+    assert stats == {"captured": 25412, "received": 25420, "dropped": 8}
+    check = fidelity.capture_check("rl", stats)
+    assert not check.ok and "8 dropped" in check.detail
+    assert fidelity.capture_check(
+        "rl", tcpdump_stats(log.replace("8 packets dropped", "0 packets dropped"))
+    ).ok
+    assert not fidelity.capture_check("rl", tcpdump_stats("killed")).ok, "unknown drops are not trusted"

@@ -1,0 +1,97 @@
+"""The dumbbell's network description: addresses, routes, where delay, loss and the queue go."""
+
+import pytest
+
+from topologies import TOPOLOGIES, Dumbbell, DumbbellParams
+from topologies.params import LinkParams, bdp_packets, queue_packets, tcp_goodput_limit_mbit
+from topologies.shaping import EgressPlan, qdisc_specs
+
+
+def dumbbell(rtts, **bottleneck):
+    return Dumbbell(DumbbellParams(bottleneck=LinkParams(rate_mbit=10, **bottleneck)), rtts)
+
+
+def test_registry_names_the_dumbbell():
+    assert TOPOLOGIES["dumbbell"] is Dumbbell
+
+
+def test_bdp_of_the_papers_default_path():
+    # MACHINE.md: 10 Mbit/s x 100 ms = 83 packets of 1514 B
+    assert bdp_packets(10, 100) == 83
+    assert tcp_goodput_limit_mbit(10) == pytest.approx(9.5640, abs=1e-3)
+
+
+def test_queue_in_bdp_uses_the_longest_rtt():
+    # paper 000 §3: buffer = bottleneck rate x max round-trip propagation time
+    assert dumbbell([50, 100], queue_bdp=1).queue_pkts == 83
+    assert dumbbell([50, 100], queue_bdp=0.5).queue_pkts == 42
+    assert dumbbell([50], queue_pkts=7).queue_pkts == 7
+    assert queue_packets(LinkParams(rate_mbit=10), 100) is None
+
+
+def test_one_netem_per_direction_carries_the_whole_one_way_delay():
+    spec = dumbbell([100, 40], queue_bdp=1).netspec()
+    assert spec.egress[("l0", "l0-eth0")] == EgressPlan(delay_ms=50)
+    assert spec.egress[("r0", "r0-eth0")] == EgressPlan(delay_ms=50)
+    assert spec.egress[("l1", "l1-eth0")] == EgressPlan(delay_ms=20)
+    # no loss configured: nothing on the routers' host-facing side
+    assert spec.egress[("rr", "rr-eth1")].is_empty
+
+
+def test_bottleneck_queue_and_rate_in_both_directions_loss_after_the_queue():
+    spec = dumbbell([100], queue_bdp=1, loss_pct=1).netspec()
+    for router in ("rl", "rr"):
+        assert spec.egress[(router, f"{router}-eth0")] == EgressPlan(rate_mbit=10, queue_pkts=83)
+        assert spec.egress[(router, f"{router}-eth1")] == EgressPlan(loss_pct=1)
+    assert [(b.node, b.direction) for b in spec.bottlenecks] == [("rl", "forward"), ("rr", "reverse")]
+
+
+def test_addresses_routes_and_naming():
+    topo = dumbbell([100, 100, 100])
+    spec = topo.netspec()
+    assert spec.hosts == ["l0", "l1", "l2", "r0", "r1", "r2"]
+    assert spec.addresses[("l2", "l2-eth0")] == "10.1.2.1/24"
+    assert spec.addresses[("rr", "rr-eth3")] == "10.2.2.254/24"
+    assert spec.routes["l1"] == [("default", "10.1.1.254")]
+    assert spec.routes["rl"] == [("10.2.0.0/16", "10.0.0.2")]
+    assert spec.interfaces("rl") == ["rl-eth0", "rl-eth1", "rl-eth2", "rl-eth3"]
+    sender, receiver = topo.endpoints(1, "reverse")
+    assert (sender.node, receiver.node) == ("r1", "l1")
+
+
+def test_netem_only_when_delay_or_loss():
+    assert not dumbbell([0], queue_pkts=100).netspec().needs_netem
+    assert dumbbell([10], queue_pkts=100).netspec().needs_netem
+
+
+def test_rtt_shorter_than_the_bottleneck_delay_is_refused_with_the_valid_range():
+    with pytest.raises(ValueError, match=r"rtt_ms >= 40"):
+        dumbbell([30], delay_ms=20)
+
+
+def test_pair_count_is_bounded():
+    with pytest.raises(ValueError, match="1..250"):
+        dumbbell([])
+
+
+def test_qdisc_specs_for_a_bottleneck():
+    specs = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))
+    assert [(s.command, s.kind) for s in specs] == [("add", "htb"), ("add-class", "htb"), ("add", "pfifo")]
+    assert specs[1].kwargs["rate"] == "10000000bit"
+    assert specs[2].kwargs == {"handle": "10:", "parent": "1:1", "limit": 83}
+
+
+def test_qdisc_specs_for_delay_and_loss():
+    (netem,) = qdisc_specs(EgressPlan(delay_ms=50, loss_pct=1.5))
+    assert netem.kind == "netem"
+    assert netem.kwargs["delay"] == 50_000  # microseconds
+    assert netem.kwargs["loss"] == 1.5
+    assert netem.kwargs["limit"] >= 10_000  # never the queue that drops
+    assert qdisc_specs(EgressPlan()) == []
+
+
+def test_rate_and_delay_on_one_interface_is_refused():
+    with pytest.raises(ValueError, match="different interfaces"):
+        EgressPlan(rate_mbit=10, delay_ms=5)
+    with pytest.raises(ValueError, match="needs a rate"):
+        EgressPlan(queue_pkts=10)

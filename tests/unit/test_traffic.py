@@ -1,0 +1,50 @@
+"""Flows become iperf3 connections with their own ports, hosts and times."""
+
+from testbed.scenario import load_scenario_text
+from testbed.traffic import CLIENT_PORT_BASE, SERVER_PORT_BASE, client_argv, pair_rtts, plan_connections
+from topologies import Dumbbell
+
+SCENARIO = """
+topology: {name: dumbbell, bottleneck: {rate_mbit: 2, queue_pkts: 40}}
+flows:
+  - {cc: westwood, rtt_ms: 250}
+  - {cc: reno, rtt_ms: 250, direction: reverse, count: 2, periods: [[2, 4], [6, 8]]}
+duration_s: 8
+"""
+
+
+def plan():
+    (point,) = load_scenario_text(SCENARIO, name="t").points
+    scenario = point.scenario
+    topology = Dumbbell(scenario.topology, pair_rtts(scenario))
+    return plan_connections(scenario, topology)
+
+
+def test_every_flow_replica_and_period_is_a_connection():
+    conns = plan()
+    assert [(c.flow, c.replica, c.period, c.pair) for c in conns] == [
+        (0, 0, 0, 0), (1, 0, 0, 1), (1, 0, 1, 1), (1, 1, 0, 2), (1, 1, 1, 2),
+    ]  # fmt: skip
+    assert [(c.start_s, c.stop_s) for c in conns[1:3]] == [(2, 4), (6, 8)]
+    assert conns[0].stop_s == 8
+
+
+def test_reverse_flows_send_from_the_right_side():
+    conns = plan()
+    assert (conns[0].sender, conns[0].receiver) == ("l0", "r0")
+    assert (conns[1].sender, conns[1].receiver_ip) == ("r1", "10.1.1.1")
+
+
+def test_ports_are_unique_and_fixed():
+    conns = plan()
+    assert [c.server_port for c in conns] == list(range(SERVER_PORT_BASE, SERVER_PORT_BASE + 5))
+    assert [c.client_port for c in conns] == list(range(CLIENT_PORT_BASE, CLIENT_PORT_BASE + 5))
+
+
+def test_client_argv_binds_the_client_port_and_names_the_algorithm():
+    argv = client_argv(plan()[2])
+    assert argv[:3] == ["iperf3", "-c", "10.1.1.1"]
+    assert argv[argv.index("--cport") + 1] == str(CLIENT_PORT_BASE + 2)
+    assert argv[argv.index("-C") + 1] == "reno"
+    assert argv[argv.index("-t") + 1] == "2"
+    assert "-J" in argv

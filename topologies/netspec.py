@@ -1,0 +1,65 @@
+"""A topology as plain data: nodes, links, addresses, routes and per-interface egress plans.
+
+Topology classes compute a :class:`NetSpec` purely (unit-tested without root); the one place
+that touches the kernel is :mod:`testbed.network`, which builds any NetSpec with Mininet nodes
+and pyroute2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topologies.shaping import EgressPlan
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    node1: str
+    intf1: str
+    node2: str
+    intf2: str
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A host that sends or receives a flow."""
+
+    node: str
+    ip: str
+
+
+@dataclass(frozen=True)
+class Bottleneck:
+    """One direction of a shaped link: where its queue is, and its configured rate and size."""
+
+    node: str
+    intf: str
+    rate_mbit: float
+    queue_pkts: int | None
+    direction: str  # "forward" (left to right) or "reverse"
+
+
+@dataclass
+class NetSpec:
+    hosts: list[str] = field(default_factory=list)
+    routers: list[str] = field(default_factory=list)
+    links: list[LinkSpec] = field(default_factory=list)
+    addresses: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, intf) -> "10.1.0.1/24"
+    routes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # node -> [(dst cidr, gateway)]
+    egress: dict[tuple[str, str], EgressPlan] = field(default_factory=dict)
+    bottlenecks: list[Bottleneck] = field(default_factory=list)
+    #: routers whose ingress traffic is captured: together they see every packet before any bottleneck drop
+    capture_nodes: list[str] = field(default_factory=list)
+
+    @property
+    def nodes(self) -> list[str]:
+        return self.hosts + self.routers
+
+    def interfaces(self, node: str) -> list[str]:
+        names = [link.intf1 for link in self.links if link.node1 == node]
+        names += [link.intf2 for link in self.links if link.node2 == node]
+        return sorted(names, key=lambda n: int(n.rsplit("eth", 1)[1]))
+
+    @property
+    def needs_netem(self) -> bool:
+        return any(plan.needs_netem for plan in self.egress.values())

@@ -1,0 +1,67 @@
+"""Typed link and topology parameters shared by every topology.
+
+Units live in the field names (``rate_mbit``, ``delay_ms``, ``loss_pct``, ``queue_pkts``).
+Unknown keys are errors (``extra="forbid"``): a misspelled option must never be swallowed
+silently, which is what Mininet's ``**params`` does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+#: Bytes on the wire per full-size segment: 1448 B payload + 32 B TCP (timestamps) + 20 B IP + 14 B Ethernet.
+#: HTB counts the Ethernet header, so the TCP goodput limit of a rate R is R * 1448 / 1514.
+WIRE_BYTES_PER_PACKET = 1514
+TCP_PAYLOAD_BYTES = 1448
+
+
+class StrictModel(BaseModel):
+    """Base for every scenario-facing model: unknown fields are errors, values are checked on assignment."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
+
+
+class LinkParams(StrictModel):
+    """One emulated link direction set: rate, one-way delay, random loss and the queue in front of it."""
+
+    rate_mbit: float | None = Field(default=None, gt=0, le=100_000, description="link rate; None = unshaped")
+    delay_ms: float = Field(default=0.0, ge=0, le=10_000, description="one-way propagation delay")
+    loss_pct: float = Field(
+        default=0.0, ge=0, le=100, description="independent (Bernoulli) loss, per direction"
+    )
+    queue_pkts: int | None = Field(default=None, ge=1, le=1_000_000, description="drop-tail queue in packets")
+    queue_bdp: float | None = Field(
+        default=None,
+        gt=0,
+        le=100,
+        description="drop-tail queue in bandwidth-delay products of the longest base RTT",
+    )
+
+    @model_validator(mode="after")
+    def _one_queue_size(self) -> LinkParams:
+        if self.queue_pkts is not None and self.queue_bdp is not None:
+            raise ValueError("give either queue_pkts or queue_bdp, not both")
+        return self
+
+
+def bdp_packets(rate_mbit: float, rtt_ms: float) -> int:
+    """Bandwidth-delay product in full-size packets on the wire (at least 1)."""
+    return max(1, math.ceil(rate_mbit * 1e6 * rtt_ms / 1e3 / 8 / WIRE_BYTES_PER_PACKET - 1e-9))
+
+
+def queue_packets(link: LinkParams, max_rtt_ms: float) -> int | None:
+    """The resolved queue size of a link in packets (paper 000 §3: buffer = rate x max RTT)."""
+    if link.queue_pkts is not None:
+        return link.queue_pkts
+    if link.queue_bdp is not None:
+        if link.rate_mbit is None:
+            raise ValueError("queue_bdp needs rate_mbit on the same link")
+        return max(1, round(link.queue_bdp * bdp_packets(link.rate_mbit, max_rtt_ms)))
+    return None
+
+
+def tcp_goodput_limit_mbit(rate_mbit: float) -> float:
+    """Highest TCP goodput a link of this rate can carry with full-size segments and timestamps."""
+    return rate_mbit * TCP_PAYLOAD_BYTES / WIRE_BYTES_PER_PACKET
