@@ -148,6 +148,9 @@ def run_session(
         except guest.GuestError as err:
             log(f"guest failed: {err}")
             _mark_unfinished(plan, str(err))
+        except KeyboardInterrupt:
+            _mark_unfinished(plan, "interrupted (Ctrl-C) while the guest ran it; raw files kept")
+            raise
     timing["runs_wall_s"] = round(time.monotonic() - started, 2)
     session_info = rundir.read_json(session / rundir.SESSION)
     session_info.update({"ended_utc": rundir.utc_iso(), "timing": timing})
