@@ -17,6 +17,8 @@ class CongestionControl:
     colour: str
     marker: str
     module: str | None  # the kernel module that provides it, None when built in everywhere we run
+    #: built from this project's kernel-patch/ (against the target kernel's headers) rather than shipped
+    project_module: bool = False
 
 
 REGISTRY: dict[str, CongestionControl] = {
@@ -27,6 +29,12 @@ REGISTRY: dict[str, CongestionControl] = {
         CongestionControl("cubic", "CUBIC", "#2ca02c", "^", None),
         CongestionControl("vegas", "Vegas", "#9467bd", "D", "tcp_vegas"),
         CongestionControl("bbr", "BBR", "#ff7f0e", "v", "tcp_bbr"),
+        CongestionControl(
+            "westwood_ml", "Westwood+ (mainline, instrumented)", "#ff9896", "h", "tcp_westwood_tb", project_module=True
+        ),
+        CongestionControl(
+            "westwood_paper", "Westwood+ (papers' algorithm)", "#8b0000", "p", "tcp_westwood_tb", project_module=True
+        ),
         CongestionControl("htcp", "H-TCP", "#8c564b", "P", "tcp_htcp"),
         CongestionControl("hybla", "Hybla", "#e377c2", "X", "tcp_hybla"),
     ]

@@ -56,9 +56,7 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
     timing = manifest.get("timing", {})
     guest_timing = session.get("timing", {}).get("guest", {})
     server = json.loads((run / "raw" / "iperf3-c0-server.json").read_text())
-    steady = [
-        i["sum"]["bits_per_second"] / 1e6 for i in server["intervals"] if i["sum"]["start"] >= STEADY_FROM_S
-    ]
+    steady = [i["sum"]["bits_per_second"] / 1e6 for i in server["intervals"] if i["sum"]["start"] >= STEADY_FROM_S]
     checks = {c["name"]: c for c in manifest.get("fidelity", {}).get("checks", [])}
     rtt = checks.get("base RTT pair 0", {})
     rate = checks.get("bottleneck rate forward", {})

@@ -18,6 +18,9 @@ from pathlib import Path
 
 TRACEFS = Path("/sys/kernel/tracing")
 INSTANCE = "cc-testbed"
+#: the instance for our module's own events (kernel-patch/: westwood_tb_sample, westwood_tb_cong)
+MODULE_INSTANCE = "cc-testbed-module"
+INSTANCES = (INSTANCE, MODULE_INSTANCE)
 #: per-CPU ring buffer; ~1 event per ACK (400-470/s at 10 Mbit/s) leaves a wide margin (MACHINE.md)
 BUFFER_KB = 16384
 SNAPLEN = 128
@@ -32,8 +35,8 @@ def mount_tracefs() -> None:
         subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], check=True, capture_output=True)
 
 
-def remove_instance() -> None:
-    instance = TRACEFS / "instances" / INSTANCE
+def remove_instance(name: str = INSTANCE) -> None:
+    instance = TRACEFS / "instances" / name
     if instance.is_dir():
         try:
             _write(instance / "tracing_on", "0")
@@ -45,13 +48,14 @@ def remove_instance() -> None:
         instance.rmdir()
 
 
-class TcpProbeTrace:
-    """``tcp:tcp_probe`` events of the sockets bound to ``client_ports``, streamed to ``out``."""
+class EventTrace:
+    """Tracepoints ``events`` ("system/event") of the sockets bound to ``client_ports``, streamed to ``out``."""
 
-    def __init__(self, out: Path, client_ports: list[int]):
+    def __init__(self, out: Path, client_ports: list[int], events: list[str], instance: str):
         self.out = out
         self.ports = sorted(client_ports)
-        self.instance = TRACEFS / "instances" / INSTANCE
+        self.events = events
+        self.instance = TRACEFS / "instances" / instance
         self._reader: subprocess.Popen | None = None
         self._file = None
 
@@ -62,16 +66,17 @@ class TcpProbeTrace:
 
     def start(self) -> None:
         mount_tracefs()
-        remove_instance()
+        remove_instance(self.instance.name)
         self.instance.mkdir()
         _write(self.instance / "tracing_on", "0")
         _write(self.instance / "trace_clock", "mono")
         _write(self.instance / "buffer_size_kb", str(BUFFER_KB))
-        event = self.instance / "events" / "tcp" / "tcp_probe"
-        if not event.is_dir():
-            raise RuntimeError("this kernel has no tcp:tcp_probe tracepoint (needs Linux >= 4.16)")
-        _write(event / "filter", self.filter_expr)
-        _write(event / "enable", "1")
+        for name in self.events:
+            event = self.instance / "events" / name
+            if not event.is_dir():
+                raise RuntimeError(f"this kernel has no {name.replace('/', ':')} tracepoint")
+            _write(event / "filter", self.filter_expr)
+            _write(event / "enable", "1")
         self._file = open(self.out, "wb")
         self._reader = subprocess.Popen(["cat", str(self.instance / "trace_pipe")], stdout=self._file)
         _write(self.instance / "tracing_on", "1")
@@ -101,10 +106,20 @@ class TcpProbeTrace:
             self._reader.wait()
             self._file.close()
             self._reader = None
-            remove_instance()
+            remove_instance(self.instance.name)
+        markers = [f" {name.split('/')[1]}:".encode() for name in self.events]
         with open(self.out, "rb") as f:
-            stats["events"] = sum(1 for line in f if b"tcp_probe:" in line)
+            stats["events"] = sum(1 for line in f if any(m in line for m in markers))
         return stats
+
+
+def tcp_probe_trace(out: Path, client_ports: list[int]) -> EventTrace:
+    return EventTrace(out, client_ports, ["tcp/tcp_probe"], INSTANCE)
+
+
+def module_trace(out: Path, client_ports: list[int]) -> EventTrace:
+    return EventTrace(out, client_ports, ["westwood_tb/westwood_tb_sample", "westwood_tb/westwood_tb_cong"],
+                      MODULE_INSTANCE)  # fmt: skip
 
 
 #: kernel capture buffer (KiB): a TCG guest's tcpdump is scheduled late, the buffer absorbs it

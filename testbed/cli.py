@@ -79,11 +79,12 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from testbed.capture import remove_instance
+    from testbed.capture import INSTANCES, remove_instance
     from testbed.network import cleanup_leftovers
 
     done = cleanup_leftovers()
-    remove_instance()
+    for name in INSTANCES:
+        remove_instance(name)
     print(f"cleanup: {len(done)} leftovers removed" if done else "cleanup: nothing left behind")
     return 0
 
@@ -96,28 +97,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="testbed", description="Real-kernel testbed for TCP congestion control."
-    )
+    parser = argparse.ArgumentParser(prog="testbed", description="Real-kernel testbed for TCP congestion control.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run a scenario (every point and seed) and write its report")
     run.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
-    run.add_argument(
-        "--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one"
-    )
+    run.add_argument("--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one")
     run.add_argument(
         "--backend", choices=["auto", "local", "guest"], default="auto",
         help="where runs execute: the running kernel (local) or a virtme-ng guest; auto picks local only "
              "when this kernel has every algorithm and qdisc the scenario needs",
     )  # fmt: skip
-    run.add_argument(
-        "--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb"
-    )
+    run.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
     run.add_argument("--cpus", type=int, help="guest vCPUs (default: 1 under TCG, 2 with KVM)")
-    run.add_argument(
-        "--results", type=Path, default=PROJECT / "results", help="results root (default: results/)"
-    )
+    run.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     run.add_argument("--no-report", action="store_true", help="skip the analysis and report")
     run.set_defaults(func=_cmd_run)
 
@@ -134,15 +127,11 @@ def build_parser() -> argparse.ArgumentParser:
     kern.add_argument("--fetch", metavar="VERSION", help="download and unpack a kernel into the cache")
     kern.set_defaults(func=_cmd_kernels)
 
-    bench = sub.add_parser(
-        "bench", help="speed and fidelity figures of this machine (printed, written to bench/)"
-    )
+    bench = sub.add_parser("bench", help="speed and fidelity figures of this machine (printed, written to bench/)")
     bench.add_argument("--kernel", help="guest kernel, as for run")
     bench.set_defaults(func=_cmd_bench)
 
-    clean = sub.add_parser(
-        "cleanup", help="remove processes, interfaces and trace instances left by killed runs"
-    )
+    clean = sub.add_parser("cleanup", help="remove processes, interfaces and trace instances left by killed runs")
     clean.set_defaults(func=_cmd_cleanup)
     return parser
 
@@ -150,12 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from testbed.guest import GuestError
     from testbed.kernels import KernelError
+    from testbed.modules import ModuleBuildError
     from testbed.scenario import ScenarioError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, KernelError, GuestError, ValueError) as err:
+    except (ScenarioError, KernelError, GuestError, ModuleBuildError, ValueError) as err:
         print(f"testbed: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

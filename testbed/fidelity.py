@@ -91,9 +91,7 @@ def udp_steady_rate_mbit(server_json: str, skip_first: int = 2, skip_last: int =
         intervals = json.loads(server_json)["intervals"]
     except (ValueError, KeyError, TypeError):
         return None
-    rates = sorted(
-        i["sum"]["bits_per_second"] / 1e6 for i in intervals[skip_first : len(intervals) - skip_last]
-    )
+    rates = sorted(i["sum"]["bits_per_second"] / 1e6 for i in intervals[skip_first : len(intervals) - skip_last])
     if not rates:
         return None
     middle = len(rates) // 2

@@ -138,7 +138,5 @@ def _from_path(path: Path, log) -> Kernel:
     release = path.name.removeprefix("vmlinuz-")
     kernel = Kernel(path, release, str(path))
     if not kernel.modules_dir.is_dir():
-        raise KernelError(
-            f"{path}: its modules are expected in {kernel.modules_dir} (the layout of dpkg-deb -x)"
-        )
+        raise KernelError(f"{path}: its modules are expected in {kernel.modules_dir} (the layout of dpkg-deb -x)")
     return kernel

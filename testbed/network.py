@@ -101,9 +101,7 @@ class Network:
         for name in self.spec.nodes:
             self.nodes[name] = self.net.addHost(name, ip=None)
         for link in self.spec.links:
-            self.net.addLink(
-                self.nodes[link.node1], self.nodes[link.node2], intfName1=link.intf1, intfName2=link.intf2
-            )
+            self.net.addLink(self.nodes[link.node1], self.nodes[link.node2], intfName1=link.intf1, intfName2=link.intf2)
         self.net.build()
         for name in self.spec.nodes:
             self._configure_node(name)

@@ -59,11 +59,15 @@ def kernel_info() -> dict:
 
 
 def module_info(module: str) -> dict | None:
-    """File, sha256 and srcversion of a loaded or loadable module (None when built in or absent)."""
+    """File, sha256, version and srcversion of a module, named or given as a .ko path (None when built in)."""
     filename = _run(["modinfo", "-F", "filename", module])
     if not filename or not filename.startswith("/"):
         return None
-    info = {"filename": filename, "srcversion": _run(["modinfo", "-F", "srcversion", module])}
+    info = {
+        "filename": filename,
+        "srcversion": _run(["modinfo", "-F", "srcversion", module]),
+        "version": _run(["modinfo", "-F", "version", module]),
+    }
     try:
         info["sha256"] = hashlib.sha256(Path(filename).read_bytes()).hexdigest()
     except OSError:

@@ -56,10 +56,21 @@ def available_ccs() -> list[str]:
     return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
 
 
-def ensure_kernel_support(scenario: Scenario, needs_netem: bool) -> None:
+def load_project_modules(paths: dict[str, str]) -> None:
+    """insmod this project's modules (built for this kernel by the host) unless already loaded."""
+    for name, path in paths.items():
+        if Path(f"/sys/module/{name}").exists():
+            continue
+        out = subprocess.run(["insmod", path], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RunFailed(f"insmod {path} failed: {out.stderr.strip()} (built for another kernel? see dmesg)")
+
+
+def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules: dict[str, str]) -> None:
     """Load the modules a run needs; fail with what the kernel has when something is missing."""
     wanted = sorted({flow.cc for flow in scenario.flows})
-    modules = [m for m in (cc_lookup(cc).module for cc in wanted) if m]
+    load_project_modules({m: p for m, p in project_modules.items() if m in {cc_lookup(cc).module for cc in wanted}})
+    modules = [cc_lookup(cc).module for cc in wanted if cc_lookup(cc).module and not cc_lookup(cc).project_module]
     modules += ["sch_htb"] + (["sch_netem"] if needs_netem else [])
     subprocess.run(["modprobe", "-a", "-q", *modules], capture_output=True)
     have = available_ccs()
@@ -141,9 +152,7 @@ def _probe_paths(net: Network, topology, connections: list[Connection], raw: Pat
         loss = topology.params.bottleneck.loss_pct if hasattr(topology.params, "bottleneck") else 0.0
         expected = fidelity.expected_udp_rate_mbit(bottleneck.rate_mbit, loss)
         measured = fidelity.udp_steady_rate_mbit(server_out)
-        report.checks.append(
-            fidelity.rate_check(f"bottleneck rate {bottleneck.direction}", measured, expected)
-        )
+        report.checks.append(fidelity.rate_check(f"bottleneck rate {bottleneck.direction}", measured, expected))
         # let the probe's standing queue drain before TCP starts
         time.sleep((bottleneck.queue_pkts or 100) * 1514 * 8 / (bottleneck.rate_mbit * 1e6) + 0.5)
     return report
@@ -191,7 +200,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         "kernel": provenance.kernel_info(),
     }
     rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
-    trace = None
+    trace = module_trace = None
     dumps: list[subprocess.Popen] = []
     logs: list = []
 
@@ -215,12 +224,14 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             "capture_nodes": capture_nodes,
         }
         manifest["connections"] = [c.to_dict() for c in connections]
-        ensure_kernel_support(scenario, netspec.needs_netem)
+        project_modules = context.get("project_modules", {})
+        ensure_kernel_support(scenario, netspec.needs_netem, project_modules)
         manifest["modules"] = {
-            m: provenance.module_info(m)
+            m: provenance.module_info(project_modules.get(m, m))
             for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
                             | ({"sch_netem"} if netspec.needs_netem else set()) | {"sch_htb"})
         }  # fmt: skip
+        uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
         manifest["tools"] = provenance.tool_versions()
         cleanup_leftovers()
         t_setup = time.monotonic()
@@ -234,8 +245,12 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             for check in report.checks:
                 log(f"  fidelity: {check.name}: {'ok' if check.ok else 'OFF'}: {check.detail}")
 
-            trace = capture.TcpProbeTrace(raw / "tcp_probe.txt", [c.client_port for c in connections])
+            ports = [c.client_port for c in connections]
+            trace = capture.tcp_probe_trace(raw / "tcp_probe.txt", ports)
             trace.start()
+            if uses_project_module:
+                module_trace = capture.module_trace(raw / "westwood_tb.txt", ports)
+                module_trace.start()
             for node in capture_nodes:
                 dumps.append(
                     net.popen(
@@ -260,9 +275,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                 now = time.monotonic()
                 while pending and now >= t0 + pending[0].start_s:
                     c = pending.pop(0)
-                    clients[c.id] = net.popen(
-                        c.sender, client_argv(c), output=raw / f"iperf3-{c.id}-client.json"
-                    )
+                    clients[c.id] = net.popen(c.sender, client_argv(c), output=raw / f"iperf3-{c.id}-client.json")
                 running = [cid for cid, p in clients.items() if p.poll() is None]
                 if not pending and not running:
                     break
@@ -288,6 +301,9 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                     proc.kill()
             manifest["capture"] = {"tcp_probe": trace.stop()}
             trace = None
+            if module_trace is not None:
+                manifest["capture"]["westwood_tb"] = module_trace.stop()
+                module_trace = None
             if manifest["capture"]["tcp_probe"]["lost"]:
                 report.checks.append(fidelity.Check("tcp_probe events", False, manifest["capture"]["tcp_probe"]["lost"],
                                                     0, "ring buffer lost events"))  # fmt: skip
@@ -320,11 +336,13 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         manifest["reason"] = f"{type(err).__name__}: {err}"
         (raw / "runner-traceback.txt").write_text(traceback.format_exc())
     finally:
-        if trace is not None:
-            try:
-                trace.stop()
-            except Exception:  # noqa: BLE001
-                capture.remove_instance()
+        for leftover_trace in (trace, module_trace):
+            if leftover_trace is not None:
+                try:
+                    leftover_trace.stop()
+                except Exception:  # noqa: BLE001 - the run's own error is what gets reported
+                    for name in capture.INSTANCES:
+                        capture.remove_instance(name)
         for proc in dumps:
             capture.stop_tcpdump(proc)
         for handle in logs:
@@ -372,9 +390,7 @@ def execute_plan(plan: dict) -> int:
         )
         elapsed = time.monotonic() - started
         eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
-        log(
-            f"run {i}/{len(runs)}: {spec.scenario_name} {spec.point_id} seed={spec.seed} (ETA {eta / 60:.1f} min)"
-        )
+        log(f"run {i}/{len(runs)}: {spec.scenario_name} {spec.point_id} seed={spec.seed} (ETA {eta / 60:.1f} min)")
         manifest = run_one(spec, Path(run["run_dir"]), plan.get("context", {}))
         done_s += run["estimate_s"]
         if manifest["status"] != "complete":

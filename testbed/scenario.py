@@ -78,9 +78,7 @@ def _scenario_check(problems: list[tuple[tuple, str]]) -> PydanticCustomError:
     ``problems`` context to point each one at its exact field and line.
     """
     summary = "; ".join(f"{_display_path(at)}: {message}" if at else message for at, message in problems)
-    return PydanticCustomError(
-        "scenario_check", "{summary}", {"summary": summary, "problems": tuple(problems)}
-    )
+    return PydanticCustomError("scenario_check", "{summary}", {"summary": summary, "problems": tuple(problems)})
 
 
 class Flow(StrictModel):
@@ -98,9 +96,7 @@ class Flow(StrictModel):
     )
     count: int = Field(default=1, ge=1, le=500, description="number of identical flows")
     start_s: float = Field(default=0.0, ge=0, description="start time")
-    stop_s: float | None = Field(
-        default=None, gt=0, description="stop time; None = the scenario's duration_s"
-    )
+    stop_s: float | None = Field(default=None, gt=0, description="stop time; None = the scenario's duration_s")
     periods: list[tuple[float, float]] | None = Field(
         default=None,
         min_length=1,
@@ -189,9 +185,7 @@ class Scenario(StrictModel):
             if flow.stop_s is not None and flow.stop_s > self.duration_s:
                 problems.append((("flows", i, "stop_s"), f"stop_s {_num(flow.stop_s)} is after {end}"))
             if flow.stop_s is None and flow.periods is None and flow.start_s >= self.duration_s:
-                problems.append(
-                    (("flows", i, "start_s"), f"start_s {_num(flow.start_s)} is not before {end}")
-                )
+                problems.append((("flows", i, "start_s"), f"start_s {_num(flow.start_s)} is not before {end}"))
             if flow.periods and flow.periods[-1][1] > self.duration_s:
                 last = len(flow.periods) - 1
                 message = f"period ends at {_num(flow.periods[-1][1])} s, after {end}"
@@ -249,9 +243,7 @@ class RunSpec:
         must not turn finished runs into new ones (an interrupted sweep resumes by identity).
         """
         resolved = self.scenario.model_dump(mode="json", exclude={"seeds", "description"})
-        canonical = json.dumps(
-            [self.scenario_name, resolved, self.seed], sort_keys=True, separators=(",", ":")
-        )
+        canonical = json.dumps([self.scenario_name, resolved, self.seed], sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
@@ -266,8 +258,7 @@ class Point:
 
     def runs(self) -> list[RunSpec]:
         return [
-            RunSpec(self.scenario_name, self.point_id, self.params, seed, self.scenario)
-            for seed in self.scenario.seeds
+            RunSpec(self.scenario_name, self.point_id, self.params, seed, self.scenario) for seed in self.scenario.seeds
         ]
 
 
@@ -297,9 +288,7 @@ def load_scenario(path: str | Path, profile: str | None = None) -> ScenarioFile:
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as error:
-        raise ScenarioError(
-            str(path), [Problem(None, "", f"cannot read the file: {error.strerror}")]
-        ) from None
+        raise ScenarioError(str(path), [Problem(None, "", f"cannot read the file: {error.strerror}")]) from None
     return _load_text(text, name=path.stem, source=str(path), path=path, profile=profile)
 
 
@@ -396,9 +385,7 @@ def _index_lines(
             line = key_node.start_mark.line + 1
             if key_path in lines:
                 where = _display_path(key_path)
-                problems.append(
-                    Problem(line, where, f"duplicate key (first given on line {lines[key_path]})")
-                )
+                problems.append(Problem(line, where, f"duplicate key (first given on line {lines[key_path]})"))
             lines.setdefault(key_path, line)
             _index_lines(value_node, key_path, lines, problems, keys)
     elif isinstance(node, yaml.SequenceNode):
@@ -455,9 +442,7 @@ def _expand(
             _set_at(point_data, axis.path, value)
             point_lines[axis.path] = axis.lines[index]
             params[short] = value
-            id_parts.append(
-                f"{_safe(short.replace('[', '.').replace(']', ''))}={_safe(_format_value(value))}"
-            )
+            id_parts.append(f"{_safe(short.replace('[', '.').replace(']', ''))}={_safe(_format_value(value))}")
         try:
             scenario = Scenario.model_validate(point_data)
         except ValidationError as error:
@@ -503,9 +488,7 @@ def _apply_profile(
             raise fail(None, "", f"profile '{profile}' asked for, but this file defines no profiles")
         return data, base_lines, None, ()
     if not isinstance(profiles, dict) or not all(isinstance(body, dict) for body in profiles.values()):
-        raise fail(
-            lines.get(("profiles",)), "profiles", "expected a mapping of profile name -> partial scenario"
-        )
+        raise fail(lines.get(("profiles",)), "profiles", "expected a mapping of profile name -> partial scenario")
     names = tuple(map(str, profiles))
     if profile is None:
         if DEFAULT_PROFILE not in profiles:
@@ -524,9 +507,7 @@ def _apply_profile(
         )
     merged = _deep_merge(data, override)
     present = set(_paths_of(merged))
-    override_lines = {
-        p[2:]: line for p, line in lines.items() if p[:2] == ("profiles", profile) and len(p) > 2
-    }
+    override_lines = {p[2:]: line for p, line in lines.items() if p[:2] == ("profiles", profile) and len(p) > 2}
     merged_lines = {p: line for p, line in base_lines.items() if p in present}
     merged_lines.update({p: line for p, line in override_lines.items() if p in present})
     return merged, merged_lines, profile, names
@@ -558,9 +539,7 @@ class _Axis:
     lines: list[int | None]
 
 
-def _find_axes(
-    data: dict, lines: Mapping[DataPath, int], problems: list[Problem]
-) -> tuple[list[_Axis], set[str]]:
+def _find_axes(data: dict, lines: Mapping[DataPath, int], problems: list[Problem]) -> tuple[list[_Axis], set[str]]:
     """The sweep axes in file order, and the display paths of lists already reported as bad sweeps.
 
     A bad sweep is pinned to its first value (or removed when empty) so that the rest of the
@@ -576,16 +555,13 @@ def _find_axes(
             Problem(
                 line,
                 where,
-                f"a list here makes a sweep, and sweep values are single numbers or names; "
-                f"{where} takes one value",
+                f"a list here makes a sweep, and sweep values are single numbers or names; {where} takes one value",
             )
             for value, line in zip(values, value_lines, strict=True)
             if isinstance(value, (dict, list))
         ]
         if not values:
-            bad.append(
-                Problem(_line_of(axis_path, lines), where, "empty list: a sweep needs at least one value")
-            )
+            bad.append(Problem(_line_of(axis_path, lines), where, "empty list: a sweep needs at least one value"))
         if bad:
             problems.extend(bad)
             reported.add(where)
@@ -609,11 +585,7 @@ def _axis_paths(raw: Any, annotation: Any, path: DataPath) -> Iterator[DataPath]
     """Paths where the schema wants one value but the data holds a list, in file order."""
     annotation = _strip(annotation)
     if _is_collection(annotation):
-        item = (
-            _strip(get_args(annotation)[0])
-            if get_origin(annotation) is list and get_args(annotation)
-            else None
-        )
+        item = _strip(get_args(annotation)[0]) if get_origin(annotation) is list and get_args(annotation) else None
         if isinstance(raw, list) and item is not None and (_is_model(item) or _model_union(item)):
             for index, value in enumerate(raw):
                 yield from _axis_paths(value, item, (*path, index))
@@ -629,13 +601,8 @@ def _axis_paths(raw: Any, annotation: Any, path: DataPath) -> Iterator[DataPath]
 
 
 def _short_names(paths: list[DataPath]) -> list[str]:
-    leaves = [
-        next((str(p) for p in reversed(path) if isinstance(p, str)), _display_path(path)) for path in paths
-    ]
-    return [
-        _display_path(path) if leaves.count(leaf) > 1 else leaf
-        for path, leaf in zip(paths, leaves, strict=True)
-    ]
+    leaves = [next((str(p) for p in reversed(path) if isinstance(p, str)), _display_path(path)) for path in paths]
+    return [_display_path(path) if leaves.count(leaf) > 1 else leaf for path, leaf in zip(paths, leaves, strict=True)]
 
 
 def _get_at(data: Any, path: DataPath) -> Any:
@@ -822,9 +789,7 @@ def _message(kind: str, detail: dict, path: DataPath, data: dict, info: FieldInf
         about = ", ".join(filter(None, [info.description, unit, _range_text(info, {})])) if info else ""
         return f"required field '{leaf}' is missing" + (f": {about}" if about else "")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
-        return (
-            f"{_show(value)} is out of range: must be {_range_text(info, ctx)}{f' ({unit})' if unit else ''}"
-        )
+        return f"{_show(value)} is out of range: must be {_range_text(info, ctx)}{f' ({unit})' if unit else ''}"
     if kind == "union_tag_invalid":
         tag = str(ctx.get("tag"))
         hint = _did_you_mean(tag, TOPOLOGY_PARAMS)
@@ -879,9 +844,7 @@ def _range_text(info: FieldInfo | None, ctx: dict) -> str:
     if "ge" in bounds and "le" in bounds:
         return f"between {_num(bounds['ge'])} and {_num(bounds['le'])}"
     words = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
-    return " and ".join(
-        f"{words[name]} {_num(bounds[name])}" for name in ("gt", "ge", "lt", "le") if name in bounds
-    )
+    return " and ".join(f"{words[name]} {_num(bounds[name])}" for name in ("gt", "ge", "lt", "le") if name in bounds)
 
 
 def _unit(leaf: str) -> str:

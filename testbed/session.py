@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.cc import lookup as cc_lookup
-from testbed import provenance, rundir
+from testbed import modules, provenance, rundir
 from testbed.scenario import RunSpec, ScenarioFile
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -46,7 +46,10 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     modules_possible = Path("/proc/modules").exists()
     wanted = sorted({f.cc for r in runs for f in r.scenario.flows})
-    missing = [cc for cc in wanted if cc not in available and not (modules_possible and cc_lookup(cc).module)]
+    missing = [
+        cc for cc in wanted
+        if cc not in available and not (modules_possible and cc_lookup(cc).module) or cc_lookup(cc).project_module
+    ]  # fmt: skip
     if missing:
         return False, f"the host kernel lacks {', '.join(missing)}"
     needs_netem = any(_needs_netem(r) for r in runs)
@@ -99,16 +102,26 @@ def run_session(
         backend_info.update({"tool": "virtme-ng", "kernel_package": kernel.source, "kernel_release": kernel.release,
                              **config.to_dict()})  # fmt: skip
         log(f"guest: {kernel.release} under {config.accel.upper()} with {config.vcpus} vCPU(s)")
+        release = kernel.release
     elif kernel_version:
         raise ValueError("--kernel needs the guest backend (the local backend uses the running kernel)")
+    else:
+        release = os.uname().release
+    project_modules = {}
+    wanted_modules = modules.needed({f.cc for r in runs for f in r.scenario.flows})
+    for module in sorted(wanted_modules):
+        project_modules[module] = str(modules.build(release, log=log))
     total = sum(estimate_s(r) for r in runs) + (GUEST_BOOT_S if backend == "guest" else 0)
-    log(
-        f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs)} runs, estimated {total / 60:.1f} min"
-    )
+    log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs)} runs, estimated {total / 60:.1f} min")
     session = rundir.session_dir(results_root, scenario.name, git["sha"])
     session.mkdir(parents=True, exist_ok=True)
     plan = {
-        "context": {"profile": scenario.profile, "git": git, "backend": backend_info},
+        "context": {
+            "profile": scenario.profile,
+            "git": git,
+            "backend": backend_info,
+            "project_modules": project_modules,
+        },
         "runs": [
             {
                 "scenario_name": r.scenario_name,

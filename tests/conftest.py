@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from testbed.capture import INSTANCE, TRACEFS
+from testbed.capture import INSTANCES, TRACEFS
 from testbed.network import INTF_PATTERN, _marked_pids
 
 
@@ -19,8 +19,7 @@ def leftovers() -> list[str]:
             found.append(f"interface {name}")
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     found += [f"netns {n}" for n in netns]
-    if (TRACEFS / "instances" / INSTANCE).exists():
-        found.append(f"trace instance {INSTANCE}")
+    found += [f"trace instance {name}" for name in INSTANCES if (TRACEFS / "instances" / name).exists()]
     return found
 
 

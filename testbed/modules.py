@@ -1,0 +1,72 @@
+"""The project's own congestion-control module (``kernel-patch/``), built for the kernel that runs it.
+
+Each kernel release gets its own build in the cache (``~/.cache/cc-testbed/modules/<release>/``),
+compiled against that release's headers (Debian: ``linux-headers-<release>``, installed with apt
+when missing; it says so). The runner ``insmod``s the result before it checks which algorithms
+the kernel has, and records its sha256, version and srcversion in the manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+from pathlib import Path
+
+from analysis.cc import lookup
+from testbed.kernels import cache_root
+
+PROJECT = Path(__file__).resolve().parent.parent
+SOURCE = PROJECT / "kernel-patch"
+MODULE = "tcp_westwood_tb"
+
+
+class ModuleBuildError(Exception):
+    """The module could not be built; the message says what to install or fix."""
+
+
+def needed(ccs: set[str]) -> set[str]:
+    """The project modules these algorithms need."""
+    return {lookup(cc).module for cc in ccs if lookup(cc).project_module}
+
+
+def _source_digest() -> str:
+    digest = hashlib.sha256()
+    for path in sorted(SOURCE.iterdir()):
+        if path.is_file() and path.suffix in (".c", ".h", "") and not path.name.startswith("."):
+            digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def headers_dir(release: str, log=print) -> Path:
+    kdir = Path(f"/usr/src/linux-headers-{release}")
+    if (kdir / "Makefile").exists():
+        return kdir
+    package = f"linux-headers-{release}"
+    log(f"installing {package} to build {MODULE} (apt)")
+    out = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode != 0 or not (kdir / "Makefile").exists():
+        raise ModuleBuildError(
+            f"cannot build {MODULE} for {release}: kernel headers missing and 'apt-get install {package}' failed "
+            f"({(out.stderr.strip().splitlines() or ['no output'])[-1]}); install them or pick another kernel"
+        )
+    return kdir
+
+
+def build(release: str, log=print) -> Path:
+    """The module's .ko for ``release``, built once per release and source version."""
+    build_dir = cache_root().parent / "modules" / release / _source_digest()
+    ko = build_dir / f"{MODULE}.ko"
+    if ko.exists():
+        return ko
+    kdir = headers_dir(release, log)
+    if build_dir.exists():
+        shutil.rmtree(build_dir)
+    shutil.copytree(SOURCE, build_dir, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*.cmd", "*.mod*"))
+    log(f"building {MODULE} for {release}")
+    out = subprocess.run(["make", "-C", str(build_dir), f"KDIR={kdir}"], capture_output=True, text=True)
+    if out.returncode != 0 or not ko.exists():
+        (build_dir / "build.log").write_text(out.stdout + out.stderr)
+        raise ModuleBuildError(f"building {MODULE} for {release} failed; log: {build_dir / 'build.log'}")
+    return ko
