@@ -6,6 +6,7 @@ A run folder (see ARCHITECTURE.md, "Results layout")::
     raw/iperf3-<conn>-client.json iperf3 -J of the sender (the client) of connection <conn>
     raw/iperf3-<conn>-server.json iperf3 -J of the receiver (the server)
     raw/tcp_probe.txt             ftrace text of tcp:tcp_probe, trace_clock=mono, sender side only
+    raw/westwood_tb.txt           ftrace text of our module's westwood_tb events (runs of westwood_ml/_paper)
     raw/<router>.pcap             tcpdump -i any -Q in on each router, headers only (see pcap.py)
     raw/tc-stats.json             tc -s -j qdisc show, per "node/intf", after the run
     raw/ping-pair<i>.txt          ping summary of the pre-traffic RTT probe
@@ -301,6 +302,151 @@ def load_tcp_probe(path: Path, event: str = "tcp_probe") -> TcpProbeTrace:
         if converted.notna().sum() == frame[name].notna().sum():
             frame[name] = converted
     return TcpProbeTrace(path=path, events=frame, lost_events=lost, unparsed_lines=unparsed)
+
+
+# ---------------------------------------------------------------------------------------- westwood_tb
+
+#: the module's events (kernel-patch/README.md, "Trace events") and the fields each must have: a line
+#: without all of them was cut short (the last line of a trace read while the kernel was writing it)
+WESTWOOD_SAMPLE_FIELDS = [
+    "variant",
+    "sport",
+    "dport",
+    "acked_bytes",
+    "win_us",
+    "sample_Bps",
+    "est_Bps",
+    "rtt_us",
+    "rtt_min_us",
+    "cwnd",
+    "ssthresh",
+]
+WESTWOOD_CONG_FIELDS = [
+    "variant",
+    "kind",
+    "sport",
+    "dport",
+    "cwnd_before",
+    "cwnd_after",
+    "ssthresh_before",
+    "ssthresh_after",
+    "est_Bps",
+    "rtt_min_us",
+]
+_WESTWOOD_EVENTS = {"westwood_tb_sample": WESTWOOD_SAMPLE_FIELDS, "westwood_tb_cong": WESTWOOD_CONG_FIELDS}
+_WESTWOOD_TEXT_FIELDS = {"variant", "kind"}
+_WESTWOOD_SSTHRESH_FIELDS = {"ssthresh", "ssthresh_before", "ssthresh_after"}
+#: westwood_paper's RTT_min before its first RTT sample (U32_MAX); the cong event prints 0 instead
+_UNKNOWN_RTT_MIN_US = 0xFFFFFFFF
+
+
+@dataclass
+class WestwoodTrace:
+    """The module's trace (``raw/westwood_tb.txt``, kernel-patch/README.md "Trace events").
+
+    ``samples``: one row per ``westwood_tb_sample`` (one bandwidth sample), ``events``: one row per
+    ``westwood_tb_cong`` (one congestion event). Both have ``t_mono_s`` (CLOCK_MONOTONIC seconds) and
+    every ``key=value`` field as printed (numbers parsed; ``variant`` is ``ml`` or ``paper``, ``kind`` one
+    of recovery, cwr, loss, loss_repeat, complete_cwr, undo). Units are the kernel's: ``*_Bps`` bytes/s,
+    ``*_us`` microseconds, ``cwnd``/``ssthresh*`` segments. The ssthresh fields are the **real**
+    ``snd_ssthresh`` (not tcp_probe's tcp_current_ssthresh()), NaN while infinite (2147483647);
+    ``rtt_min_us`` is NaN while westwood_paper has no RTT sample yet (4294967295).
+    ``problems``: lines skipped, each message naming the file (cut short, not understood, lost events).
+    """
+
+    path: Path
+    samples: pd.DataFrame
+    events: pd.DataFrame
+    lost_events: int = 0
+    incomplete_lines: int = 0
+    unparsed_lines: int = 0
+
+    @property
+    def problems(self) -> list[str]:
+        where = display_path(self.path)
+        found = []
+        if self.incomplete_lines:
+            found.append(f"{where}: {self.incomplete_lines} events cut short (skipped)")
+        if self.unparsed_lines:
+            found.append(f"{where}: {self.unparsed_lines} lines not understood (skipped)")
+        if self.lost_events:
+            found.append(f"{where}: the trace buffer lost {self.lost_events} events")
+        return found
+
+
+def _westwood_frame(rows: list[dict], fields: list[str]) -> pd.DataFrame:
+    extra = sorted({key for row in rows for key in row} - {"t_mono_s", *fields})  # fields of newer versions
+    frame = pd.DataFrame(rows, columns=["t_mono_s", *fields, *extra])
+    for name in frame.columns:
+        if name in _WESTWOOD_TEXT_FIELDS:
+            frame[name] = frame[name].astype("object")
+            continue
+        converted = pd.to_numeric(frame[name], errors="coerce")
+        if converted.notna().sum() == frame[name].notna().sum():
+            frame[name] = converted.astype("float64") if name in _WESTWOOD_SSTHRESH_FIELDS else converted
+    for name in _WESTWOOD_SSTHRESH_FIELDS & set(frame.columns):
+        frame[name] = frame[name].where(frame[name] < INFINITE_SSTHRESH)
+    if "rtt_min_us" in frame.columns:
+        rtt_min = pd.to_numeric(frame["rtt_min_us"], errors="coerce").astype("float64")
+        frame["rtt_min_us"] = rtt_min.where(rtt_min != _UNKNOWN_RTT_MIN_US)
+    return frame
+
+
+def load_westwood_tb(path: Path) -> WestwoodTrace:
+    """Parse the ftrace text of the module's ``westwood_tb_sample`` and ``westwood_tb_cong`` events.
+
+    Fields are parsed generically, as for tcp_probe. A line that lacks a field its event always has, or
+    the file's last line when it has no newline, was cut short: it is skipped and counted
+    (``incomplete_lines``), never half used. An absent file or one without any event raises
+    :class:`LoadError`.
+    """
+    path = Path(path)
+    rows: dict[str, list[dict]] = {name: [] for name in _WESTWOOD_EVENTS}
+    lost = incomplete = unparsed = 0
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        raise LoadError(path, "missing") from None
+    except OSError as exc:
+        raise LoadError(path, f"unreadable ({exc.strerror})") from None
+    lines = text.split("\n")
+    last_cut = bool(lines[-1].strip())  # text after the last newline: the writer stopped mid-line
+    for number, line in enumerate(lines, start=1):
+        if not line.strip() or line.startswith("#"):
+            continue
+        match = _TRACE_LINE.search(line)
+        event = match.group(2).rsplit(":", 1)[-1] if match else None
+        if event not in _WESTWOOD_EVENTS:
+            lost_match = _LOST_EVENTS.search(line)
+            if lost_match:
+                lost += int(lost_match.group(1))
+            elif match is None and number == len(lines) and last_cut:
+                incomplete += 1
+            elif match is None:
+                unparsed += 1
+            continue
+        values: dict = {"t_mono_s": float(match.group(1))}
+        for key, value in _KEY_VALUE.findall(match.group(3)):
+            values[key] = value if key in _WESTWOOD_TEXT_FIELDS else _field_value(key, value)
+        if (number == len(lines) and last_cut) or any(f not in values for f in _WESTWOOD_EVENTS[event]):
+            incomplete += 1
+            continue
+        rows[event].append(values)
+    if not rows["westwood_tb_sample"] and not rows["westwood_tb_cong"]:
+        detail = "no westwood_tb events (empty trace)"
+        if incomplete:
+            detail += f"; {incomplete} events cut short"
+        if lost:
+            detail += f"; the trace buffer lost {lost} events"
+        raise LoadError(path, detail)
+    return WestwoodTrace(
+        path=path,
+        samples=_westwood_frame(rows["westwood_tb_sample"], WESTWOOD_SAMPLE_FIELDS),
+        events=_westwood_frame(rows["westwood_tb_cong"], WESTWOOD_CONG_FIELDS),
+        lost_events=lost,
+        incomplete_lines=incomplete,
+        unparsed_lines=unparsed,
+    )
 
 
 # ------------------------------------------------------------------------------------------- tc stats

@@ -315,3 +315,115 @@ def jain_by_direction(flows: pd.DataFrame) -> dict[str, float]:
         if len(group) > 1:
             result[str(direction)] = jain_index(group["goodput_mbit"])
     return result
+
+
+# ------------------------------------------------------------- Westwood+ estimate (module trace)
+
+#: an Ethernet frame carrying one full-sized segment (MTU 1500 + 14 bytes of MAC header), which is what
+#: the bottleneck's HTB rate limits
+ETHERNET_FRAME_BYTES = 1514
+#: the segments the papers' ssthresh is rounded to at least (kernel-patch min_cwnd_segs, paper 000 §2.1)
+MIN_CWND_SEGS = 2
+
+
+def _time_column(frame: pd.DataFrame) -> str:
+    """``t_s`` (seconds since the run's t0) when the frame has it, else the trace's ``t_mono_s``."""
+    return "t_s" if "t_s" in frame.columns else "t_mono_s"
+
+
+def tcp_goodput_limit_mbit(rate_mbit, mss_bytes: float = 1448) -> float:
+    """The most TCP payload a link of ``rate_mbit`` carries: ``rate * mss / 1514`` in Mbit/s (a full
+    segment travels in a 1514-byte Ethernet frame; 1448 payload bytes with the timestamp option)."""
+    return _number(rate_mbit) * mss_bytes / ETHERNET_FRAME_BYTES
+
+
+def mean_estimate_mbit(samples: pd.DataFrame, after_s: float = -math.inf) -> float:
+    """Mean of the filtered bandwidth estimate ``est_Bps`` over the samples at or after ``after_s``, in Mbit/s
+    (a plain mean over samples, one per sampling window). NaN when no sample is that late."""
+    if samples.empty or "est_Bps" not in samples.columns:
+        return math.nan
+    late = samples.loc[samples[_time_column(samples)] >= after_s, "est_Bps"]
+    late = pd.to_numeric(late, errors="coerce").dropna()
+    if late.empty:
+        return math.nan
+    return float(late.mean()) * BITS_PER_BYTE / BITS_PER_MBIT
+
+
+def estimate_vs_goodput(samples: pd.DataFrame, goodput_mbit, after_s: float) -> float:
+    """Relative error of Westwood+'s filtered bandwidth estimate against a goodput (a fraction).
+
+    ``(E - G) / G`` with E = the mean of ``est_Bps`` over the samples with time >= ``after_s``
+    (:func:`mean_estimate_mbit`, Mbit/s) and G = ``goodput_mbit``. Time is ``t_s`` when ``samples`` has
+    it, else ``t_mono_s``. Positive: the estimate is above the goodput. NaN when no sample is that late
+    or G is missing or not positive.
+    """
+    goodput = _number(goodput_mbit)
+    estimate = mean_estimate_mbit(samples, after_s)
+    if not goodput > 0 or math.isnan(estimate):
+        return math.nan
+    return (estimate - goodput) / goodput
+
+
+PAPER_SSTHRESH_CHECK_COLUMNS = [
+    "t_s",
+    "sport",
+    "kind",
+    "ssthresh_after",
+    "expected",
+    "diff_segments",
+    "est_Bps",
+    "rtt_min_us",
+]
+
+
+def paper_ssthresh_check(
+    events: pd.DataFrame, samples: pd.DataFrame, mss_bytes: float, min_cwnd_segs: float = MIN_CWND_SEGS
+) -> pd.DataFrame:
+    """Did westwood_paper set ssthresh as paper 000 §2.1 b and c say? One row per ``recovery`` (3 DUPACKs)
+    and ``loss`` (coarse timeout) event of variant ``paper``.
+
+    ``expected = max(min_cwnd_segs, est_Bps * rtt_min_us / 1e6 / mss_bytes)``, BWE * RTT_min in segments,
+    with the event's own ``est_Bps`` and ``rtt_min_us``; where an event lacks one of them, the last sample
+    of the same connection (``sport``) at or before it gives it (else ``expected`` is NaN). RTT_min 0 (the
+    event's "no RTT sample yet") gives ``min_cwnd_segs``, as in the module.
+    ``diff_segments = ssthresh_after - expected``: the module divides in integers (truncating), so a
+    correct ssthresh has ``-1 < diff_segments <= 0``.
+    Columns: :data:`PAPER_SSTHRESH_CHECK_COLUMNS` (``t_s``: the events' ``t_s``, else ``t_mono_s``).
+    """
+    if events.empty or not {"variant", "kind"} <= set(events.columns):
+        return pd.DataFrame(columns=PAPER_SSTHRESH_CHECK_COLUMNS)
+    chosen = events[(events["variant"] == "paper") & events["kind"].isin(["recovery", "loss"])]
+    time_column = _time_column(events)
+    sample_time = _time_column(samples) if not samples.empty else None
+    rows = []
+    for event in chosen.to_dict("records"):
+        t_s = _number(event.get(time_column))
+        estimate, rtt_min = _number(event.get("est_Bps")), _number(event.get("rtt_min_us"))
+        if (math.isnan(estimate) or math.isnan(rtt_min)) and sample_time is not None:
+            earlier = samples[samples[sample_time] <= t_s]
+            if "sport" in samples.columns:
+                earlier = earlier[earlier["sport"] == event.get("sport")]
+            if not earlier.empty:
+                last = earlier.iloc[-1]
+                estimate = _number(last.get("est_Bps")) if math.isnan(estimate) else estimate
+                rtt_min = _number(last.get("rtt_min_us")) if math.isnan(rtt_min) else rtt_min
+        if not rtt_min > 0 and not math.isnan(rtt_min):  # no RTT sample yet (0): the module's floor
+            expected = float(min_cwnd_segs)
+        elif math.isnan(estimate) or math.isnan(rtt_min):
+            expected = math.nan
+        else:
+            expected = max(float(min_cwnd_segs), estimate * rtt_min / 1e6 / mss_bytes)
+        ssthresh = _number(event.get("ssthresh_after"))
+        rows.append(
+            {
+                "t_s": t_s,
+                "sport": event.get("sport"),
+                "kind": event.get("kind"),
+                "ssthresh_after": ssthresh,
+                "expected": expected,
+                "diff_segments": ssthresh - expected,
+                "est_Bps": estimate,
+                "rtt_min_us": rtt_min,
+            }
+        )
+    return pd.DataFrame(rows, columns=PAPER_SSTHRESH_CHECK_COLUMNS)

@@ -2,7 +2,8 @@
 
 Names, colours and markers of the algorithms come from analysis/cc.py, so every figure agrees.
 The ssthresh that tcp_probe reports is the kernel's tcp_current_ssthresh() (outside recovery
-max(ssthresh, 3/4 cwnd)), not the real ssthresh: its label says so.
+max(ssthresh, 3/4 cwnd)), not the real ssthresh: its label says so. The real ssthresh comes only from
+our module's trace (westwood_tb_cong events, kernel-patch/README.md), drawn by ``real_ssthresh_png``.
 """
 
 from __future__ import annotations
@@ -15,12 +16,23 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis.cc import lookup
+from analysis.metrics import tcp_goodput_limit_mbit
 
 #: more lines than this make a time plot unreadable; the figure says how many it leaves out
 MAX_CONNECTIONS_PLOTTED = 12
 SSTHRESH_LABEL = "ssthresh_current (tcp_current_ssthresh, not the real ssthresh)"
 SENDER_GOODPUT_LABEL = "sender goodput, Mbit/s\n(sent - retransmitted) / transfer time"
 RECEIVER_GOODPUT_LABEL = "receiver goodput, Mbit/s (iperf3 server)"
+REAL_SSTHRESH_LABEL = "ssthresh (real snd_ssthresh, module trace)"
+#: marker per westwood_tb_cong kind (kernel-patch/README.md, "Trace events")
+CONGESTION_MARKERS = {
+    "recovery": "v",
+    "cwr": "<",
+    "loss": "X",
+    "loss_repeat": "x",
+    "complete_cwr": "^",
+    "undo": "D",
+}
 
 
 def figure_png(fig: Figure) -> bytes:
@@ -201,4 +213,149 @@ def point_bars_png(table: pd.DataFrame, value: str, low: str, high: str, ylabel:
             loc="upper left",
             bbox_to_anchor=(1.0, 1.0),
         )
+    return figure_png(fig)
+
+
+def estimate_png(
+    series: pd.DataFrame,
+    connections: pd.DataFrame,
+    bottleneck_rate_mbit: float | None = None,
+    mss_bytes: float = 1448,
+) -> bytes:
+    """Westwood+'s filtered bandwidth estimate (line, ``bwe_mbit``) and its raw samples (dots,
+    ``bwe_sample_mbit``) in Mbit/s vs run time, per connection, as paper 000 Figs. 1-2 show it; beside
+    them horizontal lines at the bottleneck's TCP goodput limit (``rate * mss / 1514``, grey) and at each
+    connection's receiver goodput (``connections["recv_goodput_mbit"]`` when given, dashed)."""
+    fig = Figure(figsize=(9, 4))
+    ax = fig.add_subplot()
+    shown, note = _limited(connections)
+    plotted = False
+    for conn in shown.itertuples():
+        style = lookup(conn.cc)
+        mine = series[series["conn"] == conn.conn]
+        estimate = mine[mine["metric"] == "bwe_mbit"]
+        raw_samples = mine[mine["metric"] == "bwe_sample_mbit"]
+        if estimate.empty and raw_samples.empty:
+            continue
+        label = _connection_label(conn.conn, conn.cc)
+        ax.plot(
+            raw_samples["t_s"],
+            raw_samples["value"],
+            linestyle="none",
+            marker=".",
+            markersize=4,
+            color=style.colour,
+            alpha=0.45,
+            label=f"{label} samples",
+        )
+        ax.plot(estimate["t_s"], estimate["value"], color=style.colour, linewidth=1.5, label=f"{label} estimate")
+        received = getattr(conn, "recv_goodput_mbit", math.nan)
+        if received is not None and not pd.isna(received):
+            ax.axhline(
+                received,
+                color=style.colour,
+                linestyle="--",
+                linewidth=1,
+                label=f"{conn.conn} receiver goodput {received:.2f} Mbit/s",
+            )
+        plotted = True
+    if not plotted:
+        _empty(ax, "no westwood_tb samples")
+    else:
+        limit = tcp_goodput_limit_mbit(bottleneck_rate_mbit, mss_bytes) if bottleneck_rate_mbit else math.nan
+        if not math.isnan(limit):
+            ax.axhline(
+                limit,
+                color="#555555",
+                linestyle=":",
+                linewidth=1.2,
+                label=f"bottleneck goodput limit {limit:.2f} Mbit/s ({bottleneck_rate_mbit:g} x {mss_bytes:g}/1514)",
+            )
+        ax.set_xlabel("time since the run's start, s")
+        ax.set_ylabel("Mbit/s")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.grid(alpha=0.3)
+    ax.set_title("Westwood+ bandwidth estimate and samples (module trace, sender side)" + note, fontsize=10)
+    return figure_png(fig)
+
+
+def real_ssthresh_png(
+    series: pd.DataFrame,
+    connections: pd.DataFrame,
+    events: pd.DataFrame,
+    samples: pd.DataFrame | None = None,
+) -> bytes:
+    """cwnd and the **real** ssthresh in packets vs run time, per connection, with the congestion events
+    marked by kind.
+
+    cwnd: tcp_probe's ``cwnd_pkts`` in ``series`` (every ACK) where the connection has it, else the
+    ``cwnd`` of the module's ``samples`` (``conn``, ``t_s``, ``cwnd``; one per sampling window). ssthresh:
+    ``ssthresh_pkts`` in ``series`` (the value each congestion event left) as a step function held to the
+    end of the cwnd curve, not drawn while infinite. ``events`` (``conn``, ``t_s``, ``kind``,
+    ``cwnd_before``, ``cwnd_after``): a marker per event at the cwnd it found (``cwnd_after`` when the
+    kernel did not tell, loss_repeat)."""
+    fig = Figure(figsize=(9, 4))
+    ax = fig.add_subplot()
+    shown, note = _limited(connections)
+    plotted = False
+    kinds_seen: list[str] = []
+    for conn in shown.itertuples():
+        style = lookup(conn.cc)
+        mine = series[series["conn"] == conn.conn]
+        cwnd = mine[mine["metric"] == "cwnd_pkts"][["t_s", "value"]]
+        source = "tcp_probe"
+        if cwnd.empty and samples is not None and not samples.empty:
+            own = samples[samples["conn"] == conn.conn]
+            cwnd = pd.DataFrame({"t_s": own["t_s"], "value": own["cwnd"]})
+            source = "module samples"
+        ssthresh = mine[mine["metric"] == "ssthresh_pkts"].sort_values("t_s")
+        if cwnd.empty and ssthresh.empty:
+            continue
+        if not cwnd.empty:
+            ax.step(
+                cwnd["t_s"],
+                cwnd["value"],
+                where="post",
+                color=style.colour,
+                linewidth=1,
+                label=f"{_connection_label(conn.conn, conn.cc)} cwnd ({source})",
+            )
+        if ssthresh["value"].notna().any():
+            end = max(float(ssthresh["t_s"].max()), float(cwnd["t_s"].max()) if not cwnd.empty else -math.inf)
+            x = np.append(ssthresh["t_s"].to_numpy(dtype=float), end)
+            y = np.append(ssthresh["value"].to_numpy(dtype=float), ssthresh["value"].iloc[-1])
+            ax.step(
+                x,
+                y,
+                where="post",
+                color=style.colour,
+                linewidth=1.5,
+                linestyle="--",
+                label=f"{conn.conn} {REAL_SSTHRESH_LABEL}",
+            )
+        own_events = events[events["conn"] == conn.conn] if not events.empty else events
+        for kind, group in own_events.groupby("kind", sort=False):
+            y = group["cwnd_before"].where(group["cwnd_before"] > 0, group["cwnd_after"])
+            ax.plot(
+                group["t_s"],
+                y,
+                linestyle="none",
+                marker=CONGESTION_MARKERS.get(kind, "o"),
+                markersize=7,
+                markerfacecolor="none",
+                markeredgecolor="black",
+                label=kind if kind not in kinds_seen else None,
+            )
+            kinds_seen.append(kind)
+        plotted = True
+    if not plotted:
+        _empty(ax, "no cwnd or westwood_tb data")
+    else:
+        ax.set_xlabel("time since the run's start, s")
+        ax.set_ylabel("packets")
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+        ax.grid(alpha=0.3)
+    ax.set_title("cwnd and the real ssthresh, congestion events marked by kind (module trace)" + note, fontsize=10)
     return figure_png(fig)

@@ -14,6 +14,15 @@ metrics (metrics.py) and writes, next to the manifest:
   iperf3's own clock, which starts when the test starts);
 * ``report.html``: one self-contained page (plots inline as PNG).
 
+Runs of ``westwood_ml``/``westwood_paper`` also have ``raw/westwood_tb.txt``, our module's trace
+(kernel-patch/README.md, "Trace events"). When it exists, series.csv gets, per connection (its
+``client_port`` is the events' ``sport``), ``bwe_mbit`` (the filtered estimate after each sample),
+``bwe_sample_mbit`` (the raw sample) and ``ssthresh_pkts`` (the **real** ssthresh each congestion
+event left, empty while infinite); flows.csv gets ``bwe_mbit_final`` (mean estimate over the last half
+of the connection) and ``bwe_error_pct`` (its error vs the sender goodput, metrics.estimate_vs_goodput);
+the report gets the estimate and real-ssthresh plots and a table of the congestion events. Without the
+file, nothing of this appears (not even empty columns).
+
 A file that is missing, empty or cut short becomes one line in ``problems`` naming it; everything
 else is still analysed, and a number that cannot be computed stays empty ("n/a"), never made up.
 """
@@ -32,12 +41,13 @@ import numpy as np
 import pandas as pd
 
 from analysis import metrics, plots
-from analysis.cc import lookup
+from analysis.cc import REGISTRY, lookup
 from analysis.loaders import (
     INFINITE_SSTHRESH,
     Iperf3Result,
     LoadError,
     TcpProbeTrace,
+    WestwoodTrace,
     display_path,
     leaf_qdiscs,
     load_iperf3,
@@ -45,6 +55,7 @@ from analysis.loaders import (
     load_tc_stats,
     load_tcp_probe,
     load_udp_probe,
+    load_westwood_tb,
     udp_probe_files,
 )
 from analysis.pcap import PcapAccounting, PcapError, account_pcap
@@ -93,6 +104,14 @@ _COUNT_COLUMNS = [
     "iperf3_retransmits",
 ]
 SERIES_COLUMNS = ["conn", "t_s", "metric", "value"]
+#: flows.csv columns added when the run has the module's trace (raw/westwood_tb.txt)
+WESTWOOD_FLOW_COLUMNS = ["bwe_mbit_final", "bwe_error_pct"]
+#: the algorithms whose runs write raw/westwood_tb.txt (testbed/runner.py, uses_project_module)
+WESTWOOD_TB_CCS = {name for name, cc in REGISTRY.items() if cc.module == "tcp_westwood_tb"}
+#: payload of a full segment on the testbed's links: MTU 1500 - 20 (IP) - 20 (TCP) - 12 (timestamp option);
+#: tcp_probe does not print the MSS, and the manifest records no MTU
+MSS_BYTES = 1448
+MSS_BYTES_NO_TIMESTAMPS = 1460
 DROP_CHECK_COLUMNS = [
     "bottleneck",
     "direction",
@@ -126,6 +145,10 @@ class RunAnalysis:
     drop_checks: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=DROP_CHECK_COLUMNS))
     intervals: pd.DataFrame = field(default_factory=pd.DataFrame)  # receiver goodput per interval, per conn
     report_path: Path | None = None
+    # the module's trace (raw/westwood_tb.txt), per connection with conn and t_s; None: the run has none
+    westwood_samples: pd.DataFrame | None = None
+    #: the congestion events, with metrics.paper_ssthresh_check's expected/diff_segments for the paper's
+    congestion_events: pd.DataFrame | None = None
 
     @property
     def trustworthy(self) -> bool | None:
@@ -162,9 +185,11 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
 
     connections = _connections(manifest, raw, problems)
     probe = _load_probe(raw, connections, problems)
+    westwood = _load_westwood(raw, manifest, connections, problems)
     captures = _captures(raw, manifest, connections, problems)
     rows, series_parts, interval_samples = [], [], []
-    t0 = _t0(manifest, probe, problems)
+    westwood_samples, westwood_events = [], []
+    t0 = _t0(manifest, probe, problems, westwood)
     for conn in connections:
         node = capture_node(conn, manifest, raw)
         row, samples = _connection_row(conn, raw, node, captures.get(node) if node else None, probe, problems)
@@ -173,7 +198,14 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         if probe is not None:
             series_parts.append(_probe_series(conn, probe, t0))
         series_parts.append(_goodput_series(samples))
+        if westwood is not None:
+            own_samples, own_events = _westwood_of(conn, westwood, t0, problems)
+            westwood_samples.append(own_samples)
+            westwood_events.append(own_events)
+            series_parts.append(_westwood_series(conn, own_samples, own_events))
     flows = _flows_frame(rows)
+    if westwood is not None:
+        flows = _add_estimate_columns(flows, connections, westwood_samples)
     series = _concat(series_parts, SERIES_COLUMNS)
     series = series.sort_values(["conn", "metric", "t_s"], kind="stable").reset_index(drop=True)
 
@@ -186,6 +218,11 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         status=status,
         reason=manifest.get("reason"),
     )
+    if westwood is not None:
+        analysis.westwood_samples = _concat_frames(westwood_samples, westwood.samples)
+        analysis.congestion_events = _congestion_table(
+            _concat_frames(westwood_events, westwood.events), analysis.westwood_samples, _mss_bytes(manifest)
+        )
     if not flows.empty:
         analysis.flow_totals = metrics.flow_totals(flows)
         analysis.jain = metrics.jain_by_direction(analysis.flow_totals)
@@ -249,7 +286,9 @@ def _load_probe(raw: Path, connections: list[dict], problems: list[str]) -> TcpP
     return probe
 
 
-def _t0(manifest: dict, probe: TcpProbeTrace | None, problems: list[str]) -> float | None:
+def _t0(
+    manifest: dict, probe: TcpProbeTrace | None, problems: list[str], westwood: WestwoodTrace | None = None
+) -> float | None:
     t0 = manifest.get("t0_monotonic")
     if isinstance(t0, int | float):
         return float(t0)
@@ -258,6 +297,11 @@ def _t0(manifest: dict, probe: TcpProbeTrace | None, problems: list[str]) -> flo
             "manifest.json: no t0_monotonic: tcp_probe times are relative to the trace's first event"
         )
         return float(probe.events["t_mono_s"].min())
+    if westwood is not None:
+        problems.append(
+            "manifest.json: no t0_monotonic: westwood_tb times are relative to the trace's first event"
+        )
+        return float(pd.concat([westwood.samples["t_mono_s"], westwood.events["t_mono_s"]]).min())
     return None
 
 
@@ -470,6 +514,139 @@ def _goodput_series(samples: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(
         {"conn": samples["conn"], "t_s": samples["t_end_s"], "metric": "recv_goodput_mbit", "value": value}
     )
+
+
+# ------------------------------------------------------------------- the module's trace (westwood_tb)
+
+
+def _load_westwood(raw: Path, manifest: dict, connections: list[dict], problems: list[str]) -> WestwoodTrace | None:
+    path = raw / "westwood_tb.txt"
+    if not path.exists():
+        captured = "westwood_tb" in (manifest.get("capture") or {})
+        if raw.is_dir() and (captured or any(c.get("cc") in WESTWOOD_TB_CCS for c in connections)):
+            problems.append(
+                f"{display_path(path)}: missing (the run uses the westwood_tb module: no bandwidth estimate, "
+                "no real ssthresh)"
+            )
+        return None
+    try:
+        trace = load_westwood_tb(path)
+    except LoadError as exc:
+        problems.append(str(exc))
+        return None
+    problems.extend(trace.problems)
+    return trace
+
+
+def _mss_bytes(manifest: dict) -> int:
+    timestamps = (manifest.get("sysctls") or {}).get("net.ipv4.tcp_timestamps")
+    return MSS_BYTES_NO_TIMESTAMPS if str(timestamps).strip() == "0" else MSS_BYTES
+
+
+def _westwood_of(
+    conn: dict, trace: WestwoodTrace, t0: float | None, problems: list[str]
+) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The connection's samples and congestion events, with ``conn`` and ``t_s`` (since the run's t0)."""
+
+    def own(frame: pd.DataFrame) -> pd.DataFrame:
+        mask = frame["sport"] == conn.get("client_port")
+        if conn.get("server_port") is not None:
+            mask &= frame["dport"] == conn.get("server_port")
+        mine = frame[mask].copy()
+        mine.insert(0, "conn", conn["id"])
+        mine.insert(1, "t_s", mine["t_mono_s"] - (t0 if t0 is not None else math.nan))
+        return mine.reset_index(drop=True)
+
+    samples, events = own(trace.samples), own(trace.events)
+    if samples.empty and conn.get("cc") in WESTWOOD_TB_CCS:
+        problems.append(
+            f"{display_path(trace.path)}: no samples of {conn['id']} (sport {conn.get('client_port')})"
+        )
+    return samples, events
+
+
+def _westwood_series(conn: dict, samples: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
+    to_mbit = metrics.BITS_PER_BYTE / metrics.BITS_PER_MBIT
+    parts = [
+        ("bwe_mbit", samples["t_s"], samples["est_Bps"] * to_mbit),
+        ("bwe_sample_mbit", samples["t_s"], samples["sample_Bps"] * to_mbit),
+        ("ssthresh_pkts", events["t_s"], events["ssthresh_after"]),  # NaN while infinite (loader)
+    ]
+    frames = [
+        pd.DataFrame(
+            {
+                "conn": conn["id"],
+                "t_s": t_s.to_numpy(dtype=float),
+                "metric": name,
+                "value": pd.to_numeric(values, errors="coerce").to_numpy(dtype=float),
+            }
+        )
+        for name, t_s, values in parts
+    ]
+    return _concat(frames, SERIES_COLUMNS)
+
+
+def _add_estimate_columns(flows: pd.DataFrame, connections: list[dict], samples: list[pd.DataFrame]) -> pd.DataFrame:
+    """``bwe_mbit_final``: mean estimate over the connection's last half (start_s + (stop_s - start_s)/2 on,
+    or the second half of its samples' span when its times are unknown); ``bwe_error_pct``: that estimate's
+    error vs the connection's sender goodput, in %. NaN for connections without samples."""
+    final, error = [], []
+    for row, own in zip(flows.itertuples(), samples, strict=True):
+        if own.empty:
+            final.append(math.nan)
+            error.append(math.nan)
+            continue
+        start, stop = _nan(row.start_s), _nan(row.stop_s)
+        if math.isnan(start) or math.isnan(stop) or stop <= start:
+            start, stop = float(own["t_s"].min()), float(own["t_s"].max())
+        half = start + (stop - start) / 2
+        final.append(metrics.mean_estimate_mbit(own, half))
+        error.append(metrics.estimate_vs_goodput(own, row.goodput_mbit, half) * 100)
+    flows = flows.copy()
+    flows["bwe_mbit_final"] = np.array(final, dtype=float)
+    flows["bwe_error_pct"] = np.array(error, dtype=float)
+    return flows
+
+
+def _concat_frames(parts: list[pd.DataFrame], template: pd.DataFrame) -> pd.DataFrame:
+    parts = [p for p in parts if not p.empty]
+    if parts:
+        return pd.concat(parts, ignore_index=True)
+    empty = template.iloc[0:0].copy()
+    empty.insert(0, "conn", pd.Series(dtype="object"))
+    empty.insert(1, "t_s", pd.Series(dtype="float64"))
+    return empty
+
+
+CONGESTION_COLUMNS = [
+    "conn",
+    "t_s",
+    "variant",
+    "kind",
+    "cwnd_before",
+    "cwnd_after",
+    "ssthresh_before",
+    "ssthresh_after",
+    "est_Bps",
+    "rtt_min_us",
+    "expected",
+    "diff_segments",
+]
+
+
+def _congestion_table(events: pd.DataFrame, samples: pd.DataFrame, mss_bytes: float) -> pd.DataFrame:
+    """The congestion events, sorted by time, with the papers' expected ssthresh for westwood_paper's
+    recovery and loss events (metrics.paper_ssthresh_check; NaN for the others)."""
+    check = metrics.paper_ssthresh_check(events, samples, mss_bytes)
+    check = check[["t_s", "sport", "kind", "expected", "diff_segments"]].drop_duplicates(["t_s", "sport", "kind"])
+    if check.empty:
+        table = events.assign(expected=math.nan, diff_segments=math.nan)
+    else:
+        table = events.merge(check.astype({"sport": events["sport"].dtype}), on=["t_s", "sport", "kind"], how="left")
+    for name in CONGESTION_COLUMNS:
+        if name not in table.columns:
+            table[name] = pd.Series(dtype="float64")
+    return table.sort_values(["t_s", "conn"], kind="stable")[CONGESTION_COLUMNS].reset_index(drop=True)
 
 
 def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
@@ -819,6 +996,91 @@ def _first_event_note(analysis: RunAnalysis) -> str:
     return f" (first tcp_probe event after the connection's start_s: {shown})"
 
 
+def _bottleneck_rate_mbit(manifest: dict, direction) -> float | None:
+    bottlenecks = (manifest.get("topology") or {}).get("bottlenecks") or []
+    rates = [b.get("rate_mbit") for b in bottlenecks if b.get("direction") == direction] or [
+        b.get("rate_mbit") for b in bottlenecks
+    ]
+    rates = [r for r in rates if isinstance(r, int | float) and r > 0]
+    return float(rates[0]) if rates else None
+
+
+def _westwood_html(analysis: RunAnalysis) -> list[str]:
+    """The module trace's section: estimate plot, real-ssthresh plot, congestion events."""
+    samples, events = analysis.westwood_samples, analysis.congestion_events
+    flows = analysis.flows
+    traced = flows[flows["conn"].isin(set(samples["conn"]) | set(events["conn"]))] if not flows.empty else flows
+    conns = (traced if not traced.empty else flows)[["conn", "cc", "direction", "recv_goodput_mbit"]]
+    direction = conns["direction"].iloc[0] if not conns.empty else None
+    rate = _bottleneck_rate_mbit(analysis.manifest, direction)
+    mss = _mss_bytes(analysis.manifest)
+    limit = metrics.tcp_goodput_limit_mbit(rate, mss) if rate else math.nan
+    body = ["<h2>Westwood+ bandwidth estimate and real ssthresh (module trace, raw/westwood_tb.txt)</h2>"]
+    body.append(png_img(plots.estimate_png(analysis.series, conns, rate, mss), "bandwidth estimate vs time"))
+    body.append(
+        '<p class="note">The filtered estimate (line; westwood_paper: BWE of paper 000 eq. (1), westwood_ml: '
+        "mainline's bw_est) after each bandwidth sample (dots), in Mbit/s of payload. Grey dotted line: the "
+        f"bottleneck's TCP goodput limit, rate &times; {mss}/1514 = {esc(fmt(limit))} Mbit/s; dashed: the "
+        "connection's receiver goodput (iperf3 server, whole test). In the connections table, the estimate "
+        "is the mean over the samples of the connection's last half and its error is against the sender "
+        "goodput of the whole transfer.</p>"
+    )
+    body.append(
+        png_img(plots.real_ssthresh_png(analysis.series, conns, events, samples), "cwnd and real ssthresh vs time")
+    )
+    body.append(
+        '<p class="note">The ssthresh drawn here is the <b>real</b> one (the kernel\'s snd_ssthresh as each '
+        "congestion event of the module left it), not tcp_probe's ssthresh_current above; not drawn while "
+        "infinite. cwnd from tcp_probe (every ACK) when the run has it, else from the module's samples (one "
+        "per sampling window). Markers: congestion events by kind, at the cwnd they found.</p>"
+    )
+    body.append("<h3>Congestion events</h3>")
+    body.append(
+        '<p class="note">kind: recovery (fast recovery), cwr, loss (RTO), loss_repeat, complete_cwr (end of '
+        "recovery/CWR), undo (kernel-patch/README.md). ssthresh in segments, real. For "
+        "westwood_paper's recovery and loss events, expected = max(2, BWE &times; RTT_min / MSS) with "
+        f"MSS {mss} bytes (paper 000 &sect;2.1 b, c) and diff = ssthresh_after - expected; the module "
+        "truncates, so -1 &lt; diff &le; 0 is a match.</p>"
+    )
+    shown = events.copy()
+    shown["est_mbit"] = shown["est_Bps"] * metrics.BITS_PER_BYTE / metrics.BITS_PER_MBIT
+    shown["rtt_min_ms"] = shown["rtt_min_us"] / 1000
+    shown = shown[
+        [
+            "conn",
+            "t_s",
+            "variant",
+            "kind",
+            "cwnd_before",
+            "cwnd_after",
+            "ssthresh_before",
+            "ssthresh_after",
+            "est_mbit",
+            "rtt_min_ms",
+            "expected",
+            "diff_segments",
+        ]
+    ]
+    body.append(
+        html_table(
+            shown,
+            headers={
+                "t_s": "t s",
+                "est_mbit": "estimate Mbit/s",
+                "rtt_min_ms": "RTT_min ms",
+                "expected": "expected ssthresh (paper)",
+                "diff_segments": "diff segments",
+            },
+            formats={
+                "t_s": lambda v: "n/a" if is_missing(v) else f"{v:.3f}",
+                "ssthresh_before": lambda v: "infinite" if is_missing(v) else fmt(v),
+                "ssthresh_after": lambda v: "infinite" if is_missing(v) else fmt(v),
+            },
+        )
+    )
+    return body
+
+
 def run_report_html(analysis: RunAnalysis) -> str:
     """The run's self-contained report page."""
     m = analysis.manifest
@@ -886,7 +1148,9 @@ def run_report_html(analysis: RunAnalysis) -> str:
                 "iperf3_retransmits",
                 "mean_rtt_ms",
                 "capture",
+                *WESTWOOD_FLOW_COLUMNS,
             ]
+            if c in analysis.flows.columns
         ]
     ].copy()
     shown["cc"] = [lookup(cc).label if isinstance(cc, str) else cc for cc in shown["cc"]]
@@ -899,6 +1163,8 @@ def run_report_html(analysis: RunAnalysis) -> str:
                 "retrans_ratio": "retrans. ratio %",
                 "iperf3_retransmits": "kernel retrans. (iperf3)",
                 "mean_rtt_ms": "mean srtt ms",
+                "bwe_mbit_final": "Westwood+ estimate Mbit/s (last half)",
+                "bwe_error_pct": "estimate vs sender goodput %",
             },
             formats={"retrans_ratio": lambda v: fmt(v * 100 if not is_missing(v) else v)},
         )
@@ -936,6 +1202,8 @@ def run_report_html(analysis: RunAnalysis) -> str:
         "is placed at the connection's start_s plus iperf3's own interval times, and iperf3 starts its clock "
         f"when the test starts, after its control exchange{_first_event_note(analysis)}.</p>"
     )
+    if analysis.westwood_samples is not None:
+        body += _westwood_html(analysis)
     for key, label in [("sysctls", "sysctls"), ("modules", "modules"), ("tools", "tool versions")]:
         value = m.get(key)
         if isinstance(value, dict) and value:

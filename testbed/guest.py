@@ -205,3 +205,28 @@ def run_in_guest(
     timing["wall_s"] = round(time.monotonic() - started, 2)
     timing["not_complete"] = int(done.read_text().strip() or 0)
     return timing
+
+
+def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, timeout_s: float = 300) -> str:
+    """Run a shell script as root in a guest and return what it printed (for checks and tests).
+
+    The script's output goes to ``workdir`` (shared read-write with the guest): vng's own exit
+    status says nothing on hosts without udevd.
+    """
+    venv_bin = Path(sys.executable).parent
+    (workdir / "script.sh").write_text(script)
+    out = workdir / "script.out"
+    out.unlink(missing_ok=True)
+    command = f"bash {workdir / 'script.sh'} > {out} 2>&1"
+    env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    with open(workdir / "console.log", "wb") as console:
+        try:
+            subprocess.run(vng_argv(kernel, config, [workdir], command), stdout=console, stderr=subprocess.STDOUT,
+                           env=env, timeout=timeout_s, cwd=PROJECT)  # fmt: skip
+        except subprocess.TimeoutExpired as err:
+            raise GuestError(
+                f"the guest script did not finish in {timeout_s:.0f} s; console log: {console.name}"
+            ) from err
+    if not out.exists():
+        raise GuestError(f"the guest did not run the script; console log: {workdir / 'console.log'}")
+    return out.read_text(errors="replace")
