@@ -8,7 +8,7 @@ PROFILE ?=
 KERNEL ?=
 TESTBED_ARGS ?=
 
-.PHONY: help setup experiment run test test-unit test-netns test-guest bench lint clean lock
+.PHONY: help setup experiment run test test-unit test-netns test-guest bench lint clean lock kernel
 
 help:
 	@echo "make setup        install what is missing (apt packages, .venv) via playbooks/host.yml"
@@ -19,6 +19,7 @@ help:
 	@echo "make bench        speed and fidelity figures, printed and written to bench/"
 	@echo "make lint         ruff, yamllint, ansible-lint"
 	@echo "make clean        remove leftovers of killed runs and caches (never results/)"
+	@echo "make kernel       a full Debian 6.1 kernel with the instrumented tcp_westwood.c, as a .deb"
 
 setup:
 	@scripts/setup.sh
@@ -53,6 +54,11 @@ clean:
 	-@[ -x $(TESTBED) ] && $(TESTBED) cleanup
 	rm -rf .pytest_cache .ruff_cache
 	find . -name __pycache__ -type d -prune -not -path './.venv/*' -exec rm -rf {} +
+
+# A full kernel with kernel-patch/0001-tcp_westwood-instrument.patch (kernel-patch/build-kernel.sh);
+# KERNEL_CONFIG=debian builds every module of Debian's config (hours on 2 cores).
+kernel:
+	$(MAKE) -C kernel-patch kernel $(if $(KERNEL_CONFIG),KERNEL_CONFIG=$(KERNEL_CONFIG))
 
 lock:
 	rm -rf /tmp/cc-testbed-lock && /usr/bin/python3 -m venv /tmp/cc-testbed-lock
