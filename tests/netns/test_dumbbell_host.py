@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 
 import pytest
 
+from analysis.pcap import account_pcap
 from testbed import rundir
 from testbed.scenario import scenario_from_dict
 from testbed.session import run_session
+from tests.conftest import tcptrace_connection
 from topologies.params import tcp_goodput_limit_mbit
 
 RATE_MBIT = 10
@@ -108,3 +112,24 @@ def test_reverse_flows_share_the_bottleneck_reverse_direction(tmp_path, clean_ke
         assert goodput > 0.6 * limit, f"{conn}: {goodput:.2f} Mbit/s"
     rates = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
     assert sorted(c["name"] for c in rates) == ["bottleneck rate forward", "bottleneck rate reverse"]
+
+
+@pytest.mark.skipif(shutil.which("tcptrace") is None, reason="tcptrace is not installed: run 'make setup'")
+@pytest.mark.parametrize("cc", ["reno", "cubic", "bbr"])
+def test_pcap_accounting_agrees_with_tcptrace_on_fresh_captures(sweep, cc):
+    (run,) = [r for r in sweep.runs if r.parent.name == f"cc={cc}"]
+    conn = rundir.read_json(run / "manifest.json")["connections"][0]
+    pcap = run / "raw" / "rl.pcap"
+    output = subprocess.run(["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True).stdout
+    theirs = tcptrace_connection(output, conn["client_port"])
+    ours = account_pcap(pcap).direction(conn["sender_ip"], conn["client_port"], conn["receiver_ip"],
+                                        conn["server_port"])  # fmt: skip
+    assert ours.data_bytes > 1_000_000, "a 5 s flow at 10 Mbit/s"
+    pairs = {
+        "actual data pkts": ours.data_pkts, "actual data bytes": ours.data_bytes,
+        "rexmt data pkts": ours.rexmit_pkts, "rexmt data bytes": ours.rexmit_bytes,
+        "unique bytes sent": ours.unique_bytes, "data xmit time": ours.transfer_s,
+    }  # fmt: skip
+    for label, value in pairs.items():
+        message = f"{cc} {label}: ours {value}, tcptrace {theirs[label]}"
+        assert value == pytest.approx(theirs[label], rel=0.01, abs=1e-3), message

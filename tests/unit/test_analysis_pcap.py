@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import socket
 import struct
@@ -20,6 +19,7 @@ from analysis.pcap import (
     account_pcap,
     parse_segment,
 )
+from tests.conftest import tcptrace_connection
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"
 SENDER, RECEIVER = ("10.1.0.1", 40000), ("10.2.0.1", 5201)
@@ -253,20 +253,6 @@ def test_fixture_capture_counts():
     assert len(control) == 1 and control[0].data_bytes < 1000
 
 
-def _tcptrace_connection(output: str, port: int) -> dict[str, float]:
-    """The left-hand (a->b) column of tcptrace -l for the connection whose first host uses ``port``."""
-    for block in output.split("TCP connection ")[1:]:
-        if not re.search(rf"host \w+:\s+[\d.]+:{port}\n", block):
-            continue
-        values = {}
-        for label in list(FIXTURE_TCPTRACE) + ["data xmit time"]:
-            match = re.search(rf"{label}:\s+([\d.]+)", block)
-            if match:
-                values[label] = float(match.group(1))
-        return values
-    raise AssertionError(f"tcptrace shows no connection from port {port}")
-
-
 @pytest.mark.skipif(
     shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)"
 )
@@ -276,7 +262,7 @@ def test_fixture_matches_tcptrace():
     output = subprocess.run(
         ["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True
     ).stdout
-    theirs = _tcptrace_connection(output, SENDER[1])
+    theirs = tcptrace_connection(output, SENDER[1])
     ours = account_pcap(pcap).direction(*SENDER, *RECEIVER)
     assert ours.data_pkts == theirs["actual data pkts"]
     assert ours.data_bytes == theirs["actual data bytes"]
@@ -303,7 +289,7 @@ def test_synthetic_retransmissions_match_tcptrace(tmp_path):
     output = subprocess.run(
         ["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True
     ).stdout
-    theirs = _tcptrace_connection(output, SENDER[1])
+    theirs = tcptrace_connection(output, SENDER[1])
     ours = account_pcap(pcap).direction(*SENDER, *RECEIVER)
     assert (ours.data_pkts, ours.data_bytes) == (theirs["actual data pkts"], theirs["actual data bytes"])
     assert (ours.rexmit_pkts, ours.rexmit_bytes) == (theirs["rexmt data pkts"], theirs["rexmt data bytes"])
