@@ -48,15 +48,20 @@ def display_path(path: Path) -> str:
     return f"{path.parent.name}/{path.name}" if path.parent.name == "raw" else path.name
 
 
-def read_json(path: Path) -> object:
-    """A JSON file, or :class:`LoadError` saying whether it is missing, empty or cut short."""
-    path = Path(path)
+def read_text(path: Path) -> str:
+    """A file's text, or :class:`LoadError` saying whether it is missing or unreadable."""
     try:
-        text = path.read_text(errors="replace")
+        return Path(path).read_text(errors="replace")
     except FileNotFoundError:
         raise LoadError(path, "missing") from None
     except OSError as exc:
         raise LoadError(path, f"unreadable ({exc.strerror})") from None
+
+
+def read_json(path: Path) -> object:
+    """A JSON file, or :class:`LoadError` saying whether it is missing, empty or cut short."""
+    path = Path(path)
+    text = read_text(path)
     if not text.strip():
         raise LoadError(path, "empty file")
     try:
@@ -403,12 +408,7 @@ def load_westwood_tb(path: Path) -> WestwoodTrace:
     path = Path(path)
     rows: dict[str, list[dict]] = {name: [] for name in _WESTWOOD_EVENTS}
     lost = incomplete = unparsed = 0
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        raise LoadError(path, "missing") from None
-    except OSError as exc:
-        raise LoadError(path, f"unreadable ({exc.strerror})") from None
+    text = read_text(path)
     lines = text.split("\n")
     last_cut = bool(lines[-1].strip())  # text after the last newline: the writer stopped mid-line
     for number, line in enumerate(lines, start=1):
@@ -525,10 +525,7 @@ def load_ping(path: Path) -> dict:
     """ping's summary: ``transmitted``, ``received``, ``loss_pct`` and ``min_ms``, ``avg_ms``, ``max_ms``,
     ``mdev_ms`` (None when no reply came back)."""
     path = Path(path)
-    try:
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        raise LoadError(path, "missing") from None
+    text = read_text(path)
     counts = _PING_COUNTS.search(text)
     if counts is None:
         raise LoadError(path, "no ping summary (ping did not finish?)")

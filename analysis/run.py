@@ -44,6 +44,7 @@ from analysis import metrics, plots
 from analysis.cc import REGISTRY, lookup
 from analysis.loaders import (
     INFINITE_SSTHRESH,
+    WESTWOOD_CONG_FIELDS,
     Iperf3Result,
     LoadError,
     TcpProbeTrace,
@@ -621,14 +622,7 @@ def _concat_frames(parts: list[pd.DataFrame], template: pd.DataFrame) -> pd.Data
 CONGESTION_COLUMNS = [
     "conn",
     "t_s",
-    "variant",
-    "kind",
-    "cwnd_before",
-    "cwnd_after",
-    "ssthresh_before",
-    "ssthresh_after",
-    "est_Bps",
-    "rtt_min_us",
+    *(field for field in WESTWOOD_CONG_FIELDS if field not in ("sport", "dport")),
     "expected",
     "diff_segments",
 ]
