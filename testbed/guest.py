@@ -176,12 +176,12 @@ def run_in_guest(
                 if not saw_runner and elapsed > BOOT_TIMEOUT_S:
                     raise GuestError(
                         f"the guest ({kernel.release}, {config.accel}) did not start the runner within "
-                        f"{BOOT_TIMEOUT_S} s; console log: {console_log}"
+                        f"{BOOT_TIMEOUT_S} s; console log: {console_log}{console_tail(console_log)}"
                     )
                 if elapsed > timeout_s:
                     raise GuestError(
                         f"the guest did not finish within {timeout_s:.0f} s (runs planned for less); "
-                        f"console log: {console_log}"
+                        f"console log: {console_log}{console_tail(console_log)}"
                     )
                 if not chunk:
                     time.sleep(0.1)
@@ -200,11 +200,21 @@ def run_in_guest(
     if not done.exists():
         raise GuestError(
             f"the guest ({kernel.release}, {config.accel}) exited without finishing the plan "
-            f"(vng exit {proc.returncode}); console log: {console_log}"
+            f"(vng exit {proc.returncode}); console log: {console_log}{console_tail(console_log)}"
         )
     timing["wall_s"] = round(time.monotonic() - started, 2)
     timing["not_complete"] = int(done.read_text().strip() or 0)
     return timing
+
+
+def console_tail(path: Path, lines: int = 25) -> str:
+    """The end of a console log, indented, for an error message (the log may be gone when it is read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = text.splitlines()[-lines:]
+    return "\n  last console lines:\n" + "\n".join(f"    {line}" for line in tail) if tail else ""
 
 
 def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, timeout_s: float = 300) -> str:
@@ -226,7 +236,11 @@ def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, 
         except subprocess.TimeoutExpired as err:
             raise GuestError(
                 f"the guest script did not finish in {timeout_s:.0f} s; console log: {console.name}"
+                f"{console_tail(Path(console.name))}"
             ) from err
     if not out.exists():
-        raise GuestError(f"the guest did not run the script; console log: {workdir / 'console.log'}")
+        raise GuestError(
+            f"the guest did not run the script; console log: {workdir / 'console.log'}"
+            f"{console_tail(workdir / 'console.log')}"
+        )
     return out.read_text(errors="replace")

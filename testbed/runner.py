@@ -13,6 +13,8 @@ Invoked as ``python -m testbed.runner PLAN.json`` (what the guest executes) or t
 from __future__ import annotations
 
 import argparse
+import contextlib
+import faulthandler
 import json
 import os
 import signal
@@ -24,7 +26,7 @@ from pathlib import Path
 
 from analysis.cc import lookup as cc_lookup
 from testbed import capture, fidelity, provenance, rundir
-from testbed.network import Network, cleanup_leftovers
+from testbed.network import MARKER, Network, cleanup_leftovers
 from testbed.scenario import RunSpec, Scenario
 from testbed.traffic import Connection, client_argv, pair_rtts, plan_connections, server_argv
 from topologies import TOPOLOGIES
@@ -44,8 +46,17 @@ PING_COUNT = 5
 CALIBRATION_THRESHOLD_MS = 0.25
 
 
+#: a run may take this many times its estimate (plus RUN_WATCHDOG_SLACK_S) before the watchdog fails it
+RUN_WATCHDOG_FACTOR = 2.0
+RUN_WATCHDOG_SLACK_S = 120.0
+
+
 class RunFailed(Exception):
     """A run could not complete; the message says why and what to do."""
+
+
+class RunTimedOut(RunFailed):
+    """The run watchdog fired: something in the run blocked far beyond its time budget."""
 
 
 def log(message: str) -> None:
@@ -356,6 +367,13 @@ def _connection_failures(connections: list[Connection], clients: dict, raw: Path
     return failures
 
 
+def _fail_manifest(directory: Path, reason: str) -> dict:
+    manifest = rundir.read_json(directory / rundir.MANIFEST)
+    manifest.update({"status": "failed", "reason": reason, "ended_utc": rundir.utc_iso()})
+    rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
+    return manifest
+
+
 def execute_plan(plan: dict) -> int:
     """Run every run of a plan (see :mod:`testbed.session`); returns the number of runs not complete."""
     from testbed.scenario import RunSpec
@@ -376,7 +394,15 @@ def execute_plan(plan: dict) -> int:
         elapsed = time.monotonic() - started
         eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
         log(f"run {i}/{len(runs)}: {spec.scenario_name} {spec.point_id} seed={spec.seed} (ETA {eta / 60:.1f} min)")
-        manifest = run_one(spec, Path(run["run_dir"]), plan.get("context", {}))
+        budget_s = run["estimate_s"] * RUN_WATCHDOG_FACTOR + RUN_WATCHDOG_SLACK_S
+        try:
+            with _watchdog(budget_s):
+                manifest = run_one(spec, Path(run["run_dir"]), plan.get("context", {}))
+        except RunTimedOut as err:
+            # fired during run_one's own cleanup: record it and clean up here
+            manifest = _fail_manifest(Path(run["run_dir"]), str(err))
+            os.environ.pop(MARKER, None)
+            cleanup_leftovers()
         done_s += run["estimate_s"]
         if manifest["status"] != "complete":
             not_complete += 1
@@ -387,6 +413,35 @@ def execute_plan(plan: dict) -> int:
 
 
 _MAIN_PID = os.getpid()
+
+
+@contextlib.contextmanager
+def _watchdog(budget_s: float):
+    """Fail the current run when it takes longer than ``budget_s``.
+
+    Two parts: SIGALRM raises :class:`RunTimedOut` in the runner (a wait on a process or a pipe
+    that never ends), and faulthandler prints every thread's stack to stderr (the guest console)
+    a little earlier, which also works when the runner is stuck inside a system call that no
+    signal interrupts.
+    """
+    previous = signal.signal(signal.SIGALRM, _timed_out)
+    faulthandler.dump_traceback_later(max(1.0, budget_s - 5), exit=False)
+    signal.setitimer(signal.ITIMER_REAL, budget_s)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        faulthandler.cancel_dump_traceback_later()
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _timed_out(signum, frame) -> None:
+    if os.getpid() != _MAIN_PID:
+        os._exit(128 + signum)
+    raise RunTimedOut(
+        "the run exceeded its time budget (watchdog); the stacks of the runner at that moment are in the "
+        "guest console log (or stderr)"
+    )
 
 
 def _interrupt(signum, frame) -> None:
