@@ -8,18 +8,19 @@ PROFILE ?=
 KERNEL ?=
 TESTBED_ARGS ?=
 
-.PHONY: help setup experiment run test test-unit test-netns test-guest bench lint clean lock kernel
+.PHONY: help setup experiment run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
 help:
 	@echo "make setup        install what is missing (apt packages, .venv) via playbooks/host.yml"
 	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
-	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu)"
-	@echo "make test-unit | test-netns | test-guest   one tier"
+	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
+	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
 	@echo "make bench        speed and fidelity figures, printed and written to bench/"
 	@echo "make lint         ruff, yamllint, ansible-lint"
 	@echo "make clean        remove leftovers of killed runs and caches (never results/)"
 	@echo "make kernel       a full Debian 6.1 kernel with the instrumented tcp_westwood.c, as a .deb"
+	@echo "make box          build the lab VM's Vagrant box locally (Debian 12, mmdebstrap) and add it"
 
 setup:
 	@scripts/setup.sh
@@ -42,13 +43,16 @@ test-netns: setup
 test-guest: setup
 	@scripts/pytest-tier.sh guest
 
+test-vagrant: setup
+	@scripts/pytest-tier.sh vagrant
+
 bench: setup
 	$(TESTBED) bench $(if $(KERNEL),--kernel $(KERNEL))
 
 lint: setup
 	$(PY) -m ruff check testbed topologies analysis tests
 	yamllint -s -c .yamllint playbooks scenarios
-	cd playbooks && ansible-lint --offline -p host.yml
+	cd playbooks && ansible-lint --offline -p host.yml site.yml
 
 clean:
 	-@[ -x $(TESTBED) ] && $(TESTBED) cleanup
@@ -59,6 +63,10 @@ clean:
 # KERNEL_CONFIG=debian builds every module of Debian's config (hours on 2 cores).
 kernel:
 	$(MAKE) -C kernel-patch kernel $(if $(KERNEL_CONFIG),KERNEL_CONFIG=$(KERNEL_CONFIG))
+
+# The lab VM's box (scripts/build-box.sh); `vagrant up` builds it itself when it is missing.
+box: setup
+	scripts/build-box.sh
 
 lock:
 	rm -rf /tmp/cc-testbed-lock && /usr/bin/python3 -m venv /tmp/cc-testbed-lock

@@ -5,13 +5,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-required_commands=(mn iperf3 tcpdump tcptrace ethtool brctl ping ip tc qemu-system-x86_64 busybox yamllint ansible-lint)
+experiment_tools=(mn iperf3 tcpdump tcptrace ethtool brctl ping ip tc)
+if [ -f /etc/cc-testbed/provisioned ]; then
+  # The lab VM or a lab host (playbooks/site.yml): experiments run on this machine's own kernel.
+  where="this lab machine (its own kernel runs the experiments)"
+  required_commands=("${experiment_tools[@]}")
+  playbook=playbooks/site.yml
+  playbook_args=(-e "testbed_src=$PWD")
+else
+  # A host: virtme-ng guests (qemu), the lab VM (Vagrant + libvirt, box built with mmdebstrap), make lint.
+  where="localhost"
+  required_commands=("${experiment_tools[@]}" qemu-system-x86_64 busybox vagrant virsh libvirtd mmdebstrap
+                     yamllint ansible-lint)
+  playbook=playbooks/host.yml
+  playbook_args=()
+fi
 missing=()
 for c in "${required_commands[@]}"; do
   command -v "$c" >/dev/null 2>&1 || PATH="$PATH:/usr/sbin:/sbin" command -v "$c" >/dev/null 2>&1 || missing+=("$c")
 done
 [ -x .venv/bin/testbed ] || missing+=(".venv (the project's Python environment)")
-[ -x .venv/bin/vng ] || missing+=("virtme-ng (vng)")
+[ "$playbook" = playbooks/site.yml ] || [ -x .venv/bin/vng ] || missing+=("virtme-ng (vng)")
 if [ -x .venv/bin/python ] && ! cmp -s requirements.lock .venv/.requirements.lock; then
   missing+=("Python packages from requirements.lock (changed since the last setup)")
 fi
@@ -33,8 +47,7 @@ if ! command -v ansible-playbook >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ansible >/dev/null
 fi
-echo "setup: running playbooks/host.yml against localhost (apt: mininet iperf3 tcpdump tcptrace qemu ...; pip: .venv)"
-ANSIBLE_NOCOLOR=1 ANSIBLE_STDOUT_CALLBACK=${ANSIBLE_STDOUT_CALLBACK:-default} \
-  ansible-playbook -i playbooks/inventory/localhost.ini playbooks/host.yml
-cp requirements.lock .venv/.requirements.lock
+echo "setup: running $playbook against $where (apt: mininet iperf3 tcpdump tcptrace ...; pip: .venv)"
+ANSIBLE_CONFIG=playbooks/ansible.cfg ANSIBLE_NOCOLOR=1 ANSIBLE_STDOUT_CALLBACK=${ANSIBLE_STDOUT_CALLBACK:-default} \
+  ansible-playbook -i playbooks/inventory/localhost.ini "${playbook_args[@]}" "$playbook"
 echo "setup: done"

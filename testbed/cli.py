@@ -104,12 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
     run.add_argument("--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one")
     run.add_argument(
-        "--backend", choices=["auto", "local", "guest"], default="auto",
-        help="where runs execute: the running kernel (local) or a virtme-ng guest; auto picks local only "
-             "when this kernel has every algorithm and qdisc the scenario needs",
+        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
+        help="where runs execute: the running kernel (local), the project's lab VM (vagrant: 'vagrant up' "
+             "first) or a virtme-ng guest; auto picks local when this kernel has every algorithm and qdisc "
+             "the scenario needs, else the lab VM when it is up, else a guest",
     )  # fmt: skip
     run.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
-    run.add_argument("--cpus", type=int, help="guest vCPUs (default: 1 under TCG, 2 with KVM)")
+    run.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
     run.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     run.add_argument("--no-report", action="store_true", help="skip the analysis and report")
     run.set_defaults(func=_cmd_run)
@@ -141,11 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.kernels import KernelError
     from testbed.modules import ModuleBuildError
     from testbed.scenario import ScenarioError
+    from testbed.vagrant import VagrantError
 
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, KernelError, GuestError, ModuleBuildError, ValueError) as err:
+    except (ScenarioError, KernelError, GuestError, ModuleBuildError, VagrantError, ValueError) as err:
         print(f"testbed: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -4,13 +4,12 @@ run the runner inside it.
 KVM is used where it works and TCG otherwise. ``/dev/kvm`` existing is not enough (nested
 virtualization can hang at "Booting from ROM", MACHINE.md), so :func:`kvm_usable` boots the
 kernel once with KVM and a short timeout and caches the answer until the host reboots. Under
-TCG the guest gets one vCPU: with two, it marks the TSC unstable, falls back to hpet and the
-emulated links get slower and erratic (MACHINE.md); more vCPUs get ``tsc=reliable``.
+TCG a multi-vCPU guest marks the TSC unstable and falls back to hpet, which makes the emulated
+links slower and erratic (MACHINE.md): TCG guests get ``tsc=reliable``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import signal
@@ -20,12 +19,13 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed.kernels import Kernel, cache_root
+from testbed.kernels import Kernel
 
 PROJECT = Path(__file__).resolve().parent.parent
-KVM_PROBE_TIMEOUT_S = 20
 #: from `vng` to the guest's first line, measured ~15-20 s under TCG here; a guest silent this long did not boot
 BOOT_TIMEOUT_S = 180
+#: from the runner's plan.done to vng's exit (a guest powers off in a few seconds)
+SHUTDOWN_TIMEOUT_S = 60
 
 
 class GuestError(Exception):
@@ -43,51 +43,15 @@ class GuestConfig:
         return asdict(self)
 
 
-def _boot_id() -> str:
-    try:
-        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return "unknown"
-
-
 def kvm_usable(kernel: Kernel, log=print) -> bool:
-    """Whether qemu can run this kernel with KVM (probed once per host boot, then cached)."""
-    if os.environ.get("CC_TESTBED_ACCEL") in ("kvm", "tcg"):
-        return os.environ["CC_TESTBED_ACCEL"] == "kvm"
-    if not os.access("/dev/kvm", os.R_OK | os.W_OK):
-        return False
-    kernel_key = hashlib.sha256(str(kernel.vmlinuz).encode()).hexdigest()[:12]
-    stamp = cache_root().parent / f"kvm-probe-{_boot_id()}-{kernel_key}"
-    if stamp.exists():
-        return stamp.read_text().strip() == "usable"
-    log(f"probing KVM (boot with -accel kvm, {KVM_PROBE_TIMEOUT_S} s at most; cached until the host reboots)")
-    argv = [
-        "qemu-system-x86_64", "-accel", "kvm", "-cpu", "host", "-m", "256", "-nodefaults", "-no-reboot",
-        "-display", "none", "-serial", "stdio", "-kernel", str(kernel.vmlinuz),
-        "-append", "console=ttyS0 panic=-1 earlyprintk=serial",
-    ]  # fmt: skip
-    usable = False
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + KVM_PROBE_TIMEOUT_S
-    os.set_blocking(proc.stdout.fileno(), False)
-    seen = b""
-    while time.monotonic() < deadline and proc.poll() is None:
-        chunk = proc.stdout.read() or b""
-        seen += chunk
-        if b"Linux version" in seen:
-            usable = True
-            break
-        time.sleep(0.1)
-    seen += proc.stdout.read() or b""
-    usable = usable or b"Linux version" in seen
-    if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    proc.stdout.close()
-    stamp.parent.mkdir(parents=True, exist_ok=True)
-    stamp.write_text("usable\n" if usable else "unusable\n")
-    log(f"KVM is {'usable' if usable else 'not usable here: using TCG (software emulation)'}")
-    return usable
+    """Whether qemu can run this kernel with KVM: ``scripts/kvm-probe.sh`` boots it once with KVM
+    and a short timeout and caches the answer until the host reboots (the Vagrantfile asks the
+    same script). ``CC_TESTBED_ACCEL=kvm|tcg`` decides without probing."""
+    out = subprocess.run([str(PROJECT / "scripts" / "kvm-probe.sh"), str(kernel.vmlinuz)],
+                         capture_output=True, text=True)  # fmt: skip
+    for line in out.stderr.splitlines():
+        log(line.removeprefix("kvm-probe: "))
+    return out.stdout.strip() == "usable"
 
 
 def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", log=print) -> GuestConfig:
@@ -142,6 +106,7 @@ def run_in_guest(
     argv = vng_argv(kernel, config, rwdirs, command)
     started = time.monotonic()
     saw_runner = False
+    done_seen = None
     timing = {"ready_s": None}
     with open(console_log, "wb") as log_file:
         log_file.write(("$ " + " ".join(argv) + "\n").encode())
@@ -178,6 +143,16 @@ def run_in_guest(
                         f"the guest ({kernel.release}, {config.accel}) did not start the runner within "
                         f"{BOOT_TIMEOUT_S} s; console log: {console_log}{console_tail(console_log)}"
                     )
+                if done.exists() and done_seen is None:
+                    done_seen = elapsed
+                if done_seen is not None and elapsed - done_seen > SHUTDOWN_TIMEOUT_S and proc.poll() is None:
+                    # the plan is finished and its results are written: a guest that hangs on its
+                    # way down (not seen so far) must not hold the session until the timeout
+                    echo(f"the guest finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
+                         f"stopping it (console log: {console_log})")  # fmt: skip
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=30)
+                    break
                 if elapsed > timeout_s:
                     raise GuestError(
                         f"the guest did not finish within {timeout_s:.0f} s (runs planned for less); "

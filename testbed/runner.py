@@ -7,7 +7,8 @@ keeps the raw files, and the next run of the plan goes on. Ctrl-C / SIGTERM mark
 ``incomplete`` and stop the plan; the topology is always torn down.
 
 Invoked as ``python -m testbed.runner PLAN.json`` (what the guest executes) or through
-:func:`execute_plan` from the CLI when the local kernel can run the plan itself.
+:func:`execute_plan` from the CLI when the local kernel can run the plan itself. In the lab VM the
+host copies the session folder in, runs the same command over ssh and copies it back.
 """
 
 from __future__ import annotations
@@ -67,20 +68,45 @@ def available_ccs() -> list[str]:
     return Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
 
 
-def load_project_modules(paths: dict[str, str]) -> None:
-    """insmod this project's modules (built for this kernel by the host) unless already loaded."""
+def load_project_modules(paths: dict[str, str | None]) -> dict[str, str]:
+    """insmod this project's modules; returns the .ko path of each as loaded.
+
+    A path of None means "build it here for the running kernel" (the lab VM: the host has no
+    headers for the VM's kernel). A module of the same name already loaded from another build
+    (the lab VM's DKMS copy, loaded at boot) is replaced, so that what runs is what the manifest
+    records.
+    """
+    from testbed import modules
+
+    loaded = {}
     for name, path in paths.items():
-        if Path(f"/sys/module/{name}").exists():
-            continue
-        out = subprocess.run(["insmod", path], capture_output=True, text=True)
+        ko = Path(path) if path else modules.build(os.uname().release, log=log)
+        wanted = provenance.module_info(str(ko)) or {}
+        sys_module = Path(f"/sys/module/{name}")
+        if sys_module.exists():
+            current = (sys_module / "srcversion").read_text().strip() if (sys_module / "srcversion").exists() else None
+            if current and current == wanted.get("srcversion"):
+                loaded[name] = str(ko)
+                continue
+            out = subprocess.run(["rmmod", name], capture_output=True, text=True)
+            if out.returncode != 0:
+                raise RunFailed(f"another build of {name} is loaded and cannot be unloaded ({out.stderr.strip()}): "
+                                f"end the connections that use it, or 'rmmod {name}'")  # fmt: skip
+        out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
         if out.returncode != 0:
-            raise RunFailed(f"insmod {path} failed: {out.stderr.strip()} (built for another kernel? see dmesg)")
+            raise RunFailed(f"insmod {ko} failed: {out.stderr.strip()} (built for another kernel? see dmesg)")
+        loaded[name] = str(ko)
+    return loaded
 
 
-def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules: dict[str, str]) -> None:
-    """Load the modules a run needs; fail with what the kernel has when something is missing."""
+def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules: dict[str, str | None]) -> dict:
+    """Load the modules a run needs; fail with what the kernel has when something is missing.
+
+    Returns the project modules as loaded (name -> .ko path)."""
     wanted = sorted({flow.cc for flow in scenario.flows})
-    load_project_modules({m: p for m, p in project_modules.items() if m in {cc_lookup(cc).module for cc in wanted}})
+    loaded = load_project_modules(
+        {m: p for m, p in project_modules.items() if m in {cc_lookup(cc).module for cc in wanted}}
+    )
     modules = [cc_lookup(cc).module for cc in wanted if cc_lookup(cc).module and not cc_lookup(cc).project_module]
     modules += ["sch_htb"] + (["sch_netem"] if needs_netem else [])
     subprocess.run(["modprobe", "-a", "-q", *modules], capture_output=True)
@@ -92,6 +118,7 @@ def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules
             f"{', '.join(have)}. westwood and vegas are modules of Debian's kernel: run in the guest "
             f"(testbed run --backend guest, the default when the host kernel lacks them)"
         )
+    return loaded
 
 
 def _ping_pairs(net: Network, connections: list[Connection]) -> dict[int, str]:
@@ -229,7 +256,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         }
         manifest["connections"] = [c.to_dict() for c in connections]
         project_modules = context.get("project_modules", {})
-        ensure_kernel_support(scenario, netspec.needs_netem, project_modules)
+        project_modules = ensure_kernel_support(scenario, netspec.needs_netem, project_modules)
         manifest["modules"] = {
             m: provenance.module_info(project_modules.get(m, m))
             for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
@@ -374,8 +401,12 @@ def _fail_manifest(directory: Path, reason: str) -> dict:
     return manifest
 
 
-def execute_plan(plan: dict) -> int:
-    """Run every run of a plan (see :mod:`testbed.session`); returns the number of runs not complete."""
+def execute_plan(plan: dict, session_dir: Path) -> int:
+    """Run every run of a plan (see :mod:`testbed.session`); returns the number of runs not complete.
+
+    Run directories in the plan are relative to ``session_dir`` (the plan's folder), so a plan
+    runs wherever its session folder is: here, in a virtme-ng guest, or copied into the lab VM.
+    """
     from testbed.scenario import RunSpec
 
     runs = plan["runs"]
@@ -397,10 +428,10 @@ def execute_plan(plan: dict) -> int:
         budget_s = run["estimate_s"] * RUN_WATCHDOG_FACTOR + RUN_WATCHDOG_SLACK_S
         try:
             with _watchdog(budget_s):
-                manifest = run_one(spec, Path(run["run_dir"]), plan.get("context", {}))
+                manifest = run_one(spec, session_dir / run["run_dir"], plan.get("context", {}))
         except RunTimedOut as err:
             # fired during run_one's own cleanup: record it and clean up here
-            manifest = _fail_manifest(Path(run["run_dir"]), str(err))
+            manifest = _fail_manifest(session_dir / run["run_dir"], str(err))
             os.environ.pop(MARKER, None)
             cleanup_leftovers()
         done_s += run["estimate_s"]
@@ -462,7 +493,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = json.loads(args.plan.read_text())
     try:
-        failed = execute_plan(plan)
+        failed = execute_plan(plan, args.plan.parent)
     except KeyboardInterrupt:
         log("interrupted: the current run is marked incomplete; the topology was torn down")
         return 130

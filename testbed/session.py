@@ -46,9 +46,13 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     modules_possible = Path("/proc/modules").exists()
     wanted = sorted({f.cc for r in runs for f in r.scenario.flows})
+    release = os.uname().release
+    # the project's module is built for the running kernel: its headers must be there (the lab VM has them)
+    headers = Path(f"/usr/src/linux-headers-{release}/Makefile").exists()
     missing = [
         cc for cc in wanted
-        if cc not in available and not (modules_possible and cc_lookup(cc).module) or cc_lookup(cc).project_module
+        if (cc_lookup(cc).project_module and not (modules_possible and headers))
+        or (cc not in available and not (modules_possible and cc_lookup(cc).module))
     ]  # fmt: skip
     if missing:
         return False, f"the host kernel lacks {', '.join(missing)}"
@@ -56,6 +60,19 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     if needs_netem and not _kernel_has_netem(modules_possible):
         return False, "the host kernel has no netem (delay/loss)"
     return True, "the host kernel has everything these runs need"
+
+
+def choose_backend(runs: list[RunSpec]) -> tuple[str, str]:
+    """Where runs go when nobody says: this kernel when it can, else the lab VM when it is up,
+    else a virtme-ng guest. Returns the backend and why."""
+    from testbed import vagrant
+
+    local_ok, why = host_can_run(runs)
+    if local_ok:
+        return "local", why
+    if vagrant.vm_running():
+        return "vagrant", f"{why}; the lab VM is up (vagrant)"
+    return "guest", f"{why}; no lab VM is up"
 
 
 def _needs_netem(run: RunSpec) -> bool:
@@ -88,11 +105,10 @@ def run_session(
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
     if backend == "auto":
-        local_ok, why = host_can_run(runs)
-        backend = "local" if local_ok else "guest"
+        backend, why = choose_backend(runs)
         log(f"backend: {backend} ({why})")
     backend_info: dict = {"kind": backend}
-    kernel = config = None
+    kernel = config = vm = None
     # Everything that can refuse (kernel, accelerator) is settled before the results folder exists.
     if backend == "guest":
         from testbed import guest, kernels
@@ -104,13 +120,25 @@ def run_session(
         log(f"guest: {kernel.release} under {config.accel.upper()} with {config.vcpus} vCPU(s)")
         release = kernel.release
     elif kernel_version:
-        raise ValueError("--kernel needs the guest backend (the local backend uses the running kernel)")
+        raise ValueError(
+            "--kernel needs the guest backend (the local backend and the lab VM use their running kernel; "
+            "the lab VM's kernel is chosen with TESTBED_KERNEL at 'vagrant provision')"
+        )
+    elif backend == "vagrant":
+        from testbed import vagrant
+
+        vm = vagrant.LabVM()
+        release = vm.kernel_release()
+        backend_info.update({"tool": "vagrant", "kernel_release": release, "vm_project": vagrant.VM_PROJECT})
+        log(f"lab VM: {release}; pushing this checkout (vagrant rsync)")
+        vagrant.sync_checkout()
     else:
         release = os.uname().release
-    project_modules = {}
+    project_modules: dict[str, str | None] = {}
     wanted_modules = modules.needed({f.cc for r in runs for f in r.scenario.flows})
     for module in sorted(wanted_modules):
-        project_modules[module] = str(modules.build(release, log=log))
+        # the lab VM builds its own (the host has no headers for the VM's kernel)
+        project_modules[module] = None if backend == "vagrant" else str(modules.build(release, log=log))
     total = sum(estimate_s(r) for r in runs) + (GUEST_BOOT_S if backend == "guest" else 0)
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs)} runs, estimated {total / 60:.1f} min")
     session = rundir.session_dir(results_root, scenario.name, git["sha"])
@@ -129,7 +157,7 @@ def run_session(
                 "params": r.params,
                 "seed": r.seed,
                 "scenario": r.scenario.model_dump(mode="json"),
-                "run_dir": str(rundir.run_dir(session, r.point_id, r.seed)),
+                "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
                 "estimate_s": estimate_s(r),
             }
             for r in runs
@@ -140,7 +168,7 @@ def run_session(
         {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
          "description": scenario.description, "backend": backend_info, "git": git,
          "started_utc": rundir.utc_iso(),
-         "runs": [str(Path(r["run_dir"]).relative_to(session)) for r in plan["runs"]]},
+         "runs": [r["run_dir"] for r in plan["runs"]]},
     )  # fmt: skip
     plan_path = session / "plan.json"
     rundir.write_json_atomic(plan_path, plan)
@@ -149,7 +177,18 @@ def run_session(
     if backend == "local":
         from testbed.runner import execute_plan
 
-        execute_plan(plan)
+        execute_plan(plan, session)
+    elif backend == "vagrant":
+        try:
+            timing["vagrant"] = vagrant.run_plan(vm, session, timeout_s=total * 3 + 300, echo=log)
+        except vagrant.VagrantError as err:
+            log(f"lab VM failed: {err}")
+            _mark_unfinished(plan, session, str(err))
+        except KeyboardInterrupt:
+            _mark_unfinished(plan, session, "interrupted (Ctrl-C) while the lab VM ran it; raw files kept")
+            raise
+        finally:
+            vm.close()
     else:
         from testbed import guest
 
@@ -160,25 +199,25 @@ def run_session(
             )  # fmt: skip
         except guest.GuestError as err:
             log(f"guest failed: {err}")
-            _mark_unfinished(plan, str(err))
+            _mark_unfinished(plan, session, str(err))
         except KeyboardInterrupt:
-            _mark_unfinished(plan, "interrupted (Ctrl-C) while the guest ran it; raw files kept")
+            _mark_unfinished(plan, session, "interrupted (Ctrl-C) while the guest ran it; raw files kept")
             raise
     timing["runs_wall_s"] = round(time.monotonic() - started, 2)
     session_info = rundir.read_json(session / rundir.SESSION)
     session_info.update({"ended_utc": rundir.utc_iso(), "timing": timing})
     rundir.write_json_atomic(session / rundir.SESSION, session_info)
-    run_dirs = [Path(r["run_dir"]) for r in plan["runs"]]
+    run_dirs = [session / r["run_dir"] for r in plan["runs"]]
     statuses = {str(d): rundir.run_status(d) for d in run_dirs}
     log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
         f"{sum(s == 'complete' for s in statuses.values())}/{len(run_dirs)} complete")  # fmt: skip
     return SessionResult(session, run_dirs, statuses, backend_info)
 
 
-def _mark_unfinished(plan: dict, reason: str) -> None:
+def _mark_unfinished(plan: dict, session: Path, reason: str) -> None:
     """Give every run the guest did not finish a manifest that says why (raw files stay)."""
     for run in plan["runs"]:
-        directory = Path(run["run_dir"])
+        directory = session / run["run_dir"]
         path = directory / rundir.MANIFEST
         manifest = rundir.read_json(path) if path.exists() else {
             "schema": 1, "scenario": run["scenario_name"], "point_id": run["point_id"], "params": run["params"],

@@ -1,0 +1,159 @@
+"""The lab VM end to end: box, ``vagrant up`` + provisioning, an experiment in the VM with the
+report on the host, an idempotent second provisioning, ``vagrant destroy``, nothing left behind.
+
+The tests run in file order and share one VM (module fixture). The VM gets a domain name of its
+own (TESTBED_VM_PREFIX) and its own Vagrant state folder (VAGRANT_DOTFILE_PATH), so a developer's
+own lab VM in this checkout is left alone. The box is reused when it is already added (it is
+rebuilt only when its recipe changed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from analysis.report import write_session_report
+from testbed import rundir
+from testbed.scenario import scenario_from_dict
+from testbed.session import run_session
+
+PROJECT = Path(__file__).resolve().parents[2]
+URI = "qemu:///system"
+BOX = "cc-testbed/bookworm"
+#: libvirt's default storage pool (a directory pool): domain disks and the box's base volume
+IMAGES = Path("/var/lib/libvirt/images")
+
+pytestmark = pytest.mark.vagrant
+
+
+def virsh(*args: str) -> list[str]:
+    out = subprocess.run(["virsh", "-c", URI, *args], capture_output=True, text=True)
+    return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+
+
+def libvirt_answers() -> bool:
+    return subprocess.run(["virsh", "-c", URI, "version"], capture_output=True).returncode == 0
+
+
+def vagrant(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(["vagrant", *args], cwd=PROJECT, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def lab_vm(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("vagrant tier needs root (libvirt's system instance, loop devices for the box build)")
+    missing = [tool for tool in ("vagrant", "virsh", "libvirtd", "mmdebstrap", "ansible-playbook")
+               if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin")]  # fmt: skip
+    if missing:
+        pytest.skip(f"vagrant tier needs {', '.join(missing)}: run 'make setup'")
+    state = tmp_path_factory.mktemp("vagrant")
+    env = {"VAGRANT_DOTFILE_PATH": str(state / "dot-vagrant"), "TESTBED_VM_PREFIX": f"cc-testbed-test-{os.getpid()}_"}
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    before = {
+        "libvirt": libvirt_answers(),
+        "images": set(os.listdir(IMAGES)) if IMAGES.exists() else set(),
+        "networks": set(virsh("net-list", "--name")),
+    }
+    started = time.monotonic()
+    up = vagrant("up", "--provider=libvirt")
+    info = {"state": state, "env": env, "before": before, "up": up, "up_s": time.monotonic() - started}
+    try:
+        yield info
+    finally:
+        if (state / "dot-vagrant" / "machines").exists() and not info.get("destroyed"):
+            vagrant("destroy", "-f", timeout=600)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def test_vagrant_up_provisions_the_vm(lab_vm):
+    up = lab_vm["up"]
+    assert up.returncode == 0, f"vagrant up failed:\n{up.stdout[-4000:]}\n{up.stderr[-2000:]}"
+    recap = re.search(r"PLAY RECAP.*?\n(.*failed=\d+)", up.stdout, re.S)
+    assert recap and "failed=0" in recap.group(1), up.stdout[-3000:]
+    out = vagrant("ssh", "-c", "cat /proc/sys/net/ipv4/tcp_available_congestion_control; uname -r; "
+                  "cat /etc/cc-testbed/box.json; cat /etc/cc-testbed/provisioned", timeout=300)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    algorithms = lines[0].split()
+    assert {"westwood", "vegas", "westwood_ml", "westwood_paper"} <= set(algorithms), algorithms
+    box = json.loads(lines[2])
+    assert lines[1] == box["kernel"], "the VM runs the box's kernel (no TESTBED_KERNEL given)"
+    print(f"vagrant up (box, boot, first provisioning): {lab_vm['up_s']:.0f} s")
+
+
+def test_experiment_runs_in_the_vm_and_the_report_lands_on_the_host(lab_vm, tmp_path):
+    assert lab_vm["up"].returncode == 0, "vagrant up failed (first test)"
+    scenario = scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_bdp": 1}},
+            "flows": [{"cc": "westwood", "rtt_ms": 40}, {"cc": "westwood_paper", "rtt_ms": 40}],
+            "duration_s": 10,
+        },
+        name="lab-vm",
+    )
+    # the host kernel here has no netem: "auto" must pick the VM that is up
+    result = run_session(scenario, backend="auto", results_root=tmp_path)
+    assert result.backend["kind"] == "vagrant"
+    [run] = result.runs
+    manifest = rundir.read_json(run / "manifest.json")
+    assert manifest["status"] == "complete", manifest["reason"]
+    assert manifest["backend"]["kind"] == "vagrant"
+    assert manifest["kernel"]["release"] == result.backend["kernel_release"] != os.uname().release
+    assert manifest["modules"]["tcp_westwood_tb"]["srcversion"], "the VM built and loaded the project's module"
+    assert "westwood_tb_sample" in (run / "raw" / "westwood_tb.txt").read_text()
+    report = write_session_report(result.directory)
+    assert report.html_path.exists() and (run / "report.html").exists()
+    flows = pd.read_csv(run / "flows.csv")
+    assert sorted(flows["cc"]) == ["westwood", "westwood_paper"]
+    goodput = flows["recv_goodput_mbit"].sum()
+    assert 7.0 < goodput < 10.0, f"two flows through 10 Mbit/s delivered {goodput:.2f} Mbit/s"
+
+
+def test_second_provisioning_changes_nothing(lab_vm):
+    assert lab_vm["up"].returncode == 0, "vagrant up failed (first test)"
+    started = time.monotonic()
+    again = vagrant("provision")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-2000:]
+    recap = re.search(r"PLAY RECAP.*?\n(.*)", again.stdout, re.S).group(1)
+    assert re.search(r"changed=0\s", recap) and "failed=0" in recap, recap
+    print(f"second provisioning: {time.monotonic() - started:.0f} s")
+
+
+def test_destroy_leaves_nothing_behind(lab_vm):
+    destroy = vagrant("destroy", "-f", timeout=600)
+    lab_vm["destroyed"] = True
+    assert destroy.returncode == 0, destroy.stderr
+    prefix = lab_vm["env"]["TESTBED_VM_PREFIX"]
+    before = lab_vm["before"]
+    # The box's base volume stays after `vagrant destroy` (the next `vagrant up` starts faster);
+    # the test removes the one its own `vagrant up` uploaded.
+    base_volume = BOX.replace("/", "-VAGRANTSLASH-")
+    for name in set(os.listdir(IMAGES)) - before["images"]:
+        if name.startswith(base_volume):
+            if libvirt_answers():
+                virsh("vol-delete", "--pool", "default", name)
+            (IMAGES / name).unlink(missing_ok=True)
+    assert set(os.listdir(IMAGES)) <= before["images"], "volumes left in libvirt's default pool"
+    if before["libvirt"]:
+        assert not [d for d in virsh("list", "--all", "--name") if d.startswith(prefix)]
+        assert set(virsh("net-list", "--name")) <= before["networks"]
+    else:
+        # the test's `vagrant up` started libvirt; `vagrant destroy` stopped it again with its networks
+        assert not libvirt_answers(), "libvirtd started for the test is still running"
+        leftover = subprocess.run(["pgrep", "-a", "-f", "libvirtd|virtlogd|qemu-system|dnsmasq"],
+                                  capture_output=True, text=True).stdout  # fmt: skip
+        assert not leftover.strip(), leftover
