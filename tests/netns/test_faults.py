@@ -76,8 +76,14 @@ def _start_cli(tmp_path: Path, duration_s: int) -> subprocess.Popen:
         return subprocess.Popen(
             [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--no-report",
              "--results", str(tmp_path / "results")],
-            cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT,
+            cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint,
         )  # fmt: skip
+
+
+def _default_sigint() -> None:
+    # A shell starts background jobs with SIGINT ignored, and Python then keeps ignoring it:
+    # give the CLI the SIGINT a user's Ctrl-C would reach, however the test suite was started.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _run_dir(tmp_path: Path) -> Path:
