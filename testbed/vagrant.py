@@ -138,6 +138,8 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
         proc.wait()
         _bring_back(vm, remote, session)
         raise
+    finally:
+        proc.stdout.close()
     _bring_back(vm, remote, session)
     if not (session / "plan.done").exists():
         raise VagrantError(
