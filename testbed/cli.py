@@ -140,6 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     from testbed.guest import GuestError
     from testbed.kernels import KernelError
+    from testbed.lossbpf import LossChannelError
     from testbed.modules import ModuleBuildError
     from testbed.scenario import ScenarioError
     from testbed.vagrant import VagrantError
@@ -147,7 +148,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ScenarioError, KernelError, GuestError, ModuleBuildError, VagrantError, ValueError) as err:
+    except (ScenarioError, KernelError, GuestError, ModuleBuildError, LossChannelError, VagrantError,
+            ValueError) as err:
         print(f"testbed: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -131,3 +131,20 @@ def busy_pct(before: tuple[int, int], after: tuple[int, int]) -> float:
     total = after[0] - before[0]
     idle = after[1] - before[1]
     return 100.0 * (1 - idle / total) if total > 0 else 0.0
+
+
+#: realized loss of a channel state may differ from the configured one by this many binomial standard
+#: deviations plus LOSS_TOLERANCE_PP percentage points before the run is untrustworthy
+LOSS_SIGMAS = 4.0
+LOSS_TOLERANCE_PP = 0.5
+
+
+def loss_check(name: str, seen: int, dropped: int, configured_pct: float) -> Check:
+    """Realized loss of one channel state vs its configured probability (binomial tolerance)."""
+    if seen == 0:
+        return Check(name, True, None, configured_pct, "no packet crossed the channel in this state")
+    realized = 100 * dropped / seen
+    p = configured_pct / 100
+    tolerance = 100 * LOSS_SIGMAS * (p * (1 - p) / seen) ** 0.5 + LOSS_TOLERANCE_PP
+    detail = f"{realized:.2f} % of {seen} packets lost, configured {configured_pct:g} % (tolerance ±{tolerance:.2f} pp)"
+    return Check(name, abs(realized - configured_pct) <= tolerance, round(realized, 4), configured_pct, detail)

@@ -26,11 +26,12 @@ import traceback
 from pathlib import Path
 
 from analysis.cc import lookup as cc_lookup
-from testbed import capture, fidelity, provenance, rundir
+from testbed import capture, fidelity, lossbpf, provenance, rundir
 from testbed.network import MARKER, Network, cleanup_leftovers
 from testbed.scenario import RunSpec, Scenario
 from testbed.traffic import Connection, client_argv, pair_rtts, plan_connections, server_argv
 from topologies import TOPOLOGIES
+from topologies.lossmodel import probe_loss_pct, timeline
 from topologies.shaping import EgressPlan
 from topologies.shaping import apply as apply_egress
 
@@ -187,7 +188,8 @@ def _probe_paths(net: Network, topology, connections: list[Connection], raw: Pat
         server_out = server.communicate(timeout=30)[0].decode(errors="replace")
         (raw / f"udp-probe-{bottleneck.direction}-client.json").write_text(client_out)
         (raw / f"udp-probe-{bottleneck.direction}-server.json").write_text(server_out)
-        loss = topology.params.bottleneck.loss_pct if hasattr(topology.params, "bottleneck") else 0.0
+        link = getattr(topology.params, "bottleneck", None)
+        loss = probe_loss_pct(link.loss_model) if link is not None else 0.0
         expected = fidelity.expected_udp_rate_mbit(bottleneck.rate_mbit, loss)
         measured = fidelity.udp_steady_rate_mbit(server_out)
         report.checks.append(fidelity.rate_check(f"bottleneck rate {bottleneck.direction}", measured, expected))
@@ -293,6 +295,9 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             time.sleep(0.5)
             t0 = time.monotonic() + START_DELAY_S
             manifest["t0_monotonic"] = t0
+            channels = _arm_loss_channels(net, spec, t0, scenario.duration_s + CLIENT_GRACE_S)
+            if channels and time.monotonic() > t0:
+                log(f"  loss channels armed {time.monotonic() - t0:.2f} s after t0 (packets before passed uncounted)")
             cpu_before = fidelity.cpu_times()
             clients: dict[str, subprocess.Popen] = {}
             pending = sorted(connections, key=lambda c: c.start_s)
@@ -343,6 +348,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             for node, stats in manifest["capture"]["pcap"].items():
                 report.checks.append(fidelity.capture_check(node, stats))
             rundir.write_json_atomic(raw / "tc-stats.json", _tc_stats(net))
+            manifest["loss_channels"] = _read_loss_channels(channels, raw, report)
             manifest["fidelity"] = report.to_dict()
             failures = _connection_failures(connections, clients, raw)
         manifest["timing"]["collect_teardown_s"] = round(time.monotonic() - t_teardown, 3)
@@ -374,6 +380,33 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         manifest["files"] = rundir.file_hashes(directory)
         rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
     return manifest
+
+
+def _arm_loss_channels(net: Network, spec: RunSpec, t0: float, horizon_s: float) -> list[lossbpf.Channel]:
+    """Arm every timed two-state loss channel of the topology with its timeline from the run's seed.
+
+    Channel k (interfaces in sorted order) uses stream k of the seed: independent channels, the
+    same ones again for the same seed."""
+    timed = sorted((key, plan.timed_loss) for key, plan in net.spec.egress.items() if plan.timed_loss is not None)
+    channels = []
+    for stream, ((node, intf), model) in enumerate(timed):
+        channel = lossbpf.Channel(node, intf, net.netns_path(node), model, stream)
+        channel.arm(round(t0 * 1e9), spec.seed, timeline(model, spec.seed, horizon_s, stream))
+        channels.append(channel)
+    return channels
+
+
+def _read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidelity.FidelityReport) -> list[dict]:
+    """Write each channel's realized timeline to raw/loss-<node>-<intf>.json; summaries for the manifest."""
+    summaries = []
+    for channel in channels:
+        data = channel.read()
+        rundir.write_json_atomic(raw / f"loss-{channel.node}-{channel.ifname}.json", data)
+        for kind, total in data["per_state"].items():
+            report.checks.append(fidelity.loss_check(f"loss {kind} {channel.node}/{channel.ifname}", total["seen"],
+                                                     total["dropped"], total["configured_loss_pct"]))  # fmt: skip
+        summaries.append({key: data[key] for key in ("node", "interface", "stream", "packets_seen", "per_state")})
+    return summaries
 
 
 def _connection_failures(connections: list[Connection], clients: dict, raw: Path) -> list[str]:
@@ -410,6 +443,7 @@ def execute_plan(plan: dict, session_dir: Path) -> int:
     from testbed.scenario import RunSpec
 
     runs = plan["runs"]
+    lossbpf.use_object(plan.get("context", {}).get("bpf_object"))
     not_complete = 0
     started = time.monotonic()
     done_s = 0.0

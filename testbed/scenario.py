@@ -47,9 +47,12 @@ from pydantic_core import PydanticCustomError
 
 from analysis.cc import REGISTRY as CC_REGISTRY
 from topologies import TOPOLOGY_PARAMS
+from topologies.lossmodel import LOSS_MODEL_NAMES, MAX_STATES, TimedTwoStateLoss, expected_states
 from topologies.params import LinkParams, StrictModel
 
 SCENARIO_SUFFIXES = (".yaml", ".yml")
+#: a timed loss channel's timeline covers the run plus this long (the runner's grace for late flows)
+TIMELINE_SLACK_S = 30.0
 DEFAULT_PROFILE = "quick"
 #: a sweep this large is almost certainly a typo (a list where one value was meant)
 MAX_POINTS = 10_000
@@ -196,6 +199,15 @@ class Scenario(StrictModel):
                 problems.append(
                     (("flows", i, "rtt_ms"), f"{message}must be at least 2 x bottleneck delay_ms = {minimum}")
                 )
+        for name in type(self.topology).model_fields:
+            link = getattr(self.topology, name)
+            if isinstance(link, LinkParams) and isinstance(link.loss, TimedTwoStateLoss):
+                horizon = self.duration_s + TIMELINE_SLACK_S
+                states = expected_states(link.loss, horizon)
+                if states > MAX_STATES / 2:
+                    message = (f"about {states:.0f} channel states in {_num(horizon)} s; at most {MAX_STATES // 2} "
+                               f"fit: use longer good_s/bad_s or a shorter duration_s")  # fmt: skip
+                    problems.append((("topology", name, "loss"), message))
         if problems:
             raise _scenario_check(problems)
         return self
@@ -676,11 +688,16 @@ def _model_union(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
+#: the fields that pick a member of a union: ``topology.name``, ``loss.model``
+_TAG_KEYS = ("name", "model")
+
+
 def _tag_of(model: type[BaseModel]) -> str | None:
-    """The ``name`` a union member answers to (its ``Literal`` value)."""
-    name_field = model.model_fields.get("name")
-    if name_field is not None and get_origin(name_field.annotation) is Literal:
-        return get_args(name_field.annotation)[0]
+    """The ``name`` (or ``model``) a union member answers to (its ``Literal`` value)."""
+    for key in _TAG_KEYS:
+        tag_field = model.model_fields.get(key)
+        if tag_field is not None and get_origin(tag_field.annotation) is Literal:
+            return get_args(tag_field.annotation)[0]
     return None
 
 
@@ -692,7 +709,7 @@ def _pick_model(annotation: Any, raw: Any) -> type[BaseModel] | None:
         return None
     if isinstance(raw, BaseModel):
         return type(raw)
-    tag = raw.get("name") if isinstance(raw, dict) else None
+    tag = next((raw[key] for key in _TAG_KEYS if key in raw), None) if isinstance(raw, dict) else None
     if isinstance(tag, list) and tag:
         tag = tag[0]  # a sweep over the name itself: walk the first member's fields
     return next((member for member in members if _tag_of(member) == tag), None)
@@ -763,7 +780,7 @@ def _problems_from(error: ValidationError, data: dict, lines: Mapping[DataPath, 
                 problems.append(Problem(_line_of(full, lines), _display_path(full), message))
             continue
         if kind in ("union_tag_invalid", "union_tag_not_found"):
-            path = (*path, "name")
+            path = (*path, _union_key(detail))
         period = _period_path(path)
         if period is not None and kind in ("missing", "too_long", "too_short", "tuple_type"):
             path, message = (
@@ -790,12 +807,14 @@ def _message(kind: str, detail: dict, path: DataPath, data: dict, info: FieldInf
         return f"required field '{leaf}' is missing" + (f": {about}" if about else "")
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         return f"{_show(value)} is out of range: must be {_range_text(info, ctx)}{f' ({unit})' if unit else ''}"
-    if kind == "union_tag_invalid":
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        key = _union_key(detail)
+        what, options = ("topology", list(TOPOLOGY_PARAMS)) if key == "name" else (
+            "loss model", list(LOSS_MODEL_NAMES))  # fmt: skip
+        if kind == "union_tag_not_found":
+            return f"which {what}? add '{key}:' with one of: {', '.join(options)}"
         tag = str(ctx.get("tag"))
-        hint = _did_you_mean(tag, TOPOLOGY_PARAMS)
-        return f"'{tag}' is not a known topology; valid: {', '.join(TOPOLOGY_PARAMS)}{hint}"
-    if kind == "union_tag_not_found":
-        return f"which topology? add 'name:' with one of: {', '.join(TOPOLOGY_PARAMS)}"
+        return f"'{tag}' is not a known {what}; valid: {', '.join(options)}{_did_you_mean(tag, options)}"
     if kind == "literal_error":
         options = re.findall(r"'([^']*)'", str(ctx.get("expected", "")))
         hint = _did_you_mean(str(value), options)
@@ -817,6 +836,11 @@ def _message(kind: str, detail: dict, path: DataPath, data: dict, info: FieldInf
     if kind in ("value_error", "assertion_error"):
         return str(ctx.get("error", detail["msg"]))
     return detail["msg"]
+
+
+def _union_key(detail: dict) -> str:
+    """The field that picks the union member in a ``union_tag_*`` error (``name`` or ``model``)."""
+    return str(detail.get("ctx", {}).get("discriminator", "'name'")).strip("'\"")
 
 
 def _period_path(path: DataPath) -> DataPath | None:

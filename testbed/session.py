@@ -75,12 +75,19 @@ def choose_backend(runs: list[RunSpec]) -> tuple[str, str]:
     return "guest", f"{why}; no lab VM is up"
 
 
-def _needs_netem(run: RunSpec) -> bool:
+def _netspec(run: RunSpec):
     from testbed.traffic import pair_rtts
     from topologies import TOPOLOGIES
 
-    topology = TOPOLOGIES[run.scenario.topology.name](run.scenario.topology, pair_rtts(run.scenario))
-    return topology.netspec().needs_netem
+    return TOPOLOGIES[run.scenario.topology.name](run.scenario.topology, pair_rtts(run.scenario)).netspec()
+
+
+def _needs_netem(run: RunSpec) -> bool:
+    return _netspec(run).needs_netem
+
+
+def _needs_bpf(run: RunSpec) -> bool:
+    return any(plan.timed_loss is not None for plan in _netspec(run).egress.values())
 
 
 def _kernel_has_netem(modules_possible: bool) -> bool:
@@ -139,6 +146,11 @@ def run_session(
     for module in sorted(wanted_modules):
         # the lab VM builds its own (the host has no headers for the VM's kernel)
         project_modules[module] = None if backend == "vagrant" else str(modules.build(release, log=log))
+    bpf_object = None
+    if backend != "vagrant" and any(_needs_bpf(r) for r in runs):
+        from testbed import lossbpf
+
+        bpf_object = str(lossbpf.build(log=log))  # the lab VM compiles its own
     total = sum(estimate_s(r) for r in runs) + (GUEST_BOOT_S if backend == "guest" else 0)
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs)} runs, estimated {total / 60:.1f} min")
     session = rundir.session_dir(results_root, scenario.name, git["sha"])
@@ -149,6 +161,7 @@ def run_session(
             "git": git,
             "backend": backend_info,
             "project_modules": project_modules,
+            "bpf_object": bpf_object,
         },
         "runs": [
             {

@@ -20,8 +20,10 @@ on the path, where the propagation delay sits does not change the dynamics, and 
 per direction keeps the emulated RTT exact under TCG (each netem stage adds ~0.5 ms there).
 netem is never on the bottleneck interface, whose HTB class and pfifo form the drop-tail queue
 of ``queue_pkts`` (MACHINE.md: netem's limit also counts packets held for delay). The
-bottleneck's loss is a netem (loss only) on the router's egress toward the receiving hosts:
-after the queue, in both directions of the bottleneck.
+bottleneck's loss (any model of :mod:`topologies.lossmodel`) sits on the router's egress toward
+the receiving hosts: after the queue, in both directions of the bottleneck. A timed two-state
+channel there is one independent channel per receiving host and direction (each its own stream of
+the run's seed).
 """
 
 from __future__ import annotations
@@ -111,6 +113,6 @@ class Dumbbell:
                 spec.addresses[(router, f"{router}-eth{i + 1}")] = f"{net}.{i}.254/24"
                 spec.routes[host] = [("default", f"{net}.{i}.254")]
                 spec.egress[(host, f"{host}-eth0")] = EgressPlan(delay_ms=one_way)
-                spec.egress[(router, f"{router}-eth{i + 1}")] = EgressPlan(loss_pct=link.loss_pct)
+                spec.egress[(router, f"{router}-eth{i + 1}")] = EgressPlan.with_loss(link.loss_model)
         spec.hosts.sort(key=lambda h: (h[0], int(h[1:])))
         return spec

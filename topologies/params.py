@@ -9,18 +9,15 @@ from __future__ import annotations
 
 import math
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
+
+from topologies.base import StrictModel
+from topologies.lossmodel import BernoulliLoss, LossModel
 
 #: Bytes on the wire per full-size segment: 1448 B payload + 32 B TCP (timestamps) + 20 B IP + 14 B Ethernet.
 #: HTB counts the Ethernet header, so the TCP goodput limit of a rate R is R * 1448 / 1514.
 WIRE_BYTES_PER_PACKET = 1514
 TCP_PAYLOAD_BYTES = 1448
-
-
-class StrictModel(BaseModel):
-    """Base for every scenario-facing model: unknown fields are errors, values are checked on assignment."""
-
-    model_config = ConfigDict(extra="forbid", validate_assignment=True, frozen=False)
 
 
 class LinkParams(StrictModel):
@@ -30,6 +27,10 @@ class LinkParams(StrictModel):
     delay_ms: float = Field(default=0.0, ge=0, le=10_000, description="one-way propagation delay")
     loss_pct: float = Field(
         default=0.0, ge=0, le=100, description="independent (Bernoulli) loss, per direction"
+    )
+    loss: LossModel | None = Field(
+        default=None,
+        description="a loss model (bernoulli, gilbert_elliott, timed_two_state) instead of loss_pct",
     )
     queue_pkts: int | None = Field(default=None, ge=1, le=1_000_000, description="drop-tail queue in packets")
     queue_bdp: float | None = Field(
@@ -43,7 +44,16 @@ class LinkParams(StrictModel):
     def _one_queue_size(self) -> LinkParams:
         if self.queue_pkts is not None and self.queue_bdp is not None:
             raise ValueError("give either queue_pkts or queue_bdp, not both")
+        if self.loss is not None and self.loss_pct:
+            raise ValueError("give either loss_pct or loss (a loss model), not both")
         return self
+
+    @property
+    def loss_model(self) -> LossModel | None:
+        """The link's loss as a model (``loss_pct`` is the short form of Bernoulli loss); None = lossless."""
+        if self.loss is not None:
+            return self.loss
+        return BernoulliLoss(loss_pct=self.loss_pct) if self.loss_pct else None
 
 
 def bdp_packets(rate_mbit: float, rtt_ms: float) -> int:

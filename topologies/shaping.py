@@ -10,7 +10,11 @@ Layout on one interface:
 * rate-limited egress (a bottleneck): ``htb 1:`` → class ``1:1`` (rate = ceil) → ``pfifo 10:``
   with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets;
 * delay/loss egress: ``netem 1:`` with a large ``limit`` (netem counts packets held for delay
-  against its limit, so it must never be the queue that drops).
+  against its limit, so it must never be the queue that drops); a Gilbert-Elliott loss model is
+  netem's ``loss gemodel``, installed with the ``tc`` command (pyroute2's netem has no loss models);
+* the papers' time-based two-state loss: a tc-BPF program on the interface's ``clsact`` egress hook
+  (:mod:`testbed.lossbpf`), armed with the run's seeded timeline when traffic starts. Use it on a
+  router's interface: a drop on a sending host's own egress is reported back to its socket.
 
 A plan with both a rate and a delay is refused: keep them on different interfaces
 (MACHINE.md: netem's limit would turn into the bottleneck queue).
@@ -18,7 +22,10 @@ A plan with both a rate and a delay is refused: keep them on different interface
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
+
+from topologies.lossmodel import BernoulliLoss, GilbertElliottLoss, LossModel, TimedTwoStateLoss, netem_loss_args
 
 #: netem's own limit: far above any window in flight on the links we emulate
 NETEM_LIMIT_PKTS = 100_000
@@ -35,22 +42,37 @@ class EgressPlan:
     queue_pkts: int | None = None
     delay_ms: float = 0.0
     loss_pct: float = 0.0
+    #: a loss model other than plain Bernoulli (which is ``loss_pct``)
+    loss_model: GilbertElliottLoss | TimedTwoStateLoss | None = None
 
     def __post_init__(self) -> None:
-        if self.rate_mbit is not None and (self.delay_ms or self.loss_pct):
+        if self.rate_mbit is not None and (self.delay_ms or self.loss_pct or self.loss_model):
             raise ValueError(
                 "rate and delay/loss must be on different interfaces (netem's limit would queue)"
             )
         if self.queue_pkts is not None and self.rate_mbit is None:
             raise ValueError("a queue size needs a rate (the queue forms in front of the rate limit)")
+        if self.loss_pct and self.loss_model is not None:
+            raise ValueError("give either loss_pct or loss_model, not both")
+
+    @classmethod
+    def with_loss(cls, model: LossModel | None, **kwargs) -> EgressPlan:
+        """A plan carrying ``model`` (Bernoulli as ``loss_pct``, the others as ``loss_model``)."""
+        if isinstance(model, BernoulliLoss):
+            return cls(loss_pct=model.loss_pct, **kwargs)
+        return cls(loss_model=model, **kwargs)
+
+    @property
+    def timed_loss(self) -> TimedTwoStateLoss | None:
+        return self.loss_model if isinstance(self.loss_model, TimedTwoStateLoss) else None
 
     @property
     def needs_netem(self) -> bool:
-        return bool(self.delay_ms or self.loss_pct)
+        return bool(self.delay_ms or self.loss_pct or isinstance(self.loss_model, GilbertElliottLoss))
 
     @property
     def is_empty(self) -> bool:
-        return self.rate_mbit is None and not self.needs_netem
+        return self.rate_mbit is None and not self.needs_netem and self.timed_loss is None
 
 
 @dataclass(frozen=True)
@@ -106,6 +128,15 @@ class MissingQdiscError(RuntimeError):
     """The kernel lacks a qdisc a plan needs (e.g. netem on the host kernel)."""
 
 
+def netem_tc_argv(ifname: str, plan: EgressPlan, replace: bool = False) -> list[str]:
+    """``tc`` arguments of a netem that carries a Gilbert-Elliott loss model (and the plan's delay)."""
+    argv = ["tc", "qdisc", "replace" if replace else "add", "dev", ifname, "root", "handle", "1:", "netem",
+            "limit", str(NETEM_LIMIT_PKTS)]  # fmt: skip
+    if plan.delay_ms:
+        argv += ["delay", f"{round(plan.delay_ms * 1000)}us"]
+    return argv + netem_loss_args(plan.loss_model)
+
+
 def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False) -> list[QdiscSpec]:
     """Install a plan on ``ifname`` inside the namespace at ``netns_path``.
 
@@ -114,7 +145,18 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
     from pyroute2 import NetNS
     from pyroute2.netlink.exceptions import NetlinkError
 
-    specs = qdisc_specs(plan)
+    if isinstance(plan.loss_model, GilbertElliottLoss):
+        argv = ["nsenter", f"--net={netns_path}", *netem_tc_argv(ifname, plan, replace)]
+        out = subprocess.run(argv, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise MissingQdiscError(f"{' '.join(argv[2:])} failed: {out.stderr.strip()} (is sch_netem loaded?)")
+        specs = []
+    else:
+        specs = qdisc_specs(plan)
+    if plan.timed_loss is not None and not replace:
+        from testbed import lossbpf
+
+        lossbpf.attach(netns_path, ifname)
     ns = NetNS(netns_path)
     try:
         index = ns.link_lookup(ifname=ifname)[0]

@@ -22,6 +22,7 @@ from testbed.scenario import (
     scenario_from_dict,
 )
 from topologies.dumbbell import DumbbellParams
+from topologies.lossmodel import BernoulliLoss, GilbertElliottLoss, TimedTwoStateLoss
 from topologies.params import LinkParams
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,7 +204,7 @@ def test_unknown_field_lists_valid_fields_and_suggests():
     (problem,) = error.problems
     assert problem.line == line_of(text, "rate_mbps")
     assert problem.path == "topology.bottleneck.rate_mbps"
-    assert "valid fields here: rate_mbit, delay_ms, loss_pct, queue_pkts, queue_bdp" in problem.message
+    assert "valid fields here: rate_mbit, delay_ms, loss_pct, loss, queue_pkts, queue_bdp" in problem.message
     assert "did you mean 'rate_mbit'?" in problem.message
 
 
@@ -537,7 +538,7 @@ def test_readme_example_loads_and_documents_every_field():
     assert full.profile == "quick"
     swept = [p.point_id for p in load_scenario_text(example.split("profiles:")[0], name="example").points]
     assert swept == ["queue_bdp=0.5", "queue_bdp=1", "queue_bdp=2"]
-    for model in (Scenario, Flow, LinkParams):
+    for model in (Scenario, Flow, LinkParams, BernoulliLoss, GilbertElliottLoss, TimedTwoStateLoss):
         for name in model.model_fields:
             assert f"`{name}`" in readme or f".{name}`" in readme or f"[].{name}`" in readme, name
 

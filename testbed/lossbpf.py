@@ -1,0 +1,216 @@
+"""The time-based two-state loss channel in the kernel: build, attach, arm and read the tc-BPF program.
+
+Why tc-BPF: netem decides loss per packet with no notion of time-based states, and Debian 12's
+netem takes no seed; the papers' channel (``topologies/lossmodel.py``) needs both. The program
+(``testbed/bpf/timed_loss.bpf.c``) looks up the state covering each packet's own time in a map
+(``bpf_ktime_get_ns``, nanoseconds) and draws its fate from the seed and the packet's index.
+
+Tools: ``clang`` compiles the program (once per source version, cached), ``tc`` loads it (its
+libbpf loader; pyroute2 has no ELF/BPF loader), ``bpftool`` fills and reads its maps (batch mode:
+one process for the whole timeline). All three come from the tools role (``make setup``).
+
+Object placement: the host compiles (``build``) and a guest uses the host's path (virtme-ng shares
+the host's filesystem); the lab VM and a local run compile for themselves.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.kernels import cache_root
+from topologies.lossmodel import State, TimedTwoStateLoss
+
+SOURCE = Path(__file__).resolve().parent / "bpf" / "timed_loss.bpf.c"
+PROGRAM = "timed_loss"
+#: the program's dropped_bits map: the index of every dropped packet among the first 64 x this many
+DROP_BITS_WORDS = 16_384
+TOOLS = ("clang", "tc", "bpftool")
+#: the object this process attaches (set from the plan when the host built it); None = build here
+_object: Path | None = None
+
+
+class LossChannelError(RuntimeError):
+    """The BPF loss channel could not be built, attached, armed or read; the message says why."""
+
+
+def missing_tools() -> list[str]:
+    return [tool for tool in TOOLS if shutil.which(tool) is None]
+
+
+def build(log=print) -> Path:
+    """The compiled program, built once per source version into the cache."""
+    missing = missing_tools()
+    if missing:
+        raise LossChannelError(
+            f"the timed_two_state loss model needs {', '.join(missing)} (Debian packages clang, iproute2, bpftool): "
+            f"run 'make setup'"
+        )
+    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
+    target = cache_root().parent / "bpf" / digest / "timed_loss.bpf.o"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log(f"compiling {SOURCE.name} (clang -target bpf)")
+    multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+    include = [f"-I/usr/include/{multiarch}"] if multiarch else []
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".o", delete=False) as tmp:
+        out = subprocess.run(
+            ["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c", str(SOURCE), "-o", tmp.name],
+            capture_output=True, text=True,
+        )  # fmt: skip
+        if out.returncode != 0:
+            Path(tmp.name).unlink(missing_ok=True)
+            raise LossChannelError(f"clang could not compile {SOURCE}: {out.stderr.strip()[-800:]}")
+        Path(tmp.name).replace(target)
+    return target
+
+
+def use_object(path: str | Path | None) -> None:
+    """Attach this object from now on (a guest gets the host's build through the plan)."""
+    global _object
+    _object = Path(path) if path else None
+
+
+def object_path() -> Path:
+    global _object
+    if _object is None or not _object.exists():
+        _object = build()
+    return _object
+
+
+def attach(netns_path: str, ifname: str) -> None:
+    """Load the program on ``ifname``'s egress (clsact) inside a namespace; it passes every packet until armed."""
+    obj = object_path()
+    commands = [["tc", "qdisc", "add", "dev", ifname, "clsact"],
+                ["tc", "filter", "add", "dev", ifname, "egress", "bpf", "direct-action", "obj", str(obj), "sec", "tc"]]
+    for argv in commands:
+        out = subprocess.run(["nsenter", f"--net={netns_path}", *argv], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise LossChannelError(f"{' '.join(argv)} failed: {out.stderr.strip()[-800:]}")
+
+
+def _bpftool(*args: str) -> object:
+    out = subprocess.run(["bpftool", "-j", *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise LossChannelError(f"bpftool {' '.join(args)} failed: {out.stderr.strip() or out.stdout.strip()}")
+    return json.loads(out.stdout) if out.stdout.strip() else None
+
+
+def _hex(data: bytes) -> str:
+    return " ".join(f"{b:02x}" for b in data)
+
+
+def _threshold(loss_pct: float) -> int:
+    return round(loss_pct / 100 * (1 << 32))
+
+
+@dataclass
+class Channel:
+    """The program attached to one interface, found by its tc filter; arm it, then read it."""
+
+    node: str
+    ifname: str
+    netns_path: str
+    model: TimedTwoStateLoss
+    stream: int
+    maps: dict[str, int] | None = None
+    states: list[State] | None = None
+    t0_ns: int | None = None
+    draw_seed: int | None = None
+
+    def _find_maps(self) -> dict[str, int]:
+        out = subprocess.run(["nsenter", f"--net={self.netns_path}", "tc", "-j", "filter", "show", "dev", self.ifname,
+                              "egress"], capture_output=True, text=True)  # fmt: skip
+        try:
+            filters = json.loads(out.stdout or "[]")
+        except ValueError:
+            filters = []
+        progs = [f.get("options", {}).get("prog", {}) for f in filters]
+        ids = [prog["id"] for prog in progs if prog.get("name") == PROGRAM]
+        if not ids:
+            raise LossChannelError(f"no {PROGRAM} program on {self.node}/{self.ifname} egress ({out.stderr.strip()})")
+        prog = _bpftool("prog", "show", "id", str(ids[0]))
+        maps = {}
+        for map_id in prog.get("map_ids", []):
+            info = _bpftool("map", "show", "id", str(map_id))
+            maps[info["name"]] = map_id
+        return maps
+
+    def arm(self, t0_ns: int, seed: int, states: list[State]) -> None:
+        """Write the timeline, then the control entry that starts it at ``t0_ns`` (CLOCK_MONOTONIC)."""
+        self.maps = self._find_maps()
+        self.states, self.t0_ns = states, t0_ns
+        self.draw_seed = int.from_bytes(hashlib.sha256(f"{seed}/{self.stream}".encode()).digest()[:8], "little")
+        lines = []
+        for index, state in enumerate(states):
+            value = struct.pack("<QQ", round(state.end_s * 1e9), _threshold(state.loss_pct))
+            lines.append(f"map update id {self.maps['timeline']} key hex {_hex(struct.pack('<I', index))} "
+                         f"value hex {_hex(value)}")  # fmt: skip
+        control = struct.pack("<6Q", t0_ns, self.draw_seed, len(states), 0, 0, 0)
+        lines.append(f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {_hex(control)}")
+        with tempfile.NamedTemporaryFile("w", suffix=".bpftool") as batch:
+            batch.write("\n".join(lines) + "\n")
+            batch.flush()
+            out = subprocess.run(["bpftool", "batch", "file", batch.name], capture_output=True, text=True)
+        if out.returncode != 0:
+            raise LossChannelError(f"bpftool could not arm the loss channel on {self.node}/{self.ifname}: "
+                                   f"{out.stderr.strip()[-800:]}")  # fmt: skip
+
+    def _lookup(self, name: str, keys) -> list[dict]:
+        """The entries of an array map at ``keys``, in one bpftool process (a whole dump is ~14 MB of JSON)."""
+        lines = [f"map lookup id {self.maps[name]} key hex {_hex(struct.pack('<I', key))}" for key in keys]
+        if not lines:
+            return []
+        with tempfile.NamedTemporaryFile("w", suffix=".bpftool") as batch:
+            batch.write("\n".join(lines) + "\n")
+            batch.flush()
+            results = _bpftool("batch", "file", batch.name)
+        return _formatted([result["output"] for result in results])
+
+    def read(self) -> dict:
+        """The realized timeline with packets seen/dropped per state, per-kind totals, dropped packet indices."""
+        if self.maps is None or self.states is None:
+            raise LossChannelError(f"the loss channel on {self.node}/{self.ifname} was never armed")
+        control = self._lookup("control", [0])[0]
+        counters = {entry["key"]: entry["value"] for entry in self._lookup("state_counters", range(len(self.states)))}
+        words = range(min(DROP_BITS_WORDS, -(-control["value"]["next_index"] // 64)))
+        bits = {entry["key"]: entry["value"] for entry in self._lookup("dropped_bits", words) if entry["value"]}
+        dropped_indices = sorted(word * 64 + bit for word, value in bits.items() for bit in range(64)
+                                 if value >> bit & 1)  # fmt: skip
+        states = []
+        totals = {"good": {"seen": 0, "dropped": 0}, "bad": {"seen": 0, "dropped": 0}}
+        for index, state in enumerate(self.states):
+            seen, dropped = counters.get(index, {}).get("seen", 0), counters.get(index, {}).get("dropped", 0)
+            kind = "bad" if state.bad else "good"
+            totals[kind]["seen"] += seen
+            totals[kind]["dropped"] += dropped
+            states.append({**state.to_dict(), "seen": seen, "dropped": dropped})
+        for kind, total in totals.items():
+            configured = self.model.bad_loss_pct if kind == "bad" else self.model.good_loss_pct
+            realized = 100 * total["dropped"] / total["seen"] if total["seen"] else None
+            time_s = sum(s.end_s - s.start_s for s in self.states if (kind == "bad") == s.bad)
+            total.update({"configured_loss_pct": configured, "realized_loss_pct": realized, "time_s": time_s})
+        return {
+            "node": self.node, "interface": self.ifname, "model": self.model.model_dump(mode="json"),
+            "stream": self.stream, "draw_seed": self.draw_seed, "t0_ns": self.t0_ns,
+            "packets_seen": control["value"]["next_index"], "passed_before_t0": control["value"]["before"],
+            "passed_after_timeline": control["value"]["after"], "per_state": totals,
+            "dropped_packet_indices": dropped_indices, "states": states,
+        }  # fmt: skip
+
+
+def _formatted(dump: object) -> list[dict]:
+    """bpftool's map dump entries as ``{"key": ..., "value": ...}`` using the program's BTF."""
+    entries = []
+    for entry in dump or []:
+        if "formatted" not in entry:
+            raise LossChannelError("bpftool printed no BTF-formatted values: the program was built without -g")
+        entries.append(entry["formatted"])
+    return entries

@@ -1,0 +1,108 @@
+"""The loss models: the seeded timeline of the time-based two-state channel, netem's arguments, the schema."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from testbed.scenario import ScenarioError, load_scenario_text
+from topologies.lossmodel import (
+    BernoulliLoss,
+    GilbertElliottLoss,
+    TimedTwoStateLoss,
+    TimelineTooLong,
+    netem_loss_args,
+    probe_loss_pct,
+    timeline,
+)
+from topologies.shaping import EgressPlan, netem_tc_argv
+
+
+def test_deterministic_alternating_timeline_is_exact():
+    model = TimedTwoStateLoss(good_s=1, bad_s=0.1, bad_loss_pct=10)
+    states = timeline(model, seed=1, horizon_s=3.3)
+    assert [(s.bad, round(s.start_s, 9), round(s.end_s, 9), s.loss_pct) for s in states] == [
+        (False, 0, 1, 0), (True, 1, 1.1, 10), (False, 1.1, 2.1, 0), (True, 2.1, 2.2, 10), (False, 2.2, 3.2, 0),
+        (True, 3.2, 3.3, 10),
+    ]  # fmt: skip
+
+
+def test_paper_000_next_state_is_drawn_with_probability_one_half():
+    model = TimedTwoStateLoss(good_s=1, bad_s=0.01, bad_loss_pct=10, to_bad_p=0.5, to_good_p=0.5)
+    states = timeline(model, seed=5, horizon_s=4000)
+    assert states == timeline(model, seed=5, horizon_s=4000)  # same seed, same timeline
+    assert states != timeline(model, seed=6, horizon_s=4000)
+    assert states != timeline(model, seed=5, horizon_s=4000, stream=1)  # each direction its own channel
+    follows_bad = [b.bad for a, b in zip(states, states[1:], strict=False) if not a.bad]
+    assert 0.45 < sum(follows_bad) / len(follows_bad) < 0.55
+    assert {round(s.end_s - s.start_s, 9) for s in states[:-1]} == {1, 0.01}
+    assert all(a.end_s == b.start_s for a, b in zip(states, states[1:], strict=False))
+
+
+def test_exponential_durations_have_the_configured_means():
+    model = TimedTwoStateLoss(good_s=8, bad_s=4, durations="exponential", good_loss_pct=0.1, bad_loss_pct=20)
+    states = timeline(model, seed=11, horizon_s=200_000)
+    good = [s.end_s - s.start_s for s in states if not s.bad]
+    bad = [s.end_s - s.start_s for s in states if s.bad]
+    assert abs(statistics.mean(good) - 8) < 0.4 and abs(statistics.mean(bad) - 4) < 0.2
+    assert abs(statistics.stdev(bad) - 4) < 0.3  # exponential: sd = mean
+    assert all(a.bad != b.bad for a, b in zip(states, states[1:], strict=False))  # Markov chain: alternates
+
+
+def test_a_timeline_longer_than_the_map_is_refused():
+    with pytest.raises(TimelineTooLong, match="more than 65536"):
+        timeline(TimedTwoStateLoss(good_s=0.001, bad_s=0.001, bad_loss_pct=1), seed=1, horizon_s=1000)
+
+
+def test_netem_arguments_of_per_packet_models():
+    assert netem_loss_args(BernoulliLoss(loss_pct=1.5)) == ["loss", "1.5%"]
+    ge = GilbertElliottLoss(p_pct=1, r_pct=25, bad_loss_pct=90, good_loss_pct=0.1)
+    assert netem_loss_args(ge) == ["loss", "gemodel", "1%", "25%", "90%", "0.1%"]
+    argv = netem_tc_argv("rr-eth1", EgressPlan.with_loss(ge, delay_ms=5))
+    assert argv[:9] == ["tc", "qdisc", "add", "dev", "rr-eth1", "root", "handle", "1:", "netem"]
+    assert argv[11:13] == ["delay", "5000us"] and argv[13:15] == ["loss", "gemodel"]
+    assert probe_loss_pct(ge) == pytest.approx(1 / 26 * 90 + 25 / 26 * 0.1)
+
+
+def test_egress_plans_per_model():
+    assert EgressPlan.with_loss(BernoulliLoss(loss_pct=2)) == EgressPlan(loss_pct=2)
+    timed = TimedTwoStateLoss(good_s=1, bad_s=1, bad_loss_pct=5)
+    plan = EgressPlan.with_loss(timed)
+    assert plan.timed_loss == timed and not plan.needs_netem and not plan.is_empty
+    with pytest.raises(ValueError, match="different interfaces"):
+        EgressPlan(rate_mbit=10, loss_model=timed)
+
+
+SCENARIO = """
+topology:
+  name: dumbbell
+  bottleneck:
+    rate_mbit: 2
+    loss:
+      model: {model}
+      good_s: 1
+      bad_s: [0.001, 0.1]
+      bad_loss_pct: {bad}
+      to_bad_p: 0.5
+      to_good_p: 0.5
+flows:
+  - {{cc: westwood, rtt_ms: 250}}
+duration_s: 100
+"""
+
+
+def test_a_loss_model_in_a_scenario_sweeps_and_names_its_mistakes():
+    loaded = load_scenario_text(SCENARIO.format(model="timed_two_state", bad=10))
+    assert [p.point_id for p in loaded.points] == ["bad_s=0.001", "bad_s=0.1"]
+    assert loaded.points[1].scenario.topology.bottleneck.loss_model.bad_s == 0.1
+    with pytest.raises(ScenarioError) as error:
+        load_scenario_text(SCENARIO.format(model="timed_2state", bad=110))
+    message = str(error.value)
+    assert "line 7, topology.bottleneck.loss.model: 'timed_2state' is not a known loss model; valid: " in message
+    assert "(did you mean 'timed_two_state'?)" in message
+    with pytest.raises(ScenarioError, match="bad_loss_pct: 110 is out of range: must be between 0 and 100"):
+        load_scenario_text(SCENARIO.format(model="timed_two_state", bad=110))
+    both = SCENARIO.format(model="timed_two_state", bad=10).replace("rate_mbit: 2", "rate_mbit: 2\n    loss_pct: 1")
+    with pytest.raises(ScenarioError, match="either loss_pct or loss"):
+        load_scenario_text(both)

@@ -1,0 +1,154 @@
+"""Loss models of a link, and the seeded state timeline of the papers' time-based two-state channel.
+
+A link's ``loss`` names one model (``model:`` picks it); ``loss_pct`` stays as the short form of
+Bernoulli loss. Every model applies per direction of the link, in both directions.
+
+* ``bernoulli``: each packet is lost with ``loss_pct`` (netem ``loss``).
+* ``gilbert_elliott``: netem's per-packet Gilbert-Elliott chain (``loss gemodel p r 1-h 1-k``, where 1-h is the loss
+  probability in Bad and 1-k in Good): at
+  each packet the chain moves Good->Bad with ``p_pct`` and Bad->Good with ``r_pct``; a packet is
+  lost with ``bad_loss_pct`` in Bad and ``good_loss_pct`` in Good. Debian 12's netem takes no seed,
+  so this model's pattern is not reproducible (the manifest says so).
+* ``timed_two_state``: the papers' channel (000 §3.4, 001 §3.1.2). The channel is Good or Bad for a
+  *duration* (``deterministic``, or ``exponential`` with that mean); each packet is lost with the
+  probability of the state at that packet's time; at each state end the next state is drawn
+  (Bad with ``to_bad_p`` after Good, Good with ``to_good_p`` after Bad; paper 000: both 0.5,
+  paper 001's Markov chain: both 1, i.e. alternating). The timeline comes from the run's seed
+  (:func:`timeline`), is enforced by a tc-BPF program (``testbed/bpf/timed_loss.bpf.c``) whose
+  per-packet draws also come from the seed, and is written to the run directory with the packets
+  seen and dropped in every state.
+
+This module is pure (no kernel access): scenario files validate and timelines are computed and
+unit-tested anywhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Literal
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from topologies.base import StrictModel
+
+#: the BPF program's timeline map holds this many states (testbed/bpf/timed_loss.bpf.c MAX_STATES)
+MAX_STATES = 65_536
+
+
+class BernoulliLoss(StrictModel):
+    """Independent loss: every packet is lost with the same probability."""
+
+    model: Literal["bernoulli"] = "bernoulli"
+    loss_pct: float = Field(ge=0, le=100, description="probability that a packet is lost")
+
+
+class GilbertElliottLoss(StrictModel):
+    """netem's per-packet Gilbert-Elliott model (state changes counted in packets, not time)."""
+
+    model: Literal["gilbert_elliott"] = "gilbert_elliott"
+    p_pct: float = Field(gt=0, le=100, description="per packet, probability of Good -> Bad")
+    r_pct: float = Field(gt=0, le=100, description="per packet, probability of Bad -> Good")
+    bad_loss_pct: float = Field(default=100, ge=0, le=100, description="loss probability in Bad (netem 1-k)")
+    good_loss_pct: float = Field(default=0, ge=0, le=100, description="loss probability in Good (netem 1-h)")
+
+
+class TimedTwoStateLoss(StrictModel):
+    """The papers' channel: Good and Bad states that last a time, a loss probability in each."""
+
+    model: Literal["timed_two_state"] = "timed_two_state"
+    good_s: float = Field(gt=0, le=100_000, description="duration of a Good state (the mean if exponential)")
+    bad_s: float = Field(gt=0, le=100_000, description="duration of a Bad state (the mean if exponential)")
+    durations: Literal["deterministic", "exponential"] = Field(
+        default="deterministic", description="how state durations are drawn"
+    )
+    good_loss_pct: float = Field(default=0, ge=0, le=100, description="loss probability in Good")
+    bad_loss_pct: float = Field(ge=0, le=100, description="loss probability in Bad")
+    to_bad_p: float = Field(default=1.0, ge=0, le=1, description="at a Good state's end, probability that Bad follows")
+    to_good_p: float = Field(default=1.0, ge=0, le=1, description="at a Bad state's end, probability that Good follows")
+    start: Literal["good", "bad"] = Field(default="good", description="the state at t = 0")
+
+    @model_validator(mode="after")
+    def _short_states_fit(self) -> TimedTwoStateLoss:
+        # the timeline must fit the BPF map for any run up to its horizon; checked again per run
+        if min(self.good_s, self.bad_s) < 1e-5:
+            raise ValueError("state durations below 10 us are finer than the clock can hold them")
+        return self
+
+
+LOSS_MODEL_NAMES = ("bernoulli", "gilbert_elliott", "timed_two_state")
+LossModel = Annotated[BernoulliLoss | GilbertElliottLoss | TimedTwoStateLoss, Field(discriminator="model")]
+
+
+@dataclass(frozen=True)
+class State:
+    """One state of a realized timeline: ``bad`` or not, from ``start_s`` to ``end_s`` after t0."""
+
+    bad: bool
+    start_s: float
+    end_s: float
+    loss_pct: float
+
+    def to_dict(self) -> dict:
+        return {"state": "bad" if self.bad else "good", "start_s": self.start_s, "end_s": self.end_s,
+                "loss_pct": self.loss_pct}  # fmt: skip
+
+
+class TimelineTooLong(ValueError):
+    """More states than the BPF program's map holds."""
+
+
+def timeline(model: TimedTwoStateLoss, seed: int, horizon_s: float, stream: int = 0) -> list[State]:
+    """The state sequence of one link direction from t = 0 to at least ``horizon_s``.
+
+    Deterministic given (model, seed, stream): numpy's PCG64 seeded with ``[seed, stream]``, so each
+    direction of each link (``stream``) gets its own independent channel from one run seed.
+    """
+    rng = np.random.Generator(np.random.PCG64([seed, stream]))
+    states: list[State] = []
+    bad = model.start == "bad"
+    now = 0.0
+    while now < horizon_s:
+        mean = model.bad_s if bad else model.good_s
+        length = mean if model.durations == "deterministic" else float(rng.exponential(mean))
+        length = max(length, 1e-6)  # an exponential draw of ~0 still lasts a microsecond
+        states.append(State(bad, now, now + length, model.bad_loss_pct if bad else model.good_loss_pct))
+        if len(states) > MAX_STATES:
+            raise TimelineTooLong(
+                f"the channel changes state more than {MAX_STATES} times in {horizon_s:g} s "
+                f"(good_s {model.good_s:g}, bad_s {model.bad_s:g}); use longer states or a shorter run"
+            )
+        now += length
+        switch_p = model.to_bad_p if not bad else model.to_good_p
+        if rng.random() < switch_p:
+            bad = not bad
+    return states
+
+
+def expected_states(model: TimedTwoStateLoss, horizon_s: float) -> float:
+    """Roughly how many states a timeline of ``horizon_s`` has (to refuse hopeless files early)."""
+    p_gb, p_bg = model.to_bad_p, model.to_good_p
+    if p_gb + p_bg == 0:
+        return horizon_s / (model.bad_s if model.start == "bad" else model.good_s)
+    share_bad = p_gb / (p_gb + p_bg)  # stationary share of Bad states among states
+    mean_length = share_bad * model.bad_s + (1 - share_bad) * model.good_s
+    return horizon_s / mean_length
+
+
+def netem_loss_args(model: BernoulliLoss | GilbertElliottLoss) -> list[str]:
+    """The ``tc qdisc ... netem`` loss arguments of a per-packet model."""
+    if isinstance(model, BernoulliLoss):
+        return ["loss", f"{model.loss_pct:g}%"]
+    return ["loss", "gemodel", f"{model.p_pct:g}%", f"{model.r_pct:g}%",
+            f"{model.bad_loss_pct:g}%", f"{model.good_loss_pct:g}%"]  # fmt: skip
+
+
+def probe_loss_pct(model: LossModel | None) -> float:
+    """The loss a UDP rate probe sees before traffic starts: the stationary loss of a per-packet model;
+    a timed channel is not armed yet (it starts with the traffic, at t0) and loses nothing."""
+    if isinstance(model, BernoulliLoss):
+        return model.loss_pct
+    if isinstance(model, GilbertElliottLoss):
+        share_bad = model.p_pct / (model.p_pct + model.r_pct)
+        return share_bad * model.bad_loss_pct + (1 - share_bad) * model.good_loss_pct
+    return 0.0
