@@ -19,7 +19,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
     result = run_session(
-        scenario, backend=args.backend, kernel_version=args.kernel, results_root=args.results, vcpus=args.cpus
+        scenario, backend=args.backend, kernel_version=args.kernel, results_root=args.results, vcpus=args.cpus,
+        force=args.force,
     )
     if not args.no_report:
         _report(result.directory)
@@ -113,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
     run.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     run.add_argument("--no-report", action="store_true", help="skip the analysis and report")
+    run.add_argument(
+        "--force", action="store_true",
+        help="run every run again in a new results folder; without it, a scenario run again on the same kernel "
+             "resumes its newest results folder: complete runs are kept, failed and incomplete ones run again",
+    )  # fmt: skip
     run.set_defaults(func=_cmd_run)
 
     report = sub.add_parser("report", help="(re)analyse a session folder and write its report")

@@ -102,13 +102,63 @@ def estimate_s(run: RunSpec) -> float:
     return run.scenario.duration_s + RUN_OVERHEAD_S
 
 
+def _run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:
+    return [str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)) for r in runs]
+
+
+def is_done(directory: Path, run: RunSpec, release: str) -> bool:
+    """A run that need not run again: complete, of the same resolved scenario and seed, on the same kernel."""
+    try:
+        manifest = rundir.read_json(directory / rundir.MANIFEST)
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("status") == "complete" and manifest.get("identity") == run.identity()
+            and manifest.get("kernel", {}).get("release") == release)  # fmt: skip
+
+
+def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str) -> Path | None:
+    """The newest session of this scenario on the same kernel that already holds some of these runs.
+
+    Resuming continues in that folder: runs complete there (same resolved scenario, seed and kernel)
+    are kept and only the others run; a sweep that gained seeds or points grows in place."""
+    for path in sorted((results_root / scenario_name).glob("*/" + rundir.SESSION), reverse=True):
+        session = path.parent
+        try:
+            info = rundir.read_json(path)
+        except (OSError, ValueError):
+            continue
+        if info.get("backend", {}).get("kernel_release") != release:
+            continue
+        if any(_identity(rundir.run_dir(session, r.point_id, r.seed)) == r.identity() for r in runs):
+            return session
+    return None
+
+
+def _identity(directory: Path) -> str | None:
+    try:
+        return rundir.read_json(directory / rundir.MANIFEST).get("identity")
+    except (OSError, ValueError):
+        return None
+
+
+def _set_aside(directory: Path, session: Path) -> None:
+    """Move an unfinished run's files out of the way before it runs again (kept under .attempts/)."""
+    if directory.exists():
+        point = directory.relative_to(session).parent
+        target = session / ".attempts" / point / f"{directory.name}-{rundir.utc_stamp()}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        directory.rename(target)
+
+
 def run_session(
     scenario: ScenarioFile,
     backend: str = "auto",
     kernel_version: str | None = None,
     results_root: Path = PROJECT / "results",
     vcpus: int | None = None,
+    force: bool = False,
 ) -> SessionResult:
+    """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs."""
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
     if backend == "auto":
@@ -141,20 +191,36 @@ def run_session(
         vagrant.sync_checkout()
     else:
         release = os.uname().release
+        backend_info["kernel_release"] = release
+    previous = None if force else find_resumable(results_root, scenario.name, runs, release)
+    if previous is not None:
+        done = [r for r in runs if is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release)]
+        if len(done) == len(runs):
+            log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
+                f"(--force runs them again in a new folder)")  # fmt: skip
+            return _result(previous, runs, backend_info)
+        log(f"resuming {previous}: {len(done)} of {len(runs)} runs complete on {release}, running the other "
+            f"{len(runs) - len(done)} (--force starts anew)")  # fmt: skip
+        runs_to_do = [r for r in runs if r not in done]
+    else:
+        runs_to_do = runs
     project_modules: dict[str, str | None] = {}
-    wanted_modules = modules.needed({f.cc for r in runs for f in r.scenario.flows})
+    wanted_modules = modules.needed({f.cc for r in runs_to_do for f in r.scenario.flows})
     for module in sorted(wanted_modules):
         # the lab VM builds its own (the host has no headers for the VM's kernel)
         project_modules[module] = None if backend == "vagrant" else str(modules.build(release, log=log))
     bpf_object = None
-    if backend != "vagrant" and any(_needs_bpf(r) for r in runs):
+    if backend != "vagrant" and any(_needs_bpf(r) for r in runs_to_do):
         from testbed import lossbpf
 
         bpf_object = str(lossbpf.build(log=log))  # the lab VM compiles its own
-    total = sum(estimate_s(r) for r in runs) + (GUEST_BOOT_S if backend == "guest" else 0)
-    log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs)} runs, estimated {total / 60:.1f} min")
-    session = rundir.session_dir(results_root, scenario.name, git["sha"])
+    total = sum(estimate_s(r) for r in runs_to_do) + (GUEST_BOOT_S if backend == "guest" else 0)
+    log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
+        f"estimated {total / 60:.1f} min")  # fmt: skip
+    session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
     session.mkdir(parents=True, exist_ok=True)
+    for r in runs_to_do:
+        _set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
     plan = {
         "context": {
             "profile": scenario.profile,
@@ -173,16 +239,17 @@ def run_session(
                 "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
                 "estimate_s": estimate_s(r),
             }
-            for r in runs
+            for r in runs_to_do
         ],
     }
-    rundir.write_json_atomic(
-        session / rundir.SESSION,
-        {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
-         "description": scenario.description, "backend": backend_info, "git": git,
-         "started_utc": rundir.utc_iso(),
-         "runs": [r["run_dir"] for r in plan["runs"]]},
-    )  # fmt: skip
+    info = {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
+            "description": scenario.description, "backend": backend_info, "git": git,
+            "started_utc": rundir.utc_iso(), "runs": _run_dirs(session, runs)}  # fmt: skip
+    if previous is not None:
+        earlier = rundir.read_json(session / rundir.SESSION)
+        info["started_utc"] = earlier.get("started_utc", info["started_utc"])
+        info["resumed_utc"] = [*earlier.get("resumed_utc", []), rundir.utc_iso()]
+    rundir.write_json_atomic(session / rundir.SESSION, info)
     plan_path = session / "plan.json"
     rundir.write_json_atomic(plan_path, plan)
     started = time.monotonic()
@@ -220,11 +287,15 @@ def run_session(
     session_info = rundir.read_json(session / rundir.SESSION)
     session_info.update({"ended_utc": rundir.utc_iso(), "timing": timing})
     rundir.write_json_atomic(session / rundir.SESSION, session_info)
-    run_dirs = [session / r["run_dir"] for r in plan["runs"]]
-    statuses = {str(d): rundir.run_status(d) for d in run_dirs}
+    result = _result(session, runs, backend_info)
     log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
-        f"{sum(s == 'complete' for s in statuses.values())}/{len(run_dirs)} complete")  # fmt: skip
-    return SessionResult(session, run_dirs, statuses, backend_info)
+        f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete")  # fmt: skip
+    return result
+
+
+def _result(session: Path, runs: list[RunSpec], backend_info: dict) -> SessionResult:
+    run_dirs = [session / d for d in _run_dirs(session, runs)]
+    return SessionResult(session, run_dirs, {str(d): rundir.run_status(d) for d in run_dirs}, backend_info)
 
 
 def _mark_unfinished(plan: dict, session: Path, reason: str) -> None:

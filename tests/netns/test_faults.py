@@ -117,3 +117,26 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_start(tmp_path, clean_kernel)
     assert out.returncode == 0, out.stderr
     assert "leftover" in out.stdout
     _wait_for(lambda: leftovers() == [], timeout_s=15)
+
+
+def test_a_sweep_run_again_resumes_keeps_complete_runs_and_redoes_the_others(tmp_path, clean_kernel):
+    scenario = host_scenario(["reno", "cubic"], duration_s=3, name="resume")
+    first = run_session(scenario, backend="local", results_root=tmp_path)
+    assert set(first.statuses.values()) == {"complete"}
+    reno, cubic = (first.directory / "cc=reno" / "seed=1", first.directory / "cc=cubic" / "seed=1")
+    reno_manifest = (reno / "manifest.json").read_bytes()
+    broken = rundir.read_json(cubic / "manifest.json")
+    broken.update(status="failed", reason="made to fail by the test")
+    rundir.write_json_atomic(cubic / "manifest.json", broken)
+
+    second = run_session(scenario, backend="local", results_root=tmp_path)
+    assert second.directory == first.directory
+    assert set(second.statuses.values()) == {"complete"}
+    assert (reno / "manifest.json").read_bytes() == reno_manifest  # not run again
+    assert rundir.read_json(cubic / "manifest.json")["started_utc"] != broken["started_utc"]
+    (attempt,) = (first.directory / ".attempts" / "cc=cubic").iterdir()
+    assert rundir.read_json(attempt / "manifest.json")["reason"] == "made to fail by the test"
+
+    third = run_session(scenario, backend="local", results_root=tmp_path)  # nothing left to do
+    assert third.directory == first.directory and (reno / "manifest.json").read_bytes() == reno_manifest
+    assert len(list((tmp_path / "resume").iterdir())) == 1
