@@ -97,6 +97,12 @@ class Flow(StrictModel):
         le=100_000,
         description="base RTT of this flow's path (0: no added delay, e.g. on a kernel without netem)",
     )
+    rtt_max_ms: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="with count n: flow i (1..n) gets base RTT rtt_ms + (rtt_max_ms - rtt_ms) * i / n",
+    )
     count: int = Field(default=1, ge=1, le=500, description="number of identical flows")
     start_s: float = Field(default=0.0, ge=0, description="start time")
     stop_s: float | None = Field(default=None, gt=0, description="stop time; None = the scenario's duration_s")
@@ -140,11 +146,22 @@ class Flow(StrictModel):
         # Compared by value, not by "was it given": a dumped-and-reloaded flow carries the defaults.
         if self.periods is not None and (self.start_s != 0 or self.stop_s is not None):
             raise _scenario_check([(("periods",), "give either periods or start_s/stop_s, not both")])
+        if self.rtt_max_ms is not None and self.rtt_max_ms <= self.rtt_ms:
+            message = f"rtt_max_ms ({_num(self.rtt_max_ms)}) must be above rtt_ms ({_num(self.rtt_ms)})"
+            raise _scenario_check([(("rtt_max_ms",), message)])
         if self.stop_s is not None and self.start_s >= self.stop_s:
             raise _scenario_check(
                 [(("stop_s",), f"stop_s ({_num(self.stop_s)}) must be after start_s ({_num(self.start_s)})")]
             )
         return self
+
+    def rtts_ms(self) -> list[float]:
+        """The base RTT of each of the ``count`` flows: all ``rtt_ms``, or spread up to ``rtt_max_ms``
+        (paper 000 §3.2: M flows with RTTs uniform in [20 + 230/M, 250] ms is rtt_ms 20, rtt_max_ms 250)."""
+        if self.rtt_max_ms is None:
+            return [self.rtt_ms] * self.count
+        step = (self.rtt_max_ms - self.rtt_ms) / self.count
+        return [round(self.rtt_ms + step * i, 6) for i in range(1, self.count + 1)]
 
     def on_periods(self, duration_s: float) -> list[tuple[float, float]]:
         """The effective ON periods ``[(start_s, stop_s), ...]`` in a scenario of ``duration_s``."""
@@ -429,6 +446,7 @@ def _expand(
     profile: str | None,
 ) -> ScenarioFile:
     data, lines, profile, profiles = _apply_profile(data, lines, profile, source, problems)
+    _apply_time_scale(data, lines, problems)
     axes, reported = _find_axes(data, lines, problems)
 
     combinations = 1
@@ -532,6 +550,39 @@ def _deep_merge(base: Any, override: Any) -> Any:
             merged[key] = _deep_merge(base[key], value) if key in base else copy.deepcopy(value)
         return merged
     return copy.deepcopy(override)
+
+
+#: the fields ``time_scale`` multiplies: the run's length and the flows' schedule (never RTTs or loss states)
+_SCALED_FLOW_FIELDS = ("start_s", "stop_s", "periods")
+
+
+def _apply_time_scale(data: dict, lines: Mapping[DataPath, int], problems: list[Problem]) -> None:
+    """``time_scale: f`` (usually in a profile) multiplies duration_s and every flow's start, stop and
+    ON periods by f: the same experiment, time-compressed. Link delays and loss states are not scaled."""
+    if "time_scale" not in data:
+        return
+    scale = data.pop("time_scale")
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1000:
+        problems.append(Problem(_line_of(("time_scale",), lines), "time_scale",
+                                f"{_show(scale)} is not valid: a number greater than 0 and at most 1000"))  # fmt: skip
+        return
+
+    def scaled(value: Any) -> Any:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, (int, float)):
+            return round(value * scale, 9)
+        if isinstance(value, list):
+            return [scaled(item) for item in value]
+        return value
+
+    if "duration_s" in data:
+        data["duration_s"] = scaled(data["duration_s"])
+    for flow in data.get("flows") or []:
+        if isinstance(flow, dict):
+            for key in _SCALED_FLOW_FIELDS:
+                if key in flow:
+                    flow[key] = scaled(flow[key])
 
 
 def _paths_of(data: Any, path: DataPath = ()) -> Iterator[DataPath]:

@@ -81,7 +81,7 @@ def plan_connections(scenario, topology) -> list[Connection]:
 
 def pair_rtts(scenario) -> list[float]:
     """Base RTT of every topology pair, in the order :func:`plan_connections` assigns pairs."""
-    return [flow.rtt_ms for flow in scenario.flows for _ in range(flow.count)]
+    return [rtt for flow in scenario.flows for rtt in flow.rtts_ms()]
 
 
 def server_argv(conn: Connection) -> list[str]:

@@ -558,3 +558,28 @@ def test_python_tags_are_refused():
 def test_number_with_a_unit_suffix_explains_the_unit_is_in_the_name():
     (problem,) = problems_of(BASE.replace("duration_s: 20", "duration_s: 20s")).problems
     assert problem.message == "expected a number, got '20s' (write the number only: duration_s is in seconds)"
+
+
+def test_time_scale_compresses_the_schedule_but_not_rtts_or_loss_states():
+    text = """
+topology:
+  name: dumbbell
+  bottleneck:
+    rate_mbit: 2
+    loss: {model: timed_two_state, good_s: 1, bad_s: 0.1, bad_loss_pct: 10}
+flows:
+  - {cc: reno, rtt_ms: 250}
+  - {cc: reno, direction: reverse, rtt_ms: 250, count: 3, rtt_max_ms: 400, periods: [[250, 500], [750, 1000]]}
+duration_s: 1000
+profiles:
+  quick: {time_scale: 0.06}
+"""
+    scenario = load_scenario_text(text).points[0].scenario
+    assert scenario.duration_s == 60
+    assert scenario.flows[1].periods == [(15, 30), (45, 60)]
+    assert scenario.flows[0].rtt_ms == 250 and scenario.topology.bottleneck.loss.bad_s == 0.1
+    assert scenario.flows[1].rtts_ms() == [300, 350, 400]
+    with pytest.raises(ScenarioError, match="line 12, time_scale: -1 is not valid: a number greater than 0"):
+        load_scenario_text(text.replace("time_scale: 0.06", "time_scale: -1"))
+    with pytest.raises(ScenarioError, match=r"rtt_max_ms \(200\) must be above rtt_ms \(250\)"):
+        load_scenario_text(text.replace("rtt_max_ms: 400", "rtt_max_ms: 200"))
