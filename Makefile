@@ -8,11 +8,12 @@ PROFILE ?=
 KERNEL ?=
 TESTBED_ARGS ?=
 
-.PHONY: help setup experiment run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
+.PHONY: help setup experiment reproduce run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
 help:
 	@echo "make setup        install what is missing (apt packages, .venv) via playbooks/host.yml"
 	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
+	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
 	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
@@ -27,6 +28,9 @@ setup:
 
 experiment: setup
 	$(TESTBED) run default $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
+
+reproduce: setup
+	@PROFILE=$(or $(PROFILE),quick) scripts/reproduce.sh
 
 run: setup
 	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)

@@ -313,6 +313,8 @@ def capture_node(conn: dict, manifest: dict, raw: Path) -> str | None:
     ["bottlenecks"]``); for topologies with several in one direction, the dumbbell naming (sender
     ``l<i>`` -> ``rl``, ``r<i>`` -> ``rr``) if such a capture exists.
     """
+    if conn.get("capture_node"):
+        return conn["capture_node"]
     topology = manifest.get("topology") or {}
     nodes = [
         b.get("node")

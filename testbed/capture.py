@@ -126,12 +126,12 @@ def module_trace(out: Path, client_ports: list[int]) -> EventTrace:
 TCPDUMP_BUFFER_KB = 16384
 
 
-def tcpdump_argv(out: Path) -> list[str]:
+def tcpdump_argv(out: Path, expression: str = "tcp") -> list[str]:
     # Every packet that enters the router, headers only. -i any + -Q in sees each packet once
     # per router, before its queue; LINUX_SLL (v1) keeps the file readable by tcptrace. No -U:
     # a write per packet costs too much CPU in a TCG guest (tcpdump flushes on SIGINT).
     return ["tcpdump", "-i", "any", "-Q", "in", "-y", "LINUX_SLL", "-s", str(SNAPLEN), "-B", str(TCPDUMP_BUFFER_KB),
-            "-n", "-w", str(out), "tcp"]  # fmt: skip
+            "-n", "-w", str(out), *expression.split()]  # fmt: skip
 
 
 def tcpdump_stats(log_text: str) -> dict:

@@ -7,6 +7,7 @@ command itself could not start (bad scenario, unknown kernel, missing tool).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -53,15 +54,20 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from testbed.scenario import find_scenario, load_scenario
+    from testbed.session import estimate_s
 
+    total_s = 0.0
     for name in args.scenarios:
         scenario = load_scenario(find_scenario(name, PROJECT / "scenarios"), profile=args.profile)
         runs = scenario.runs()
-        print(
-            f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, {len(runs)} runs"
-        )
+        minutes = sum(estimate_s(r) for r in runs) / 60
+        total_s += minutes * 60
+        print(f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, "
+              f"{len(runs)} runs, about {minutes:.1f} min")  # fmt: skip
         for point in scenario.points:
             print(f"  {point.point_id}")
+    if len(args.scenarios) > 1:
+        print(f"total: about {total_s / 60:.1f} min of runs (plus a guest boot per scenario)")
     return 0
 
 
@@ -152,6 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.vagrant import VagrantError
 
     args = build_parser().parse_args(argv)
+    if args.command == "check":
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `testbed check ... | head` ends quietly
     try:
         return args.func(args)
     except (ScenarioError, KernelError, GuestError, ModuleBuildError, LossChannelError, VagrantError,

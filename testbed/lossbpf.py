@@ -143,25 +143,27 @@ class Channel:
             maps[info["name"]] = map_id
         return maps
 
-    def arm(self, t0_ns: int, seed: int, states: list[State]) -> None:
-        """Write the timeline, then the control entry that starts it at ``t0_ns`` (CLOCK_MONOTONIC)."""
+    def load(self, seed: int, states: list[State]) -> None:
+        """Write the timeline (the channel still passes everything until :func:`start`)."""
         self.maps = self._find_maps()
-        self.states, self.t0_ns = states, t0_ns
+        self.states = states
         self.draw_seed = int.from_bytes(hashlib.sha256(f"{seed}/{self.stream}".encode()).digest()[:8], "little")
         lines = []
         for index, state in enumerate(states):
             value = struct.pack("<QQ", round(state.end_s * 1e9), _threshold(state.loss_pct))
             lines.append(f"map update id {self.maps['timeline']} key hex {_hex(struct.pack('<I', index))} "
                          f"value hex {_hex(value)}")  # fmt: skip
-        control = struct.pack("<6Q", t0_ns, self.draw_seed, len(states), 0, 0, 0)
-        lines.append(f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {_hex(control)}")
-        with tempfile.NamedTemporaryFile("w", suffix=".bpftool") as batch:
-            batch.write("\n".join(lines) + "\n")
-            batch.flush()
-            out = subprocess.run(["bpftool", "batch", "file", batch.name], capture_output=True, text=True)
-        if out.returncode != 0:
-            raise LossChannelError(f"bpftool could not arm the loss channel on {self.node}/{self.ifname}: "
-                                   f"{out.stderr.strip()[-800:]}")  # fmt: skip
+        _batch(lines, f"load the loss channel on {self.node}/{self.ifname}")
+
+    def control_line(self, t0_ns: int) -> str:
+        self.t0_ns = t0_ns
+        control = struct.pack("<6Q", t0_ns, self.draw_seed, len(self.states), 0, 0, 0)
+        return f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {_hex(control)}"
+
+    def arm(self, t0_ns: int, seed: int, states: list[State]) -> None:
+        """Load the timeline and start it at ``t0_ns`` (CLOCK_MONOTONIC)."""
+        self.load(seed, states)
+        start([self], t0_ns)
 
     def _lookup(self, name: str, keys) -> list[dict]:
         """The entries of an array map at ``keys``, in one bpftool process (a whole dump is ~14 MB of JSON)."""
@@ -204,6 +206,21 @@ class Channel:
             "passed_after_timeline": control["value"]["after"], "per_state": totals,
             "dropped_packet_indices": dropped_indices, "states": states,
         }  # fmt: skip
+
+
+def start(channels: list[Channel], t0_ns: int) -> None:
+    """Start loaded channels at ``t0_ns``: one bpftool process for all of them (their clocks agree)."""
+    if channels:
+        _batch([channel.control_line(t0_ns) for channel in channels], "start the loss channels")
+
+
+def _batch(lines: list[str], what: str) -> None:
+    with tempfile.NamedTemporaryFile("w", suffix=".bpftool") as batch:
+        batch.write("\n".join(lines) + "\n")
+        batch.flush()
+        out = subprocess.run(["bpftool", "batch", "file", batch.name], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise LossChannelError(f"bpftool could not {what}: {out.stderr.strip()[-800:]}")
 
 
 def _formatted(dump: object) -> list[dict]:

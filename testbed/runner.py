@@ -29,9 +29,9 @@ from analysis.cc import lookup as cc_lookup
 from testbed import capture, fidelity, lossbpf, provenance, rundir
 from testbed.network import MARKER, Network, cleanup_leftovers
 from testbed.scenario import RunSpec, Scenario
-from testbed.traffic import Connection, client_argv, pair_rtts, plan_connections, server_argv
+from testbed.traffic import Connection, client_argv, plan_connections, server_argv
 from topologies import TOPOLOGIES
-from topologies.lossmodel import probe_loss_pct, timeline
+from topologies.lossmodel import timeline
 from topologies.shaping import EgressPlan
 from topologies.shaping import apply as apply_egress
 
@@ -166,36 +166,63 @@ def _probe_paths(net: Network, topology, connections: list[Connection], raw: Pat
     for pair, out in sorted(_ping_pairs(net, connections).items()):
         (raw / f"ping-pair{pair}.txt").write_text(out)
         report.checks.append(fidelity.rtt_check(f"base RTT pair {pair}", out, topology.base_rtt_ms(pair)))
-    for bottleneck in topology.netspec().bottlenecks:
-        directions = {c.direction for c in connections}
-        if bottleneck.direction not in directions:
+    directions = {c.direction for c in connections}
+    for probe in topology.probes():
+        if probe.direction not in directions:
             continue
-        probe = next(c for c in connections if c.direction == bottleneck.direction)
-        offered = bottleneck.rate_mbit * 1.2
+        sender, receiver = topology.endpoints(probe.pair, probe.direction)
+        offered = probe.rate_mbit * 1.2
         server = net.popen(
-            probe.receiver,
+            receiver.node,
             ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
             stdout=subprocess.PIPE,
         )
         time.sleep(0.5)
         client = net.popen(
-            probe.sender,
-            ["iperf3", "-c", probe.receiver_ip, "-p", str(UDP_PROBE_PORT), "-u", "-b", f"{offered:.3f}M",
+            sender.node,
+            ["iperf3", "-c", receiver.ip, "-p", str(UDP_PROBE_PORT), "-u", "-b", f"{offered:.3f}M",
              "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
             stdout=subprocess.PIPE,
         )  # fmt: skip
         client_out = client.communicate(timeout=60)[0].decode(errors="replace")
         server_out = server.communicate(timeout=30)[0].decode(errors="replace")
-        (raw / f"udp-probe-{bottleneck.direction}-client.json").write_text(client_out)
-        (raw / f"udp-probe-{bottleneck.direction}-server.json").write_text(server_out)
-        link = getattr(topology.params, "bottleneck", None)
-        loss = probe_loss_pct(link.loss_model) if link is not None else 0.0
-        expected = fidelity.expected_udp_rate_mbit(bottleneck.rate_mbit, loss)
+        (raw / f"udp-probe-{probe.direction}-client.json").write_text(client_out)
+        (raw / f"udp-probe-{probe.direction}-server.json").write_text(server_out)
+        expected = fidelity.expected_udp_rate_mbit(probe.rate_mbit, probe.loss_pct)
         measured = fidelity.udp_steady_rate_mbit(server_out)
-        report.checks.append(fidelity.rate_check(f"bottleneck rate {bottleneck.direction}", measured, expected))
+        report.checks.append(fidelity.rate_check(f"bottleneck rate {probe.direction}", measured, expected))
         # let the probe's standing queue drain before TCP starts
-        time.sleep((bottleneck.queue_pkts or 100) * 1514 * 8 / (bottleneck.rate_mbit * 1e6) + 0.5)
+        time.sleep((probe.queue_pkts or 100) * 1514 * 8 / (probe.rate_mbit * 1e6) + 0.5)
     return report
+
+
+def _apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
+    """Per-flow TCP options, set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
+    receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
+    ``initcwnd`` on the sender). A host is shared by the flows of one pair: they get the union."""
+    from pyroute2 import NetNS
+
+    routes: dict[str, dict[str, int]] = {}
+    no_sack: set[str] = set()
+    for flow, pairs in zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True):
+        for pair in pairs:
+            sender, receiver = (e.node for e in topology.endpoints(pair, flow.direction))
+            if not flow.delayed_ack:
+                routes.setdefault(receiver, {})["quickack"] = 1
+            if flow.initcwnd_segs:
+                routes.setdefault(sender, {})["initcwnd"] = flow.initcwnd_segs
+            if not flow.sack:
+                no_sack.update((sender, receiver))
+    for node, metrics in sorted(routes.items()):
+        ns = NetNS(net.netns_path(node))
+        try:
+            for dst, gateway in net.spec.routes.get(node, []):
+                ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, metrics=metrics)
+        finally:
+            ns.close()
+    for node in sorted(no_sack):
+        net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
+    return {"route_metrics": routes, "sack_off": sorted(no_sack)}
 
 
 def _tc_stats(net: Network) -> dict:
@@ -243,13 +270,11 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
     trace = module_trace = None
     dumps: list[subprocess.Popen] = []
     try:
-        topology_cls = TOPOLOGIES[scenario.topology.name]
-        topology = topology_cls(scenario.topology, pair_rtts(scenario))
+        topology = TOPOLOGIES[scenario.topology.name].from_scenario(scenario)
         netspec = topology.netspec()
         connections = plan_connections(scenario, topology)
-        # capture where senders' packets enter the bottleneck: the router next to each direction's senders
-        directions = {c.direction for c in connections}
-        capture_nodes = [b.node for b in netspec.bottlenecks if b.direction in directions]
+        # capture where senders' packets enter the network, before any queue can drop them
+        capture_nodes = sorted({c.capture_node for c in connections})
         manifest["topology"] = {
             "name": scenario.topology.name,
             "queue_pkts": getattr(topology, "queue_pkts", None),
@@ -269,6 +294,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         cleanup_leftovers()
         t_setup = time.monotonic()
         with Network(netspec, run_id, host_sysctls=HOST_SYSCTLS) as net:
+            manifest["host_options"] = _apply_flow_options(net, topology, scenario)
             manifest["sysctls"] = _read_sysctls(net, connections[0].sender)
             manifest["timing"] = {"setup_s": round(time.monotonic() - t_setup, 3)}
             t_check = time.monotonic()
@@ -287,17 +313,17 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             for node in capture_nodes:
                 # tcpdump writes the pcap itself (-w); its log ends with its own drop counts
                 log_path = raw / f"tcpdump-{node}.log"
-                dumps.append(net.popen(node, capture.tcpdump_argv(raw / f"{node}.pcap"), output=log_path))
+                argv = capture.tcpdump_argv(raw / f"{node}.pcap", netspec.capture_filters.get(node, "tcp"))
+                dumps.append(net.popen(node, argv, output=log_path))
             servers = {
                 c.id: net.popen(c.receiver, server_argv(c), output=raw / f"iperf3-{c.id}-server.json")
                 for c in connections
             }
             time.sleep(0.5)
+            channels = _load_loss_channels(net, spec, scenario.duration_s + CLIENT_GRACE_S)
             t0 = time.monotonic() + START_DELAY_S
             manifest["t0_monotonic"] = t0
-            channels = _arm_loss_channels(net, spec, t0, scenario.duration_s + CLIENT_GRACE_S)
-            if channels and time.monotonic() > t0:
-                log(f"  loss channels armed {time.monotonic() - t0:.2f} s after t0 (packets before passed uncounted)")
+            lossbpf.start(channels, round(t0 * 1e9))
             cpu_before = fidelity.cpu_times()
             clients: dict[str, subprocess.Popen] = {}
             pending = sorted(connections, key=lambda c: c.start_s)
@@ -382,8 +408,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
     return manifest
 
 
-def _arm_loss_channels(net: Network, spec: RunSpec, t0: float, horizon_s: float) -> list[lossbpf.Channel]:
-    """Arm every timed two-state loss channel of the topology with its timeline from the run's seed.
+def _load_loss_channels(net: Network, spec: RunSpec, horizon_s: float) -> list[lossbpf.Channel]:
+    """Load every timed two-state loss channel of the topology with its timeline from the run's seed.
 
     Channel k (interfaces in sorted order) uses stream k of the seed: independent channels, the
     same ones again for the same seed."""
@@ -391,7 +417,7 @@ def _arm_loss_channels(net: Network, spec: RunSpec, t0: float, horizon_s: float)
     channels = []
     for stream, ((node, intf), model) in enumerate(timed):
         channel = lossbpf.Channel(node, intf, net.netns_path(node), model, stream)
-        channel.arm(round(t0 * 1e9), spec.seed, timeline(model, spec.seed, horizon_s, stream))
+        channel.load(spec.seed, timeline(model, spec.seed, horizon_s, stream))
         channels.append(channel)
     return channels
 

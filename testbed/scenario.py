@@ -92,10 +92,16 @@ class Flow(StrictModel):
         default="forward",
         description="forward = left to right; reverse = sent from the right (receiver) side",
     )
-    rtt_ms: float = Field(
+    rtt_ms: float | None = Field(
+        default=None,
         ge=0,
         le=100_000,
-        description="base RTT of this flow's path (0: no added delay, e.g. on a kernel without netem)",
+        description="base RTT of this flow's path (0: no added delay, e.g. on a kernel without netem); "
+        "required on the dumbbell, not given where the topology's path sets it (parking_lot)",
+    )
+    path: str | None = Field(
+        default=None,
+        description="which of the topology's paths the flow takes (parking_lot: through, hop)",
     )
     rtt_max_ms: float | None = Field(
         default=None,
@@ -104,6 +110,18 @@ class Flow(StrictModel):
         description="with count n: flow i (1..n) gets base RTT rtt_ms + (rtt_max_ms - rtt_ms) * i / n",
     )
     count: int = Field(default=1, ge=1, le=500, description="number of identical flows")
+    size_mb: float | None = Field(
+        default=None,
+        gt=0,
+        le=100_000,
+        description="a fixed-size transfer of this many MB (10^6 bytes) per ON period instead of sending until "
+        "its stop; the period's end is its deadline",
+    )
+    delayed_ack: bool = Field(default=True, description="false: the receiver ACKs every segment (route quickack)")
+    sack: bool = Field(default=True, description="false: SACK off on the flow's hosts (net.ipv4.tcp_sack=0)")
+    initcwnd_segs: int | None = Field(
+        default=None, ge=1, le=1000, description="initial congestion window in segments (route initcwnd)"
+    )
     start_s: float = Field(default=0.0, ge=0, description="start time")
     stop_s: float | None = Field(default=None, gt=0, description="stop time; None = the scenario's duration_s")
     periods: list[tuple[float, float]] | None = Field(
@@ -146,7 +164,7 @@ class Flow(StrictModel):
         # Compared by value, not by "was it given": a dumped-and-reloaded flow carries the defaults.
         if self.periods is not None and (self.start_s != 0 or self.stop_s is not None):
             raise _scenario_check([(("periods",), "give either periods or start_s/stop_s, not both")])
-        if self.rtt_max_ms is not None and self.rtt_max_ms <= self.rtt_ms:
+        if self.rtt_max_ms is not None and self.rtt_ms is not None and self.rtt_max_ms <= self.rtt_ms:
             message = f"rtt_max_ms ({_num(self.rtt_max_ms)}) must be above rtt_ms ({_num(self.rtt_ms)})"
             raise _scenario_check([(("rtt_max_ms",), message)])
         if self.stop_s is not None and self.start_s >= self.stop_s:
@@ -158,7 +176,7 @@ class Flow(StrictModel):
     def rtts_ms(self) -> list[float]:
         """The base RTT of each of the ``count`` flows: all ``rtt_ms``, or spread up to ``rtt_max_ms``
         (paper 000 §3.2: M flows with RTTs uniform in [20 + 230/M, 250] ms is rtt_ms 20, rtt_max_ms 250)."""
-        if self.rtt_max_ms is None:
+        if self.rtt_max_ms is None or self.rtt_ms is None:
             return [self.rtt_ms] * self.count
         step = (self.rtt_max_ms - self.rtt_ms) / self.count
         return [round(self.rtt_ms + step * i, 6) for i in range(1, self.count + 1)]
@@ -210,12 +228,15 @@ class Scenario(StrictModel):
                 last = len(flow.periods) - 1
                 message = f"period ends at {_num(flow.periods[-1][1])} s, after {end}"
                 problems.append((("flows", i, "periods", last), message))
-            if isinstance(bottleneck, LinkParams) and flow.rtt_ms < 2 * bottleneck.delay_ms:
+            if isinstance(bottleneck, LinkParams) and flow.rtt_ms is not None and flow.rtt_ms < 2 * bottleneck.delay_ms:
                 minimum = _num(2 * bottleneck.delay_ms)
                 message = f"rtt_ms {_num(flow.rtt_ms)} is shorter than the bottleneck's own round trip: "
                 problems.append(
                     (("flows", i, "rtt_ms"), f"{message}must be at least 2 x bottleneck delay_ms = {minimum}")
                 )
+        check_flows = getattr(type(self.topology), "check_flows", None)
+        if check_flows is not None:
+            problems += [(("flows", i, *at), message) for i, at, message in check_flows(self.topology, self.flows)]
         for name in type(self.topology).model_fields:
             link = getattr(self.topology, name)
             if isinstance(link, LinkParams) and isinstance(link.loss, TimedTwoStateLoss):

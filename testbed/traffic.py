@@ -35,6 +35,10 @@ class Connection:
     start_s: float
     stop_s: float
     base_rtt_ms: float
+    #: the router where its data packets enter the network; its pcap accounts for them
+    capture_node: str | None = None
+    #: a fixed-size transfer (iperf3 -n) instead of sending until stop_s
+    size_bytes: int | None = None
 
     @property
     def duration_s(self) -> float:
@@ -45,11 +49,11 @@ class Connection:
 
 
 def plan_connections(scenario, topology) -> list[Connection]:
-    """Expand a resolved scenario's flows into connections on ``topology`` (pairs in flow order)."""
+    """Expand a resolved scenario's flows into connections on ``topology`` (its ``flow_pairs`` says
+    which sender/receiver pair each instance of each flow uses)."""
     connections: list[Connection] = []
-    pair = 0
-    for flow_index, flow in enumerate(scenario.flows):
-        for replica in range(flow.count):
+    for flow_index, (flow, pairs) in enumerate(zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True)):
+        for replica, pair in enumerate(pairs):
             sender, receiver = topology.endpoints(pair, flow.direction)
             for period, (start, stop) in enumerate(flow.on_periods(scenario.duration_s)):
                 k = len(connections)
@@ -71,17 +75,13 @@ def plan_connections(scenario, topology) -> list[Connection]:
                         start_s=float(start),
                         stop_s=float(stop),
                         base_rtt_ms=topology.base_rtt_ms(pair),
+                        capture_node=topology.ingress_router(pair, flow.direction),
+                        size_bytes=round(flow.size_mb * 1e6) if flow.size_mb else None,
                     )
                 )
-            pair += 1
     if len(connections) > MAX_CONNECTIONS:
         raise ValueError(f"{len(connections)} connections; at most {MAX_CONNECTIONS} are supported")
     return connections
-
-
-def pair_rtts(scenario) -> list[float]:
-    """Base RTT of every topology pair, in the order :func:`plan_connections` assigns pairs."""
-    return [rtt for flow in scenario.flows for rtt in flow.rtts_ms()]
 
 
 def server_argv(conn: Connection) -> list[str]:
@@ -90,7 +90,8 @@ def server_argv(conn: Connection) -> list[str]:
 
 
 def client_argv(conn: Connection, interval_s: float = 1.0) -> list[str]:
+    amount = ["-n", str(conn.size_bytes)] if conn.size_bytes else ["-t", f"{conn.duration_s:g}"]
     return [
         "iperf3", "-c", conn.receiver_ip, "-p", str(conn.server_port), "--cport", str(conn.client_port),
-        "-C", conn.cc, "-t", f"{conn.duration_s:g}", "-i", f"{interval_s:g}", "-J",
+        "-C", conn.cc, *amount, "-i", f"{interval_s:g}", "-J",
     ]  # fmt: skip

@@ -32,7 +32,8 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec
+from topologies.lossmodel import probe_loss_pct
+from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec, Probe
 from topologies.params import LinkParams, StrictModel, queue_packets
 from topologies.shaping import EgressPlan
 
@@ -50,6 +51,17 @@ class DumbbellParams(StrictModel):
         if self.bottleneck.rate_mbit is None:
             raise ValueError("the dumbbell's bottleneck needs rate_mbit")
         return self
+
+    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
+        """Every dumbbell flow has its own base RTT and no path choice."""
+        problems = []
+        for i, flow in enumerate(flows):
+            if flow.rtt_ms is None:
+                message = "required field 'rtt_ms' is missing: the dumbbell needs each flow's base RTT (in milliseconds)"
+                problems.append((i, ("rtt_ms",), message))
+            if flow.path is not None:
+                problems.append((i, ("path",), "the dumbbell has one path; leave path out"))
+        return problems
 
 
 class Dumbbell:
@@ -71,6 +83,28 @@ class Dumbbell:
                 )
         self.params = params
         self.pair_rtts_ms = list(pair_rtts_ms)
+
+    @classmethod
+    def from_scenario(cls, scenario) -> Dumbbell:
+        """One sender/receiver pair per flow instance, with that flow's base RTT."""
+        return cls(scenario.topology, [rtt for flow in scenario.flows for rtt in flow.rtts_ms()])
+
+    def flow_pairs(self, flows) -> list[list[int]]:
+        """The pair of each instance (``count``) of each flow: pairs in flow order."""
+        pairs, next_pair = [], 0
+        for flow in flows:
+            pairs.append(list(range(next_pair, next_pair + flow.count)))
+            next_pair += flow.count
+        return pairs
+
+    def ingress_router(self, pair: int, direction: str) -> str:
+        """The router where a flow's data packets enter the network (captured there, before any queue)."""
+        return "rl" if direction == "forward" else "rr"
+
+    def probes(self) -> list[Probe]:
+        """One UDP rate probe per bottleneck direction, sent over the first pair."""
+        return [Probe(b.direction, 0, b.rate_mbit, b.queue_pkts, probe_loss_pct(self.params.bottleneck.loss_model))
+                for b in self.netspec().bottlenecks]  # fmt: skip
 
     @property
     def queue_pkts(self) -> int | None:

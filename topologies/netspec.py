@@ -39,6 +39,17 @@ class Bottleneck:
     direction: str  # "forward" (left to right) or "reverse"
 
 
+@dataclass(frozen=True)
+class Probe:
+    """A UDP rate probe before traffic: over ``pair`` in ``direction``; expects ``rate_mbit`` less ``loss_pct``."""
+
+    direction: str
+    pair: int
+    rate_mbit: float
+    queue_pkts: int | None
+    loss_pct: float = 0.0
+
+
 @dataclass
 class NetSpec:
     hosts: list[str] = field(default_factory=list)
@@ -50,6 +61,8 @@ class NetSpec:
     bottlenecks: list[Bottleneck] = field(default_factory=list)
     #: routers whose ingress traffic is captured: together they see every packet before any bottleneck drop
     capture_nodes: list[str] = field(default_factory=list)
+    #: tcpdump filter per capture node (default: every TCP packet entering it)
+    capture_filters: dict[str, str] = field(default_factory=dict)
 
     @property
     def nodes(self) -> list[str]:

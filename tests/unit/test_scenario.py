@@ -311,13 +311,14 @@ def test_several_problems_are_reported_together_in_line_order():
     """)
     error = problems_of(text)
     message = str(error)
-    assert message.splitlines()[0] == "test.yaml: 6 problems:"
+    # flows[1]'s missing rtt_ms is a check of the topology's (the dumbbell needs it, the parking lot
+    # does not), so it comes once every field on its own is valid
+    assert message.splitlines()[0] == "test.yaml: 5 problems:"
     lines = [(p.line, p.path) for p in error.problems]
     assert lines == [
         (4, "topology.bottleneck.rate_mbps"),
         (5, "topology.bottleneck.loss_pct"),
         (7, "flows[0].cc"),
-        (9, "flows[1].rtt_ms"),
         (10, "duration_s"),
         (11, "seeds[1]"),
     ]

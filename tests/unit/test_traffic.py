@@ -1,7 +1,7 @@
 """Flows become iperf3 connections with their own ports, hosts and times."""
 
 from testbed.scenario import load_scenario_text
-from testbed.traffic import CLIENT_PORT_BASE, SERVER_PORT_BASE, client_argv, pair_rtts, plan_connections
+from testbed.traffic import CLIENT_PORT_BASE, SERVER_PORT_BASE, client_argv, plan_connections
 from topologies import Dumbbell
 
 SCENARIO = """
@@ -16,7 +16,7 @@ duration_s: 8
 def plan():
     (point,) = load_scenario_text(SCENARIO, name="t").points
     scenario = point.scenario
-    topology = Dumbbell(scenario.topology, pair_rtts(scenario))
+    topology = Dumbbell.from_scenario(scenario)
     return plan_connections(scenario, topology)
 
 
