@@ -84,13 +84,29 @@ def plan_connections(scenario, topology) -> list[Connection]:
     return connections
 
 
+#: iperf3's default TCP write size
+MAX_BLOCK_BYTES = 128 * 1024
+
+
+def block_bytes(size_bytes: int) -> int:
+    """The largest write size up to iperf3's default that divides the transfer: iperf3 -n sends whole
+    blocks, so 3.2 MB in 128 KiB blocks would send 3,276,800 bytes. A size with no divisor of at least
+    1 KiB (a large prime) keeps 128 KiB blocks and is rounded up to whole blocks."""
+    parts = -(-size_bytes // MAX_BLOCK_BYTES)
+    while size_bytes % parts:
+        parts += 1
+    block = size_bytes // parts
+    return block if block >= 1024 or size_bytes < 1024 else MAX_BLOCK_BYTES
+
+
 def server_argv(conn: Connection) -> list[str]:
     # -1: serve exactly one test, then exit with its JSON on stdout
     return ["iperf3", "-s", "-1", "-J", "-p", str(conn.server_port)]
 
 
 def client_argv(conn: Connection, interval_s: float = 1.0) -> list[str]:
-    amount = ["-n", str(conn.size_bytes)] if conn.size_bytes else ["-t", f"{conn.duration_s:g}"]
+    amount = (["-n", str(conn.size_bytes), "-l", str(block_bytes(conn.size_bytes))] if conn.size_bytes
+              else ["-t", f"{conn.duration_s:g}"])  # fmt: skip
     return [
         "iperf3", "-c", conn.receiver_ip, "-p", str(conn.server_port), "--cport", str(conn.client_port),
         "-C", conn.cc, *amount, "-i", f"{interval_s:g}", "-J",

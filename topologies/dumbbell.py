@@ -57,7 +57,7 @@ class DumbbellParams(StrictModel):
         problems = []
         for i, flow in enumerate(flows):
             if flow.rtt_ms is None:
-                message = "required field 'rtt_ms' is missing: the dumbbell needs each flow's base RTT (in milliseconds)"
+                message = "required field 'rtt_ms' is missing: the dumbbell needs each flow's base RTT (milliseconds)"
                 problems.append((i, ("rtt_ms",), message))
             if flow.path is not None:
                 problems.append((i, ("path",), "the dumbbell has one path; leave path out"))

@@ -150,9 +150,11 @@ class ParkingLot:
         for i in range(1, n + 1):
             left, right, link = f"p{i - 1}", f"p{i}", f"k{i}"
             left_intf, right_intf = intf(left), intf(right)
-            spec.links += [LinkSpec(left, left_intf, link, f"{link}-eth0"), LinkSpec(link, f"{link}-eth1", right, right_intf)]
+            spec.links += [LinkSpec(left, left_intf, link, f"{link}-eth0"),
+                           LinkSpec(link, f"{link}-eth1", right, right_intf)]  # fmt: skip
             spec.addresses.update({(left, left_intf): f"10.3.{i}.1/30", (link, f"{link}-eth0"): f"10.3.{i}.2/30",
-                                   (link, f"{link}-eth1"): f"10.4.{i}.1/30", (right, right_intf): f"10.4.{i}.2/30"})  # fmt: skip
+                                   (link, f"{link}-eth1"): f"10.4.{i}.1/30",
+                                   (right, right_intf): f"10.4.{i}.2/30"})  # fmt: skip
             for node, node_intf, direction in ((left, left_intf, "forward"), (right, right_intf, "reverse")):
                 spec.egress[(node, node_intf)] = EgressPlan(rate_mbit=hop.rate_mbit, queue_pkts=queue)
                 spec.bottlenecks.append(Bottleneck(node, node_intf, hop.rate_mbit, queue, direction))

@@ -245,7 +245,7 @@ def test_missing_field_names_field_and_the_enclosing_line():
     assert problem.path == "flows[0].rtt_ms"
     assert problem.line == line_of(text, "- cc: reno")
     assert "required field 'rtt_ms' is missing" in problem.message
-    assert "in milliseconds" in problem.message
+    assert "(milliseconds)" in problem.message
 
 
 def test_literal_error_lists_the_options():

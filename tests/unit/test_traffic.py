@@ -48,3 +48,12 @@ def test_client_argv_binds_the_client_port_and_names_the_algorithm():
     assert argv[argv.index("-C") + 1] == "reno"
     assert argv[argv.index("-t") + 1] == "2"
     assert "-J" in argv
+
+
+def test_fixed_size_transfers_send_exactly_their_size():
+    from testbed.traffic import MAX_BLOCK_BYTES, block_bytes
+
+    for size in (2_000_000, 3_200_000, 320_000, 32_000_000, 131_073):
+        block = block_bytes(size)
+        assert size % block == 0 and 1024 <= block <= MAX_BLOCK_BYTES
+    assert block_bytes(1_000_003) == MAX_BLOCK_BYTES  # prime: whole default blocks

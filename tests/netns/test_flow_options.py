@@ -1,0 +1,58 @@
+"""Per-flow TCP options on the host kernel: a fixed-size transfer, delayed ACKs off, SACK off and an
+initial window of 3, set where the flow's hosts are and seen on the wire."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from testbed import rundir
+from testbed.network import Network
+from testbed.runner import _apply_flow_options
+from testbed.scenario import scenario_from_dict
+from testbed.session import run_session
+from topologies.dumbbell import Dumbbell
+
+
+def options_scenario(duration_s=10):
+    return scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+            "flows": [{"cc": "reno", "rtt_ms": 0, "size_mb": 2, "delayed_ack": False, "sack": False,
+                       "initcwnd_segs": 3},
+                      {"cc": "cubic", "rtt_ms": 0}],
+            "duration_s": duration_s,
+        },
+        name="options",
+    )  # fmt: skip
+
+
+def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
+    scenario = options_scenario().points[0].scenario
+    topology = Dumbbell.from_scenario(scenario)
+    with Network(topology.netspec(), "flow-options") as net:
+        applied = _apply_flow_options(net, topology, scenario)
+        assert applied == {"route_metrics": {"r0": {"quickack": 1}, "l0": {"initcwnd": 3}}, "sack_off": ["l0", "r0"]}
+        assert "initcwnd 3" in net.cmd("l0", "ip route show default")
+        assert "quickack 1" in net.cmd("r0", "ip route show default")
+        assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "0"
+        # the other flow's hosts keep the defaults
+        assert "initcwnd" not in net.cmd("l1", "ip route show default")
+        assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
+
+
+def test_a_fixed_size_transfer_without_sack_runs_to_its_size(tmp_path, clean_kernel):
+    result = run_session(options_scenario(), backend="local", results_root=tmp_path)
+    (run,) = result.runs
+    manifest = rundir.read_json(run / "manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    client = json.loads((run / "raw" / "iperf3-c0-client.json").read_text())
+    assert client["end"]["sum_sent"]["bytes"] == 2_000_000
+    syns = subprocess.run(["tcpdump", "-r", str(run / "raw" / "rl.pcap"), "-n", "-v",
+                           "tcp[tcpflags] & tcp-syn != 0 and tcp port 40000"],
+                          capture_output=True, text=True).stdout  # fmt: skip
+    assert "mss" in syns and "sackOK" not in syns, syns
+    syns_other = subprocess.run(["tcpdump", "-r", str(run / "raw" / "rl.pcap"), "-n", "-v",
+                                 "tcp[tcpflags] & tcp-syn != 0 and tcp port 40001"],
+                                capture_output=True, text=True).stdout  # fmt: skip
+    assert "sackOK" in syns_other
