@@ -107,7 +107,7 @@ class Network:
             self._configure_node(name)
 
     def _configure_node(self, name: str) -> None:
-        from pyroute2 import NetNS
+        from testbed.netnsutil import iproute
 
         node = self.nodes[name]
         intfs = self.spec.interfaces(name)
@@ -119,8 +119,7 @@ class Network:
         else:
             commands += [f"sysctl -qw {key}={value}" for key, value in self.host_sysctls.items()]
         node.cmd("; ".join(commands))
-        ns = NetNS(self.netns_path(name))
-        try:
+        with iproute(self.netns_path(name)) as ns:
             for intf in intfs:
                 index = ns.link_lookup(ifname=intf)[0]
                 cidr = self.spec.addresses.get((name, intf))
@@ -130,8 +129,6 @@ class Network:
                 ns.link("set", index=index, state="up")
             for dst, gateway in self.spec.routes.get(name, []):
                 ns.route("add", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway)
-        finally:
-            ns.close()
         for intf in intfs:
             plan = self.spec.egress.get((name, intf))
             if plan is not None and not plan.is_empty:

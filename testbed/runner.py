@@ -200,7 +200,7 @@ def _apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
     """Per-flow TCP options, set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
     receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
     ``initcwnd`` on the sender). A host is shared by the flows of one pair: they get the union."""
-    from pyroute2 import NetNS
+    from testbed.netnsutil import iproute
 
     routes: dict[str, dict[str, int]] = {}
     no_sack: set[str] = set()
@@ -214,12 +214,9 @@ def _apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
             if not flow.sack:
                 no_sack.update((sender, receiver))
     for node, metrics in sorted(routes.items()):
-        ns = NetNS(net.netns_path(node))
-        try:
+        with iproute(net.netns_path(node)) as ns:
             for dst, gateway in net.spec.routes.get(node, []):
                 ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, metrics=metrics)
-        finally:
-            ns.close()
     for node in sorted(no_sack):
         net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
     return {"route_metrics": routes, "sack_off": sorted(no_sack)}

@@ -142,8 +142,9 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
 
     ``replace``: swap an existing root qdisc of the same layout in place (used to correct a netem
     delay without tearing the link down)."""
-    from pyroute2 import NetNS
     from pyroute2.netlink.exceptions import NetlinkError
+
+    from testbed.netnsutil import iproute
 
     if isinstance(plan.loss_model, GilbertElliottLoss):
         argv = ["nsenter", f"--net={netns_path}", *netem_tc_argv(ifname, plan, replace)]
@@ -157,8 +158,7 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
         from testbed import lossbpf
 
         lossbpf.attach(netns_path, ifname)
-    ns = NetNS(netns_path)
-    try:
+    with iproute(netns_path) as ns:
         index = ns.link_lookup(ifname=ifname)[0]
         for spec in specs:
             command = "replace" if replace and spec.command == "add" else spec.command
@@ -172,6 +172,4 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
                         f"or load the module (modprobe sch_{spec.kind})"
                     ) from err
                 raise
-    finally:
-        ns.close()
     return specs

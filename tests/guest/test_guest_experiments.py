@@ -1,6 +1,10 @@
 """Every shipped experiment runs on a Debian kernel: the first point of its quick profile, compressed
 to a few seconds of traffic, all in one guest. Every run completes, every pair's base RTT and every
-bottleneck's rate pass their fidelity checks, and a timed loss channel leaves its record."""
+bottleneck's rate pass their fidelity checks, and a timed loss channel leaves its record.
+
+In the same guest, one run per loss model on a 10 Mbit/s dumbbell measures the realized loss: netem's
+Bernoulli and Gilbert-Elliott (from netem's own counters) and the timed two-state channel (per state,
+from the BPF program's counters), each against what was configured."""
 
 from __future__ import annotations
 
@@ -27,9 +31,28 @@ def smoke_point(path: Path) -> Point:
     return Point(path.stem, f"{path.stem}.{point.point_id}", point.params, compressed.scenario)
 
 
+#: loss model name -> the link's loss setting
+LOSS_MODELS = {
+    "bernoulli": {"loss_pct": 5},
+    "gilbert_elliott": {"loss": {"model": "gilbert_elliott", "p_pct": 5, "r_pct": 50, "bad_loss_pct": 100}},
+    "timed_two_state": {"loss": {"model": "timed_two_state", "good_s": 0.5, "bad_s": 0.5,
+                                 "durations": "exponential", "good_loss_pct": 0, "bad_loss_pct": 5}},
+}  # fmt: skip
+
+
+def loss_point(model: str) -> Point:
+    data = {
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100, **LOSS_MODELS[model]}},
+        "flows": [{"cc": "cubic", "rtt_ms": 20}],
+        "duration_s": 12,
+    }
+    (point,) = scenario_from_dict(data, name=f"loss-{model}").points
+    return Point(f"loss-{model}", f"loss-{model}", {}, point.scenario)
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
-    points = [smoke_point(path) for path in EXPERIMENTS]
+    points = [smoke_point(path) for path in EXPERIMENTS] + [loss_point(model) for model in LOSS_MODELS]
     combined = ScenarioFile("experiments-smoke", SCENARIOS, "quick", "every experiment, compressed", points)
     return run_session(combined, backend="guest", results_root=tmp_path_factory.mktemp("results"))
 
@@ -59,3 +82,36 @@ def test_each_experiment_completes_and_passes_its_fidelity_checks(smoke, path):
             data = json.loads(record.read_text())
             assert data["per_state"]["good"]["dropped"] <= data["per_state"]["good"]["seen"]
             assert data["states"] and data["packets_seen"] > 0
+
+
+def netem_loss(run: Path) -> tuple[int, int]:
+    """(packets sent, packets dropped) by the netem on the data direction's loss interface (rr toward r0)."""
+    stats = json.loads((run / "raw" / "tc-stats.json").read_text())["rr/rr-eth1"]
+    (netem,) = [q for q in stats if q.get("kind") == "netem"]
+    return netem["packets"] + netem["drops"], netem["drops"]
+
+
+def run_of(smoke, name: str) -> Path:
+    (run,) = [r for r in smoke.runs if r.parent.name == name]
+    manifest = rundir.read_json(run / "manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    return run
+
+
+def test_bernoulli_loss_is_realized(smoke):
+    seen, dropped = netem_loss(run_of(smoke, "loss-bernoulli"))
+    assert seen > 1000 and abs(100 * dropped / seen - 5) <= 2
+
+
+def test_gilbert_elliott_loss_is_realized(smoke):
+    seen, dropped = netem_loss(run_of(smoke, "loss-gilbert_elliott"))
+    stationary = 100 * 5 / (5 + 50)  # share of packets in Bad (loss 100 %) = p / (p + r)
+    assert seen > 500 and abs(100 * dropped / seen - stationary) <= 3, (seen, dropped)
+
+
+def test_timed_two_state_loss_is_realized_per_state(smoke):
+    run = run_of(smoke, "loss-timed_two_state")
+    data = json.loads((run / "raw" / "loss-rr-rr-eth1.json").read_text())
+    good, bad = data["per_state"]["good"], data["per_state"]["bad"]
+    assert good["dropped"] == 0 and good["seen"] > 300
+    assert bad["seen"] > 300 and abs(bad["realized_loss_pct"] - 5) <= 2, bad
