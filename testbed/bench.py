@@ -10,7 +10,16 @@ way ``make experiment`` runs (guest unless the local kernel has netem), then:
 * idle RTT error (ping min vs configured) and the UDP-probed bottleneck rate error;
 * KVM or TCG.
 
-Printed and written to ``bench/bench-<UTC time>.json``.
+``scale`` (``make bench``'s second part, one guest for all of it):
+
+* M = 200 forward flows with RTTs spread in [21.15, 250] ms plus 10 reverse New Reno flows on a
+  10 Mbit/s dumbbell (422 nodes): setup time (topology, then delay calibration and fidelity probes)
+  and bottleneck utilization (bytes the receivers got over the traffic time, against the TCP limit);
+* a 10-hop parking lot (C1 + one forward and one reverse cross flow per hop, 43 nodes): setup time;
+* each loss model on a 10 Mbit/s dumbbell: realized vs configured loss (netem's counters for
+  Bernoulli and Gilbert-Elliott, the BPF channel's per-state counters for the timed model).
+
+Printed and written to ``bench/bench-<UTC time>.json`` (and ``bench/scale-<UTC time>.json``).
 """
 
 from __future__ import annotations
@@ -29,6 +38,118 @@ PROJECT = Path(__file__).resolve().parent.parent
 DURATION_S = 30
 STEADY_FROM_S = 10
 RATE_MBIT = 10
+
+
+SCALE_FLOWS = 200
+SCALE_DURATION_S = 30
+LOT_HOPS = 10
+LOSS_DURATION_S = 20
+#: loss model -> (the link's loss setting, the loss it should realize in %)
+LOSS_MODELS = {
+    "bernoulli 2 %": ({"loss_pct": 2}, 2.0),
+    "gilbert_elliott p 2 %, r 40 %, Bad 100 %": (
+        {"loss": {"model": "gilbert_elliott", "p_pct": 2, "r_pct": 40, "bad_loss_pct": 100}}, 100 * 2 / 42),
+    "timed_two_state exp. 1 s / 0.5 s, 0 % / 10 %": (
+        {"loss": {"model": "timed_two_state", "good_s": 1, "bad_s": 0.5, "durations": "exponential",
+                  "good_loss_pct": 0, "bad_loss_pct": 10}}, None),
+}  # fmt: skip
+
+
+def scale_points():
+    from testbed.scenario import Point
+
+    def point(name: str, data: dict) -> Point:
+        (resolved,) = scenario_from_dict(data, name=name).points
+        return Point(name, name, {}, resolved.scenario)
+
+    points = [
+        point("many-flows", {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_bdp": 1}},
+            "flows": [{"cc": "reno", "count": SCALE_FLOWS, "rtt_ms": 20, "rtt_max_ms": 250},
+                      {"cc": "reno", "count": 10, "rtt_ms": 20, "rtt_max_ms": 250, "direction": "reverse"}],
+            "duration_s": SCALE_DURATION_S}),
+        point("parking-lot-10", {
+            "topology": {"name": "parking_lot", "hops": LOT_HOPS,
+                         "hop": {"rate_mbit": RATE_MBIT, "delay_ms": 10, "queue_pkts": 125},
+                         "access": {"delay_ms": 20}},
+            "flows": [{"cc": "reno", "path": "through"}, {"cc": "reno", "path": "hop"},
+                      {"cc": "reno", "path": "hop", "direction": "reverse"}],
+            "duration_s": 10}),
+    ]  # fmt: skip
+    for i, (label, (loss, _)) in enumerate(LOSS_MODELS.items()):
+        points.append(point(f"loss-{i}", {
+            "description": label,
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_pkts": 100, **loss}},
+            "flows": [{"cc": "cubic", "rtt_ms": 20}], "duration_s": LOSS_DURATION_S}))  # fmt: skip
+    return points
+
+
+def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") -> dict:
+    """The scale and loss-model figures (see the module's docstring)."""
+    from testbed.scenario import ScenarioFile
+
+    combined = ScenarioFile("bench-scale", PROJECT, None, "make bench: scale and loss models", scale_points())
+    result = run_session(combined, kernel_version=kernel_version, results_root=out_dir / "results", force=True)
+    figures: dict = {"status": "complete" if not result.failed else "incomplete", "runs": {}}
+    for run in result.runs:
+        manifest = rundir.read_json(run / rundir.MANIFEST)
+        timing = manifest.get("timing", {})
+        entry = {"status": manifest.get("status"), "reason": manifest.get("reason"),
+                 "nodes": None, "setup_s": timing.get("setup_s"), "fidelity_check_s": timing.get("fidelity_check_s"),
+                 "run_dir": str(run)}  # fmt: skip
+        if manifest.get("status") == "complete":
+            entry.update(_scale_figures(run, manifest))
+        figures["runs"][run.parent.name] = entry
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"scale-{rundir.utc_stamp()}.json"
+    rundir.write_json_atomic(path, figures)
+    for name, entry in figures["runs"].items():
+        shown = {k: v for k, v in entry.items() if k != "run_dir"}
+        print(f"{name:16} {shown}")
+    print(f"written: {path}")
+    return figures
+
+
+def _scale_figures(run: Path, manifest: dict) -> dict:
+    from testbed.scenario import RunSpec, Scenario
+    from testbed.session import _netspec
+
+    spec = RunSpec(manifest["scenario"], manifest["point_id"], {}, manifest["seed"],
+                   Scenario.model_validate(manifest["resolved"]))  # fmt: skip
+    out: dict = {"nodes": len(_netspec(spec).nodes)}
+    name = run.parent.name
+    if name == "many-flows":
+        forward = [c for c in manifest["connections"] if c["direction"] == "forward"]
+        received = 0
+        for c in forward:
+            server = json.loads((run / "raw" / f"iperf3-{c['id']}-server.json").read_text())
+            received += server["end"]["sum_received"]["bytes"]
+        traffic_s = manifest.get("timing", {}).get("traffic_s", SCALE_DURATION_S)
+        out["forward_goodput_mbit"] = round(received * 8 / 1e6 / SCALE_DURATION_S, 3)
+        out["utilization_pct_of_tcp_limit"] = round(
+            100 * received * 8 / 1e6 / SCALE_DURATION_S / tcp_goodput_limit_mbit(RATE_MBIT), 1)
+        out["traffic_wall_s"] = traffic_s
+        rtt = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("base RTT")]
+        out["rtt_checks_ok"] = f"{sum(c['ok'] for c in rtt)}/{len(rtt)}"
+        out["rtt_max_abs_error_ms"] = round(max(abs(c["measured"] - c["expected"]) for c in rtt if c["measured"]), 2)
+    elif name.startswith("loss-"):
+        label = manifest["resolved"]["description"]
+        loss, expected = LOSS_MODELS[label]
+        out["model"] = label
+        if "timed_two_state" in label:
+            data = json.loads((run / "raw" / "loss-rr-rr-eth1.json").read_text())
+            out["per_state"] = {
+                kind: {"configured_pct": v["configured_loss_pct"], "packets": v["seen"],
+                       "realized_pct": None if v["realized_loss_pct"] is None else round(v["realized_loss_pct"], 3)}
+                for kind, v in data["per_state"].items()
+            }  # fmt: skip
+        else:
+            stats = json.loads((run / "raw" / "tc-stats.json").read_text())["rr/rr-eth1"]
+            (netem,) = [q for q in stats if q.get("kind") == "netem"]
+            seen = netem["packets"] + netem["drops"]
+            out.update({"configured_pct": round(expected, 3), "realized_pct": round(100 * netem["drops"] / seen, 3),
+                        "packets": seen})  # fmt: skip
+    return out
 
 
 def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") -> dict:
