@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-experiment_tools=(mn iperf3 tcpdump tcptrace ethtool brctl ping ip tc)
+experiment_tools=(mn iperf3 tcpdump tcptrace ethtool brctl ping ip tc clang bpftool)
 if [ -f /etc/cc-testbed/provisioned ]; then
   # The lab VM or a lab host (playbooks/site.yml): experiments run on this machine's own kernel.
   where="this lab machine (its own kernel runs the experiments)"
