@@ -1,5 +1,5 @@
 """Every shipped experiment runs on a Debian kernel: the first point of its quick profile, compressed
-to a few seconds of traffic, all in one guest. Every run completes, every pair's base RTT and every
+to 5 s of traffic, all in one guest. Every run completes, every pair's base RTT and every
 bottleneck's rate pass their fidelity checks, and a timed loss channel leaves its record.
 
 In the same guest, one run per loss model on a 10 Mbit/s dumbbell measures the realized loss: netem's
@@ -20,7 +20,7 @@ from testbed.session import run_session
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 EXPERIMENTS = sorted(p for p in SCENARIOS.glob("*.yaml") if p.stem != "default")
 #: seconds of traffic per experiment here (the quick profile's shape, compressed further)
-SMOKE_S = 8.0
+SMOKE_S = 5.0
 
 
 def smoke_point(path: Path) -> Point:
