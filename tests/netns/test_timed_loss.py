@@ -75,6 +75,12 @@ def udp_through_channel(model: TimedTwoStateLoss, seed: int, run_id: str) -> tup
     return set(range(PACKETS)) - received, record
 
 
+def near_boundary(n: int, per_state: int, slack: int = 2) -> bool:
+    """Packet n is within ``slack`` packets (10 ms) of a state boundary: sender jitter can move it across."""
+    offset = n % per_state
+    return min(offset + 1, per_state - offset) <= slack
+
+
 def test_same_seed_drops_the_same_packets_and_good_state_drops_none(clean_kernel):
     model = TimedTwoStateLoss(good_s=STATE_S, bad_s=STATE_S, bad_loss_pct=50, good_loss_pct=0)
     lost_a, record_a = udp_through_channel(model, seed=7, run_id="tl-a")
@@ -83,15 +89,20 @@ def test_same_seed_drops_the_same_packets_and_good_state_drops_none(clean_kernel
     # what the receiver missed is exactly what the program says it dropped (packet n is index n)
     assert lost_a == set(record_a["dropped_packet_indices"])
     assert record_a["packets_seen"] == PACKETS
-    assert lost_a == lost_b, f"same seed, different losses: {sorted(lost_a ^ lost_b)}"
-    assert lost_a != lost_c, "another seed lost the same packets"
-    # alternating 0.25 s states: packet n is in a Bad state when (n * GAP_S) // STATE_S is odd
+    # A packet's fate is its seeded draw in the state of its own time: the same seed loses the same
+    # packets, except where the sender's timing jitter (a loaded host: a few ms) moved a packet sent
+    # next to a state boundary into the neighbouring state.
     per_state = int(STATE_S / GAP_S)
-    assert all((n // per_state) % 2 == 1 for n in lost_a), "a packet was lost in a Good state (loss 0)"
+    differ = lost_a ^ lost_b
+    assert all(near_boundary(n, per_state) for n in differ) and len(differ) <= 4, sorted(differ)
+    inner = {n for n in range(PACKETS) if not near_boundary(n, per_state)}
+    assert lost_a & inner != lost_c & inner, "another seed lost the same packets"
+    # alternating 0.25 s states: packet n is in a Bad state when (n * GAP_S) // STATE_S is odd
+    assert all((n // per_state) % 2 == 1 for n in lost_a & inner), "a packet was lost in a Good state (loss 0)"
     assert record_a["per_state"]["good"]["dropped"] == 0
     bad = record_a["per_state"]["bad"]
-    assert bad["seen"] == PACKETS // 2
-    assert abs(bad["realized_loss_pct"] - 50) < 10  # 240 draws at p = 0.5: sd 3.2 pp
+    assert abs(bad["seen"] - PACKETS // 2) <= 4
+    assert abs(bad["realized_loss_pct"] - 50) < 10  # 250 draws at p = 0.5: sd 3.2 pp
 
 
 def test_a_run_records_the_timeline_and_realizes_the_configured_loss_per_state(tmp_path, clean_kernel):
