@@ -27,7 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-import numpy as np
+import random
+
 from pydantic import Field, model_validator
 
 from topologies.base import StrictModel
@@ -101,16 +102,19 @@ class TimelineTooLong(ValueError):
 def timeline(model: TimedTwoStateLoss, seed: int, horizon_s: float, stream: int = 0) -> list[State]:
     """The state sequence of one link direction from t = 0 to at least ``horizon_s``.
 
-    Deterministic given (model, seed, stream): numpy's PCG64 seeded with ``[seed, stream]``, so each
-    direction of each link (``stream``) gets its own independent channel from one run seed.
+    Deterministic given (model, seed, stream): Python's Mersenne Twister seeded with the text
+    ``"<seed>/<stream>"`` (hashed with SHA-512, stable across Python versions), so each direction of
+    each link (``stream``) gets its own independent channel from one run seed. Not numpy: the runner
+    imports this module, and numpy's wheels need CPU instructions that a TCG VM's default CPU model
+    (qemu64) lacks (the lab VM's runner died with SIGILL in numpy).
     """
-    rng = np.random.Generator(np.random.PCG64([seed, stream]))
+    rng = random.Random(f"{seed}/{stream}")
     states: list[State] = []
     bad = model.start == "bad"
     now = 0.0
     while now < horizon_s:
         mean = model.bad_s if bad else model.good_s
-        length = mean if model.durations == "deterministic" else float(rng.exponential(mean))
+        length = mean if model.durations == "deterministic" else rng.expovariate(1 / mean)
         length = max(length, 1e-6)  # an exponential draw of ~0 still lasts a microsecond
         states.append(State(bad, now, now + length, model.bad_loss_pct if bad else model.good_loss_pct))
         if len(states) > MAX_STATES:

@@ -106,3 +106,13 @@ def test_a_loss_model_in_a_scenario_sweeps_and_names_its_mistakes():
     both = SCENARIO.format(model="timed_two_state", bad=10).replace("rate_mbit: 2", "rate_mbit: 2\n    loss_pct: 1")
     with pytest.raises(ScenarioError, match="either loss_pct or loss"):
         load_scenario_text(both)
+
+
+def test_the_runner_does_not_import_numpy():
+    """The lab VM under TCG has qemu64's CPU, on which numpy's wheels die with SIGILL."""
+    import subprocess
+    import sys
+
+    code = "import sys, testbed.runner; print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
