@@ -24,10 +24,9 @@ unit-tested anywhere.
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 from typing import Annotated, Literal
-
-import random
 
 from pydantic import Field, model_validator
 
