@@ -15,6 +15,7 @@ the host's filesystem); the lab VM and a local run compile for themselves.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import shutil
@@ -170,10 +171,8 @@ class Channel:
         lines = [f"map lookup id {self.maps[name]} key hex {_hex(struct.pack('<I', key))}" for key in keys]
         if not lines:
             return []
-        with tempfile.NamedTemporaryFile("w", suffix=".bpftool") as batch:
-            batch.write("\n".join(lines) + "\n")
-            batch.flush()
-            results = _bpftool("batch", "file", batch.name)
+        with _batch_file(lines) as name:
+            results = _bpftool("batch", "file", name)
         return _formatted([result["output"] for result in results])
 
     def read(self) -> dict:
@@ -214,11 +213,18 @@ def start(channels: list[Channel], t0_ns: int) -> None:
         _batch([channel.control_line(t0_ns) for channel in channels], "start the loss channels")
 
 
-def _batch(lines: list[str], what: str) -> None:
+@contextlib.contextmanager
+def _batch_file(lines: list[str]):
+    """A bpftool batch file holding ``lines`` (one bpftool process for all of them)."""
     with tempfile.NamedTemporaryFile("w", suffix=".bpftool") as batch:
         batch.write("\n".join(lines) + "\n")
         batch.flush()
-        out = subprocess.run(["bpftool", "batch", "file", batch.name], capture_output=True, text=True)
+        yield batch.name
+
+
+def _batch(lines: list[str], what: str) -> None:
+    with _batch_file(lines) as name:
+        out = subprocess.run(["bpftool", "batch", "file", name], capture_output=True, text=True)
     if out.returncode != 0:
         raise LossChannelError(f"bpftool could not {what}: {out.stderr.strip()[-800:]}")
 
