@@ -28,73 +28,109 @@ from pathlib import Path
 from testbed.kernels import cache_root
 from topologies.lossmodel import State, TimedTwoStateLoss
 
-SOURCE = Path(__file__).resolve().parent / "bpf" / "timed_loss.bpf.c"
+BPF_DIR = Path(__file__).resolve().parent / "bpf"
+#: the project's tc-BPF programs: name -> source (the name is also the program's function)
+SOURCES = {"timed_loss": BPF_DIR / "timed_loss.bpf.c", "spray": BPF_DIR / "spray.bpf.c"}
+SOURCE = SOURCES["timed_loss"]
 PROGRAM = "timed_loss"
 #: the program's dropped_bits map: the index of every dropped packet among the first 64 x this many
 DROP_BITS_WORDS = 16_384
 TOOLS = ("clang", "tc", "bpftool")
-#: the object this process attaches (set from the plan when the host built it); None = build here
-_object: Path | None = None
+#: the objects this process attaches (set from the plan when the host built them); missing = build here
+_objects: dict[str, Path] = {}
 
 
 class LossChannelError(RuntimeError):
-    """The BPF loss channel could not be built, attached, armed or read; the message says why."""
+    """A tc-BPF program could not be built, attached, armed or read; the message says why."""
 
 
 def missing_tools() -> list[str]:
     return [tool for tool in TOOLS if shutil.which(tool) is None]
 
 
-def build(log=print) -> Path:
-    """The compiled program, built once per source version into the cache."""
+def build(name: str = PROGRAM, log=print) -> Path:
+    """The compiled program ``name`` (a key of :data:`SOURCES`), built once per source version into the cache."""
+    source = SOURCES[name]
     missing = missing_tools()
     if missing:
         raise LossChannelError(
-            f"the timed_two_state loss model needs {', '.join(missing)} (Debian packages clang, iproute2, bpftool): "
+            f"the {name} tc-BPF program needs {', '.join(missing)} (Debian packages clang, iproute2, bpftool): "
             f"run 'make setup'"
         )
-    digest = hashlib.sha256(SOURCE.read_bytes()).hexdigest()[:16]
-    target = cache_root().parent / "bpf" / digest / "timed_loss.bpf.o"
+    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = cache_root().parent / "bpf" / digest / f"{name}.bpf.o"
     if target.exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    log(f"compiling {SOURCE.name} (clang -target bpf)")
+    log(f"compiling {source.name} (clang -target bpf)")
     multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
     include = [f"-I/usr/include/{multiarch}"] if multiarch else []
     with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".o", delete=False) as tmp:
         out = subprocess.run(
-            ["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c", str(SOURCE), "-o", tmp.name],
+            ["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c", str(source), "-o", tmp.name],
             capture_output=True, text=True,
         )  # fmt: skip
         if out.returncode != 0:
             Path(tmp.name).unlink(missing_ok=True)
-            raise LossChannelError(f"clang could not compile {SOURCE}: {out.stderr.strip()[-800:]}")
+            raise LossChannelError(f"clang could not compile {source}: {out.stderr.strip()[-800:]}")
         Path(tmp.name).replace(target)
     return target
 
 
-def use_object(path: str | Path | None) -> None:
-    """Attach this object from now on (a guest gets the host's build through the plan)."""
-    global _object
-    _object = Path(path) if path else None
+def use_objects(paths: dict[str, str] | None) -> None:
+    """Attach these objects from now on (a guest gets the host's builds through the plan)."""
+    _objects.clear()
+    _objects.update({name: Path(path) for name, path in (paths or {}).items() if path})
 
 
-def object_path() -> Path:
-    global _object
-    if _object is None or not _object.exists():
-        _object = build()
-    return _object
+def object_path(name: str = PROGRAM) -> Path:
+    if name not in _objects or not _objects[name].exists():
+        _objects[name] = build(name)
+    return _objects[name]
 
 
-def attach(netns_path: str, ifname: str) -> None:
-    """Load the program on ``ifname``'s egress (clsact) inside a namespace; it passes every packet until armed."""
-    obj = object_path()
-    commands = [["tc", "qdisc", "add", "dev", ifname, "clsact"],
-                ["tc", "filter", "add", "dev", ifname, "egress", "bpf", "direct-action", "obj", str(obj), "sec", "tc"]]
+def attach(netns_path: str, ifname: str, name: str = PROGRAM) -> None:
+    """Load program ``name`` on ``ifname``'s egress (clsact) inside a namespace; it passes every packet
+    until armed."""
+    obj = object_path(name)
+    commands = [
+        ["tc", "qdisc", "add", "dev", ifname, "clsact"],
+        ["tc", "filter", "add", "dev", ifname, "egress", "bpf", "direct-action", "obj", str(obj), "sec", "tc"],
+    ]
     for argv in commands:
         out = subprocess.run(["nsenter", f"--net={netns_path}", *argv], capture_output=True, text=True)
         if out.returncode != 0:
             raise LossChannelError(f"{' '.join(argv)} failed: {out.stderr.strip()[-800:]}")
+
+
+def program_maps(netns_path: str, ifname: str, name: str = PROGRAM, where: str = "") -> dict[str, int]:
+    """Map name -> id of program ``name`` attached to ``ifname``'s egress, found through its tc filter."""
+    out = subprocess.run(["nsenter", f"--net={netns_path}", "tc", "-j", "filter", "show", "dev", ifname, "egress"],
+                         capture_output=True, text=True)  # fmt: skip
+    try:
+        filters = json.loads(out.stdout or "[]")
+    except ValueError:
+        filters = []
+    progs = [f.get("options", {}).get("prog", {}) for f in filters]
+    ids = [prog["id"] for prog in progs if prog.get("name") == name]
+    if not ids:
+        raise LossChannelError(f"no {name} program on {where or ifname} egress ({out.stderr.strip()})")
+    prog = _bpftool("prog", "show", "id", str(ids[0]))
+    maps = {}
+    for map_id in prog.get("map_ids", []):
+        info = _bpftool("map", "show", "id", str(map_id))
+        maps[info["name"]] = map_id
+    return maps
+
+
+def lookup(map_id: int, keys) -> list[dict]:
+    """The entries of an array map at ``keys``, in one bpftool process (a whole dump is ~14 MB of JSON)."""
+    lines = [f"map lookup id {map_id} key hex {hex_bytes(struct.pack('<I', key))}" for key in keys]
+    if not lines:
+        return []
+    with _batch_file(lines) as name:
+        results = _bpftool("batch", "file", name)
+    return _formatted([result["output"] for result in results])
 
 
 def _bpftool(*args: str) -> object:
@@ -104,7 +140,7 @@ def _bpftool(*args: str) -> object:
     return json.loads(out.stdout) if out.stdout.strip() else None
 
 
-def _hex(data: bytes) -> str:
+def hex_bytes(data: bytes) -> str:
     return " ".join(f"{b:02x}" for b in data)
 
 
@@ -126,40 +162,22 @@ class Channel:
     t0_ns: int | None = None
     draw_seed: int | None = None
 
-    def _find_maps(self) -> dict[str, int]:
-        out = subprocess.run(["nsenter", f"--net={self.netns_path}", "tc", "-j", "filter", "show", "dev", self.ifname,
-                              "egress"], capture_output=True, text=True)  # fmt: skip
-        try:
-            filters = json.loads(out.stdout or "[]")
-        except ValueError:
-            filters = []
-        progs = [f.get("options", {}).get("prog", {}) for f in filters]
-        ids = [prog["id"] for prog in progs if prog.get("name") == PROGRAM]
-        if not ids:
-            raise LossChannelError(f"no {PROGRAM} program on {self.node}/{self.ifname} egress ({out.stderr.strip()})")
-        prog = _bpftool("prog", "show", "id", str(ids[0]))
-        maps = {}
-        for map_id in prog.get("map_ids", []):
-            info = _bpftool("map", "show", "id", str(map_id))
-            maps[info["name"]] = map_id
-        return maps
-
     def load(self, seed: int, states: list[State]) -> None:
         """Write the timeline (the channel still passes everything until :func:`start`)."""
-        self.maps = self._find_maps()
+        self.maps = program_maps(self.netns_path, self.ifname, PROGRAM, f"{self.node}/{self.ifname}")
         self.states = states
         self.draw_seed = int.from_bytes(hashlib.sha256(f"{seed}/{self.stream}".encode()).digest()[:8], "little")
         lines = []
         for index, state in enumerate(states):
             value = struct.pack("<QQ", round(state.end_s * 1e9), _threshold(state.loss_pct))
-            lines.append(f"map update id {self.maps['timeline']} key hex {_hex(struct.pack('<I', index))} "
-                         f"value hex {_hex(value)}")  # fmt: skip
-        _batch(lines, f"load the loss channel on {self.node}/{self.ifname}")
+            lines.append(f"map update id {self.maps['timeline']} key hex {hex_bytes(struct.pack('<I', index))} "
+                         f"value hex {hex_bytes(value)}")  # fmt: skip
+        batch(lines, f"load the loss channel on {self.node}/{self.ifname}")
 
     def control_line(self, t0_ns: int) -> str:
         self.t0_ns = t0_ns
         control = struct.pack("<6Q", t0_ns, self.draw_seed, len(self.states), 0, 0, 0)
-        return f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {_hex(control)}"
+        return f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {hex_bytes(control)}"
 
     def arm(self, t0_ns: int, seed: int, states: list[State]) -> None:
         """Load the timeline and start it at ``t0_ns`` (CLOCK_MONOTONIC)."""
@@ -167,13 +185,7 @@ class Channel:
         start([self], t0_ns)
 
     def _lookup(self, name: str, keys) -> list[dict]:
-        """The entries of an array map at ``keys``, in one bpftool process (a whole dump is ~14 MB of JSON)."""
-        lines = [f"map lookup id {self.maps[name]} key hex {_hex(struct.pack('<I', key))}" for key in keys]
-        if not lines:
-            return []
-        with _batch_file(lines) as name:
-            results = _bpftool("batch", "file", name)
-        return _formatted([result["output"] for result in results])
+        return lookup(self.maps[name], keys)
 
     def read(self) -> dict:
         """The realized timeline with packets seen/dropped per state, per-kind totals, dropped packet indices."""
@@ -210,7 +222,7 @@ class Channel:
 def start(channels: list[Channel], t0_ns: int) -> None:
     """Start loaded channels at ``t0_ns``: one bpftool process for all of them (their clocks agree)."""
     if channels:
-        _batch([channel.control_line(t0_ns) for channel in channels], "start the loss channels")
+        batch([channel.control_line(t0_ns) for channel in channels], "start the loss channels")
 
 
 @contextlib.contextmanager
@@ -222,7 +234,7 @@ def _batch_file(lines: list[str]):
         yield batch.name
 
 
-def _batch(lines: list[str], what: str) -> None:
+def batch(lines: list[str], what: str) -> None:
     with _batch_file(lines) as name:
         out = subprocess.run(["bpftool", "batch", "file", name], capture_output=True, text=True)
     if out.returncode != 0:

@@ -86,8 +86,13 @@ def _needs_netem(run: RunSpec) -> bool:
     return _netspec(run).needs_netem
 
 
-def _needs_bpf(run: RunSpec) -> bool:
-    return any(plan.timed_loss is not None for plan in _netspec(run).egress.values())
+def _bpf_programs(run: RunSpec) -> set[str]:
+    """The project's tc-BPF programs a run attaches (names of ``lossbpf.SOURCES``)."""
+    spec = _netspec(run)
+    needed = {"spray"} if spec.sprayers else set()
+    if any(plan.timed_loss is not None for plan in spec.egress.values()):
+        needed.add("timed_loss")
+    return needed
 
 
 def _kernel_has_netem(modules_possible: bool) -> bool:
@@ -211,11 +216,12 @@ def run_session(
     for module in sorted(wanted_modules):
         # the lab VM builds its own (the host has no headers for the VM's kernel)
         project_modules[module] = None if backend == "vagrant" else str(modules.build(release, log=log))
-    bpf_object = None
-    if backend != "vagrant" and any(_needs_bpf(r) for r in runs_to_do):
+    bpf_objects = {}
+    if backend != "vagrant":  # the lab VM compiles its own
         from testbed import lossbpf
 
-        bpf_object = str(lossbpf.build(log=log))  # the lab VM compiles its own
+        for name in sorted(set().union(*(_bpf_programs(r) for r in runs_to_do))):
+            bpf_objects[name] = str(lossbpf.build(name, log=log))
     total = sum(estimate_s(r) for r in runs_to_do) + (GUEST_BOOT_S if backend == "guest" else 0)
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
         f"estimated {total / 60:.1f} min")  # fmt: skip
@@ -229,7 +235,7 @@ def run_session(
             "git": git,
             "backend": backend_info,
             "project_modules": project_modules,
-            "bpf_object": bpf_object,
+            "bpf_objects": bpf_objects,
         },
         "runs": [
             {

@@ -8,15 +8,20 @@ package does not import Mininet or pyroute2: scenario files validate on any mach
 from __future__ import annotations
 
 from topologies.dumbbell import Dumbbell, DumbbellParams
+from topologies.multipath import Multipath, MultipathParams
 from topologies.parking_lot import ParkingLot, ParkingLotParams
 
 #: registry: the ``topology.name`` of a scenario file -> topology class
 TOPOLOGIES = {
     "dumbbell": Dumbbell,
     "parking_lot": ParkingLot,
+    "multipath": Multipath,
 }
 
 #: registry of topology parameter models, keyed by the ``name`` a scenario file uses
 TOPOLOGY_PARAMS = {name: cls.Params for name, cls in TOPOLOGIES.items()}
 
-__all__ = ["TOPOLOGIES", "TOPOLOGY_PARAMS", "Dumbbell", "DumbbellParams", "ParkingLot", "ParkingLotParams"]
+__all__ = [
+    "TOPOLOGIES", "TOPOLOGY_PARAMS", "Dumbbell", "DumbbellParams", "Multipath", "MultipathParams", "ParkingLot",
+    "ParkingLotParams",
+]  # fmt: skip

@@ -50,6 +50,17 @@ class Probe:
     loss_pct: float = 0.0
 
 
+@dataclass(frozen=True)
+class Sprayer:
+    """Per-packet round-robin over parallel paths on ``node``: packets routed out of ``intf`` (path 0)
+    are spread over ``intf`` and ``paths`` (each ``(interface, next-hop IPv4)``), in that order."""
+
+    node: str
+    intf: str
+    paths: tuple[tuple[str, str], ...]
+    direction: str  # the traffic direction it sprays: "forward" or "reverse"
+
+
 @dataclass
 class NetSpec:
     hosts: list[str] = field(default_factory=list)
@@ -63,6 +74,8 @@ class NetSpec:
     capture_nodes: list[str] = field(default_factory=list)
     #: tcpdump filter per capture node (default: every TCP packet entering it)
     capture_filters: dict[str, str] = field(default_factory=dict)
+    #: per-packet spraying over parallel paths (multipath); set up by the runner
+    sprayers: list[Sprayer] = field(default_factory=list)
 
     @property
     def nodes(self) -> list[str]:
