@@ -27,7 +27,7 @@ setup:
 	@scripts/setup.sh
 
 experiment: setup
-	$(TESTBED) run default $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
+	$(TESTBED) suite $(or $(SUITE),default) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
 reproduce: setup
 	@PROFILE=$(or $(PROFILE),quick) scripts/reproduce.sh

@@ -123,8 +123,10 @@ def _params(analysis: RunAnalysis) -> dict:
 def run_group_rows(analysis: RunAnalysis, point_id: str) -> list[dict]:
     """One row per (direction, cc) of a run with that run's values (module doc)."""
     params = _params(analysis)
+    scenario = analysis.manifest.get("scenario")
     base = {
         "point_id": point_id,
+        "experiment": scenario if isinstance(scenario, str) else None,
         "params": params,
         "seed": analysis.manifest.get("seed"),
         "status": analysis.status,
@@ -174,8 +176,11 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
     """The session table from :func:`run_group_rows` of every run (module doc)."""
     if run_rows.empty:
         return pd.DataFrame()
+    # a suite holds several experiments, each with its own parameters: one column names the
+    # experiment and one the point's values, instead of the union of every experiment's columns
+    several = "experiment" in run_rows and run_rows["experiment"].dropna().nunique() > 1
     param_names: list[str] = []
-    for params in run_rows["params"]:
+    for params in [] if several else run_rows["params"]:
         for key in params:
             if key not in param_names:
                 param_names.append(key)
@@ -194,7 +199,10 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
         complete = group[group["status"] == "complete"]
         point_runs = run_rows[run_rows["point_id"] == point_id].drop_duplicates(subset=["seed", "status"])
         row = {name: params.get(name) for name in param_names if name != "cc"}
-        if not param_names:
+        if several:
+            row["experiment"] = group["experiment"].iloc[0]
+            row["point"] = ",".join(f"{k}={v}" for k, v in params.items() if k != "cc") or "-"
+        elif not param_names:
             row["point"] = point_id
         if "cc" in param_names:
             # the point's cc axis; a row's own flows may run another algorithm (e.g. cross traffic)
@@ -219,7 +227,7 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
         row["point_id"] = point_id
         rows.append(row)
     table = pd.DataFrame(rows)
-    order_keys = [n for n in param_names if n != "cc"] + ["point", "point_cc", "cc", "direction"]
+    order_keys = ["experiment"] + [n for n in param_names if n != "cc"] + ["point", "point_cc", "cc", "direction"]
     table["_order"] = [
         tuple(_sort_value(row[k]) for k in order_keys if k in table) for _, row in table.iterrows()
     ]
@@ -234,7 +242,7 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
 
 def _label(row: pd.Series, param_names: list[str]) -> str:
     parts = [f"{k}={row[k]}" for k in param_names if k != "cc"] or (
-        [str(row["point"])] if "point" in row else []
+        [str(row[k]) for k in ("experiment", "point") if k in row and isinstance(row[k], str)]
     )
     cc = row.get("cc")
     if isinstance(cc, str):

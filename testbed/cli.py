@@ -12,15 +12,24 @@ import sys
 from pathlib import Path
 
 PROJECT = Path(__file__).resolve().parent.parent
+SUITES = PROJECT / "scenarios" / "suites"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from testbed.scenario import find_scenario, load_scenario
     from testbed.session import run_session
+    from testbed.suite import find_suite, load_suite
 
-    scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
+    if args.command == "suite":
+        scenario = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
+    else:
+        scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
     result = run_session(
-        scenario, backend=args.backend, kernel_version=args.kernel, results_root=args.results, vcpus=args.cpus,
+        scenario,
+        backend=args.backend,
+        kernel_version=args.kernel,
+        results_root=args.results,
+        vcpus=args.cpus,
         force=args.force,
     )
     if not args.no_report:
@@ -107,6 +116,24 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(status == "complete" for status in statuses) else 1
 
 
+def _run_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
+        help="where runs execute: the running kernel (local), the project's lab VM (vagrant: 'vagrant up' "
+             "first) or a virtme-ng guest; auto picks local when this kernel has every algorithm and qdisc "
+             "the scenario needs, else the lab VM when it is up, else a guest",
+    )  # fmt: skip
+    parser.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
+    parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
+    parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+    parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
+    parser.add_argument(
+        "--force", action="store_true",
+        help="run every run again in a new results folder; without it, a scenario run again on the same kernel "
+             "resumes its newest results folder: complete runs are kept, failed and incomplete ones run again",
+    )  # fmt: skip
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="testbed", description="Real-kernel testbed for TCP congestion control.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -114,22 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a scenario (every point and seed) and write its report")
     run.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
     run.add_argument("--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one")
-    run.add_argument(
-        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
-        help="where runs execute: the running kernel (local), the project's lab VM (vagrant: 'vagrant up' "
-             "first) or a virtme-ng guest; auto picks local when this kernel has every algorithm and qdisc "
-             "the scenario needs, else the lab VM when it is up, else a guest",
-    )  # fmt: skip
-    run.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
-    run.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
-    run.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
-    run.add_argument("--no-report", action="store_true", help="skip the analysis and report")
-    run.add_argument(
-        "--force", action="store_true",
-        help="run every run again in a new results folder; without it, a scenario run again on the same kernel "
-             "resumes its newest results folder: complete runs are kept, failed and incomplete ones run again",
-    )  # fmt: skip
+    _run_options(run)
+    suite = sub.add_parser(
+        "suite", help="run a suite (chosen points of several experiments, one session) and write its report"
+    )
+    suite.add_argument("suite", help="suite name in scenarios/suites/ (e.g. default) or a path to a .yaml file")
+    _run_options(suite)
     run.set_defaults(func=_cmd_run)
+    suite.set_defaults(func=_cmd_run)
 
     report = sub.add_parser("report", help="(re)analyse a session folder and write its report")
     report.add_argument("session", type=Path, help="results/<scenario>/<time>-<sha>/")
@@ -171,8 +190,15 @@ def main(argv: list[str] | None = None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `testbed check ... | head` ends quietly
     try:
         return args.func(args)
-    except (ScenarioError, KernelError, GuestError, ModuleBuildError, LossChannelError, VagrantError,
-            ValueError) as err:
+    except (
+        ScenarioError,
+        KernelError,
+        GuestError,
+        ModuleBuildError,
+        LossChannelError,
+        VagrantError,
+        ValueError,
+    ) as err:
         print(f"testbed: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

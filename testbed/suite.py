@@ -1,0 +1,123 @@
+"""Suites: chosen points of several experiments, run together in one session, one guest and one report.
+
+A suite file is ``scenarios/suites/<name>.yaml``::
+
+    description: one representative point of each experiment
+    profile: quick        # the profile every scenario file is loaded with
+    traffic_s: 15         # optional: each point compressed to this much traffic (its time_scale)
+    seeds: [1]            # optional: replaces each point's seeds
+    experiments:
+      - scenario: reverse-onoff
+        point: cc=westwood    # a point id as `testbed check` prints it; default: the file's first point
+
+Compressing a point scales its duration and every flow's start, stop and ON/OFF periods together
+(the scenario files' ``time_scale``), so the point keeps its shape; RTTs, rates, sizes and loss
+states are not scaled. ``make experiment`` runs the suite ``default``; ``testbed suite NAME`` any.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError
+
+from testbed.scenario import (
+    Point,
+    Problem,
+    ScenarioError,
+    ScenarioFile,
+    find_scenario,
+    load_scenario,
+    scenario_from_dict,
+)
+from topologies.base import StrictModel
+
+
+class SuiteEntry(StrictModel):
+    scenario: str = Field(description="a scenario name in scenarios/ or a path to a scenario file")
+    point: str | None = Field(default=None, description="a point id of that file; default: its first point")
+
+
+class Suite(StrictModel):
+    description: str = ""
+    profile: str | None = Field(default="quick", description="profile each scenario file is loaded with")
+    traffic_s: float | None = Field(default=None, gt=0, le=100_000, description="compress each point to this")
+    seeds: list[int] | None = Field(default=None, min_length=1)
+    experiments: list[SuiteEntry] = Field(min_length=1)
+
+
+def compress(point: Point, traffic_s: float | None, seeds: list[int] | None = None) -> Point:
+    """The same point with ``traffic_s`` seconds of traffic (and ``seeds``), its id prefixed by its scenario."""
+    data = point.scenario.model_dump(mode="json", exclude_none=True)
+    if traffic_s is not None:
+        data["time_scale"] = traffic_s / data["duration_s"]
+    if seeds is not None:
+        data["seeds"] = list(seeds)
+    (compressed,) = scenario_from_dict(data, name=point.scenario_name).points
+    return Point(point.scenario_name, f"{point.scenario_name}.{point.point_id}", point.params, compressed.scenario)
+
+
+def find_suite(name_or_path: str, suites_dir: Path) -> Path:
+    given = Path(name_or_path)
+    if given.suffix in (".yaml", ".yml") or len(given.parts) > 1:
+        if given.is_file():
+            return given
+        raise ScenarioError(name_or_path, [Problem(None, "", "no such file")])
+    candidate = suites_dir / f"{name_or_path}.yaml"
+    if candidate.is_file():
+        return candidate
+    available = sorted(p.stem for p in suites_dir.glob("*.yaml"))
+    message = f"no suite named '{name_or_path}' in {suites_dir}; available: {', '.join(available) or '(none)'}"
+    raise ScenarioError(name_or_path, [Problem(None, "", message)])
+
+
+def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
+    """Load a suite file into one :class:`ScenarioFile` whose points come from several scenario files.
+
+    Every problem (a misspelled field, an unknown scenario or point id, a scenario file that does
+    not load) is collected and raised together as one :class:`ScenarioError`.
+    """
+    source = str(path)
+    try:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    except OSError as error:
+        raise ScenarioError(source, [Problem(None, "", f"cannot read the file: {error.strerror}")]) from None
+    except yaml.YAMLError as error:
+        raise ScenarioError(source, [Problem(None, "", f"YAML syntax error: {error}")]) from None
+    try:
+        suite = Suite.model_validate(data)
+    except ValidationError as error:
+        problems = [_problem(detail) for detail in error.errors()]
+        raise ScenarioError(source, problems) from None
+    problems: list[Problem] = []
+    points: list[Point] = []
+    for i, entry in enumerate(suite.experiments):
+        where = f"experiments[{i}]"
+        try:
+            scenario = load_scenario(find_scenario(entry.scenario, scenarios_dir), profile=suite.profile)
+        except ScenarioError as error:
+            problems += [Problem(None, f"{where}.scenario", f"{entry.scenario}: {p}") for p in error.problems]
+            continue
+        ids = [p.point_id for p in scenario.points]
+        if entry.point is None:
+            chosen = scenario.points[0]
+        elif entry.point in ids:
+            chosen = scenario.points[ids.index(entry.point)]
+        else:
+            message = f"'{entry.point}' is not a point of {entry.scenario} ({suite.profile or 'no'} profile); "
+            problems.append(Problem(None, f"{where}.point", message + f"valid: {', '.join(ids)}"))
+            continue
+        points.append(compress(chosen, suite.traffic_s, suite.seeds))
+    if problems:
+        raise ScenarioError(source, problems)
+    return ScenarioFile(f"suite-{Path(path).stem}", Path(path), suite.profile, suite.description.strip(), points)
+
+
+def _problem(detail: dict) -> Problem:
+    where = ".".join(str(part) for part in detail["loc"])
+    message = detail["msg"]
+    if detail["type"] == "extra_forbidden":
+        valid = ", ".join(Suite.model_fields if len(detail["loc"]) == 1 else SuiteEntry.model_fields)
+        message = f"unknown field '{detail['loc'][-1]}'; valid fields: {valid}"
+    return Problem(None, where, message)

@@ -1,0 +1,73 @@
+"""Suites: the default suite loads every experiment once, compressed; bad suite files are refused
+with the valid choices named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from testbed.scenario import ScenarioError, load_scenario
+from testbed.suite import compress, find_suite, load_suite
+
+PROJECT = Path(__file__).resolve().parents[2]
+SCENARIOS = PROJECT / "scenarios"
+SUITES = SCENARIOS / "suites"
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "s.yaml"
+    path.write_text(text)
+    return path
+
+
+def test_the_default_suite_holds_one_point_of_every_experiment():
+    suite = load_suite(find_suite("default", SUITES), SCENARIOS)
+    experiments = sorted(p.stem for p in SCENARIOS.glob("*.yaml") if p.stem != "default")
+    assert sorted(point.scenario_name for point in suite.points) == experiments
+    for point in suite.points:
+        assert point.scenario.duration_s == 15
+        assert point.scenario.seeds == [1]
+        assert point.point_id.startswith(f"{point.scenario_name}.")
+
+
+def test_compress_scales_the_schedule_but_not_the_path():
+    (point,) = [p for p in load_scenario(SCENARIOS / "reverse-onoff.yaml", "quick").points if p.params["cc"] == "reno"]
+    short = compress(point, 10)
+    scale = 10 / point.scenario.duration_s
+    for before, after in zip(point.scenario.flows, short.scenario.flows, strict=True):
+        assert after.start_s == pytest.approx(before.start_s * scale)
+        assert after.rtt_ms == before.rtt_ms
+        if before.periods:
+            assert after.periods[0][1] == pytest.approx(before.periods[0][1] * scale)
+    assert short.scenario.topology == point.scenario.topology
+
+
+def test_an_unknown_point_lists_the_valid_ones(tmp_path):
+    path = write(tmp_path, "experiments:\n  - scenario: parking-lot\n    point: hops=4,cc=westwood\n")
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    assert "'hops=4,cc=westwood' is not a point of parking-lot" in str(error.value)
+    assert "hops=3,cc=westwood" in str(error.value)
+
+
+def test_an_unknown_scenario_and_a_misspelled_field_are_both_reported(tmp_path):
+    path = write(tmp_path, "experiments:\n  - scenario: parking-lots\n    piont: x\n")
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    assert "unknown field 'piont'; valid fields: scenario, point" in str(error.value)
+    path = write(tmp_path, "experiments:\n  - scenario: parking-lots\n")
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    assert "did you mean 'parking-lot'" in str(error.value)
+
+
+def test_a_negative_traffic_time_is_refused(tmp_path):
+    path = write(tmp_path, "traffic_s: -5\nexperiments:\n  - scenario: pipe-size\n")
+    with pytest.raises(ScenarioError, match="traffic_s"):
+        load_suite(path, SCENARIOS)
+
+
+def test_an_unknown_suite_names_the_available_ones():
+    with pytest.raises(ScenarioError, match="available: default"):
+        find_suite("nope", SUITES)
