@@ -1,0 +1,64 @@
+"""Delay calibration's decisions, on scripted ping results: the emulator's excess latency is the
+smallest seen so far, the pair's one-way netem delay is lowered by half of it, a round that reads
+higher changes nothing; the recorded check is the first measurement after the last change, and a
+pair changed in the last round is pinged once more for its check."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from testbed import runner
+
+
+def ping(min_ms: float) -> str:
+    return f"rtt min/avg/max/mdev = {min_ms}/{min_ms}/{min_ms}/0.0 ms\n0% packet loss"
+
+
+class Topology:
+    def base_rtt_ms(self, pair):
+        return 100.0
+
+    def one_way_delay_ms(self, pair):
+        return 50.0
+
+    def delay_egress(self, pair):
+        return [(f"l{pair}", f"l{pair}-eth0")]
+
+
+def calibrate(monkeypatch, measurements: dict[int, list[float]]):
+    """Run the calibration with pair -> successive ping minima; returns (records, checks, applied delays)."""
+    rounds = {pair: iter(values) for pair, values in measurements.items()}
+    applied = []
+    monkeypatch.setattr(runner, "_ping_pairs",
+                        lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
+    monkeypatch.setattr(runner, "apply_egress", lambda path, intf, plan, replace: applied.append((intf, plan.delay_ms)))
+    net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
+    connections = [SimpleNamespace(pair=pair) for pair in measurements]
+    records, checks = runner._calibrate_delays(net, Topology(), connections)
+    return records, checks, applied
+
+
+def test_a_round_that_reads_high_changes_nothing(monkeypatch):
+    # 102.8 ms: excess 2.8 -> one way 48.6; then a busy round reads 4.4 ms over: no change, and that
+    # round is the check
+    records, checks, applied = calibrate(monkeypatch, {0: [102.8, 101.6], 1: [100.1]})
+    assert applied == [("l0-eth0", pytest.approx(48.6))]
+    assert records[0]["excess_ms"] == pytest.approx(2.8) and records[0]["measured_min_rtt_ms"] == [102.8, 101.6]
+    assert "101.6/" in checks[0] and "100.1/" in checks[1]
+    assert [r["pair"] for r in records] == [0, 1]
+
+
+def test_a_lower_excess_lowers_the_delay_again(monkeypatch):
+    # excess 4.0 -> 48.0; then 99.2 at 48.0 means excess 3.2 -> 48.4; then 100.0: done
+    records, checks, applied = calibrate(monkeypatch, {0: [104.0, 99.2, 100.0]})
+    assert [delay for _, delay in applied] == [pytest.approx(48.0), pytest.approx(48.4)]
+    assert records[0]["excess_ms"] == pytest.approx(3.2)
+    assert "100.0/" in checks[0]
+
+
+def test_a_pair_changed_in_the_last_round_is_pinged_once_more(monkeypatch):
+    records, checks, applied = calibrate(monkeypatch, {0: [106.0, 98.0, 99.0, 100.3]})
+    assert len(applied) == runner.CALIBRATION_ROUNDS
+    assert "100.3/" in checks[0]
