@@ -15,7 +15,7 @@ declare -A select=(
 run_tier() {
   local name=$1
   echo "== test tier: $name"
-  $py -m pytest ${select[$name]} ${PYTEST_ARGS:-}
+  $py -m pytest ${select[$name]} --durations=12 ${PYTEST_ARGS:-}
   local rc=$?
   if [ $rc -eq 5 ]; then
     echo "== tier $name: no tests collected"
