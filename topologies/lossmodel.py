@@ -9,6 +9,12 @@ Bernoulli loss. Every model applies per direction of the link, in both direction
   each packet the chain moves Good->Bad with ``p_pct`` and Bad->Good with ``r_pct``; a packet is
   lost with ``bad_loss_pct`` in Bad and ``good_loss_pct`` in Good. Debian 12's netem takes no seed,
   so this model's pattern is not reproducible (the manifest says so).
+* ``four_state``: netem's 4-state Markov model (``loss state p13 p31 p32 p23 p14``; Salamatian and
+  Vaton's gap/burst model as implemented in ``sch_netem.c``): state 1 transmits within a gap, 2
+  transmits within a burst, 3 loses within a burst, 4 is an isolated loss in a gap. Per packet:
+  1 -> 3 with ``p13``, 1 -> 4 with ``p14``; 2 -> 3 with ``p23``; 3 -> 1 with ``p31``, 3 -> 2 with
+  ``p32``; 4 -> 1 always; a packet is lost when the chain is (or stays) in 3 or 4. Defaults are tc's
+  (p31 100 %, p32 0, p23 100 %, p14 0). Not seeded either.
 * ``timed_two_state``: the papers' channel (000 §3.4, 001 §3.1.2). The channel is Good or Bad for a
   *duration* (``deterministic``, or ``exponential`` with that mean); each packet is lost with the
   probability of the state at that packet's time; at each state end the next state is drawn
@@ -53,6 +59,40 @@ class GilbertElliottLoss(StrictModel):
     good_loss_pct: float = Field(default=0, ge=0, le=100, description="loss probability in Good (netem 1-h)")
 
 
+class FourStateLoss(StrictModel):
+    """netem's per-packet 4-state model (gap/burst periods; transitions in percent per packet)."""
+
+    model: Literal["four_state"] = "four_state"
+    p13_pct: float = Field(gt=0, le=100, description="gap -> burst loss (state 1 -> 3)")
+    p31_pct: float = Field(default=100, gt=0, le=100, description="burst loss -> gap (3 -> 1)")
+    p32_pct: float = Field(default=0, ge=0, le=100, description="burst loss -> burst transmission (3 -> 2)")
+    p23_pct: float = Field(default=100, ge=0, le=100, description="burst transmission -> burst loss (2 -> 3)")
+    p14_pct: float = Field(default=0, ge=0, le=100, description="gap -> isolated loss (1 -> 4)")
+
+    @model_validator(mode="after")
+    def _probabilities_sum(self) -> FourStateLoss:
+        if self.p13_pct + self.p14_pct > 100:
+            raise ValueError("p13_pct + p14_pct (the ways out of state 1) must be at most 100")
+        if self.p31_pct + self.p32_pct > 100:
+            raise ValueError("p31_pct + p32_pct (the ways out of state 3) must be at most 100")
+        if self.p32_pct > 0 and self.p23_pct == 0:
+            raise ValueError("with p32_pct > 0 and p23_pct 0 the chain ends in state 2 and loses nothing more; "
+                             "give p23_pct > 0")
+        return self
+
+    def stationary_loss_pct(self) -> float:
+        """Share of packets lost in the long run: the stationary probability of states 3 and 4."""
+        p13, p31, p32, p23, p14 = (v / 100 for v in (self.p13_pct, self.p31_pct, self.p32_pct, self.p23_pct,
+                                                      self.p14_pct))  # fmt: skip
+        # balance equations, with pi1 = 1 before normalizing: pi4 = p14 pi1; pi2 p23 = p32 pi3;
+        # pi3 (p31 + p32) = p13 pi1 + p23 pi2  =>  pi3 p31 = p13 pi1
+        pi1 = 1.0
+        pi4 = p14 * pi1
+        pi3 = p13 * pi1 / p31
+        pi2 = p32 * pi3 / p23 if p23 else 0.0
+        return 100 * (pi3 + pi4) / (pi1 + pi2 + pi3 + pi4)
+
+
 class TimedTwoStateLoss(StrictModel):
     """The papers' channel: Good and Bad states that last a time, a loss probability in each."""
 
@@ -76,8 +116,12 @@ class TimedTwoStateLoss(StrictModel):
         return self
 
 
-LOSS_MODEL_NAMES = ("bernoulli", "gilbert_elliott", "timed_two_state")
-LossModel = Annotated[BernoulliLoss | GilbertElliottLoss | TimedTwoStateLoss, Field(discriminator="model")]
+LOSS_MODEL_NAMES = ("bernoulli", "gilbert_elliott", "four_state", "timed_two_state")
+#: per-packet models that netem draws (through the tc command: pyroute2's netem has no loss models)
+NetemLossModel = GilbertElliottLoss | FourStateLoss
+LossModel = Annotated[
+    BernoulliLoss | GilbertElliottLoss | FourStateLoss | TimedTwoStateLoss, Field(discriminator="model")
+]
 
 
 @dataclass(frozen=True)
@@ -138,10 +182,13 @@ def expected_states(model: TimedTwoStateLoss, horizon_s: float) -> float:
     return horizon_s / mean_length
 
 
-def netem_loss_args(model: BernoulliLoss | GilbertElliottLoss) -> list[str]:
+def netem_loss_args(model: BernoulliLoss | GilbertElliottLoss | FourStateLoss) -> list[str]:
     """The ``tc qdisc ... netem`` loss arguments of a per-packet model."""
     if isinstance(model, BernoulliLoss):
         return ["loss", f"{model.loss_pct:g}%"]
+    if isinstance(model, FourStateLoss):
+        return ["loss", "state", *(f"{v:g}%" for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct,
+                                                       model.p14_pct))]  # fmt: skip
     return ["loss", "gemodel", f"{model.p_pct:g}%", f"{model.r_pct:g}%",
             f"{model.bad_loss_pct:g}%", f"{model.good_loss_pct:g}%"]  # fmt: skip
 
@@ -154,4 +201,6 @@ def probe_loss_pct(model: LossModel | None) -> float:
     if isinstance(model, GilbertElliottLoss):
         share_bad = model.p_pct / (model.p_pct + model.r_pct)
         return share_bad * model.bad_loss_pct + (1 - share_bad) * model.good_loss_pct
+    if isinstance(model, FourStateLoss):
+        return model.stationary_loss_pct()
     return 0.0

@@ -30,7 +30,7 @@ class LinkParams(StrictModel):
     )
     loss: LossModel | None = Field(
         default=None,
-        description="a loss model (bernoulli, gilbert_elliott, timed_two_state) instead of loss_pct",
+        description="a loss model (bernoulli, gilbert_elliott, four_state, timed_two_state) instead of loss_pct",
     )
     queue_pkts: int | None = Field(default=None, ge=1, le=1_000_000, description="drop-tail queue in packets")
     queue_bdp: float | None = Field(

@@ -3,7 +3,7 @@ to 5 s of traffic, all in one guest. Every run completes, every pair's base RTT 
 bottleneck's rate pass their fidelity checks, and a timed loss channel leaves its record.
 
 In the same guest, one run per loss model on a 10 Mbit/s dumbbell measures the realized loss: netem's
-Bernoulli and Gilbert-Elliott (from netem's own counters) and the timed two-state channel (per state,
+Bernoulli, Gilbert-Elliott and 4-state (from netem's own counters) and the timed two-state channel (per state,
 from the BPF program's counters), each against what was configured. The multipath experiment's
 sprayer put packets on every path in turn, and its UDP probe saw the paths' summed rate."""
 
@@ -18,6 +18,7 @@ from testbed import rundir
 from testbed.scenario import Point, ScenarioFile, load_scenario, scenario_from_dict
 from testbed.session import run_session
 from testbed.suite import compress
+from topologies.lossmodel import FourStateLoss
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 EXPERIMENTS = sorted(p for p in SCENARIOS.glob("*.yaml") if p.stem != "default")
@@ -33,6 +34,8 @@ def smoke_point(path: Path) -> Point:
 LOSS_MODELS = {
     "bernoulli": {"loss_pct": 5},
     "gilbert_elliott": {"loss": {"model": "gilbert_elliott", "p_pct": 5, "r_pct": 50, "bad_loss_pct": 100}},
+    "four_state": {"loss": {"model": "four_state", "p13_pct": 1, "p31_pct": 30, "p32_pct": 20, "p23_pct": 40,
+                            "p14_pct": 0.5}},
     "timed_two_state": {"loss": {"model": "timed_two_state", "good_s": 0.5, "bad_s": 0.5,
                                  "durations": "exponential", "good_loss_pct": 0, "bad_loss_pct": 5}},
 }  # fmt: skip
@@ -108,6 +111,12 @@ def test_gilbert_elliott_loss_is_realized(smoke):
     seen, dropped = netem_loss(run_of(smoke, "loss-gilbert_elliott"))
     stationary = 100 * 5 / (5 + 50)  # share of packets in Bad (loss 100 %) = p / (p + r)
     assert seen > 500 and abs(100 * dropped / seen - stationary) <= 3, (seen, dropped)
+
+
+def test_four_state_loss_is_realized(smoke):
+    seen, dropped = netem_loss(run_of(smoke, "loss-four_state"))
+    stationary = FourStateLoss(**LOSS_MODELS["four_state"]["loss"]).stationary_loss_pct()  # 3.63 %
+    assert seen > 1000 and abs(100 * dropped / seen - stationary) <= 2, (seen, dropped, stationary)
 
 
 def test_timed_two_state_loss_is_realized_per_state(smoke):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import statistics
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from testbed.scenario import ScenarioError, load_scenario_text
 from topologies.lossmodel import (
     BernoulliLoss,
+    FourStateLoss,
     GilbertElliottLoss,
     TimedTwoStateLoss,
     TimelineTooLong,
@@ -63,6 +65,51 @@ def test_netem_arguments_of_per_packet_models():
     assert argv[:9] == ["tc", "qdisc", "add", "dev", "rr-eth1", "root", "handle", "1:", "netem"]
     assert argv[11:13] == ["delay", "5000us"] and argv[13:15] == ["loss", "gemodel"]
     assert probe_loss_pct(ge) == pytest.approx(1 / 26 * 90 + 25 / 26 * 0.1)
+
+
+def netem_4state_losses(model: FourStateLoss, packets: int, seed: int) -> int:
+    """Replay sch_netem.c's loss_4state (Linux 6.1) packet by packet: how many of ``packets`` it loses."""
+    p13, p31, p32, p23, p14 = (v / 100 for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct,
+                                                  model.p14_pct))  # fmt: skip
+    rng, state, lost = random.Random(seed), 1, 0
+    for _ in range(packets):
+        rnd = rng.random()
+        if state == 1:
+            state = 4 if rnd < p14 else 3 if rnd < p13 + p14 else 1
+        elif state == 2:
+            state = 3 if rnd < p23 else 2
+        elif state == 3:
+            state = 2 if rnd < p32 else 1 if rnd < p31 + p32 else 3
+        else:
+            state = 1
+        lost += state in (3, 4)
+    return lost
+
+
+@pytest.mark.parametrize("params", [
+    {"p13_pct": 2},  # tc's defaults: one loss, then back to the gap
+    {"p13_pct": 1, "p31_pct": 30, "p32_pct": 20, "p23_pct": 40, "p14_pct": 0.5},
+    {"p13_pct": 5, "p31_pct": 60, "p32_pct": 30, "p23_pct": 10, "p14_pct": 2},
+])  # fmt: skip
+def test_four_state_stationary_loss_matches_netems_chain(params):
+    model = FourStateLoss(**params)
+    packets = 400_000
+    realized = 100 * netem_4state_losses(model, packets, seed=3) / packets
+    assert model.stationary_loss_pct() == pytest.approx(realized, abs=0.15)
+    assert probe_loss_pct(model) == model.stationary_loss_pct()
+
+
+def test_four_state_netem_arguments_and_refusals():
+    model = FourStateLoss(p13_pct=1, p31_pct=30, p32_pct=20, p23_pct=40, p14_pct=0.5)
+    assert netem_loss_args(model) == ["loss", "state", "1%", "30%", "20%", "40%", "0.5%"]
+    plan = EgressPlan.with_loss(model)
+    assert plan.needs_netem and netem_tc_argv("rr-eth1", plan)[-7:-5] == ["loss", "state"]
+    with pytest.raises(ValueError, match="at most 100"):
+        FourStateLoss(p13_pct=60, p14_pct=50)
+    with pytest.raises(ValueError, match="give p23_pct > 0"):
+        FourStateLoss(p13_pct=1, p31_pct=50, p32_pct=50, p23_pct=0)
+    with pytest.raises(ValueError):
+        FourStateLoss(p13_pct=1, p31_pct=0)
 
 
 def test_egress_plans_per_model():
