@@ -13,11 +13,11 @@ way ``make experiment`` runs (guest unless the local kernel has netem), then:
 ``scale`` (``make bench``'s second part, one guest for all of it):
 
 * M = 200 forward flows with RTTs spread in [21.15, 250] ms plus 10 reverse New Reno flows on a
-  10 Mbit/s dumbbell (422 nodes): setup time (topology, then delay calibration and fidelity probes)
+  10 Mbit/s bottleneck (``many_flows``: 4 nodes, a delay class per flow): setup time (topology, then delay calibration and fidelity probes)
   and bottleneck utilization (bytes the receivers got over the traffic time, against the TCP limit);
 * a 10-hop parking lot (C1 + one forward and one reverse cross flow per hop, 43 nodes): setup time;
 * each loss model on a 10 Mbit/s dumbbell: realized vs configured loss (netem's counters for
-  Bernoulli and Gilbert-Elliott, the BPF channel's per-state counters for the timed model).
+  Bernoulli, Gilbert-Elliott and 4-state, the BPF channel's per-state counters for the timed model).
 
 Printed and written to ``bench/bench-<UTC time>.json`` (and ``bench/scale-<UTC time>.json``).
 """
@@ -32,6 +32,7 @@ from pathlib import Path
 from testbed import rundir
 from testbed.scenario import scenario_from_dict
 from testbed.session import run_session
+from topologies.lossmodel import FourStateLoss
 from topologies.params import tcp_goodput_limit_mbit
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -49,6 +50,9 @@ LOSS_MODELS = {
     "bernoulli 2 %": ({"loss_pct": 2}, 2.0),
     "gilbert_elliott p 2 %, r 40 %, Bad 100 %": (
         {"loss": {"model": "gilbert_elliott", "p_pct": 2, "r_pct": 40, "bad_loss_pct": 100}}, 100 * 2 / 42),
+    "four_state p13 1 %, p31 30 %, p32 20 %, p23 40 %, p14 0.5 %": (
+        {"loss": {"model": "four_state", "p13_pct": 1, "p31_pct": 30, "p32_pct": 20, "p23_pct": 40, "p14_pct": 0.5}},
+        FourStateLoss(p13_pct=1, p31_pct=30, p32_pct=20, p23_pct=40, p14_pct=0.5).stationary_loss_pct()),
     "timed_two_state exp. 1 s / 0.5 s, 0 % / 10 %": (
         {"loss": {"model": "timed_two_state", "good_s": 1, "bad_s": 0.5, "durations": "exponential",
                   "good_loss_pct": 0, "bad_loss_pct": 10}}, None),
@@ -64,7 +68,7 @@ def scale_points():
 
     points = [
         point("many-flows", {
-            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_bdp": 1}},
+            "topology": {"name": "many_flows", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_bdp": 1}},
             "flows": [{"cc": "reno", "count": SCALE_FLOWS, "rtt_ms": 20, "rtt_max_ms": 250},
                       {"cc": "reno", "count": 10, "rtt_ms": 20, "rtt_max_ms": 250, "direction": "reverse"}],
             "duration_s": SCALE_DURATION_S}),

@@ -151,8 +151,8 @@ class Network:
             ns.link("set", index=ns.link_lookup(ifname="lo")[0], state="up")
             for intf in intfs:
                 index = ns.link_lookup(ifname=intf)[0]
-                cidr = self.spec.addresses.get((name, intf))
-                if cidr:
+                cidrs = self.spec.addresses.get((name, intf)) or []
+                for cidr in [cidrs] if isinstance(cidrs, str) else cidrs:
                     address, prefix = cidr.split("/")
                     ns.addr("add", index=index, address=address, prefixlen=int(prefix))
                 ns.link("set", index=index, state="up")

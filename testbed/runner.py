@@ -32,8 +32,7 @@ from testbed.scenario import RunSpec, Scenario
 from testbed.traffic import Connection, client_argv, plan_connections, server_argv
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
-from topologies.shaping import EgressPlan
-from topologies.shaping import apply as apply_egress
+from topologies.shaping import set_delay
 
 #: sysctls set in every host namespace before traffic (papers' labs: no cached metrics between flows)
 HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1"}
@@ -132,8 +131,10 @@ def _ping_pairs(net: Network, connections: list[Connection]) -> dict[int, str]:
     for c in connections:
         first.setdefault(c.pair, c)
     argv = ["ping", "-n", "-q", "-c", str(PING_COUNT), "-i", str(PING_INTERVAL_S)]
+    # from the sender's address: on a host with one address per flow, that selects the flow's path
     procs = {
-        pair: net.popen(c.sender, [*argv, c.receiver_ip], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        pair: net.popen(c.sender, [*argv, "-I", c.sender_ip, c.receiver_ip],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)  # fmt: skip
         for pair, c in first.items()
     }
     return {pair: proc.communicate(timeout=60)[0].decode(errors="replace") for pair, proc in procs.items()}
@@ -173,8 +174,8 @@ def _calibrate_delays(net: Network, topology, connections: list[Connection]) -> 
             if abs(summary["min_ms"] - configured) <= CALIBRATION_THRESHOLD_MS or abs(target - applied) < 0.01:
                 verified[pair] = out
                 continue
-            for node, intf in topology.delay_egress(pair):
-                apply_egress(net.netns_path(node), intf, EgressPlan(delay_ms=target), replace=True)
+            for node, intf, *delay_class in topology.delay_egress(pair):
+                set_delay(net.netns_path(node), intf, target, *delay_class)
             record["one_way_netem_delay_ms"] = round(target, 3)
             changed.add(pair)
         pending = [c for c in connections if c.pair in changed]
@@ -206,7 +207,7 @@ def _probe_paths(net: Network, topology, connections: list[Connection], raw: Pat
         time.sleep(0.5)
         client = net.popen(
             sender.node,
-            ["iperf3", "-c", receiver.ip, "-p", str(UDP_PROBE_PORT), "-u", "-b", f"{offered:.3f}M",
+            ["iperf3", "-c", receiver.ip, "-B", sender.ip, "-p", str(UDP_PROBE_PORT), "-u", "-b", f"{offered:.3f}M",
              "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
             stdout=subprocess.PIPE,
         )  # fmt: skip

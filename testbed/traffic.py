@@ -108,6 +108,7 @@ def client_argv(conn: Connection, interval_s: float = 1.0) -> list[str]:
     amount = (["-n", str(conn.size_bytes), "-l", str(block_bytes(conn.size_bytes))] if conn.size_bytes
               else ["-t", f"{conn.duration_s:g}"])  # fmt: skip
     return [
-        "iperf3", "-c", conn.receiver_ip, "-p", str(conn.server_port), "--cport", str(conn.client_port),
+        "iperf3", "-c", conn.receiver_ip, "-B", conn.sender_ip, "-p", str(conn.server_port),
+        "--cport", str(conn.client_port),
         "-C", conn.cc, *amount, "-i", f"{interval_s:g}", "-J",
     ]  # fmt: skip

@@ -66,7 +66,8 @@ class NetSpec:
     hosts: list[str] = field(default_factory=list)
     routers: list[str] = field(default_factory=list)
     links: list[LinkSpec] = field(default_factory=list)
-    addresses: dict[tuple[str, str], str] = field(default_factory=dict)  # (node, intf) -> "10.1.0.1/24"
+    #: (node, intf) -> "10.1.0.1/24", or a list of them (the first is the primary address)
+    addresses: dict[tuple[str, str], str | list[str]] = field(default_factory=dict)
     routes: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # node -> [(dst cidr, gateway)]
     egress: dict[tuple[str, str], EgressPlan] = field(default_factory=dict)
     bottlenecks: list[Bottleneck] = field(default_factory=list)

@@ -10,8 +10,14 @@ Layout on one interface:
 * rate-limited egress (a bottleneck): ``htb 1:`` → class ``1:1`` (rate = ceil) → ``pfifo 10:``
   with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets;
 * delay/loss egress: ``netem 1:`` with a large ``limit`` (netem counts packets held for delay
-  against its limit, so it must never be the queue that drops); a Gilbert-Elliott loss model is
-  netem's ``loss gemodel``, installed with the ``tc`` command (pyroute2's netem has no loss models);
+  against its limit, so it must never be the queue that drops); a Gilbert-Elliott or 4-state loss
+  model is netem's ``loss gemodel`` or ``loss state``, installed with the ``tc`` command (pyroute2's
+  netem has no loss models);
+* per-destination delay (one host carrying many flows, each with its own base RTT): ``htb 1:``
+  with one class per destination (rate far above the link's, so it never shapes) whose leaf is a
+  ``netem`` with that destination's delay, a ``u32`` filter on the destination address per class,
+  and class ``1:1`` (no delay) for everything else (ARP). HTB, not DRR: when a leaf netem holds
+  only packets not yet due, HTB goes on to the next class, DRR would stall every class behind it;
 * the papers' time-based two-state loss: a tc-BPF program on the interface's ``clsact`` egress hook
   (:mod:`testbed.lossbpf`), armed with the run's seeded timeline when traffic starts. Use it on a
   router's interface: a drop on a sending host's own egress is reported back to its socket.
@@ -22,13 +28,44 @@ A plan with both a rate and a delay is refused: keep them on different interface
 
 from __future__ import annotations
 
+import ipaddress
 import subprocess
 from dataclasses import dataclass, field
 
-from topologies.lossmodel import BernoulliLoss, GilbertElliottLoss, LossModel, TimedTwoStateLoss, netem_loss_args
+from topologies.lossmodel import (
+    BernoulliLoss,
+    FourStateLoss,
+    GilbertElliottLoss,
+    LossModel,
+    NetemLossModel,
+    TimedTwoStateLoss,
+    netem_loss_args,
+)
 
 #: netem's own limit: far above any window in flight on the links we emulate
 NETEM_LIMIT_PKTS = 100_000
+#: rate of a per-destination delay class: far above anything emulated here, so it never shapes
+DELAY_CLASS_RATE = "10gbit"
+#: HTB quantum of a delay class (bytes served per round): one full-size frame
+DELAY_CLASS_QUANTUM = 1514
+#: netem handles of delay classes start at this major number (class minor k -> netem major BASE + k)
+DELAY_NETEM_MAJOR_BASE = 0x100
+ETH_P_IP = 0x0800
+
+
+@dataclass(frozen=True)
+class DelayClass:
+    """Packets to ``dst`` (one IPv4 address) wait ``delay_ms`` on this egress."""
+
+    dst: str
+    delay_ms: float
+
+
+def delay_classid(index: int) -> int:
+    """The HTB class (``1:<index + 2>``) of the ``index``-th delay class of a plan."""
+    return 0x10000 | (index + 2)
+
+
 #: HTB burst for a rate: at least one full-size frame plus slack; too small a burst
 #: under-shoots the rate when the timer granularity is coarse (TCG guests)
 MIN_HTB_BURST_BYTES = 3_000
@@ -43,9 +80,13 @@ class EgressPlan:
     delay_ms: float = 0.0
     loss_pct: float = 0.0
     #: a loss model other than plain Bernoulli (which is ``loss_pct``)
-    loss_model: GilbertElliottLoss | TimedTwoStateLoss | None = None
+    loss_model: NetemLossModel | TimedTwoStateLoss | None = None
+    #: per-destination delays (a host that sends many flows with different base RTTs)
+    delay_classes: tuple[DelayClass, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.delay_classes and (self.rate_mbit is not None or self.delay_ms or self.loss_pct or self.loss_model):
+            raise ValueError("per-destination delay classes take the whole egress: no rate, delay or loss with them")
         if self.rate_mbit is not None and (self.delay_ms or self.loss_pct or self.loss_model):
             raise ValueError(
                 "rate and delay/loss must be on different interfaces (netem's limit would queue)"
@@ -68,7 +109,8 @@ class EgressPlan:
 
     @property
     def needs_netem(self) -> bool:
-        return bool(self.delay_ms or self.loss_pct or isinstance(self.loss_model, GilbertElliottLoss))
+        return bool(self.delay_ms or self.loss_pct or self.delay_classes
+                    or isinstance(self.loss_model, (GilbertElliottLoss, FourStateLoss)))  # fmt: skip
 
     @property
     def is_empty(self) -> bool:
@@ -79,7 +121,7 @@ class EgressPlan:
 class QdiscSpec:
     """One pyroute2 ``tc()`` call: command, kind and keyword arguments."""
 
-    command: str  # "add" or "add-class"
+    command: str  # "add", "add-class" or "add-filter"
     kind: str
     kwargs: dict = field(default_factory=dict)
 
@@ -114,6 +156,8 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
                 QdiscSpec("add", "pfifo", {"handle": "10:", "parent": "1:1", "limit": plan.queue_pkts})
             )
         return specs
+    if plan.delay_classes:
+        return delay_class_specs(plan.delay_classes)
     if plan.needs_netem:
         netem = {"handle": "1:", "limit": NETEM_LIMIT_PKTS}
         if plan.delay_ms:
@@ -122,6 +166,31 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
             netem["loss"] = plan.loss_pct  # percent
         return [QdiscSpec("add", "netem", netem)]
     return []
+
+
+def delay_netem_spec(index: int, delay_ms: float) -> QdiscSpec:
+    """The netem leaf of delay class ``index``."""
+    handle = (DELAY_NETEM_MAJOR_BASE + index) << 16
+    kwargs = {"handle": handle, "parent": delay_classid(index), "limit": NETEM_LIMIT_PKTS,
+              "delay": round(delay_ms * 1000)}  # fmt: skip
+    return QdiscSpec("add", "netem", kwargs)
+
+
+def delay_class_specs(classes: tuple[DelayClass, ...]) -> list[QdiscSpec]:
+    """HTB root, the no-delay default class, then per destination: class, netem leaf, u32 filter."""
+    htb_class = {"parent": 0x10000, "rate": DELAY_CLASS_RATE, "ceil": DELAY_CLASS_RATE,
+                 "quantum": DELAY_CLASS_QUANTUM}  # fmt: skip
+    specs = [QdiscSpec("add", "htb", {"handle": 0x10000, "default": 1}),
+             QdiscSpec("add-class", "htb", {"handle": 0x10001, **htb_class})]  # fmt: skip
+    for index, cls in enumerate(classes):
+        address = ipaddress.IPv4Address(cls.dst)
+        specs.append(QdiscSpec("add-class", "htb", {"handle": delay_classid(index), **htb_class}))
+        specs.append(delay_netem_spec(index, cls.delay_ms))
+        # u32 key: value/mask at byte offset 16 of the IPv4 header (the destination address)
+        specs.append(QdiscSpec("add-filter", "u32", {"parent": 0x10000, "prio": 1, "protocol": ETH_P_IP,
+                                                     "target": delay_classid(index),
+                                                     "keys": [f"0x{int(address):08x}/0xffffffff+16"]}))  # fmt: skip
+    return specs
 
 
 class MissingQdiscError(RuntimeError):
@@ -146,7 +215,7 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
 
     from testbed.netnsutil import iproute
 
-    if isinstance(plan.loss_model, GilbertElliottLoss):
+    if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):
         argv = ["nsenter", f"--net={netns_path}", *netem_tc_argv(ifname, plan, replace)]
         out = subprocess.run(argv, capture_output=True, text=True)
         if out.returncode != 0:
@@ -173,3 +242,16 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
                     ) from err
                 raise
     return specs
+
+
+def set_delay(netns_path: str, ifname: str, delay_ms: float, delay_class: int | None = None) -> None:
+    """Change the delay of the netem on ``ifname`` (its root one, or delay class ``delay_class``'s
+    leaf) in place, without touching the rest of the interface's qdiscs."""
+    if delay_class is None:
+        apply(netns_path, ifname, EgressPlan(delay_ms=delay_ms), replace=True)
+        return
+    from testbed.netnsutil import iproute
+
+    spec = delay_netem_spec(delay_class, delay_ms)
+    with iproute(netns_path) as ns:
+        ns.tc("replace", spec.kind, index=ns.link_lookup(ifname=ifname)[0], **spec.kwargs)

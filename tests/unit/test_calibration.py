@@ -33,7 +33,7 @@ def calibrate(monkeypatch, measurements: dict[int, list[float]]):
     applied = []
     monkeypatch.setattr(runner, "_ping_pairs",
                         lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
-    monkeypatch.setattr(runner, "apply_egress", lambda path, intf, plan, replace: applied.append((intf, plan.delay_ms)))
+    monkeypatch.setattr(runner, "set_delay", lambda path, intf, delay_ms, *cls: applied.append((intf, delay_ms)))
     net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
     connections = [SimpleNamespace(pair=pair) for pair in measurements]
     records, checks = runner._calibrate_delays(net, Topology(), connections)
