@@ -1,0 +1,107 @@
+"""The runner's pre-traffic checks on scripted measurements.
+
+Delay calibration: the emulator's excess latency is the smallest seen so far, the pair's one-way
+netem delay is lowered by half of it, a round that reads higher changes nothing; the recorded check
+is the first measurement after the last change, and a pair changed in the last round is pinged once
+more for its check. UDP rate probes: one that reads off is run once more, and both are recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from testbed import runner
+from topologies.netspec import Probe
+
+
+def ping(min_ms: float) -> str:
+    return f"rtt min/avg/max/mdev = {min_ms}/{min_ms}/{min_ms}/0.0 ms\n0% packet loss"
+
+
+class Topology:
+    def base_rtt_ms(self, pair):
+        return 100.0
+
+    def one_way_delay_ms(self, pair):
+        return 50.0
+
+    def delay_egress(self, pair):
+        return [(f"l{pair}", f"l{pair}-eth0")]
+
+
+def calibrate(monkeypatch, measurements: dict[int, list[float]]):
+    """Run the calibration with pair -> successive ping minima; returns (records, checks, applied delays)."""
+    rounds = {pair: iter(values) for pair, values in measurements.items()}
+    applied = []
+    monkeypatch.setattr(runner, "_ping_pairs",
+                        lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
+    monkeypatch.setattr(runner, "set_delay", lambda path, intf, delay_ms, *cls: applied.append((intf, delay_ms)))
+    net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
+    connections = [SimpleNamespace(pair=pair) for pair in measurements]
+    records, checks = runner._calibrate_delays(net, Topology(), connections)
+    return records, checks, applied
+
+
+def test_a_round_that_reads_high_changes_nothing(monkeypatch):
+    # 102.8 ms: excess 2.8 -> one way 48.6; then a busy round reads 4.4 ms over: no change, and that
+    # round is the check
+    records, checks, applied = calibrate(monkeypatch, {0: [102.8, 101.6], 1: [100.1]})
+    assert applied == [("l0-eth0", pytest.approx(48.6))]
+    assert records[0]["excess_ms"] == pytest.approx(2.8) and records[0]["measured_min_rtt_ms"] == [102.8, 101.6]
+    assert "101.6/" in checks[0] and "100.1/" in checks[1]
+    assert [r["pair"] for r in records] == [0, 1]
+
+
+def test_a_lower_excess_lowers_the_delay_again(monkeypatch):
+    # excess 4.0 -> 48.0; then 99.2 at 48.0 means excess 3.2 -> 48.4; then 100.0: done
+    records, checks, applied = calibrate(monkeypatch, {0: [104.0, 99.2, 100.0]})
+    assert [delay for _, delay in applied] == [pytest.approx(48.0), pytest.approx(48.4)]
+    assert records[0]["excess_ms"] == pytest.approx(3.2)
+    assert "100.0/" in checks[0]
+
+
+def test_a_pair_changed_in_the_last_round_is_pinged_once_more(monkeypatch):
+    records, checks, applied = calibrate(monkeypatch, {0: [106.0, 98.0, 99.0, 100.3]})
+    assert len(applied) == runner.CALIBRATION_ROUNDS
+    assert "100.3/" in checks[0]
+
+
+def udp_server_json(rates_mbit: list[float]) -> str:
+    intervals = [{"sum": {"bits_per_second": r * 1e6}} for r in rates_mbit]
+    return json.dumps({"intervals": intervals})
+
+
+def probe(monkeypatch, tmp_path, results: list[str], probes) -> tuple[list, list[str]]:
+    """Run the rate probes with scripted server outputs; returns (rate checks, files written)."""
+    outputs = iter(results)
+    monkeypatch.setattr(runner, "_udp_probe", lambda net, topology, p: ("{}", next(outputs)))
+    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    topology = SimpleNamespace(probes=lambda: probes, base_rtt_ms=lambda pair: 100.0)
+    connections = [SimpleNamespace(direction="forward")]
+    report = runner._probe_paths(None, topology, connections, tmp_path, pings={})
+    return report.checks, sorted(p.name for p in tmp_path.iterdir())
+
+
+def test_a_probe_that_reads_off_is_run_once_more_and_both_are_recorded(monkeypatch, tmp_path):
+    low, good = udp_server_json([9.7, 9.7, 8.8, 8.8, 8.8, 9.7]), udp_server_json([9.7, 9.7, 9.7, 9.7, 9.7, 9.7])
+    (check,), files = probe(monkeypatch, tmp_path, [low, good], [Probe("forward", 0, 10, 100)])
+    assert check.ok and "attempt 2 (before: 8.800)" in check.detail
+    assert files == ["udp-probe-forward-attempt1-client.json", "udp-probe-forward-attempt1-server.json",
+                     "udp-probe-forward-client.json", "udp-probe-forward-server.json"]  # fmt: skip
+
+
+def test_a_probe_off_twice_fails_and_one_without_result_says_so(monkeypatch, tmp_path):
+    low = udp_server_json([8.0] * 6)
+    (check,), _ = probe(monkeypatch, tmp_path, ["", low], [Probe("forward", 0, 10, 100)])
+    assert not check.ok and "before: no result" in check.detail
+
+
+def test_a_second_probe_in_one_direction_is_named_by_its_pair(monkeypatch, tmp_path):
+    good = udp_server_json([9.7] * 6)
+    checks, files = probe(monkeypatch, tmp_path, [good, good],
+                          [Probe("forward", 0, 10, 100), Probe("forward", 1, 10, 100)])  # fmt: skip
+    assert [c.name for c in checks] == ["bottleneck rate forward", "bottleneck rate forward pair 1"]
+    assert "udp-probe-forward-pair1-server.json" in files and "udp-probe-forward-server.json" in files
