@@ -51,9 +51,9 @@ LOSS_MODELS = {
     "bernoulli 2 %": ({"loss_pct": 2}, 2.0),
     "gilbert_elliott p 2 %, r 40 %, Bad 100 %": (
         {"loss": {"model": "gilbert_elliott", "p_pct": 2, "r_pct": 40, "bad_loss_pct": 100}}, 100 * 2 / 42),
-    "four_state p13 1 %, p31 30 %, p32 20 %, p23 40 %, p14 0.5 %": (
-        {"loss": {"model": "four_state", "p13_pct": 1, "p31_pct": 30, "p32_pct": 20, "p23_pct": 40, "p14_pct": 0.5}},
-        FourStateLoss(p13_pct=1, p31_pct=30, p32_pct=20, p23_pct=40, p14_pct=0.5).stationary_loss_pct()),
+    "four_state p13 2 %, p31 60 %, p32 20 %, p23 60 %, p14 1 %": (
+        {"loss": {"model": "four_state", "p13_pct": 2, "p31_pct": 60, "p32_pct": 20, "p23_pct": 60, "p14_pct": 1}},
+        FourStateLoss(p13_pct=2, p31_pct=60, p32_pct=20, p23_pct=60, p14_pct=1).stationary_loss_pct()),
     "timed_two_state exp. 1 s / 0.5 s, 0 % / 10 %": (
         {"loss": {"model": "timed_two_state", "good_s": 1, "bad_s": 0.5, "durations": "exponential",
                   "good_loss_pct": 0, "bad_loss_pct": 10}}, None),
