@@ -138,10 +138,13 @@ class Network:
 
     def cmd_all(self, command: str, nodes: list[str] | None = None) -> dict[str, str]:
         """Run ``command`` in the shells of ``nodes`` (default: all) at once; their outputs by node."""
-        names = self.spec.nodes if nodes is None else nodes
-        for name in names:
+        return self.cmd_each({name: command for name in (self.spec.nodes if nodes is None else nodes)})
+
+    def cmd_each(self, commands: dict[str, str]) -> dict[str, str]:
+        """Run each node's command in its shell, all nodes at once; their outputs by node."""
+        for name, command in commands.items():
             self.nodes[name].sendCmd(command)
-        return {name: self.nodes[name].waitOutput() for name in names}
+        return {name: self.nodes[name].waitOutput() for name in commands}
 
     def _configure_node(self, name: str) -> None:
         from testbed.netnsutil import iproute

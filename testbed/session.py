@@ -22,6 +22,8 @@ PROJECT = Path(__file__).resolve().parent.parent
 RUN_OVERHEAD_S = 12.0
 GUEST_BOOT_S = 30.0
 SETUP_S_PER_NODE = 2.0
+#: per connection: its addresses/delay class, pings, iperf3 server and client start, results (TCG)
+SETUP_S_PER_CONNECTION = 1.0
 
 
 def log(message: str) -> None:
@@ -104,9 +106,17 @@ def _kernel_has_netem(modules_possible: bool) -> bool:
 
 
 def estimate_s(run: RunSpec) -> float:
-    """Expected wall time of a run: its traffic, a fixed overhead, and setup + calibration per node
-    (measured ~2 s per node under TCG: a 62-node dumbbell took ~2 min before traffic)."""
-    return run.scenario.duration_s + RUN_OVERHEAD_S + SETUP_S_PER_NODE * len(_netspec(run).nodes)
+    """Expected wall time of a run: its traffic, a fixed overhead, setup + calibration per node
+    (measured ~2 s per node under TCG: a 62-node dumbbell took ~2 min before traffic), and per
+    connection (many_flows puts 210 connections on 4 nodes: 36 s of addresses and delay classes,
+    94 s of calibration pings and minutes of iperf3 starts under TCG)."""
+    from testbed.traffic import plan_connections
+    from topologies import TOPOLOGIES
+
+    scenario = run.scenario
+    connections = len(plan_connections(scenario, TOPOLOGIES[scenario.topology.name].from_scenario(scenario)))
+    return (scenario.duration_s + RUN_OVERHEAD_S + SETUP_S_PER_NODE * len(_netspec(run).nodes)
+            + SETUP_S_PER_CONNECTION * connections)  # fmt: skip
 
 
 def _run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:
