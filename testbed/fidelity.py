@@ -17,6 +17,9 @@ RTT_TOLERANCE_MS = 2.0
 RTT_TOLERANCE_FRACTION = 0.02
 #: received UDP rate within this fraction of the expected payload rate
 RATE_TOLERANCE_FRACTION = 0.05
+#: a connection may start this late, or START_LAG_FRACTION of its duration if more
+START_LAG_MIN_S = 1.0
+START_LAG_FRACTION = 0.05
 #: guest CPU busier than this during traffic: timing is no longer trustworthy
 CPU_BUSY_LIMIT_PCT = 90.0
 UDP_PAYLOAD_BYTES = 1448
@@ -73,6 +76,23 @@ def rtt_check(name: str, ping_output: str, configured_ms: float) -> Check:
     detail = f"min RTT {summary['min_ms']:.2f} ms vs {configured_ms:g} ms configured (error {error:+.2f} ms, "
     detail += f"tolerance {tolerance:.2f} ms)"
     return Check(name, ok, summary["min_ms"], configured_ms, detail)
+
+
+def start_lag_tolerance_s(duration_s: float) -> float:
+    """How late a connection may start: START_LAG_MIN_S, or a share of its duration if more."""
+    return max(START_LAG_MIN_S, START_LAG_FRACTION * duration_s)
+
+
+def start_lag_check(connections, lag_s: dict[str, float]) -> Check:
+    """Did every connection start on schedule? ``lag_s``: connection id -> seconds after its planned start."""
+    if not lag_s:
+        return Check("client start", False, None, None, "no connection started")
+    late = [(lag_s[c.id] / start_lag_tolerance_s(c.duration_s), c) for c in connections if c.id in lag_s]
+    ratio, worst = max(late, key=lambda item: item[0])
+    tolerance = start_lag_tolerance_s(worst.duration_s)
+    detail = (f"connections started up to {max(lag_s.values()):.2f} s late (worst against its tolerance: {worst.id}, "
+              f"{lag_s[worst.id]:.2f} s, tolerance {tolerance:.2f} s)")  # fmt: skip
+    return Check("client start", ratio <= 1, lag_s[worst.id], tolerance, detail)
 
 
 def expected_udp_rate_mbit(rate_mbit: float, loss_pct: float = 0.0) -> float:

@@ -1,6 +1,7 @@
 """Parsing and judging the pre-traffic fidelity probes."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -79,3 +80,12 @@ def test_tcpdump_stats_and_capture_check():
         "rl", tcpdump_stats(log.replace("8 packets dropped", "0 packets dropped"))
     ).ok
     assert not fidelity.capture_check("rl", tcpdump_stats("killed")).ok, "unknown drops are not trusted"
+
+
+def test_client_start_lag_tolerance_is_a_second_or_a_share_of_the_duration():
+    conns = [SimpleNamespace(id="c0", duration_s=10.0), SimpleNamespace(id="c1", duration_s=1000.0)]
+    ok = fidelity.start_lag_check(conns, {"c0": 0.4, "c1": 30.0})  # 30 s late of 1000 s: within 5 %
+    assert ok.ok and "up to 30.00 s late" in ok.detail
+    late = fidelity.start_lag_check(conns, {"c0": 1.5, "c1": 0.1})
+    assert not late.ok and "c0, 1.50 s, tolerance 1.00 s" in late.detail
+    assert not fidelity.start_lag_check(conns, {}).ok
