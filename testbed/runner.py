@@ -40,6 +40,8 @@ from topologies.shaping import set_delay
 HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1"}
 #: how long iperf3 may overrun its planned stop before the run is declared failed
 CLIENT_GRACE_S = 30.0
+#: every client must be started and stopped (held for its start time) within this long
+CLIENT_PRESTART_TIMEOUT_S = 600.0
 #: traffic starts this long after the schedule is computed (servers listening, captures on)
 START_DELAY_S = 1.0
 UDP_PROBE_S = 3.0
@@ -261,6 +263,36 @@ def _udp_probe(net: Network, topology, probe) -> tuple[str, str]:
     return outputs[0], outputs[1]
 
 
+def _prestart_clients(net: Network, connections: list[Connection], raw: Path) -> dict[str, subprocess.Popen]:
+    """Every connection's iperf3 client, started before traffic and stopped (SIGSTOP) until its start time.
+
+    Starting a process costs ~0.7 s in a busy TCG guest: 210 clients started at t = 0 took 145 s,
+    so the last flows ran long after the first. Started ahead, each stops itself before it execs
+    iperf3, and the traffic loop continues it (SIGCONT) at its start time: all at once if need be.
+    We wait until every one has stopped, so that no SIGCONT can come before its SIGSTOP."""
+    clients = {
+        c.id: net.popen(c.sender, ["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *client_argv(c)],
+                        output=raw / f"iperf3-{c.id}-client.json")  # fmt: skip
+        for c in connections
+    }
+    deadline = time.monotonic() + CLIENT_PRESTART_TIMEOUT_S
+    for cid, proc in clients.items():
+        while _process_state(proc.pid) != "T":
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RunFailed(f"the iperf3 client of {cid} could not be started and held before traffic "
+                                f"(exit status {proc.poll()}); is iperf3 installed in the guest?")  # fmt: skip
+            time.sleep(0.01)
+    return clients
+
+
+def _process_state(pid: int) -> str | None:
+    """The state letter of ``/proc/<pid>/stat`` (``T``: stopped), or None if it is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+
+
 def _apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
     """Per-flow TCP options, set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
     receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
@@ -400,6 +432,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                 c.id: net.popen(c.receiver, server_argv(c), output=raw / f"iperf3-{c.id}-server.json")
                 for c in connections
             }
+            clients = _prestart_clients(net, connections, raw)
+            mark("clients_prestart")
             time.sleep(0.5)
             channels = _load_loss_channels(net, spec, scenario.duration_s + CLIENT_GRACE_S)
             t0 = time.monotonic() + START_DELAY_S
@@ -407,7 +441,6 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             lossbpf.start(channels, round(t0 * 1e9))
             sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in sprayers]
             cpu_before = fidelity.cpu_times()
-            clients: dict[str, subprocess.Popen] = {}
             pending = sorted(connections, key=lambda c: c.start_s)
             deadline = t0 + max(c.stop_s for c in connections) + CLIENT_GRACE_S
             start_lag: dict[str, float] = {}
@@ -416,14 +449,14 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                 now = time.monotonic()
                 while pending and now >= t0 + pending[0].start_s:
                     c = pending.pop(0)
-                    clients[c.id] = net.popen(c.sender, client_argv(c), output=raw / f"iperf3-{c.id}-client.json")
-                    # starting a process takes time (~0.3 s under TCG): a late client still runs its whole
-                    # duration, so its own deadline moves; how late it started is a fidelity check
+                    clients[c.id].send_signal(signal.SIGCONT)
+                    # a late client still runs its whole duration, so its own deadline moves; how late it
+                    # started is a fidelity check
                     started = time.monotonic()
                     start_lag[c.id] = round(started - (t0 + c.start_s), 3)
                     deadline = max(deadline, started + c.duration_s + CLIENT_GRACE_S)
                     now = time.monotonic()
-                running = [cid for cid, p in clients.items() if p.poll() is None]
+                running = [c.id for c in connections if c.id in start_lag and clients[c.id].poll() is None]
                 if not pending and not running:
                     break
                 if now > deadline:
