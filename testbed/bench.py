@@ -125,15 +125,22 @@ def _scale_figures(run: Path, manifest: dict) -> dict:
     name = run.parent.name
     if name == "many-flows":
         forward = [c for c in manifest["connections"] if c["direction"] == "forward"]
-        received = 0
+        received, starts, ends = 0, [], []
         for c in forward:
             server = json.loads((run / "raw" / f"iperf3-{c['id']}-server.json").read_text())
             received += server["end"]["sum_received"]["bytes"]
+            starts.append(server["start"]["timestamp"]["timesecs"])
+            ends.append(starts[-1] + server["end"]["sum_received"]["seconds"])
+        # over the time the forward flows actually ran (first start to last end), not the nominal 30 s
+        window_s = max(ends) - min(starts)
         traffic_s = manifest.get("timing", {}).get("traffic_s", SCALE_DURATION_S)
-        out["forward_goodput_mbit"] = round(received * 8 / 1e6 / SCALE_DURATION_S, 3)
+        out["forward_goodput_mbit"] = round(received * 8 / 1e6 / window_s, 3)
+        out["flows_window_s"] = round(window_s, 1)
         out["utilization_pct_of_tcp_limit"] = round(
-            100 * received * 8 / 1e6 / SCALE_DURATION_S / tcp_goodput_limit_mbit(RATE_MBIT), 1)
+            100 * received * 8 / 1e6 / window_s / tcp_goodput_limit_mbit(RATE_MBIT), 1)
         out["traffic_wall_s"] = traffic_s
+        lag = manifest.get("timing", {}).get("client_start_lag_s") or {}
+        out["client_start_lag_max_s"] = max(lag.values()) if lag else None
         rtt = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("base RTT")]
         out["rtt_checks_ok"] = f"{sum(c['ok'] for c in rtt)}/{len(rtt)}"
         out["rtt_max_abs_error_ms"] = round(max(abs(c["measured"] - c["expected"]) for c in rtt if c["measured"]), 2)
