@@ -125,7 +125,8 @@ class Dumbbell:
     def base_rtt_ms(self, pair: int) -> float:
         return self.pair_rtts_ms[pair]
 
-    def netspec(self) -> NetSpec:
+    def routers_and_bottleneck(self) -> NetSpec:
+        """The two routers and the bottleneck between them (HTB + queue on each router's eth0)."""
         link = self.params.bottleneck
         spec = NetSpec(routers=["rl", "rr"], capture_nodes=["rl", "rr"])
         spec.links.append(LinkSpec("rl", "rl-eth0", "rr", "rr-eth0"))
@@ -137,6 +138,11 @@ class Dumbbell:
         for router, direction in (("rl", "forward"), ("rr", "reverse")):
             spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=link.rate_mbit, queue_pkts=queue)
             spec.bottlenecks.append(Bottleneck(router, f"{router}-eth0", link.rate_mbit, queue, direction))
+        return spec
+
+    def netspec(self) -> NetSpec:
+        link = self.params.bottleneck
+        spec = self.routers_and_bottleneck()
         for i in range(len(self.pair_rtts_ms)):
             one_way = self.one_way_delay_ms(i)
             for side, router in (("l", "rl"), ("r", "rr")):

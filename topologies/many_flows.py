@@ -30,7 +30,7 @@ from __future__ import annotations
 from typing import Literal
 
 from topologies.dumbbell import Dumbbell, DumbbellParams
-from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec
+from topologies.netspec import Endpoint, LinkSpec, NetSpec
 from topologies.shaping import DelayClass, EgressPlan
 
 #: options applied per host: with one host per side they must agree across flows
@@ -70,17 +70,11 @@ class ManyFlows(Dumbbell):
     def netspec(self) -> NetSpec:
         link = self.params.bottleneck
         pairs = range(len(self.pair_rtts_ms))
-        spec = NetSpec(hosts=["l0", "r0"], routers=["rl", "rr"], capture_nodes=["rl", "rr"])
-        spec.links += [LinkSpec("rl", "rl-eth0", "rr", "rr-eth0"), LinkSpec("l0", "l0-eth0", "rl", "rl-eth1"),
-                       LinkSpec("r0", "r0-eth0", "rr", "rr-eth1")]  # fmt: skip
-        spec.addresses.update({("rl", "rl-eth0"): "10.0.0.1/30", ("rr", "rr-eth0"): "10.0.0.2/30",
-                               ("rl", "rl-eth1"): "10.1.255.254/16", ("rr", "rr-eth1"): "10.2.255.254/16"})  # fmt: skip
-        spec.routes["rl"] = [("10.2.0.0/16", "10.0.0.2")]
-        spec.routes["rr"] = [("10.1.0.0/16", "10.0.0.1")]
-        queue = self.queue_pkts
-        for router, direction in (("rl", "forward"), ("rr", "reverse")):
-            spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=link.rate_mbit, queue_pkts=queue)
-            spec.bottlenecks.append(Bottleneck(router, f"{router}-eth0", link.rate_mbit, queue, direction))
+        spec = self.routers_and_bottleneck()
+        spec.hosts = ["l0", "r0"]
+        spec.links += [LinkSpec("l0", "l0-eth0", "rl", "rl-eth1"), LinkSpec("r0", "r0-eth0", "rr", "rr-eth1")]
+        spec.addresses.update({("rl", "rl-eth1"): "10.1.255.254/16", ("rr", "rr-eth1"): "10.2.255.254/16"})
+        for router in ("rl", "rr"):
             spec.egress[(router, f"{router}-eth1")] = EgressPlan.with_loss(link.loss_model)
         for host, net, peer in (("l0", "10.1", "10.2"), ("r0", "10.2", "10.1")):
             spec.addresses[(host, f"{host}-eth0")] = [f"{net}.{i}.1/16" for i in pairs]

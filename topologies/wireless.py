@@ -37,7 +37,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from topologies.base import StrictModel
-from topologies.dumbbell import MAX_PAIRS
+from topologies.dumbbell import MAX_PAIRS, Dumbbell
 from topologies.lossmodel import probe_loss_pct
 from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec, Probe
 from topologies.params import LinkParams, queue_packets
@@ -97,12 +97,8 @@ class Wireless:
     def from_scenario(cls, scenario) -> Wireless:
         return cls(scenario.topology, [(flow.path, rtt) for flow in scenario.flows for rtt in flow.rtts_ms()])
 
-    def flow_pairs(self, flows) -> list[list[int]]:
-        pairs, next_pair = [], 0
-        for flow in flows:
-            pairs.append(list(range(next_pair, next_pair + flow.count)))
-            next_pair += flow.count
-        return pairs
+    #: pairs in flow order, as on the dumbbell
+    flow_pairs = Dumbbell.flow_pairs
 
     def is_mobile(self, pair: int) -> bool:
         return self.paths[pair] == "mobile"
