@@ -81,6 +81,13 @@ def test_qdisc_specs_for_a_bottleneck():
     assert specs[2].kwargs == {"handle": "10:", "parent": "1:1", "limit": 83}
 
 
+def test_htb_burst_covers_10_ms_of_the_rate_and_a_few_frames_at_least():
+    # a 2-frame burst lost tokens to late dequeues in TCG guests (the link read 8.2 of 9.7 Mbit/s)
+    (_, cls, _) = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))
+    assert cls.kwargs["burst"] == cls.kwargs["cburst"] == 12_500
+    assert qdisc_specs(EgressPlan(rate_mbit=1.3))[1].kwargs["burst"] == 3_000
+
+
 def test_qdisc_specs_for_delay_and_loss():
     (netem,) = qdisc_specs(EgressPlan(delay_ms=50, loss_pct=1.5))
     assert netem.kind == "netem"
