@@ -8,12 +8,13 @@ PROFILE ?=
 KERNEL ?=
 TESTBED_ARGS ?=
 
-.PHONY: help setup experiment reproduce run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
+.PHONY: help setup experiment reproduce regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
 help:
 	@echo "make setup        install what is missing (apt packages, .venv) via playbooks/host.yml"
 	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
 	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
+	@echo "make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression]   kernel regression verdict"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
 	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
@@ -31,6 +32,10 @@ experiment: setup
 
 reproduce: setup
 	@PROFILE=$(or $(PROFILE),quick) scripts/reproduce.sh
+
+regress: setup
+	@[ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }
+	$(TESTBED) regress --baseline $(BASELINE) --candidate $(CANDIDATE) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
 
 run: setup
 	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)

@@ -237,6 +237,69 @@ def seed_stats(values: Iterable, confidence: float = 0.95) -> SeedStats:
     return SeedStats(n, mean, min(clean), max(clean), low, high, confidence)
 
 
+@dataclass(frozen=True)
+class TTest:
+    """A t-test of a vs b: the statistic, its degrees of freedom, the two-sided p-value and the
+    standard error of the difference it tests."""
+
+    t: float
+    df: float
+    p_value: float
+    se: float = math.nan
+
+
+def welch_t_test(a: Iterable, b: Iterable) -> TTest:
+    """Welch's two-sample t-test of mean(a) vs mean(b) (unequal variances, Welch-Satterthwaite degrees
+    of freedom); needs two or more values on each side (else every field is NaN). Two samples with no
+    spread at all: p = 1 when their means are equal, else 0."""
+    xs = [v for v in (_number(x) for x in a) if not math.isnan(v)]
+    ys = [v for v in (_number(y) for y in b) if not math.isnan(v)]
+    if len(xs) < 2 or len(ys) < 2:
+        return TTest(math.nan, math.nan, math.nan)
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    vx = sum((v - mx) ** 2 for v in xs) / (len(xs) - 1) / len(xs)
+    vy = sum((v - my) ** 2 for v in ys) / (len(ys) - 1) / len(ys)
+    if vx + vy == 0:
+        return TTest(0.0 if mx == my else math.copysign(math.inf, mx - my), math.nan, 1.0 if mx == my else 0.0, 0.0)
+    se = math.sqrt(vx + vy)
+    df = (vx + vy) ** 2 / ((vx**2 / (len(xs) - 1) if vx else 0.0) + (vy**2 / (len(ys) - 1) if vy else 0.0))
+    return TTest((mx - my) / se, df, 2 * (1 - student_t_cdf(abs((mx - my) / se), df)), se)
+
+
+def paired_t_test(differences: Iterable) -> TTest:
+    """The paired t-test: is the mean of the pairs' ``differences`` zero? (n - 1 degrees of freedom;
+    NaN fields with fewer than two pairs). Differences with no spread: p = 1 when they are all zero,
+    else 0."""
+    ds = [v for v in (_number(d) for d in differences) if not math.isnan(v)]
+    if len(ds) < 2:
+        return TTest(math.nan, math.nan, math.nan)
+    n = len(ds)
+    mean = sum(ds) / n
+    sd = math.sqrt(sum((d - mean) ** 2 for d in ds) / (n - 1))
+    if sd == 0:
+        return TTest(0.0 if mean == 0 else math.copysign(math.inf, mean), n - 1, 1.0 if mean == 0 else 0.0, 0.0)
+    se = sd / math.sqrt(n)
+    return TTest(mean / se, n - 1, 2 * (1 - student_t_cdf(abs(mean / se), n - 1)), se)
+
+
+def group_metric(flows: pd.DataFrame, metric: str) -> float:
+    """One metric of a group of flows (rows of ``flow_totals``) in one run: ``goodput`` the mean sender
+    goodput (paper 000 §3.1), ``total_goodput`` the sum (000 §3.2), ``jain`` Jain's index (two flows
+    or more, else NaN) and ``retrans_ratio`` retransmitted / sent bytes. NaN when a goodput is missing."""
+    goodputs = flows["goodput_mbit"]
+    if goodputs.empty or goodputs.isna().any():
+        return math.nan
+    if metric == "goodput":
+        return float(goodputs.mean())
+    if metric == "total_goodput":
+        return float(goodputs.sum())
+    if metric == "jain":
+        return jain_index(goodputs) if len(flows) > 1 else math.nan
+    if metric == "retrans_ratio":
+        return retransmission_ratio(flows["retrans_bytes"].sum(), flows["sent_bytes"].sum())
+    raise ValueError(f"unknown metric {metric!r}; valid: goodput, total_goodput, jain, retrans_ratio")
+
+
 # ----------------------------------------------------------------------------------- flows of a run
 
 

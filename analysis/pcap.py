@@ -37,6 +37,7 @@ ranges of sequence space seen (one range per hole still open, usually one in all
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
 from bisect import bisect_left, bisect_right
@@ -447,3 +448,30 @@ def account_pcap(path: Path) -> PcapAccounting:
     except PcapTruncated as exc:
         result.problem = f"{exc}; counted the {result.records} complete records before it"
     return result
+
+
+#: ``tcptrace -l -n`` labels and the :class:`DirectionStats` fields they mean (the module's definitions)
+TCPTRACE_FIELDS = {
+    "actual data pkts": "data_pkts",
+    "actual data bytes": "data_bytes",
+    "rexmt data pkts": "rexmit_pkts",
+    "rexmt data bytes": "rexmit_bytes",
+    "unique bytes sent": "unique_bytes",
+    "data xmit time": "transfer_s",
+}
+TCPTRACE_LABELS = list(TCPTRACE_FIELDS)
+
+
+def tcptrace_connection(output: str, port: int) -> dict[str, float]:
+    """The left-hand (a->b) column of ``tcptrace -l -n``'s output for the connection whose first host
+    uses ``port``: label -> number, for ``TCPTRACE_LABELS``."""
+    for block in output.split("TCP connection ")[1:]:
+        if not re.search(rf"host \w+:\s+[\d.]+:{port}\n", block):
+            continue
+        values = {}
+        for label in TCPTRACE_LABELS:
+            match = re.search(rf"{label}:\s+([\d.]+)", block)
+            if match:
+                values[label] = float(match.group(1))
+        return values
+    raise LookupError(f"tcptrace shows no connection from port {port}")

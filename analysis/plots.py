@@ -132,6 +132,42 @@ def srtt_png(series: pd.DataFrame, connections: pd.DataFrame) -> bytes:
     return figure_png(fig)
 
 
+#: the sequence plot shows every forward flow of paper 000's M = 20 case, and a few more
+MAX_SEQUENCE_LINES = 40
+
+
+def sequence_png(series: pd.DataFrame, connections: pd.DataFrame) -> bytes:
+    """Acknowledged data (tcp_probe snd_una since the first event) vs time, one line per connection,
+    like paper 000 Figs 14-16's sequence numbers of M flows: the spread of the final values shows
+    the (un)fairness."""
+    fig = Figure(figsize=(9, 3.6))
+    ax = fig.add_subplot()
+    if "direction" in connections and (connections["direction"] == "forward").any():
+        connections = connections[connections["direction"] == "forward"]  # the papers plot the M forward flows
+    shown = connections.head(MAX_SEQUENCE_LINES)
+    note = f" (first {MAX_SEQUENCE_LINES} of {len(connections)} connections)" if len(connections) > len(shown) else ""
+    finals = []
+    for conn in shown.itertuples():
+        data = series[(series["conn"] == conn.conn) & (series["metric"] == "acked_mb")]
+        if data.empty:
+            continue
+        ax.plot(data["t_s"], data["value"], color=lookup(conn.cc).colour, linewidth=0.9,
+                label=lookup(conn.cc).label)  # fmt: skip
+        finals.append(float(data["value"].iloc[-1]))
+    if not finals:
+        _empty(ax, "no tcp_probe data")
+    else:
+        handles, labels = ax.get_legend_handles_labels()
+        unique = dict(zip(labels, handles, strict=True))
+        ax.legend(unique.values(), unique.keys(), fontsize=7, loc="upper left")
+        ax.set_xlabel("time since the run's start, s")
+        ax.set_ylabel("data acknowledged, MB")
+        ax.grid(alpha=0.3)
+        note += f"; final values {min(finals):.2f} .. {max(finals):.2f} MB"
+    ax.set_title("acknowledged data per connection (tcp_probe snd_una), 000 Figs 14-16" + note, fontsize=10)
+    return figure_png(fig)
+
+
 def interval_goodput_png(intervals: pd.DataFrame, connections: pd.DataFrame) -> bytes:
     """Receiver goodput per interval (``intervals``: conn, t_start_s, t_end_s, goodput_mbit) as steps."""
     fig = Figure(figsize=(9, 3.2))

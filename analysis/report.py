@@ -20,6 +20,7 @@ max and a 95 % Student-t interval of the mean (none for a single seed). Only com
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import traceback
@@ -28,7 +29,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import metrics, plots
+from analysis import claims, figures, metrics, plots
 from analysis.cc import lookup
 from analysis.loaders import LoadError, load_session
 from analysis.run import (
@@ -59,6 +60,7 @@ class SessionReport:
     table: pd.DataFrame
     runs: list[RunAnalysis] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    verdicts: list[claims.Verdict] = field(default_factory=list)
 
 
 def session_run_dirs(session_dir: Path, session: dict, problems: list[str]) -> list[Path]:
@@ -369,6 +371,27 @@ def write_session_report(session_dir: Path) -> SessionReport:
         summary_text = f"{heading}\nno runs found in {session_dir}" if not analyses else heading
     else:
         summary_text = heading + "\n" + text_table(shown)
+    flows = claims.flow_rows(analyses)
+    sweeps = figures.sweep_figures(flows)
+    for figure, _, png in sweeps:
+        path = session_dir / "figures" / f"{figure.experiment}-{figure.metric}-vs-{figure.x}.png"
+        path.parent.mkdir(exist_ok=True)
+        path.write_bytes(png)
+    try:
+        verdicts = claims.verdicts(analyses, flows=flows)
+    except claims.ClaimsError as exc:  # a broken claims file must not take the report down
+        problems.append(f"claims not judged: {exc}")
+        verdicts = []
+    if verdicts:
+        counts = claims.verdict_counts(verdicts)
+        summary_text += "\nthe papers' claims: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
+        judged = [v for v in verdicts if v.verdict != "no data"]
+        summary_text += "".join(f"\n  {v.claim.id}: {v.verdict}: {v.measured}" for v in judged)
+        if len(judged) < len(verdicts):
+            summary_text += (
+                f"\n  {len(verdicts) - len(judged)} claims about these experiments compare runs this session did not "
+                "make (no data; make reproduce runs their comparisons)"
+            )
     not_complete = [a for a in analyses if a.status != "complete"]
     if not_complete:
         summary_text += "\nnot complete:\n" + "\n".join(
@@ -377,9 +400,11 @@ def write_session_report(session_dir: Path) -> SessionReport:
         )
     html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
     write_text_atomic(
-        html_path, _session_html(session_dir, session, analyses, table, shown, problems, heading)
+        html_path, _session_html(session_dir, session, analyses, table, shown, problems, heading, verdicts, sweeps)
     )
-    write_text_atomic(md_path, _session_markdown(session_dir, session, analyses, shown, problems, heading))
+    write_text_atomic(
+        md_path, _session_markdown(session_dir, session, analyses, shown, problems, heading, verdicts, sweeps)
+    )
     return SessionReport(
         html_path=html_path,
         md_path=md_path,
@@ -387,7 +412,33 @@ def write_session_report(session_dir: Path) -> SessionReport:
         table=table,
         runs=analyses,
         problems=problems,
+        verdicts=verdicts,
     )
+
+
+def write_run_list(out_dir: Path, run_dirs: list[Path], scenario: str, description: str) -> Path:
+    """A report folder for runs stored elsewhere: ``out_dir/session.json`` lists them relative to it, so
+    ``write_session_report(out_dir)`` analyses them again there; nothing is copied or run."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    runs = [os.path.relpath(Path(d).resolve(), out_dir.resolve()) for d in run_dirs]
+    session = {"scenario": scenario, "description": description, "runs": runs}
+    write_text_atomic(out_dir / "session.json", json.dumps(session, indent=2) + "\n")
+    return out_dir
+
+
+def combine_sessions(session_dirs: list[Path], out_dir: Path) -> Path:
+    """One report folder over every run of several sessions (``make reproduce``'s reproduction report)."""
+    run_dirs, scenarios = [], []
+    for session_dir in session_dirs:
+        session_dir = Path(session_dir)
+        try:
+            session = load_session(session_dir)
+        except LoadError:
+            session = {}
+        scenarios.append(session.get("scenario") or session_dir.parent.name)
+        run_dirs += session_run_dirs(session_dir, session, [])
+    return write_run_list(out_dir, run_dirs, "reproduction", f"{len(session_dirs)} sessions: {', '.join(scenarios)}")
 
 
 def _relative(path: Path, start: Path) -> str:
@@ -422,6 +473,8 @@ def _session_html(
     shown: pd.DataFrame,
     problems: list[str],
     heading: str,
+    verdicts: list[claims.Verdict],
+    sweeps: list,
 ) -> str:
     body = [f"<h1>Sweep report: {esc(heading)}</h1>", provenance_html(_session_provenance(session, analyses))]
     untrusted = [a for a in analyses if a.status == "complete" and a.trustworthy is False]
@@ -473,6 +526,18 @@ def _session_html(
         "flows of one direction, shown when points have several flows.</p>"
     )
     body.append(html_table(shown))
+    if sweeps:
+        body.append("<h2>The papers' figures</h2>")
+        body.append(
+            '<p class="note">From the runs above: mean over the seeds of complete runs, whiskers from the lowest '
+            "to the highest seed; lines by algorithm, panels by the other swept parameters "
+            "(analysis/figures.py).</p>"
+        )
+        for figure, fig_table, png in sweeps:
+            body.append(png_img(png, figure.title))
+            body.append(html_table(_sweep_table(fig_table, figure)))
+    if verdicts:
+        body += _claims_html(verdicts)
     body.append("<h2>Runs</h2>")
     runs = pd.DataFrame(
         [
@@ -502,6 +567,60 @@ def _session_html(
     return html_page(f"Sweep {heading}", body)
 
 
+def _sweep_table(table: pd.DataFrame, figure) -> pd.DataFrame:
+    shown = table.assign(cc=[lookup(cc).label for cc in table["cc"]])
+    shown = shown.rename(columns={"x": figure.x, "mean": f"{figure.metric} mean", "cc": "algorithm"})
+    if (shown["panel"] == "").all():
+        shown = shown.drop(columns="panel")
+    return shown.round(4)
+
+
+VERDICT_CLASS = {"reproduced": "good", "not reproduced": "warn", "opposite": "bad", "no data": "muted"}
+
+
+def _claims_frame(verdicts: list[claims.Verdict]) -> pd.DataFrame:
+    return pd.DataFrame(
+        [
+            {
+                "claim": f"{v.claim.id}: {v.claim.compared()}",
+                "paper": f"{v.claim.source}: {v.claim.paper_numbers}",
+                "measured here": v.measured,
+                "kernel, profile": f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}",
+                "verdict": v.verdict,
+                "note": v.claim.note,
+            }
+            for v in verdicts
+        ]
+    )
+
+
+def _claims_html(verdicts: list[claims.Verdict]) -> list[str]:
+    counts = claims.verdict_counts(verdicts)
+    body = [
+        "<h2>The papers' claims</h2>",
+        "<p>" + ", ".join(f"{n} {esc(v)}" for v, n in sorted(counts.items())) + ". Each verdict is computed "
+        f"from the runs above by one rule: {esc(claims.RULE)} The claims and their quotes are in "
+        "<code>analysis/claims.yaml</code>.</p>",
+    ]
+    rows = []
+    for v in verdicts:
+        css = VERDICT_CLASS.get(v.verdict, "")
+        rows.append(
+            {
+                "claim": f"<b>{esc(v.claim.id)}</b><br>&ldquo;{esc(v.claim.quote)}&rdquo;<br>"
+                f"<small>{esc(v.claim.compared())}</small>",
+                "paper": f"{esc(v.claim.source)}<br>{esc(v.claim.paper_numbers)}",
+                "measured here": "<br>".join(esc(c.text(v.claim.metric)) for c in v.conditions) or esc(v.measured),
+                "kernel, profile": esc(f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}"),
+                "verdict": f'<span class="verdict {css}">{esc(v.verdict)}</span>',
+                "note": esc(v.claim.note),
+            }
+        )
+    columns = ["claim", "paper", "measured here", "kernel, profile", "verdict", "note"]
+    body.append(html_table(pd.DataFrame(rows, columns=columns), raw_html=set(columns)))
+    return body
+
+
 def _session_markdown(
     session_dir: Path,
     session: dict,
@@ -509,6 +628,8 @@ def _session_markdown(
     shown: pd.DataFrame,
     problems: list[str],
     heading: str,
+    verdicts: list[claims.Verdict],
+    sweeps: list,
 ) -> str:
     lines = [f"# {heading}", ""]
     lines += [f"- **{k}**: {v}" for k, v in _session_provenance(session, analyses)]
@@ -520,6 +641,16 @@ def _session_markdown(
         "",
     ]
     lines.append(markdown_table(shown))
+    if sweeps:
+        lines += ["", "## The papers' figures", ""]
+        for figure, fig_table, _ in sweeps:
+            name = f"figures/{figure.experiment}-{figure.metric}-vs-{figure.x}.png"
+            lines += [f"### {figure.experiment}: {figure.title}", "", f"![{figure.title}]({name})", ""]
+            lines.append(markdown_table(_sweep_table(fig_table, figure)))
+            lines.append("")
+    if verdicts:
+        lines += ["", "## The papers' claims", "", f"Rule: {claims.RULE}", ""]
+        lines.append(markdown_table(_claims_frame(verdicts)))
     failed = [a for a in analyses if a.status != "complete"]
     if failed:
         lines += ["", "## Runs that did not complete", ""]

@@ -59,7 +59,8 @@ from analysis.loaders import (
     load_westwood_tb,
     udp_probe_files,
 )
-from analysis.pcap import PcapAccounting, PcapError, account_pcap
+from analysis.pcap import PcapAccounting, PcapError
+from analysis.pcapfast import account_pcap_fast
 
 FLOW_COLUMNS = [
     "conn",
@@ -344,7 +345,7 @@ def _captures(
         try:
             if not path.exists():
                 raise PcapError("missing")
-            captures[node] = account_pcap(path)
+            captures[node] = account_pcap_fast(path)
         except (PcapError, OSError) as exc:
             problems.append(f"{display_path(path)}: {exc}")
             captures[node] = None
@@ -502,11 +503,21 @@ def _probe_series(conn: dict, probe: TcpProbeTrace, t0: float | None) -> pd.Data
         parts.append(("ssthresh_current_pkts", np.where(ssthresh >= INFINITE_SSTHRESH, np.nan, ssthresh)))
     if "srtt" in events:
         parts.append(("srtt_ms", events["srtt"].to_numpy(dtype=float) / 1000))
+    if "snd_una" in events and len(events):
+        parts.append(("acked_mb", _unwrapped_seq(events["snd_una"].to_numpy(dtype=np.int64)) / 1e6))
     frames = [
         pd.DataFrame({"conn": conn["id"], "t_s": t_s, "metric": name, "value": values})
         for name, values in parts
     ]
     return _concat(frames, SERIES_COLUMNS)
+
+
+def _unwrapped_seq(values: np.ndarray) -> np.ndarray:
+    """Sequence numbers (mod 2**32) as bytes since the first one, unwrapped: each step is taken as the
+    shortest way round the sequence space (paper 000 Figs 14-16 plot sequence numbers vs time)."""
+    steps = np.diff(values % (1 << 32)) % (1 << 32)
+    steps = np.where(steps >= 1 << 31, steps - (1 << 32), steps)
+    return np.concatenate([[0], np.cumsum(steps)]).astype(float)
 
 
 def _goodput_series(samples: pd.DataFrame) -> pd.DataFrame:
@@ -812,6 +823,8 @@ th { background: #f3f3f3; } td.text, th.text { text-align: left; }
 .good { background: #e3f4e1; border: 1px solid #2ca02c; }
 .warn { background: #fff4d6; border: 1px solid #e0a800; }
 .note { color: #555; font-size: 0.85em; } img { max-width: 100%; }
+.verdict { padding: 0.1em 0.4em; border-radius: 3px; white-space: nowrap; font-weight: bold; }
+.muted { background: #eee; border: 1px solid #bbb; }
 dl.prov { display: grid; grid-template-columns: max-content auto; gap: 0.15em 1em; font-size: 0.9em; }
 dl.prov dt { font-weight: bold; } dl.prov dd { margin: 0; }
 """
@@ -1188,6 +1201,8 @@ def run_report_html(analysis: RunAnalysis) -> str:
     conns = analysis.flows[["conn", "cc"]]
     body.append(png_img(plots.cwnd_ssthresh_png(analysis.series, conns), "cwnd and ssthresh_current vs time"))
     body.append(png_img(plots.srtt_png(analysis.series, conns), "srtt vs time"))
+    body.append(png_img(plots.sequence_png(analysis.series, analysis.flows[["conn", "cc", "direction"]]),
+                        "acknowledged data vs time"))  # fmt: skip
     body.append(
         png_img(plots.interval_goodput_png(analysis.intervals, conns), "receiver goodput per interval")
     )

@@ -229,3 +229,120 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
         print(f"{key:32} {value}")
     print(f"written: {path}")
     return figures
+
+
+PCAP_RATE_MBIT = 100
+PCAP_DURATION_S = 90
+PCAP_REPEATS = 3
+#: runs in a child process so that its peak RSS is the analyzer's own
+_TIMED_ANALYSIS = """
+import json, resource, sys, time
+from pathlib import Path
+from analysis.pcap import account_pcap
+from analysis.pcapfast import account_pcap_fast
+accounting = account_pcap_fast if sys.argv[1] == "fast" else account_pcap
+started = time.perf_counter()
+result = accounting(Path(sys.argv[2]))
+elapsed = time.perf_counter() - started
+rows = {f"{s.src}:{s.sport}": {k: v for k, v in s.result().items() if isinstance(v, int | float)}
+        for s in result.directions.values()}
+print(json.dumps({"s": elapsed, "rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+                  "records": result.records, "directions": rows}))
+"""
+
+
+def _timed(command: list[str]) -> tuple[float, float, str]:
+    """Wall time, the child's peak RSS (MB: the kernel's VmHWM of the child after exec, read until it
+    exits; wait4's ru_maxrss would count the forked Python before exec) and its output."""
+    import subprocess
+    import tempfile
+
+    peak_kb = 0
+    with tempfile.TemporaryFile(mode="w+") as out:
+        started = time.perf_counter()
+        with subprocess.Popen(command, stdout=out, stderr=subprocess.DEVNULL) as child:
+            status = Path(f"/proc/{child.pid}/status")
+            while child.poll() is None:
+                try:
+                    for line in status.read_text().splitlines():
+                        if line.startswith("VmHWM:"):
+                            peak_kb = max(peak_kb, int(line.split()[1]))
+                except (OSError, ValueError, IndexError):
+                    pass
+                time.sleep(0.002)
+        elapsed = time.perf_counter() - started
+        out.seek(0)
+        text = out.read()
+    if child.returncode != 0:
+        raise ValueError(f"{command[0]} exited with {child.returncode}")
+    return elapsed, peak_kb / 1024, text
+
+
+def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
+    """The pcap analysis against ``tcptrace -l -n`` on a capture of about a million packets that the
+    testbed makes here: two Reno flows through a 100 Mbit/s dumbbell in network namespaces on the host
+    kernel (no netem needed), 90 s. Best of three for each tool; the peak RSS of each (tcptrace's from
+    its own process, ours from a child process that imports only the analysis); and the largest
+    per-flow difference between our numbers and tcptrace's."""
+    import shutil
+    import subprocess
+    import sys
+
+    from analysis.pcap import TCPTRACE_FIELDS, tcptrace_connection
+
+    if shutil.which("tcptrace") is None:
+        raise ValueError("tcptrace is not installed: run 'make setup'")
+    scenario = scenario_from_dict(
+        {
+            "description": "make bench: a capture of about a million packets for the pcap analysis",
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": PCAP_RATE_MBIT, "queue_pkts": 100}},
+            "flows": [{"cc": "reno", "rtt_ms": 0, "count": 2}],
+            "duration_s": PCAP_DURATION_S,
+        },
+        name="bench-pcap",
+    )
+    result = run_session(scenario, backend="local", results_root=out_dir / "results")
+    (run,) = result.runs
+    manifest = rundir.read_json(run / rundir.MANIFEST)
+    pcap = run / "raw" / "rl.pcap"
+    tcptrace = [_timed(["tcptrace", "-l", "-n", str(pcap)]) for _ in range(PCAP_REPEATS)]
+    python = sys.executable
+    fast = [_timed([python, "-c", _TIMED_ANALYSIS, "fast", str(pcap)]) for _ in range(PCAP_REPEATS)]
+    streaming = _timed([python, "-c", _TIMED_ANALYSIS, "streaming", str(pcap)])
+    ours = json.loads(fast[0][2])
+    theirs_output = tcptrace[0][2]
+    differences = {}
+    for conn in manifest["connections"]:
+        theirs = tcptrace_connection(theirs_output, conn["client_port"])
+        mine = ours["directions"][f"{conn['sender_ip']}:{conn['client_port']}"]
+        for label, name in TCPTRACE_FIELDS.items():
+            reference = theirs[label]
+            differences[f"{conn['id']} {label}"] = (
+                0.0 if mine[name] == reference else abs(mine[name] - reference) / max(abs(reference), 1e-9)
+            )
+    best_tcptrace = min(t[0] for t in tcptrace)
+    best_fast = min(t[0] for t in fast)
+    figures = {
+        "status": manifest.get("status"),
+        "capture": str(pcap),
+        "capture_mb": round(pcap.stat().st_size / 1e6, 1),
+        "records": ours["records"],
+        "tcptrace_s": round(best_tcptrace, 3),
+        "tcptrace_peak_rss_mb": round(max(t[1] for t in tcptrace), 1),
+        "ours_fast_s": round(best_fast, 3),
+        "ours_fast_in_process_s": round(min(json.loads(t[2])["s"] for t in fast), 3),
+        "ours_fast_peak_rss_mb": round(max(json.loads(t[2])["rss_mb"] for t in fast), 1),
+        "ours_streaming_s": round(streaming[0], 3),
+        "speed_vs_tcptrace": round(best_tcptrace / best_fast, 2),
+        "largest_relative_difference": max(differences.values()) if differences else None,
+        "differences": {k: round(v, 6) for k, v in differences.items()},
+    }
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"pcap-{rundir.utc_stamp()}.json"
+    rundir.write_json_atomic(path, figures)
+    for key, value in figures.items():
+        if key != "differences":
+            print(f"{key:32} {value}")
+    print(f"written: {path}")
+    subprocess.run(["rm", "-f", str(pcap)], check=False)  # a hundred MB: the figures are what is kept
+    return figures

@@ -34,6 +34,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     if not args.no_report:
         _report(result.directory)
+    _catalog(args.results)
     for run in result.failed:
         print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
     return 1 if result.failed else 0
@@ -57,8 +58,84 @@ def _report(session: Path) -> None:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    _report(args.session)
+    if len(args.session) == 1 and args.out is None:
+        _report(args.session[0])
+        return 0
+    if args.out is None:
+        print("testbed: several sessions need --out DIR for their combined report", file=sys.stderr)
+        return 2
+    from analysis.report import combine_sessions
+
+    _report(combine_sessions(args.session, args.out))
     return 0
+
+
+def _catalog(results_root: Path) -> None:
+    """Bring the results folder's catalog up to date after a run (analysis/catalog.py)."""
+    from analysis.catalog import CatalogError, ingest
+
+    try:
+        result = ingest(results_root)
+    except CatalogError as err:
+        print(f"catalog not updated: {err}", file=sys.stderr)
+        return
+    for problem in result.problems:
+        print(f"catalog: {problem}", file=sys.stderr)
+
+
+def _cmd_results(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    from analysis import catalog
+
+    if not args.no_update:
+        result = catalog.ingest(args.results, rebuild=args.rebuild)
+        print(result.summary(), file=sys.stderr)
+    filters = {name: getattr(args, name) for name in [*catalog.FILTERS, "cc"]}
+    runs = catalog.runs(args.results, **filters)
+    if args.report:
+        if runs.empty:
+            print("testbed: no catalogued run matches: nothing to report", file=sys.stderr)
+            return 1
+        out = catalog.write_selection(args.results, runs, args.report, filters)
+        _report(out)
+        return 0
+    if args.flows:
+        frame = catalog.flows(args.results, **filters)
+        shown = frame[["run_id", "conn", "cc", "direction", "goodput_mbit", "recv_goodput_mbit", "retrans_ratio",
+                       "kernel_release", "status"]]  # fmt: skip
+    else:
+        flows = catalog.flows(args.results, **filters)
+        forward = flows[flows["direction"] == "forward"].groupby("run_id")
+        runs = runs.set_index("run_id")
+        runs["flows"] = flows.groupby("run_id").size()
+        runs["goodput_mbit"] = forward["goodput_mbit"].sum(min_count=1)
+        shown = runs.reset_index()[["run_id", "scenario", "seed", "kernel_release", "accel", "status",
+                                    "trustworthy", "flows", "goodput_mbit"]]  # fmt: skip
+        shown.columns = ["run", "scenario", "seed", "kernel", "accel", "status", "trusted", "flows",
+                         "fwd goodput Mbit/s"]  # fmt: skip
+        frame = shown
+    if args.csv:
+        frame.to_csv(args.csv, index=False)
+        print(f"{len(frame)} rows written to {args.csv}", file=sys.stderr)
+    if shown.empty:
+        print("no catalogued run matches")
+        return 0
+    with pd.option_context("display.max_rows", None, "display.width", 250, "display.max_colwidth", 90):
+        print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    return 0
+
+
+def _cmd_regress(args: argparse.Namespace) -> int:
+    from testbed.regress import parse_flow_options, regress
+    from testbed.suite import find_suite, load_suite
+
+    options = parse_flow_options(args.candidate_flow_option or [])
+    suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
+    result = regress(args.baseline, args.candidate, suite, args.repeat, results_root=args.results,
+                     candidate_flow_options=options, vcpus=args.cpus)  # fmt: skip
+    _catalog(args.results)
+    return result.exit_code
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -106,13 +183,15 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from testbed.bench import bench, bench_scale
+    from testbed.bench import bench, bench_pcap, bench_scale
 
     statuses = []
     if args.part in ("basic", "all"):
         statuses.append(bench(kernel_version=args.kernel)["status"])
     if args.part in ("scale", "all"):
         statuses.append(bench_scale(kernel_version=args.kernel)["status"])
+    if args.part in ("pcap", "all"):
+        statuses.append(bench_pcap()["status"])
     return 0 if all(status == "complete" for status in statuses) else 1
 
 
@@ -150,9 +229,61 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_cmd_run)
     suite.set_defaults(func=_cmd_run)
 
-    report = sub.add_parser("report", help="(re)analyse a session folder and write its report")
-    report.add_argument("session", type=Path, help="results/<scenario>/<time>-<sha>/")
+    report = sub.add_parser(
+        "report", help="(re)analyse a session folder and write its report; several: one combined report (--out)"
+    )
+    report.add_argument("session", type=Path, nargs="+", help="results/<scenario>/<time>-<sha>/")
+    report.add_argument("--out", type=Path, help="write the report of every run of the sessions into this folder")
     report.set_defaults(func=_cmd_report)
+
+    results = sub.add_parser(
+        "results",
+        help="list and filter every run under the results folder (the catalog, results/catalog.sqlite)",
+        description="Update the catalog from the run folders, then list the runs (or their flows) that match "
+        "every filter given. Filters: --scenario, --profile, --point (prefix), --seed, --status, --kernel (release "
+        "prefix), --backend, --git (sha prefix), --cc (runs with a flow of that algorithm). Python: "
+        "analysis.catalog.runs(root, ...) and flows(root, ...) return DataFrames.",
+    )
+    results.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+    for name, kind in [("scenario", str), ("profile", str), ("point", str), ("seed", int), ("status", str),
+                       ("kernel", str), ("backend", str), ("git", str), ("cc", str)]:  # fmt: skip
+        results.add_argument(f"--{name}", type=kind)
+    results.add_argument("--flows", action="store_true", help="one row per flow instead of per run")
+    results.add_argument("--csv", type=Path, help="also write the rows to this CSV file")
+    results.add_argument(
+        "--report", type=Path, metavar="DIR",
+        help="write the report of the matching runs into DIR (from the stored runs: nothing is run again)",
+    )  # fmt: skip
+    results.add_argument("--rebuild", action="store_true", help="recreate the catalog from the run folders")
+    results.add_argument("--no-update", action="store_true", help="query the catalog as it is")
+    results.set_defaults(func=_cmd_results)
+
+    from analysis.regression import DEFAULT_REPEAT
+
+    regress = sub.add_parser(
+        "regress",
+        help="the same suite on two kernels, interleaved repetitions, a statistical verdict (exit 1: regression)",
+        description="Runs the suite on the baseline and the candidate kernel in turn (baseline 1, candidate 1, "
+        "baseline 2, ...), each in a virtme-ng guest, then compares every point x algorithm x metric (goodput, total "
+        "goodput, Jain index, retransmission ratio): a regression is a change beyond 5 %% the bad way with p < "
+        "0.05 in the paired t-test (repetition r runs seed r on both kernels). Writes regress.txt, report.html, "
+        "junit.xml and regress.json under results/regress/. Exit 0: nothing regressed; 1: a regression; 2: the "
+        "run failed (a kernel that cannot be had or does not boot, a run that did not complete).",
+    )
+    regress.add_argument("--baseline", required=True, help="kernel: Debian version (6.1.0-55), vmlinuz or .deb")
+    regress.add_argument("--candidate", required=True, help="kernel, as for --baseline")
+    regress.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
+    regress.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
+                         help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
+                              "the noise measured here; analysis/regression.py says how)")  # fmt: skip
+    regress.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+    regress.add_argument("--cpus", type=int, help="guest vCPUs (default 2)")
+    regress.add_argument(
+        "--candidate-flow-option", action="append", metavar="NAME=VALUE",
+        help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N): "
+             "a known regression, to check that the verdict finds it",
+    )  # fmt: skip
+    regress.set_defaults(func=_cmd_regress)
 
     check = sub.add_parser("check", help="validate scenario files and list their points")
     check.add_argument("scenarios", nargs="+")
@@ -166,9 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     bench = sub.add_parser("bench", help="speed and fidelity figures of this machine (printed, written to bench/)")
     bench.add_argument("--kernel", help="guest kernel, as for run")
     bench.add_argument(
-        "--part", choices=["basic", "scale", "all"], default="all",
+        "--part", choices=["basic", "scale", "pcap", "all"], default="all",
         help="basic: one flow's speed and fidelity (~2 min); scale: 200+10 flows, a 10-hop parking lot and each "
-             "loss model (~30 min under TCG); all: both",
+             "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
+             "in network namespaces on the host (~3 min); all: the three",
     )  # fmt: skip
     bench.set_defaults(func=_cmd_bench)
 
@@ -177,7 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    from analysis.catalog import CatalogError
     from testbed.guest import GuestError
     from testbed.kernels import KernelError
     from testbed.lossbpf import LossChannelError
@@ -186,6 +323,9 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.vagrant import VagrantError
 
     args = build_parser().parse_args(argv)
+    # a SIGTERM (a CI job cancelled, `kill`) tears the run down like Ctrl-C: without this Python would
+    # die at once and leave the guest, its namespaces and iperf3 processes behind
+    signal.signal(signal.SIGTERM, _terminate)
     if args.command == "check":
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `testbed check ... | head` ends quietly
     try:
@@ -197,6 +337,7 @@ def main(argv: list[str] | None = None) -> int:
         ModuleBuildError,
         LossChannelError,
         VagrantError,
+        CatalogError,
         ValueError,
     ) as err:
         print(f"testbed: {err}", file=sys.stderr)

@@ -368,6 +368,10 @@ def find_scenario(name_or_path: str, search_dir: Path) -> Path:
     if given.suffix in SCENARIO_SUFFIXES or len(given.parts) > 1:
         if given.is_file():
             return given
+        # a path inside the scenarios folder: regression/dumbbell -> <search_dir>/regression/dumbbell.yaml
+        for candidate in [Path(search_dir) / given, *(Path(search_dir) / f"{given}{s}" for s in SCENARIO_SUFFIXES)]:
+            if not given.is_absolute() and candidate.is_file():
+                return candidate
         raise ScenarioError(name_or_path, [Problem(None, "", "no such file")])
     for suffix in SCENARIO_SUFFIXES:
         candidate = Path(search_dir) / f"{name_or_path}{suffix}"

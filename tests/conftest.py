@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import re
 import subprocess
 from pathlib import Path
 
+from analysis.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - the tests' tcptrace reader
 from testbed.capture import INSTANCES, TRACEFS
 from testbed.network import INTF_PATTERN, _marked_pids
 
@@ -26,21 +26,3 @@ def leftovers() -> list[str]:
 
 PROJECT = Path(__file__).resolve().parent.parent
 
-
-#: tcptrace -l labels compared with our pcap accounting (analysis/pcap.py)
-TCPTRACE_LABELS = ["actual data pkts", "actual data bytes", "rexmt data pkts", "rexmt data bytes",
-                   "unique bytes sent", "data xmit time"]  # fmt: skip
-
-
-def tcptrace_connection(output: str, port: int) -> dict[str, float]:
-    """The left-hand (a->b) column of ``tcptrace -l -n`` for the connection whose first host uses ``port``."""
-    for block in output.split("TCP connection ")[1:]:
-        if not re.search(rf"host \w+:\s+[\d.]+:{port}\n", block):
-            continue
-        values = {}
-        for label in TCPTRACE_LABELS:
-            match = re.search(rf"{label}:\s+([\d.]+)", block)
-            if match:
-                values[label] = float(match.group(1))
-        return values
-    raise AssertionError(f"tcptrace shows no connection from port {port}")

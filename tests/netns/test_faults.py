@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from testbed import rundir
@@ -91,10 +92,11 @@ def _run_dir(tmp_path: Path) -> Path:
     return manifests[0].parent if manifests else None
 
 
-def test_ctrl_c_marks_the_run_incomplete_and_tears_down(tmp_path, clean_kernel):
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_marks_the_run_incomplete_and_tears_down(tmp_path, clean_kernel, sig):
     proc = _start_cli(tmp_path, duration_s=30)
     _wait_for(_iperf3_clients)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     proc.wait(timeout=60)
     out = (tmp_path / "cli.log").read_text()
     assert proc.returncode == 130, out

@@ -241,3 +241,30 @@ def test_cross_traffic_of_another_algorithm_keeps_its_own_cc(tmp_path):
         ("westwood", "reno"),
         ("westwood", "westwood"),
     ]
+
+
+def test_the_report_judges_the_papers_claims_from_the_runs(tmp_path):
+    # lab-vs-cubic's clean-path claim (003 §4.1: Westwood+ and CUBIC about equal): the same capture
+    # under both names gives equal goodputs, so the rule must say "reproduced"; every other claim
+    # about lab-vs-cubic compares points this session does not have
+    session = tmp_path / "lab-vs-cubic" / "20261122T000000Z-nogit"
+    session.mkdir(parents=True)
+    runs = []
+    for cc in ("westwood", "cubic"):
+        params = {"loss_pct": 0, "cc": cc, "rtt_ms": 0}
+        relative = add_run(session, f"lab-vs-cubic.loss_pct=0,cc={cc},rtt_ms=0", 1, params=params, cc=cc)
+        manifest_path = session / relative / "manifest.json"
+        manifest = json.loads(manifest_path.read_text())
+        manifest.update(scenario="lab-vs-cubic", profile="quick")
+        manifest_path.write_text(json.dumps(manifest))
+        runs.append(relative)
+    write_session(session, runs)
+    report = write_session_report(session)
+    verdicts = {v.claim.id: v for v in report.verdicts}
+    assert verdicts["lab-westwood-like-cubic-clean-path"].verdict == "reproduced"
+    assert verdicts["lab-cubic-beats-westwood-long-delay"].verdict == "no data"
+    assert all(v.claim.experiment == "lab-vs-cubic" for v in report.verdicts)
+    assert "lab-westwood-like-cubic-clean-path: reproduced: loss_pct=0, rtt_ms=0:" in report.summary_text
+    html = report.html_path.read_text()
+    assert "The papers&#x27; claims" in html or "The papers' claims" in html
+    assert "In both cases the average estimated troughput was about 9500 Kbits/s." in html

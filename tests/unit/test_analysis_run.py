@@ -79,7 +79,10 @@ def test_series_csv_is_tidy_and_on_the_runs_clock(run_dir):
     analyze_run(run_dir)
     series = pd.read_csv(run_dir / "series.csv")
     assert list(series.columns) == ["conn", "t_s", "metric", "value"]
-    assert set(series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit"}
+    assert set(series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit", "acked_mb"}
+    acked = series[series["metric"] == "acked_mb"]["value"]
+    # snd_una since the first event: starts at 0, never goes back, ends near what the receiver got
+    assert acked.iloc[0] == 0 and (acked.diff().dropna() >= 0).all() and 1 < acked.iloc[-1] < 20
     cwnd = series[series["metric"] == "cwnd_pkts"]
     assert len(cwnd) == 1000
     assert cwnd["t_s"].min() == pytest.approx(64.029525 - T0, abs=1e-6)
@@ -113,7 +116,7 @@ def test_report_html_is_self_contained_with_provenance_fidelity_and_plots(run_di
         "ssthresh_current",
     ]:
         assert text in page, text
-    assert page.count("data:image/png;base64,") == 3
+    assert page.count("data:image/png;base64,") == 4
     assert not re.search(r"""(src|href)=["']https?:""", page)  # nothing fetched from elsewhere
     assert ">nan<" not in page.lower()
 

@@ -257,7 +257,7 @@ def test_analyze_run_adds_the_estimate_and_the_real_ssthresh(run_dir):
     assert math.isnan(events["expected"].iloc[1])
 
     page = (run_dir / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 5
+    assert page.count("data:image/png;base64,") == 6  # cwnd srtt acked interval estimate ssthresh
     for text in [
         'alt="bandwidth estimate vs time"',
         'alt="cwnd and real ssthresh vs time"',
@@ -290,7 +290,7 @@ def test_a_broken_trace_is_reported_and_the_rest_analysed(run_dir):
     analysis = analyze_run(run_dir)
     assert "raw/westwood_tb.txt: no westwood_tb events (empty trace)" in analysis.problems
     assert "bwe_mbit_final" not in analysis.flows.columns
-    assert (run_dir / "report.html").read_text().count("data:image/png;base64,") == 3
+    assert (run_dir / "report.html").read_text().count("data:image/png;base64,") == 4
 
     trace.unlink()
     analysis = analyze_run(run_dir)
@@ -304,6 +304,7 @@ def test_a_run_without_the_module_is_unchanged(tmp_path):
     analysis = analyze_run(run_dir)
     assert analysis.problems == [] and analysis.westwood_samples is None
     assert list(pd.read_csv(run_dir / "flows.csv").columns) == FLOW_COLUMNS
-    assert set(analysis.series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit"}
+    assert set(analysis.series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit",
+                                              "acked_mb"}  # fmt: skip
     page = (run_dir / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 3 and "module trace" not in page
+    assert page.count("data:image/png;base64,") == 4 and "module trace" not in page

@@ -1,0 +1,293 @@
+"""``testbed regress``: did TCP congestion control get worse on a new kernel? (issue 7)
+
+The same suite runs on a baseline and a candidate kernel, each in its own virtme-ng guest (KVM where
+it works, TCG otherwise), repetition by repetition and kernel by kernel in turn: baseline 1,
+candidate 1, baseline 2, candidate 2, ... so that whatever drifts on the machine during the hours
+of a run hits both kernels alike. Repetition r runs every point of the suite with seed r (the seed
+drives loss models and start jitter, so repetition r sees the same random losses on both kernels).
+
+Every run lands in ``results/regress/<UTC time>-<baseline>-vs-<candidate>/{baseline,candidate}/``
+(and in the results catalog). Then analysis/regression.py compares, per point x algorithm x metric,
+the candidate's repetitions with the baseline's, and this writes next to them:
+
+* ``regress.txt``: the terminal table (also printed);
+* ``report.html``: the verdicts, the effect sizes, and the distributions side by side;
+* ``junit.xml``: one test case per point x algorithm x metric (a regression is a failure, a point
+  that could not be compared is skipped) for CI systems;
+* ``regress.json``: every comparison with its samples.
+
+Exit status: 0 when nothing regressed, 1 when something did, 2 when the run itself failed (a kernel
+that cannot be had or does not boot, a run that did not complete: such a point is listed as failing
+on one kernel or both, never as a regression of a metric).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed import rundir
+from testbed.scenario import Point, ScenarioFile, scenario_from_dict
+from testbed.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
+
+SIDES = ("baseline", "candidate")
+#: per-flow options a candidate can be given to inject a known regression (tests, demonstrations)
+FLOW_OPTIONS = {"sack": bool, "delayed_ack": bool, "initcwnd_segs": int}
+
+
+@dataclass
+class RegressResult:
+    directory: Path
+    comparisons: list = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+    exit_code: int = 0
+
+
+def parse_flow_options(items: list[str]) -> dict:
+    """``sack=false`` -> {"sack": False}; a bad name or value names the valid ones."""
+    options = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in FLOW_OPTIONS:
+            raise ValueError(f"--candidate-flow-option {item!r}: expected NAME=VALUE with NAME one of "
+                             f"{', '.join(FLOW_OPTIONS)}")  # fmt: skip
+        kind = FLOW_OPTIONS[name]
+        if kind is bool:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"--candidate-flow-option {item!r}: {name} is true or false")
+            options[name] = value.lower() == "true"
+        else:
+            try:
+                options[name] = int(value)
+            except ValueError:
+                raise ValueError(f"--candidate-flow-option {item!r}: {name} is a whole number") from None
+    return options
+
+
+def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None) -> ScenarioFile:
+    """The suite with every point's seeds set to ``[seed]`` and ``flow_options`` on every flow."""
+    points = []
+    for point in suite.points:
+        data = point.scenario.model_dump(mode="json", exclude_none=True)
+        data["seeds"] = [seed]
+        for flow in data["flows"]:
+            flow.update(flow_options or {})
+        (changed,) = scenario_from_dict(data, name=point.scenario_name).points
+        points.append(Point(point.scenario_name, point.point_id, point.params, changed.scenario))
+    return ScenarioFile(suite.name, suite.path, suite.profile, suite.description, points)
+
+
+def _label(kernel: str) -> str:
+    return Path(kernel).name.replace("/", "_") if "/" in kernel else kernel
+
+
+def regress(
+    baseline: str,
+    candidate: str,
+    suite: ScenarioFile,
+    repeat: int,
+    results_root: Path = PROJECT / "results",
+    candidate_flow_options: dict | None = None,
+    vcpus: int | None = None,
+) -> RegressResult:
+    """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc)."""
+    from testbed import kernels
+
+    if repeat < 2:
+        raise ValueError(f"--repeat {repeat}: a comparison needs at least 2 repetitions per kernel (default 5)")
+    # both kernels are settled (downloaded, or refused with the list of versions) before anything runs
+    for kernel in (baseline, candidate):
+        kernels.fetch(kernel, log=log)
+    directory = results_root / "regress" / f"{rundir.utc_stamp()}-{_label(baseline)}-vs-{_label(candidate)}"
+    directory.mkdir(parents=True)
+    plan = [(rep, side) for rep in range(1, repeat + 1) for side in SIDES]
+    per_session_s = sum(estimate_s(r) for r in variant(suite, 1).runs()) + GUEST_BOOT_S
+    kernel_of = {"baseline": baseline, "candidate": candidate}
+    sessions: dict[str, set[Path]] = {side: set() for side in SIDES}
+    started = time.monotonic()
+    for done, (rep, side) in enumerate(plan):
+        left = (len(plan) - done) * per_session_s
+        if done:
+            left = (time.monotonic() - started) / done * (len(plan) - done)
+        log(f"regress: {done + 1}/{len(plan)}: {side} {kernel_of[side]}, repetition {rep}/{repeat} "
+            f"(ETA {left / 60:.0f} min)")  # fmt: skip
+        scenario = variant(suite, rep, candidate_flow_options if side == "candidate" else None)
+        result = run_session(scenario, backend="guest", kernel_version=kernel_of[side],
+                             results_root=directory / side, vcpus=vcpus)  # fmt: skip
+        sessions[side].add(result.directory)
+    return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options)
+
+
+def _side_metrics(session_dirs: set[Path]):
+    """Analyse every run of a side: (run_metrics frame, {point: [statuses]})."""
+    import pandas as pd
+
+    from analysis import claims, regression
+    from analysis.report import write_session_report
+
+    frames, statuses = [], {}
+    for session in sorted(session_dirs):
+        report = write_session_report(session)
+        for analysis in report.runs:
+            point = analysis.manifest.get("point_id") or analysis.run_dir.parent.name
+            statuses.setdefault(point, []).append((analysis.status, analysis.reason))
+        flows = claims.flow_rows(report.runs)
+        if not flows.empty:
+            frames.append(regression.run_metrics(flows))
+    metrics = pd.concat(frames, ignore_index=True) if frames else regression.run_metrics(pd.DataFrame())
+    return metrics, statuses
+
+
+def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat: int,
+          flow_options: dict | None = None) -> RegressResult:  # fmt: skip
+    """Compare the two sides' runs and write the outputs (module doc)."""
+    from analysis import regression
+
+    result = RegressResult(directory)
+    side_metrics, side_status = {}, {}
+    for side in SIDES:
+        side_metrics[side], side_status[side] = _side_metrics(sessions[side])
+    result.comparisons = regression.compare(side_metrics["baseline"], side_metrics["candidate"])
+    for point in sorted(set(side_status["baseline"]) | set(side_status["candidate"])):
+        failed = {side: [reason for status, reason in side_status[side].get(point, []) if status != "complete"]
+                  for side in SIDES}  # fmt: skip
+        if failed["baseline"] and failed["candidate"]:
+            where = "on both kernels"
+        elif failed["baseline"] or failed["candidate"]:
+            where = f"on the {'baseline' if failed['baseline'] else 'candidate'} only"
+        else:
+            continue
+        reasons = "; ".join(sorted({r or "no reason recorded" for r in failed["baseline"] + failed["candidate"]}))
+        result.failures.append(f"{point}: {len(failed['baseline'])} baseline and {len(failed['candidate'])} "
+                               f"candidate runs did not complete ({where}): {reasons}")  # fmt: skip
+    regressed = any(c.verdict == "regression" for c in result.comparisons)
+    result.exit_code = 2 if result.failures else (1 if regressed else 0)
+    table = _table(result.comparisons)
+    header = (f"regress: baseline {baseline} vs candidate {candidate}, {repeat} repetitions each"
+              + (f"; candidate flows with {flow_options}" if flow_options else ""))  # fmt: skip
+    counts = regression.counts(result.comparisons)
+    summary = header + "\n" + table + "\n" + ", ".join(f"{n} {v}" for v, n in counts.items())
+    summary += "".join(f"\nfailed: {f}" for f in result.failures)
+    meaning = ["nothing regressed", "a regression", "the run failed"][result.exit_code]
+    summary += f"\nexit status {result.exit_code} ({meaning})"
+    print(summary)
+    (directory / "regress.txt").write_text(summary + "\n")
+    rundir.write_json_atomic(directory / "regress.json", {
+        "baseline": baseline, "candidate": candidate, "repeat": repeat, "candidate_flow_options": flow_options or {},
+        "exit_code": result.exit_code, "failures": result.failures,
+        "comparisons": [{**c.__dict__, "name": c.name} for c in result.comparisons],
+    })  # fmt: skip
+    _junit(directory / "junit.xml", result, baseline, candidate)
+    _html(directory / "report.html", result, header, side_metrics)
+    print(f"report: {directory / 'report.html'}\njunit: {directory / 'junit.xml'}")
+    return result
+
+
+def _fmt(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
+
+
+def _detectable(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return "> 1000%" if value > 10 else f"{value:.1%}"
+
+
+def _rows(comparisons) -> list[dict]:
+    rows = []
+    for c in comparisons:
+        mean = lambda v: sum(v) / len(v) if v else math.nan  # noqa: E731
+        rows.append({
+            "point": c.point, "cc": c.cc, "metric": c.metric,
+            "baseline": f"{_fmt(mean(c.baseline))} (n={len(c.baseline)})",
+            "candidate": f"{_fmt(mean(c.candidate))} (n={len(c.candidate)})",
+            "change": "n/a" if math.isnan(c.change) else f"{c.change:+.1%}",
+            "p": _fmt(c.p_value, 2), "Cohen's d": _fmt(c.cohen_d, 2),
+            "detectable": _detectable(c.detectable),
+            "test": c.test, "verdict": c.verdict,
+        })  # fmt: skip
+    return rows
+
+
+def _table(comparisons) -> str:
+    import pandas as pd
+
+    from analysis.report import text_table
+
+    return text_table(pd.DataFrame(_rows(comparisons))) if comparisons else "(nothing to compare)"
+
+
+def _junit(path: Path, result: RegressResult, baseline: str, candidate: str) -> None:
+    suites = ET.Element("testsuites", name=f"cc-testbed regress {baseline} vs {candidate}")
+    by_point: dict[str, list] = {}
+    for c in result.comparisons:
+        by_point.setdefault(c.point, []).append(c)
+    for point, comparisons in by_point.items():
+        failures = sum(c.verdict == "regression" for c in comparisons)
+        skipped = sum(c.verdict == "too few runs" for c in comparisons)
+        suite = ET.SubElement(suites, "testsuite", name=point, tests=str(len(comparisons)),
+                              failures=str(failures), skipped=str(skipped), errors="0")  # fmt: skip
+        for c in comparisons:
+            case = ET.SubElement(suite, "testcase", classname=point, name=f"{c.cc} / {c.metric}")
+            detail = (f"{c.metric} of {c.cc}: baseline {c.baseline}, candidate {c.candidate}; change "
+                      f"{c.change:+.2%}, p = {c.p_value:.3g}, Cohen's d = {c.cohen_d:.2f}")  # fmt: skip
+            if c.verdict == "regression":
+                ET.SubElement(case, "failure", message=f"regression: {c.change:+.1%}").text = detail
+            elif c.verdict == "too few runs":
+                ET.SubElement(case, "skipped", message="too few complete runs on a side to compare")
+            else:
+                ET.SubElement(case, "system-out").text = f"{c.verdict}: {detail}"
+    for failure in result.failures:
+        suite = ET.SubElement(suites, "testsuite", name="runs", tests="1", failures="0", errors="1")
+        case = ET.SubElement(suite, "testcase", classname="runs", name=failure.split(":")[0])
+        ET.SubElement(case, "error", message="runs did not complete").text = failure
+    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+
+def _html(path: Path, result: RegressResult, header: str, side_metrics: dict) -> None:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+    from analysis.cc import lookup
+    from analysis.plots import figure_png
+    from analysis.run import esc, html_page, html_table, png_img
+
+    body = [f"<h1>{esc(header)}</h1>"]
+    if result.failures:
+        body.append('<p class="banner bad">' + "<br>".join(esc(f) for f in result.failures) + "</p>")
+    css = {"regression": "bad", "improvement": "good", "no change": "", "too few runs": "warn"}
+    rows = _rows(result.comparisons)
+    for row in rows:
+        row["verdict"] = f'<span class="verdict {css.get(row["verdict"], "")}">{esc(row["verdict"])}</span>'
+    body.append(
+        "<p>Change = mean(candidate) / mean(baseline) - 1; a regression needs p &lt; 0.05 and a change beyond 5 % "
+        "the bad way. <i>test</i>: paired (repetition r on both kernels shares seed r: the t-test on the pairs' "
+        "log ratios) or Welch (runs that do not pair up); <i>detectable</i> is the smallest change these "
+        "repetitions resolve at 80 % power (analysis/regression.py).</p>"
+    )
+    body.append(html_table(pd.DataFrame(rows), raw_html={"verdict"}))
+    both = pd.concat([side_metrics[s].assign(side=s) for s in SIDES], ignore_index=True)
+    for metric in ("goodput", "retrans_ratio"):
+        chosen = both[both["metric"] == metric].dropna(subset=["value"])
+        if chosen.empty:
+            continue
+        groups = list(dict.fromkeys(zip(chosen["point"], chosen["cc"], strict=True)))
+        fig = Figure(figsize=(max(6, 1.1 * len(groups) + 2), 4))
+        ax = fig.add_subplot()
+        for i, (point, cc) in enumerate(groups):
+            for offset, side, marker in ((-0.15, "baseline", "o"), (0.15, "candidate", "^")):
+                values = chosen[(chosen["point"] == point) & (chosen["cc"] == cc) & (chosen["side"] == side)]["value"]
+                ax.scatter([i + offset] * len(values), values, color=lookup(cc).colour, marker=marker,
+                           alpha=0.8, label=side if i == 0 else None)  # fmt: skip
+        ax.set_xticks(range(len(groups)))
+        ax.set_xticklabels([f"{p}\n{lookup(c).label}" for p, c in groups], rotation=30, ha="right", fontsize=7)
+        ax.set_ylabel({"goodput": "sender goodput, Mbit/s", "retrans_ratio": "retransmitted / sent"}[metric])
+        ax.set_title(f"{metric}: every repetition, baseline (circles) and candidate (triangles)", fontsize=10)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        body.append(png_img(figure_png(fig), f"{metric} per repetition"))
+    path.write_text(html_page("regress", body))

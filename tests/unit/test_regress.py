@@ -1,0 +1,111 @@
+"""testbed regress without guests: the suite's variants, the candidate's flow options, and the
+verdict, JUnit, report and exit status written from run folders (copies of the real fixture run)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from testbed import regress
+from testbed.suite import load_suite
+
+PROJECT = Path(__file__).resolve().parents[2]
+FIXTURE = PROJECT / "tests" / "fixtures" / "run-westwood"
+
+
+def test_the_default_regression_suite_covers_every_path_type_and_algorithm():
+    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression.yaml", PROJECT / "scenarios")
+    topologies = {p.scenario.topology.name for p in suite.points}
+    assert topologies == {"dumbbell", "many_flows", "parking_lot", "wireless", "geo"}
+    ccs = {f.cc for p in suite.points for f in p.scenario.flows}
+    assert {"westwood", "westwood_ml", "reno", "cubic", "vegas", "bbr"} <= ccs
+    assert all(p.scenario.duration_s == pytest.approx(10) for p in suite.points)
+
+
+def test_a_repetition_is_the_suite_with_its_seed_and_the_candidates_options():
+    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression.yaml", PROJECT / "scenarios")
+    third = regress.variant(suite, 3, {"sack": False})
+    assert [p.point_id for p in third.points] == [p.point_id for p in suite.points]
+    assert all(p.scenario.seeds == [3] for p in third.points)
+    assert all(f.sack is False for p in third.points for f in p.scenario.flows)
+    assert all(f.sack is True for p in suite.points for f in p.scenario.flows)
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [(["sack=no"], "sack is true or false"), (["sak=false"], "NAME one of sack, delayed_ack, initcwnd_segs"),
+     (["initcwnd_segs=ten"], "whole number")],
+)  # fmt: skip
+def test_bad_candidate_options_name_what_is_valid(given, message):
+    with pytest.raises(ValueError, match=message):
+        regress.parse_flow_options(given)
+    assert regress.parse_flow_options(["sack=false", "initcwnd_segs=3"]) == {"sack": False, "initcwnd_segs": 3}
+
+
+def _session(root: Path, side: str, seeds: list[int], status: str = "complete") -> Path:
+    session = root / side / "lab" / f"20261122T000000Z-{side}"
+    for seed in seeds:
+        run = session / "lab.cc=westwood" / f"seed={seed}"
+        shutil.copytree(FIXTURE, run)
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest.update(scenario="lab", point_id="lab.cc=westwood", seed=seed, status=status)
+        if status != "complete":
+            manifest["reason"] = "guest did not boot (console: guest-console.log)"
+        (run / "manifest.json").write_text(json.dumps(manifest))
+    (session / "session.json").write_text(json.dumps({"scenario": "lab", "runs": [
+        f"lab.cc=westwood/seed={s}" for s in seeds]}))  # fmt: skip
+    return session
+
+
+def test_identical_kernels_give_no_regression_and_exit_0(tmp_path):
+    sessions = {"baseline": {_session(tmp_path, "baseline", [1, 2, 3])},
+                "candidate": {_session(tmp_path, "candidate", [1, 2, 3])}}  # fmt: skip
+    result = regress.judge(tmp_path, sessions, "6.1.0-56", "6.1.0-56", 3)
+    assert result.exit_code == 0 and not result.failures
+    verdicts = {c.metric: c.verdict for c in result.comparisons}
+    assert verdicts["goodput"] == "no change" and "jain" not in verdicts  # one flow: no Jain index
+    suites = ET.parse(tmp_path / "junit.xml").getroot()
+    cases = suites.findall(".//testcase")
+    assert {c.get("name") for c in cases} == {"westwood / goodput", "westwood / total_goodput",
+                                              "westwood / retrans_ratio"}  # fmt: skip
+    assert not suites.findall(".//failure")
+    assert "exit status 0 (nothing regressed)" in (tmp_path / "regress.txt").read_text()
+    assert (tmp_path / "report.html").read_text().count("data:image/png") == 2
+
+
+def test_a_regression_fails_its_junit_case_and_exits_1(tmp_path, monkeypatch):
+    def fake(sessions):  # the analysis of each side, replaced by known samples
+        drop = 0.9 if any("candidate" in str(s) for s in sessions) else 1.0
+        return pd.DataFrame([{"run": f"r{i}", "point": "lab.cc=westwood", "cc": "westwood", "metric": "goodput",
+                              "value": v * drop} for i, v in enumerate([9.0, 9.1, 8.9, 9.05, 8.95])]), {}  # fmt: skip
+
+    monkeypatch.setattr(regress, "_side_metrics", fake)
+    result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+                           "6.1.0-55", "6.1.0-56", 5)  # fmt: skip
+    assert result.exit_code == 1
+    [failure] = ET.parse(tmp_path / "junit.xml").getroot().findall(".//failure")
+    assert failure.get("message") == "regression: -10.0%"
+    assert json.loads((tmp_path / "regress.json").read_text())["comparisons"][0]["verdict"] == "regression"
+
+
+def test_runs_failing_on_one_kernel_only_are_reported_as_such_and_exit_2(tmp_path):
+    sessions = {"baseline": {_session(tmp_path, "baseline", [1, 2])},
+                "candidate": {_session(tmp_path, "candidate", [1, 2], status="failed")}}  # fmt: skip
+    result = regress.judge(tmp_path, sessions, "6.1.0-56", "6.12.117+deb12", 2)
+    assert result.exit_code == 2
+    [failure] = result.failures
+    assert "lab.cc=westwood: 0 baseline and 2 candidate runs did not complete (on the candidate only)" in failure
+    assert "guest did not boot" in failure
+    assert all(c.verdict == "too few runs" for c in result.comparisons)  # not a regression of a metric
+    assert ET.parse(tmp_path / "junit.xml").getroot().findall(".//error")
+
+
+def test_a_single_repetition_is_refused():
+    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression.yaml", PROJECT / "scenarios")
+    with pytest.raises(ValueError, match="at least 2 repetitions"):
+        regress.regress("6.1.0-56", "6.1.0-56", suite, 1)

@@ -1,0 +1,140 @@
+"""The verdict logic of testbed regress (analysis/regression.py) on synthetic samples."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from analysis import regression
+
+
+def test_no_difference_is_no_change():
+    same = [9.0, 9.1, 8.9, 9.05, 8.95]
+    result = regression.compare_one("p", "reno", "goodput", same, list(reversed(same)))
+    assert result.verdict == "no change" and result.change == pytest.approx(0.0)
+
+
+def test_a_ten_percent_drop_is_a_regression_and_a_gain_an_improvement():
+    baseline = [9.0, 9.1, 8.9, 9.05, 8.95]
+    dropped = [v * 0.9 for v in baseline]
+    result = regression.compare_one("p", "reno", "goodput", baseline, dropped)
+    assert result.verdict == "regression" and result.change == pytest.approx(-0.10)
+    assert result.p_value < 0.001 and result.cohen_d < -5
+    assert result.detectable < 0.03  # 0.6 % noise: a 10 % change is far above what n = 5 resolves
+    assert regression.compare_one("p", "reno", "goodput", dropped, baseline).verdict == "improvement"
+    # retransmissions: higher is worse
+    assert regression.compare_one("p", "reno", "retrans_ratio", [0.01] * 2 + [0.011] * 3,
+                                  [0.02] * 2 + [0.021] * 3).verdict == "regression"  # fmt: skip
+
+
+def test_small_or_insignificant_changes_do_not_count():
+    baseline = [9.0, 9.1, 8.9, 9.05, 8.95]
+    # 3 % lower, clearly significant, but under the 5 % practical threshold
+    assert regression.compare_one("p", "reno", "goodput", baseline, [v * 0.97 for v in baseline]).verdict == "no change"
+    # 8 % lower on average but with 20 % noise: Welch's test does not count it
+    noisy = [10.5, 6.0, 9.8, 7.2, 8.0]
+    assert regression.compare_one("p", "reno", "goodput", baseline, noisy).verdict == "no change"
+    # a retransmission ratio going from 0.01 % to 0.03 %: tripled, but below the 0.1 point floor
+    tiny = regression.compare_one("p", "reno", "retrans_ratio", [0.0001] * 5, [0.0003, 0.0003, 0.0003, 0.0003, 0.00031])
+    assert tiny.verdict == "no change"
+
+
+def test_noise_at_the_default_repetitions_gives_no_false_alarms():
+    rng = random.Random(7)
+    alarms = 0
+    for _ in range(300):
+        # the same kernel twice: 3 % noise, more than the measured 1.8 %
+        draw = lambda: [rng.gauss(9.0, 0.27) for _ in range(regression.DEFAULT_REPEAT)]  # noqa: E731
+        alarms += regression.compare_one("p", "reno", "goodput", draw(), draw()).verdict == "regression"
+    assert alarms <= 3, f"{alarms} false regressions in 300 comparisons of identical kernels"
+
+
+def test_the_default_repetitions_resolve_five_percent_at_the_measured_noise():
+    rng = random.Random(3)
+    baseline = [rng.gauss(9.0, 0.16) for _ in range(regression.DEFAULT_REPEAT)]  # 1.8 %
+    candidate = [rng.gauss(9.0, 0.16) for _ in range(regression.DEFAULT_REPEAT)]
+    assert regression.detectable_change(baseline, candidate) < 0.05
+
+
+def test_too_few_runs_and_compare_over_frames():
+    assert regression.compare_one("p", "reno", "goodput", [9.0], [8.0, 8.1]).verdict == "too few runs"
+    rows = lambda side, values: pd.DataFrame(  # noqa: E731
+        [{"run": f"{side}{i}", "point": "dumbbell", "cc": "reno", "metric": m, "value": v}
+         for i, v in enumerate(values) for m in ("goodput", "jain")]
+    )  # fmt: skip
+    base, cand = rows("b", [9.0, 9.1, 8.9]), rows("c", [8.0, 8.1, 7.9])
+    base.loc[base["metric"] == "jain", "value"] = math.nan
+    cand.loc[cand["metric"] == "jain", "value"] = math.nan
+    [only] = regression.compare(base, cand)  # no Jain index with one flow: not compared
+    assert only.metric == "goodput" and only.verdict == "regression"
+    assert regression.counts([only]) == {"regression": 1}
+
+
+def test_run_metrics_from_flow_rows():
+    flows = pd.DataFrame(
+        [{"run": "r1", "point": "pt", "cc": "reno", "direction": "forward", "goodput_mbit": g, "sent_bytes": 100.0,
+          "retrans_bytes": 5.0} for g in (1.0, 3.0)]
+        + [{"run": "r1", "point": "pt", "cc": "reno", "direction": "reverse", "goodput_mbit": 9.0,
+            "sent_bytes": 100.0, "retrans_bytes": 50.0}]
+    )  # fmt: skip
+    values = regression.run_metrics(flows).set_index("metric")["value"]
+    assert values["goodput"] == 2.0 and values["total_goodput"] == 4.0
+    assert values["jain"] == pytest.approx(16 / (2 * 10)) and values["retrans_ratio"] == pytest.approx(0.05)
+
+
+# New Reno's goodput on a wireless point with the seeded timed channel (seeds 1 and 2), the same
+# kernel on both sides, SACK off on the candidate (measured in a TCG guest, testbed regress)
+SEEDED_BASELINE = [1.3325, 0.6015]
+SEEDED_SACK_OFF = [0.6499, 0.3239]
+
+
+def test_pairs_that_share_a_seed_take_out_the_seeds_spread():
+    welch = regression.compare_one("p", "reno", "goodput", SEEDED_BASELINE, SEEDED_SACK_OFF)
+    paired = regression.compare_one("p", "reno", "goodput", SEEDED_BASELINE, SEEDED_SACK_OFF, paired=True)
+    assert welch.test == "Welch" and welch.p_value > 0.3 and welch.verdict == "no change"
+    assert paired.test == "paired" and paired.p_value < 0.05 and paired.verdict == "regression"
+    assert paired.change == pytest.approx(-0.496, abs=1e-3)
+    # the same drop with the pairs' ratios far apart (0.3 and 0.8) is not consistent enough
+    scattered = regression.compare_one("p", "reno", "goodput", SEEDED_BASELINE, [0.40, 0.48], paired=True)
+    assert scattered.verdict == "no change"
+
+
+def test_a_paired_ratio_at_zero_is_compared_by_difference():
+    result = regression.compare_one("p", "reno", "retrans_ratio", [0.0, 0.01, 0.02], [0.02, 0.031, 0.04], paired=True)
+    assert result.test == "paired" and result.verdict == "regression" and not math.isnan(result.detectable)
+
+
+def test_runs_pair_by_seed_when_both_sides_have_the_same_seeds_once():
+    def frame(side, seeds, values):
+        return pd.DataFrame([{"run": f"{side}{s}", "point": "pt", "seed": s, "cc": "reno", "metric": "goodput",
+                              "value": v} for s, v in zip(seeds, values, strict=True)])  # fmt: skip
+
+    # the candidate's runs listed in another order: they are matched by seed, not by position
+    [paired] = regression.compare(frame("b", [1, 2], SEEDED_BASELINE), frame("c", [2, 1], SEEDED_SACK_OFF[::-1]))
+    assert paired.test == "paired" and paired.verdict == "regression"
+    assert paired.baseline == SEEDED_BASELINE and paired.candidate == SEEDED_SACK_OFF
+    [unpaired] = regression.compare(frame("b", [1, 2], SEEDED_BASELINE), frame("c", [1, 3], SEEDED_SACK_OFF))
+    assert unpaired.test == "Welch" and unpaired.verdict == "no change"
+    # the candidate's repetition 2 failed (its guest did not boot): seeds 1 and 3 still pair up
+    [partial] = regression.compare(frame("b", [1, 2, 3], [1.3325, 5.0, 0.6015]),
+                                   frame("c", [3, 1], SEEDED_SACK_OFF[::-1]))  # fmt: skip
+    assert partial.test == "paired" and partial.baseline == SEEDED_BASELINE and partial.verdict == "regression"
+
+
+def test_paired_noise_at_the_default_repetitions_gives_no_false_alarms_and_resolves_five_percent():
+    rng = random.Random(11)
+    alarms, detectable = 0, []
+    for _ in range(300):
+        # pairs that share nothing (unseeded loss): 3 % noise on each side, more than the measured 1.8 %
+        draw = lambda: [rng.gauss(9.0, 0.27) for _ in range(regression.DEFAULT_REPEAT)]  # noqa: E731
+        result = regression.compare_one("p", "reno", "goodput", draw(), draw(), paired=True)
+        alarms += result.verdict == "regression"
+        quiet = [rng.gauss(9.0, 0.16) for _ in range(2 * regression.DEFAULT_REPEAT)]  # 1.8 %
+        half = regression.DEFAULT_REPEAT
+        detectable.append(regression.compare_one("p", "reno", "goodput", quiet[:half], quiet[half:], paired=True)
+                          .detectable)  # fmt: skip
+    assert alarms <= 3, f"{alarms} false regressions in 300 paired comparisons of identical kernels"
+    assert sorted(detectable)[len(detectable) // 2] < 0.05
