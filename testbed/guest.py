@@ -10,7 +10,9 @@ links slower and erratic (MACHINE.md): TCG guests get ``tsc=reliable``.
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,10 +28,60 @@ PROJECT = Path(__file__).resolve().parent.parent
 BOOT_TIMEOUT_S = 180
 #: from the runner's plan.done to vng's exit (a guest powers off in a few seconds)
 SHUTDOWN_TIMEOUT_S = 60
+#: how long past a run's watchdog budget (or after a run ended) the runner may stay silent before the
+#: guest is declared hung: the runner's own watchdog reports a stuck run within its budget, so only a
+#: guest that stopped altogether (seen once in CI under TCG: no output for 30 min, not even the
+#: watchdog's stack dump) stays silent this long
+HANG_MARGIN_S = 120
+#: the runner's progress lines: "run 3/15: ..." starts a run, "run 3/15 complete" (or failed: ...) ends it
+RUN_LINE = re.compile(r"^run (\d+)/(\d+)(:| )")
 
 
 class GuestError(Exception):
     """The guest could not be started or did not finish; the message says where its console log is."""
+
+
+class GuestBootError(GuestError):
+    """The guest never started the runner: its kernel did not boot (panicked, hung, or is no kernel)."""
+
+
+class GuestHungError(GuestError):
+    """The runner started but then the guest fell silent far past the current run's watchdog budget."""
+
+
+class RunnerProgress:
+    """Follows the runner's progress lines and says by when the next one must come.
+
+    A run must end within its watchdog budget (``runner.run_budget_s`` of its estimate), which the
+    runner enforces itself; between runs the next one starts at once. Beyond either, plus
+    HANG_MARGIN_S, the guest is hung."""
+
+    def __init__(self, estimates_s: list[float], started: float):
+        from testbed.runner import run_budget_s
+
+        self.budgets_s = [run_budget_s(e) for e in estimates_s]
+        self.current: int | None = None
+        self.expect_by = started + BOOT_TIMEOUT_S + HANG_MARGIN_S
+
+    def line(self, text: str, now: float) -> None:
+        match = RUN_LINE.match(text)
+        if not match:
+            return
+        index = int(match.group(1)) - 1
+        if match.group(3) == ":" and 0 <= index < len(self.budgets_s):
+            self.current = index
+            self.expect_by = now + self.budgets_s[index] + HANG_MARGIN_S
+        else:
+            self.current = None
+            self.expect_by = now + HANG_MARGIN_S
+
+    def overdue(self, now: float) -> bool:
+        return now > self.expect_by
+
+    def describe(self, now: float, silent_s: float) -> str:
+        where = (f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
+                 if self.current is not None else "between runs")  # fmt: skip
+        return f"the guest stopped responding in {where}: nothing from it for {silent_s:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -105,6 +157,8 @@ def run_in_guest(
     env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     argv = vng_argv(kernel, config, rwdirs, command)
     started = time.monotonic()
+    progress = RunnerProgress([run["estimate_s"] for run in json.loads(plan_path.read_text())["runs"]], started)
+    last_output = started
     saw_runner = False
     done_seen = None
     timing = {"ready_s": None}
@@ -123,7 +177,9 @@ def run_in_guest(
         try:
             while True:
                 chunk = proc.stdout.read()
+                now = time.monotonic()
                 if chunk:
+                    last_output = now
                     log_file.write(chunk)
                     log_file.flush()
                     buffer += chunk
@@ -134,17 +190,24 @@ def run_in_guest(
                             if not saw_runner:
                                 timing["ready_s"] = round(time.monotonic() - started, 2)
                             saw_runner = True
-                            echo(text[text.index("[testbed]") + 10 :])
+                            message = text[text.index("[testbed]") + 10 :]
+                            progress.line(message, now)
+                            echo(message)
                 if proc.poll() is not None and not chunk:
                     break
                 elapsed = time.monotonic() - started
                 if not saw_runner and elapsed > BOOT_TIMEOUT_S:
-                    raise GuestError(
+                    raise GuestBootError(
                         f"the guest ({kernel.release}, {config.accel}) did not start the runner within "
                         f"{BOOT_TIMEOUT_S} s; console log: {console_log}{console_tail(console_log)}"
                     )
                 if done.exists() and done_seen is None:
                     done_seen = elapsed
+                if saw_runner and done_seen is None and progress.overdue(now):
+                    raise GuestHungError(
+                        f"{progress.describe(now, now - last_output)}; stopped it after {elapsed:.0f} s; "
+                        f"console log: {console_log}{console_tail(console_log)}"
+                    )
                 if done_seen is not None and elapsed - done_seen > SHUTDOWN_TIMEOUT_S and proc.poll() is None:
                     # the plan is finished and its results are written: a guest that hangs on its
                     # way down (not seen so far) must not hold the session until the timeout
@@ -173,7 +236,8 @@ def run_in_guest(
             proc.stdout.close()
     # vng's own exit status is 255 even on success on hosts without udevd: read the runner's.
     if not done.exists():
-        raise GuestError(
+        error = GuestError if saw_runner else GuestBootError
+        raise error(
             f"the guest ({kernel.release}, {config.accel}) exited without finishing the plan "
             f"(vng exit {proc.returncode}); console log: {console_log}{console_tail(console_log)}"
         )

@@ -291,10 +291,7 @@ def run_session(
         from testbed import guest
 
         try:
-            timing["guest"] = guest.run_in_guest(
-                kernel, config, plan_path, [session], session / "guest-console.log",
-                timeout_s=total * 3 + guest.BOOT_TIMEOUT_S, echo=log,
-            )  # fmt: skip
+            timing["guest"] = _run_in_guest(guest, kernel, config, plan_path, session, total)
         except guest.GuestError as err:
             log(f"guest failed: {err}")
             _mark_unfinished(plan, session, str(err))
@@ -309,6 +306,41 @@ def run_session(
     log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
         f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete")  # fmt: skip
     return result
+
+
+def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s: float) -> dict:
+    """The plan in a guest, booted a second time for the runs not finished when the first guest
+    never reached the runner or stopped responding.
+
+    Under TCG a kernel can panic at random during boot (6.12.117+deb12 once hit an int3 oops in
+    sched_clock_cpu while the kernel patched its own code, and booted on the next try), and a guest
+    can stop altogether (once in CI: 6.1.0-56 fell silent in the middle of a run's traffic, with not
+    even the runner's watchdog printing). The first console log is kept as ``guest-console-boot1.log``;
+    the run that was going on is set aside under ``.attempts/`` and runs again; runs already complete
+    or failed are kept. A second failure is reported."""
+    console = session / "guest-console.log"
+
+    def boot(plan: Path, estimate_s: float) -> dict:
+        return guest.run_in_guest(kernel, config, plan, [session], console,
+                                  timeout_s=estimate_s * 3 + guest.BOOT_TIMEOUT_S, echo=log)  # fmt: skip
+
+    try:
+        return boot(plan_path, total_s)
+    except (guest.GuestBootError, guest.GuestHungError) as err:
+        first = session / "guest-console-boot1.log"
+        if console.exists():
+            console.replace(first)
+        what = "did not boot" if isinstance(err, guest.GuestBootError) else "stopped responding"
+        reason = err.args[0].split(";")[0]
+    plan = rundir.read_json(plan_path)
+    remaining = [r for r in plan["runs"] if rundir.run_status(session / r["run_dir"]) not in ("complete", "failed")]
+    for run in remaining:
+        _set_aside(session / run["run_dir"], session)
+    retry = plan_path.with_name("plan-second-boot.json")
+    rundir.write_json_atomic(retry, {**plan, "runs": remaining})
+    log(f"the guest {what} ({reason}); booting it once more for the {len(remaining)} runs not finished "
+        f"(its first console: {first})")  # fmt: skip
+    return boot(retry, sum(r["estimate_s"] for r in remaining) + GUEST_BOOT_S)
 
 
 def _result(session: Path, runs: list[RunSpec], backend_info: dict) -> SessionResult:

@@ -2,8 +2,9 @@
 
 Delay calibration: the emulator's excess latency is the smallest seen so far, the pair's one-way
 netem delay is lowered by half of it, a round that reads higher changes nothing; the recorded check
-is the first measurement after the last change, and a pair changed in the last round is pinged once
-more for its check. UDP rate probes: one that reads off is run once more, and both are recorded.
+is the lowest of the rounds measured at the pair's final delay, a pair changed in the last round is
+pinged once more for its check, and a pair whose check would fail is measured again. UDP rate
+probes: one that reads off is run once more, and both are recorded.
 """
 
 from __future__ import annotations
@@ -67,6 +68,21 @@ def test_a_pair_changed_in_the_last_round_is_pinged_once_more(monkeypatch):
     records, checks, applied = calibrate(monkeypatch, {0: [106.0, 98.0, 99.0, 100.3]})
     assert len(applied) == runner.CALIBRATION_ROUNDS
     assert "100.3/" in checks[0]
+
+
+def test_a_pair_whose_check_would_miss_is_measured_again(monkeypatch):
+    # 103.0 -> 48.5; at 48.5 a stalled round reads 102.5 (excess 5.5: no change, but 2.5 ms off), so it is
+    # measured again: 102.25, then 100.05, which is the check
+    records, checks, applied = calibrate(monkeypatch, {0: [103.0, 102.5, 102.25, 100.05], 1: [100.1]})
+    assert len(applied) == 1
+    assert "100.05/" in checks[0] and records[0]["check_rounds"] == 3
+    assert "100.1/" in checks[1]
+
+
+def test_a_pair_that_keeps_missing_is_measured_a_bounded_number_of_times_and_its_lowest_counts(monkeypatch):
+    records, checks, applied = calibrate(monkeypatch, {0: [103.0, 102.9, 102.6, 104.0, 99.0]})
+    assert runner.RTT_RECHECK_ROUNDS == 2
+    assert "102.6/" in checks[0] and records[0]["check_rounds"] == 3
 
 
 def udp_server_json(rates_mbit: list[float]) -> str:
