@@ -226,6 +226,7 @@ def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chu
     columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         whole = np.frombuffer(mapped, dtype=np.uint8)
+        buf = whole[:0]  # the window: a view, dropped before the mapping closes
         span = chunk_bytes
         while position < size:
             # a window of the mapped file, from the first record not read (no copy)

@@ -329,3 +329,9 @@ def test_fast_path_windows_split_records_and_a_gap_goes_segment_by_segment(tmp_p
     account_pcap(path, chunk_bytes=200)
     stats = sender_stats(path)
     assert (stats.data_pkts, stats.rexmit_pkts, stats.unique_bytes) == (20, 0, 2000)
+
+
+def test_a_capture_without_packets_counts_nothing(tmp_path):
+    # tcpdump writes the file header alone when nothing crossed the interface
+    result = account_pcap(write_pcap(tmp_path / "empty.pcap", []))
+    assert (result.records, result.tcp_segments, result.problem, len(result.directions)) == (0, 0, None, 0)
