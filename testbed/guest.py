@@ -78,7 +78,7 @@ class RunnerProgress:
     def overdue(self, now: float) -> bool:
         return now > self.expect_by
 
-    def describe(self, now: float, silent_s: float) -> str:
+    def describe(self, silent_s: float) -> str:
         where = (f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
                  if self.current is not None else "between runs")  # fmt: skip
         return f"the guest stopped responding in {where}: nothing from it for {silent_s:.0f} s"
@@ -205,7 +205,7 @@ def run_in_guest(
                     done_seen = elapsed
                 if saw_runner and done_seen is None and progress.overdue(now):
                     raise GuestHungError(
-                        f"{progress.describe(now, now - last_output)}; stopped it after {elapsed:.0f} s; "
+                        f"{progress.describe(now - last_output)}; stopped it after {elapsed:.0f} s; "
                         f"console log: {console_log}{console_tail(console_log)}"
                     )
                 if done_seen is not None and elapsed - done_seen > SHUTDOWN_TIMEOUT_S and proc.poll() is None:
