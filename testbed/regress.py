@@ -16,9 +16,14 @@ the candidate's repetitions with the baseline's, and this writes next to them:
   that could not be compared is skipped) for CI systems;
 * ``regress.json``: every comparison with its samples.
 
+A suite's **positive controls** (testbed/suite.py: an entry with ``control``) run a point once more
+with a harm known in advance given to the candidate's flows. Their verdicts are not regressions of
+the kernel; each control must come out as a regression of some metric, or the run has shown that
+it cannot see a change of that size.
+
 Exit status: 0 when nothing regressed, 1 when something did, 2 when the run itself failed (a kernel
 that cannot be had or does not boot, a run that did not complete: such a point is listed as failing
-on one kernel or both, never as a regression of a metric).
+on one kernel or both, never as a regression of a metric; or a positive control that was missed).
 """
 
 from __future__ import annotations
@@ -43,6 +48,8 @@ class RegressResult:
     directory: Path
     comparisons: list = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: one line per positive control: detected or missed, and by which metrics
+    controls: list[str] = field(default_factory=list)
     exit_code: int = 0
 
 
@@ -67,17 +74,19 @@ def parse_flow_options(items: list[str]) -> dict:
     return options
 
 
-def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None) -> ScenarioFile:
-    """The suite with every point's seeds set to ``[seed]`` and ``flow_options`` on every flow."""
+def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None, candidate: bool = False) -> ScenarioFile:
+    """The suite with every point's seeds set to ``[seed]`` and ``flow_options`` on every flow; for
+    the ``candidate``, the positive controls' options on their points' flows too."""
     points = []
     for point in suite.points:
         data = point.scenario.model_dump(mode="json", exclude_none=True)
         data["seeds"] = [seed]
+        options = {**(flow_options or {}), **(suite.controls.get(point.point_id, {}) if candidate else {})}
         for flow in data["flows"]:
-            flow.update(flow_options or {})
+            flow.update(options)
         (changed,) = scenario_from_dict(data, name=point.scenario_name).points
         points.append(Point(point.scenario_name, point.point_id, point.params, changed.scenario))
-    return ScenarioFile(suite.name, suite.path, suite.profile, suite.description, points)
+    return ScenarioFile(suite.name, suite.path, suite.profile, suite.description, points, controls=suite.controls)
 
 
 def _label(kernel: str) -> str:
@@ -114,11 +123,12 @@ def regress(
             left = (time.monotonic() - started) / done * (len(plan) - done)
         log(f"regress: {done + 1}/{len(plan)}: {side} {kernel_of[side]}, repetition {rep}/{repeat} "
             f"(ETA {left / 60:.0f} min)")  # fmt: skip
-        scenario = variant(suite, rep, candidate_flow_options if side == "candidate" else None)
+        candidate_side = side == "candidate"
+        scenario = variant(suite, rep, candidate_flow_options if candidate_side else None, candidate=candidate_side)
         result = run_session(scenario, backend="guest", kernel_version=kernel_of[side],
                              results_root=directory / side, vcpus=vcpus)  # fmt: skip
         sessions[side].add(result.directory)
-    return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options)
+    return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options, suite.controls)
 
 
 def _side_metrics(session_dirs: set[Path]):
@@ -141,9 +151,35 @@ def _side_metrics(session_dirs: set[Path]):
     return metrics, statuses
 
 
+def _options_text(options: dict) -> str:
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
+
+
+def _check_controls(result: RegressResult, controls: dict) -> None:
+    """One line per positive control in ``result.controls``; a missed one is also a failure."""
+    for point, options in controls.items():
+        mine = [c for c in result.comparisons if c.point == point]
+        found = [c for c in mine if c.verdict == "regression"]
+        what = f"positive control {point} (candidate flows with {_options_text(options)})"
+        if found:
+            metrics = ", ".join(f"{c.cc} {c.metric} {c.change:+.1%} (p = {c.p_value:.2g}, Cohen's d = {c.cohen_d:.2g})"
+                                for c in found)  # fmt: skip
+            result.controls.append(f"{what}: detected: {metrics}")
+        elif mine and all(c.verdict != "too few runs" for c in mine):
+            smallest = min((c.detectable for c in mine if not math.isnan(c.detectable)), default=math.nan)
+            missed = (f"{what}: missed: no metric regressed (smallest detectable change {_detectable(smallest)}); "
+                      f"these repetitions cannot see a regression of that size: raise --repeat")  # fmt: skip
+            result.controls.append(missed)
+            result.failures.append(missed)
+        else:
+            result.controls.append(f"{what}: not judged (its runs did not complete on both kernels)")
+
+
 def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat: int,
-          flow_options: dict | None = None) -> RegressResult:  # fmt: skip
-    """Compare the two sides' runs and write the outputs (module doc)."""
+          flow_options: dict | None = None, controls: dict | None = None) -> RegressResult:  # fmt: skip
+    """Compare the two sides' runs and write the outputs (module doc). ``controls``: the suite's
+    positive controls, point id -> the options their candidate runs had."""
+    controls = controls or {}
     from analysis import regression
 
     result = RegressResult(directory)
@@ -163,14 +199,16 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
         reasons = "; ".join(sorted({r or "no reason recorded" for r in failed["baseline"] + failed["candidate"]}))
         result.failures.append(f"{point}: {len(failed['baseline'])} baseline and {len(failed['candidate'])} "
                                f"candidate runs did not complete ({where}): {reasons}")  # fmt: skip
-    regressed = any(c.verdict == "regression" for c in result.comparisons)
+    _check_controls(result, controls)
+    regressed = any(c.verdict == "regression" and c.point not in controls for c in result.comparisons)
     result.exit_code = 2 if result.failures else (1 if regressed else 0)
-    table = _table(result.comparisons)
+    table = _table(result.comparisons, controls)
     header = (f"regress: baseline {baseline} vs candidate {candidate}, {repeat} repetitions each"
               + (f"; candidate flows with {flow_options}" if flow_options else ""))  # fmt: skip
-    counts = regression.counts(result.comparisons)
+    counts = regression.counts([c for c in result.comparisons if c.point not in controls])
     summary = header + "\n" + table + "\n" + ", ".join(f"{n} {v}" for v, n in counts.items())
-    summary += "".join(f"\nfailed: {f}" for f in result.failures)
+    summary += "".join(f"\n{line}" for line in result.controls)
+    summary += "".join(f"\nfailed: {f}" for f in result.failures if f not in result.controls)
     meaning = ["nothing regressed", "a regression", "the run failed"][result.exit_code]
     summary += f"\nexit status {result.exit_code} ({meaning})"
     print(summary)
@@ -178,10 +216,11 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     rundir.write_json_atomic(directory / "regress.json", {
         "baseline": baseline, "candidate": candidate, "repeat": repeat, "candidate_flow_options": flow_options or {},
         "exit_code": result.exit_code, "failures": result.failures,
+        "controls": controls, "control_checks": result.controls,
         "comparisons": [{**c.__dict__, "name": c.name} for c in result.comparisons],
     })  # fmt: skip
-    _junit(directory / "junit.xml", result, baseline, candidate)
-    _html(directory / "report.html", result, header, side_metrics)
+    _junit(directory / "junit.xml", result, baseline, candidate, controls)
+    _html(directory / "report.html", result, header, side_metrics, controls)
     print(f"report: {directory / 'report.html'}\njunit: {directory / 'junit.xml'}")
     return result
 
@@ -196,9 +235,10 @@ def _detectable(value: float) -> str:
     return "> 1000%" if value > 10 else f"{value:.1%}"
 
 
-def _rows(comparisons) -> list[dict]:
+def _rows(comparisons, controls: dict) -> list[dict]:
     rows = []
     for c in comparisons:
+        control = " (positive control)" if c.point in controls else ""
         mean = lambda v: sum(v) / len(v) if v else math.nan  # noqa: E731
         rows.append({
             "point": c.point, "cc": c.cc, "metric": c.metric,
@@ -207,25 +247,35 @@ def _rows(comparisons) -> list[dict]:
             "change": "n/a" if math.isnan(c.change) else f"{c.change:+.1%}",
             "p": _fmt(c.p_value, 2), "Cohen's d": _fmt(c.cohen_d, 2),
             "detectable": _detectable(c.detectable),
-            "test": c.test, "verdict": c.verdict,
+            "test": c.test, "verdict": c.verdict + control,
         })  # fmt: skip
     return rows
 
 
-def _table(comparisons) -> str:
+def _table(comparisons, controls: dict) -> str:
     import pandas as pd
 
     from analysis.report import text_table
 
-    return text_table(pd.DataFrame(_rows(comparisons))) if comparisons else "(nothing to compare)"
+    return text_table(pd.DataFrame(_rows(comparisons, controls))) if comparisons else "(nothing to compare)"
 
 
-def _junit(path: Path, result: RegressResult, baseline: str, candidate: str) -> None:
+def _junit(path: Path, result: RegressResult, baseline: str, candidate: str, controls: dict) -> None:
     suites = ET.Element("testsuites", name=f"cc-testbed regress {baseline} vs {candidate}")
     by_point: dict[str, list] = {}
     for c in result.comparisons:
         by_point.setdefault(c.point, []).append(c)
     for point, comparisons in by_point.items():
+        if point in controls:  # one case: the control must be detected
+            line = next(line for line in result.controls if line.startswith(f"positive control {point} "))
+            suite = ET.SubElement(suites, "testsuite", name=point, tests="1",
+                                  failures=str(int(": missed:" in line)), errors="0")  # fmt: skip
+            case = ET.SubElement(suite, "testcase", classname=point, name="positive control detected")
+            if ": missed:" in line:
+                ET.SubElement(case, "failure", message="positive control missed").text = line
+            else:
+                ET.SubElement(case, "system-out").text = line
+            continue
         failures = sum(c.verdict == "regression" for c in comparisons)
         skipped = sum(c.verdict == "too few runs" for c in comparisons)
         suite = ET.SubElement(suites, "testsuite", name=point, tests=str(len(comparisons)),
@@ -240,14 +290,14 @@ def _junit(path: Path, result: RegressResult, baseline: str, candidate: str) -> 
                 ET.SubElement(case, "skipped", message="too few complete runs on a side to compare")
             else:
                 ET.SubElement(case, "system-out").text = f"{c.verdict}: {detail}"
-    for failure in result.failures:
+    for failure in (f for f in result.failures if f not in result.controls):
         suite = ET.SubElement(suites, "testsuite", name="runs", tests="1", failures="0", errors="1")
         case = ET.SubElement(suite, "testcase", classname="runs", name=failure.split(":")[0])
         ET.SubElement(case, "error", message="runs did not complete").text = failure
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def _html(path: Path, result: RegressResult, header: str, side_metrics: dict) -> None:
+def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, controls: dict) -> None:
     import pandas as pd
     from matplotlib.figure import Figure
 
@@ -258,10 +308,13 @@ def _html(path: Path, result: RegressResult, header: str, side_metrics: dict) ->
     body = [f"<h1>{esc(header)}</h1>"]
     if result.failures:
         body.append('<p class="banner bad">' + "<br>".join(esc(f) for f in result.failures) + "</p>")
+    if result.controls:
+        body.append("<p>" + "<br>".join(esc(line) for line in result.controls) + "</p>")
     css = {"regression": "bad", "improvement": "good", "no change": "", "too few runs": "warn"}
-    rows = _rows(result.comparisons)
+    rows = _rows(result.comparisons, controls)
     for row in rows:
-        row["verdict"] = f'<span class="verdict {css.get(row["verdict"], "")}">{esc(row["verdict"])}</span>'
+        kind = css.get(row["verdict"].split(" (")[0], "")
+        row["verdict"] = f'<span class="verdict {kind}">{esc(row["verdict"])}</span>'
     body.append(
         "<p>Change = mean(candidate) / mean(baseline) - 1; a regression needs p &lt; 0.05 and a change beyond 5 % "
         "the bad way. <i>test</i>: paired (repetition r on both kernels shares seed r: the t-test on the pairs' "

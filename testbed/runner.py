@@ -489,7 +489,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                         f"connections {', '.join(running)} still running {CLIENT_GRACE_S:g} s after "
                         f"their planned stop (counted from their actual start); iperf3 hung or the guest is too slow"
                     )
-                if now - last_progress >= 10:
+                if now >= t0 and now - last_progress >= 10:
                     log(
                         f"  traffic t={now - t0:5.1f} s of {scenario.duration_s:g} s, {len(running)} connections active"
                     )

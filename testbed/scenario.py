@@ -323,6 +323,8 @@ class ScenarioFile:
     points: list[Point] = field(default_factory=list)
     #: every profile the file defines (to run a file under each of them)
     profiles: tuple[str, ...] = ()
+    #: a suite's positive controls for ``testbed regress``: point id -> the candidate's flow options
+    controls: dict[str, dict] = field(default_factory=dict)
 
     def runs(self) -> list[RunSpec]:
         return [run for point in self.points for run in point.runs()]

@@ -9,10 +9,17 @@ A suite file is ``scenarios/suites/<name>.yaml``::
     experiments:
       - scenario: reverse-onoff
         point: cc=westwood    # a point id as `testbed check` prints it; default: the file's first point
+      - scenario: regression/upload
+        control: {initcwnd_segs: 1}   # `testbed regress` only: a positive control (below)
 
 Compressing a point scales its duration and every flow's start, stop and ON/OFF periods together
 (the scenario files' ``time_scale``), so the point keeps its shape; RTTs, rates, sizes and loss
 states are not scaled. ``make experiment`` runs the suite ``default``; ``testbed suite NAME`` any.
+
+An entry with ``control`` is a **positive control** for ``testbed regress``: the point runs again
+under its own id (``<id>.control``), and on the candidate kernel its flows get the given options, a
+harm known in advance. The regression verdict must find it, or the run is reported as unable to see
+a regression of that size (exit 2). Outside ``testbed regress`` such an entry runs the point as is.
 """
 
 from __future__ import annotations
@@ -34,9 +41,21 @@ from testbed.scenario import (
 from topologies.base import StrictModel
 
 
+class FlowHarm(StrictModel):
+    """Flow options that hurt a flow in a way known in advance (a positive control's injection)."""
+
+    sack: bool | None = Field(default=None, description="false: SACK off on the flow's hosts")
+    delayed_ack: bool | None = Field(default=None, description="false: the receiver ACKs every segment")
+    initcwnd_segs: int | None = Field(default=None, ge=1, le=1000, description="the sender's initial window")
+
+    def options(self) -> dict:
+        return self.model_dump(exclude_none=True)
+
+
 class SuiteEntry(StrictModel):
     scenario: str = Field(description="a scenario name in scenarios/ or a path to a scenario file")
     point: str | None = Field(default=None, description="a point id of that file; default: its first point")
+    control: FlowHarm | None = Field(default=None, description="testbed regress: the candidate's flows get these")
 
 
 class Suite(StrictModel):
@@ -92,6 +111,7 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
         raise ScenarioError(source, problems) from None
     problems: list[Problem] = []
     points: list[Point] = []
+    controls: dict[str, dict] = {}
     for i, entry in enumerate(suite.experiments):
         where = f"experiments[{i}]"
         try:
@@ -108,16 +128,29 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
             message = f"'{entry.point}' is not a point of {entry.scenario} ({suite.profile or 'no'} profile); "
             problems.append(Problem(None, f"{where}.point", message + f"valid: {', '.join(ids)}"))
             continue
-        points.append(compress(chosen, suite.traffic_s, suite.seeds))
+        point = compress(chosen, suite.traffic_s, suite.seeds)
+        if entry.control is not None:
+            if not entry.control.options():
+                valid = ", ".join(FlowHarm.model_fields)
+                problems.append(Problem(None, f"{where}.control", f"names no option; valid: {valid}"))
+                continue
+            point = Point(point.scenario_name, f"{point.point_id}.control", point.params, point.scenario)
+            controls[point.point_id] = entry.control.options()
+        if point.point_id in (p.point_id for p in points):
+            problems.append(Problem(None, where, f"{point.point_id} is already in the suite"))
+            continue
+        points.append(point)
     if problems:
         raise ScenarioError(source, problems)
-    return ScenarioFile(f"suite-{Path(path).stem}", Path(path), suite.profile, suite.description.strip(), points)
+    name = f"suite-{Path(path).stem}"
+    return ScenarioFile(name, Path(path), suite.profile, suite.description.strip(), points, controls=controls)
 
 
 def _problem(detail: dict) -> Problem:
     where = ".".join(str(part) for part in detail["loc"])
     message = detail["msg"]
     if detail["type"] == "extra_forbidden":
-        valid = ", ".join(Suite.model_fields if len(detail["loc"]) == 1 else SuiteEntry.model_fields)
+        model = {1: Suite, 3: SuiteEntry}.get(len(detail["loc"]), FlowHarm)
+        valid = ", ".join(model.model_fields)
         message = f"unknown field '{detail['loc'][-1]}'; valid fields: {valid}"
     return Problem(None, where, message)

@@ -12,6 +12,7 @@ import pandas as pd
 import pytest
 
 from testbed import regress
+from testbed.scenario import ScenarioError
 from testbed.suite import load_suite
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -109,3 +110,76 @@ def test_a_single_repetition_is_refused():
     suite = load_suite(PROJECT / "scenarios" / "suites" / "regression.yaml", PROJECT / "scenarios")
     with pytest.raises(ValueError, match="at least 2 repetitions"):
         regress.regress("6.1.0-56", "6.1.0-56", suite, 1)
+
+
+def _fake_sides(candidate_values: dict):
+    """``_side_metrics`` replaced: the baseline's goodput is the same on every point; the candidate's
+    is ``candidate_values[point]`` times it, repetition by repetition (seeds 1..5, paired)."""
+    base = [9.0, 9.1, 8.9, 9.05, 8.95]
+
+    def fake(sessions):
+        candidate = any("candidate" in str(s) for s in sessions)
+        rows = [{"run": f"{point}-{i}", "point": point, "seed": i + 1, "cc": "reno", "metric": "goodput",
+                 "value": v * (factor if candidate else 1.0)}
+                for point, factor in candidate_values.items() for i, v in enumerate(base)]  # fmt: skip
+        return pd.DataFrame(rows), {}
+
+    return fake
+
+
+def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path, monkeypatch):
+    monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default": 1.0, "upload.default.control": 0.66}))
+    controls = {"upload.default.control": {"initcwnd_segs": 1}}
+    result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+                           "6.1.0-55", "6.1.0-56", 5, controls=controls)  # fmt: skip
+    assert result.exit_code == 0 and not result.failures
+    [line] = result.controls
+    assert line.startswith("positive control upload.default.control (candidate flows with initcwnd_segs=1): detected:")
+    assert "reno goodput -34.0%" in line
+    text = (tmp_path / "regress.txt").read_text()
+    assert "regression (positive control)" in text and "exit status 0" in text
+    suites = ET.parse(tmp_path / "junit.xml").getroot()
+    assert not suites.findall(".//failure")
+    assert [c.get("name") for c in suites.findall(".//testcase[@classname='upload.default.control']")] == [
+        "positive control detected"]  # fmt: skip
+
+
+def test_a_missed_positive_control_fails_the_run_and_says_to_raise_the_repetitions(tmp_path, monkeypatch):
+    monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default.control": 0.99}))
+    controls = {"upload.default.control": {"initcwnd_segs": 1}}
+    result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+                           "6.1.0-55", "6.1.0-56", 5, controls=controls)  # fmt: skip
+    assert result.exit_code == 2
+    [failure] = result.failures
+    assert "missed: no metric regressed" in failure and "raise --repeat" in failure
+    [junit_failure] = ET.parse(tmp_path / "junit.xml").getroot().findall(".//failure")
+    assert junit_failure.get("message") == "positive control missed"
+
+
+def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp_path):
+    path = tmp_path / "check.yaml"
+    path.write_text("experiments:\n  - {scenario: regression/upload}\n"
+                    "  - {scenario: regression/upload, control: {initcwnd_segs: 1}}\n")  # fmt: skip
+    suite = load_suite(path, PROJECT / "scenarios")
+    assert [p.point_id for p in suite.points] == ["upload.default", "upload.default.control"]
+    assert suite.controls == {"upload.default.control": {"initcwnd_segs": 1}}
+    baseline, candidate = regress.variant(suite, 2), regress.variant(suite, 2, candidate=True)
+    assert all(f.initcwnd_segs is None for p in baseline.points for f in p.scenario.flows)
+    plain, control = candidate.points
+    assert [f.initcwnd_segs for f in plain.scenario.flows] == [None]
+    assert [f.initcwnd_segs for f in control.scenario.flows] == [1]
+    assert candidate.controls == suite.controls
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [("{scenario: regression/upload, control: {initcwnd: 1}}", "unknown field 'initcwnd'; valid fields: sack, "
+      "delayed_ack, initcwnd_segs"),
+     ("{scenario: regression/upload, control: {}}", "names no option"),
+     ("{scenario: regression/upload, control: {initcwnd_segs: 0}}", "greater than or equal to 1")],
+)  # fmt: skip
+def test_a_bad_control_names_what_is_valid(tmp_path, entry, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(f"experiments:\n  - {entry}\n")
+    with pytest.raises(ScenarioError, match=message):
+        load_suite(path, PROJECT / "scenarios")
