@@ -17,8 +17,9 @@ the candidate's repetitions with the baseline's, and this writes next to them:
 * ``regress.json``: every comparison with its samples.
 
 A suite's **positive controls** (testbed/suite.py: an entry with ``control``) run a point once more
-with a harm known in advance given to the candidate's flows. Their verdicts are not regressions of
-the kernel; each control must come out as a regression of some metric, or the run has shown that
+on the candidate with a harm known in advance given to its flows, compared with the baseline's runs
+of that point (which the baseline does not run twice). Their verdicts are not regressions of the
+kernel; each control must come out as a regression of some metric, or the run has shown that
 it cannot see a change of that size.
 
 Exit status: 0 when nothing regressed, 1 when something did, 2 when the run itself failed (a kernel
@@ -74,11 +75,21 @@ def parse_flow_options(items: list[str]) -> dict:
     return options
 
 
+def _control_base(suite: ScenarioFile, point_id: str) -> str | None:
+    """The point a positive control repeats, when the suite runs that point too (then the baseline
+    need not run the control: unharmed, it is that point)."""
+    base = point_id.removesuffix(".control")
+    return base if base != point_id and any(p.point_id == base for p in suite.points) else None
+
+
 def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None, candidate: bool = False) -> ScenarioFile:
-    """The suite with every point's seeds set to ``[seed]`` and ``flow_options`` on every flow; for
-    the ``candidate``, the positive controls' options on their points' flows too."""
+    """The suite with every point's seeds set to ``[seed]`` and ``flow_options`` on every flow. For
+    the ``candidate``, the positive controls' options on their points' flows too; for the baseline,
+    without the controls whose point the suite runs anyway (the judge compares with that point)."""
     points = []
     for point in suite.points:
+        if not candidate and point.point_id in suite.controls and _control_base(suite, point.point_id):
+            continue
         data = point.scenario.model_dump(mode="json", exclude_none=True)
         data["seeds"] = [seed]
         options = {**(flow_options or {}), **(suite.controls.get(point.point_id, {}) if candidate else {})}
@@ -128,7 +139,9 @@ def regress(
         result = run_session(scenario, backend="guest", kernel_version=kernel_of[side],
                              results_root=directory / side, vcpus=vcpus)  # fmt: skip
         sessions[side].add(result.directory)
-    return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options, suite.controls)
+    bases = {control: _control_base(suite, control) for control in suite.controls}
+    return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options, suite.controls,
+                 {control: base for control, base in bases.items() if base})  # fmt: skip
 
 
 def _side_metrics(session_dirs: set[Path]):
@@ -176,9 +189,13 @@ def _check_controls(result: RegressResult, controls: dict) -> None:
 
 
 def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat: int,
-          flow_options: dict | None = None, controls: dict | None = None) -> RegressResult:  # fmt: skip
+          flow_options: dict | None = None, controls: dict | None = None,
+          control_bases: dict | None = None) -> RegressResult:  # fmt: skip
     """Compare the two sides' runs and write the outputs (module doc). ``controls``: the suite's
-    positive controls, point id -> the options their candidate runs had."""
+    positive controls, point id -> the options their candidate runs had; ``control_bases``: control
+    -> the point whose baseline runs are the control's baseline (the baseline did not run it)."""
+    import pandas as pd
+
     controls = controls or {}
     from analysis import regression
 
@@ -186,6 +203,11 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     side_metrics, side_status = {}, {}
     for side in SIDES:
         side_metrics[side], side_status[side] = _side_metrics(sessions[side])
+    base_frame = side_metrics["baseline"]
+    for control, base in (control_bases or {}).items():
+        copied = base_frame[base_frame["point"] == base].assign(point=control)
+        base_frame = pd.concat([base_frame, copied], ignore_index=True)
+    side_metrics["baseline"] = base_frame
     result.comparisons = regression.compare(side_metrics["baseline"], side_metrics["candidate"])
     for point in sorted(set(side_status["baseline"]) | set(side_status["candidate"])):
         failed = {side: [reason for status, reason in side_status[side].get(point, []) if status != "complete"]

@@ -16,10 +16,12 @@ Compressing a point scales its duration and every flow's start, stop and ON/OFF 
 (the scenario files' ``time_scale``), so the point keeps its shape; RTTs, rates, sizes and loss
 states are not scaled. ``make experiment`` runs the suite ``default``; ``testbed suite NAME`` any.
 
-An entry with ``control`` is a **positive control** for ``testbed regress``: the point runs again
-under its own id (``<id>.control``), and on the candidate kernel its flows get the given options, a
-harm known in advance. The regression verdict must find it, or the run is reported as unable to see
-a regression of that size (exit 2). Outside ``testbed regress`` such an entry runs the point as is.
+An entry with ``control`` is a **positive control** for ``testbed regress``: on the candidate kernel
+the point runs again under its own id (``<id>.control``) with the given options on its flows, a harm
+known in advance, and is compared with the baseline's runs of the point (when the suite has the
+point too; else the baseline runs the control unharmed). The regression verdict must find it, or the
+run is reported as unable to see a regression of that size (exit 2). Outside ``testbed regress``
+such an entry runs the point once more, as is.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 is the same) with the suite ``regression-check``, 3 interleaved repetitions each. The short upload
 must show no regression on any metric, and its positive control (the candidate's initial window cut
 to 1 segment) must be found, with the metric and the effect size named. Six guest boots, about 6 min
-under TCG."""
+under TCG (a first run also downloads 6.1.0-55)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,13 @@ def result(tmp_path_factory):
 
 
 def test_both_kernels_ran_every_repetition_in_turn(result):
-    for side, version in (("baseline", BASELINE), ("candidate", CANDIDATE)):
+    # the candidate runs the upload and its control; the baseline only the upload (the control unharmed)
+    for side, version, points in (("baseline", BASELINE, 1), ("candidate", CANDIDATE, 2)):
         manifests = [rundir.read_json(m) for m in sorted((result.directory / side).rglob("manifest.json"))]
-        assert len(manifests) == 3 * 2, side  # 3 repetitions x (the upload and its control)
+        assert len(manifests) == 3 * points, side
         assert {m["status"] for m in manifests} == {"complete"}, [m.get("reason") for m in manifests]
         assert {m["kernel"]["release"] for m in manifests} == {f"{version}-amd64"}
-        assert sorted(m["seed"] for m in manifests) == [1, 1, 2, 2, 3, 3]
+        assert sorted(m["seed"] for m in manifests) == sorted([1, 2, 3] * points)
 
 
 def test_two_builds_of_one_series_show_no_regression(result):

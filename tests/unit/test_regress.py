@@ -30,7 +30,7 @@ def test_the_default_regression_suite_covers_every_path_type_and_algorithm():
 
 def test_a_repetition_is_the_suite_with_its_seed_and_the_candidates_options():
     suite = load_suite(PROJECT / "scenarios" / "suites" / "regression.yaml", PROJECT / "scenarios")
-    third = regress.variant(suite, 3, {"sack": False})
+    third = regress.variant(suite, 3, {"sack": False}, candidate=True)
     assert [p.point_id for p in third.points] == [p.point_id for p in suite.points]
     assert all(p.scenario.seeds == [3] for p in third.points)
     assert all(f.sack is False for p in third.points for f in p.scenario.flows)
@@ -121,7 +121,8 @@ def _fake_sides(candidate_values: dict):
         candidate = any("candidate" in str(s) for s in sessions)
         rows = [{"run": f"{point}-{i}", "point": point, "seed": i + 1, "cc": "reno", "metric": "goodput",
                  "value": v * (factor if candidate else 1.0)}
-                for point, factor in candidate_values.items() for i, v in enumerate(base)]  # fmt: skip
+                for point, factor in candidate_values.items() for i, v in enumerate(base)
+                if candidate or not point.endswith(".control")]  # fmt: skip  # the baseline runs no control
         return pd.DataFrame(rows), {}
 
     return fake
@@ -131,7 +132,8 @@ def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path,
     monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default": 1.0, "upload.default.control": 0.66}))
     controls = {"upload.default.control": {"initcwnd_segs": 1}}
     result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                           "6.1.0-55", "6.1.0-56", 5, controls=controls)  # fmt: skip
+                           "6.1.0-55", "6.1.0-56", 5, controls=controls,
+                           control_bases={"upload.default.control": "upload.default"})  # fmt: skip
     assert result.exit_code == 0 and not result.failures
     [line] = result.controls
     assert line.startswith("positive control upload.default.control (candidate flows with initcwnd_segs=1): detected:")
@@ -145,10 +147,11 @@ def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path,
 
 
 def test_a_missed_positive_control_fails_the_run_and_says_to_raise_the_repetitions(tmp_path, monkeypatch):
-    monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default.control": 0.99}))
+    monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default": 1.0, "upload.default.control": 0.99}))
     controls = {"upload.default.control": {"initcwnd_segs": 1}}
     result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                           "6.1.0-55", "6.1.0-56", 5, controls=controls)  # fmt: skip
+                           "6.1.0-55", "6.1.0-56", 5, controls=controls,
+                           control_bases={"upload.default.control": "upload.default"})  # fmt: skip
     assert result.exit_code == 2
     [failure] = result.failures
     assert "missed: no metric regressed" in failure and "raise --repeat" in failure
@@ -164,6 +167,8 @@ def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp
     assert [p.point_id for p in suite.points] == ["upload.default", "upload.default.control"]
     assert suite.controls == {"upload.default.control": {"initcwnd_segs": 1}}
     baseline, candidate = regress.variant(suite, 2), regress.variant(suite, 2, candidate=True)
+    # unharmed, the control is its point: the baseline runs that point once, the judge uses it twice
+    assert [p.point_id for p in baseline.points] == ["upload.default"]
     assert all(f.initcwnd_segs is None for p in baseline.points for f in p.scenario.flows)
     plain, control = candidate.points
     assert [f.initcwnd_segs for f in plain.scenario.flows] == [None]
