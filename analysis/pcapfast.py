@@ -9,7 +9,12 @@ columns instead of record by record (issue 6).
   The direction ids come from a hash table of (addresses, ports) filled in order of first appearance.
   numba, because a walk over variable-length records is a loop that numpy cannot express (an earlier
   numpy version guessed record headers from their timestamps and took 3.7 times tcptrace's time).
-* **accounting**: per direction, array operations for the counters and one compiled pass for the
+  A capture of ``PARALLEL_FROM_BYTES`` or more is read by two threads, one half each (the compiled
+  pass runs without the GIL). The second half starts at a record boundary guessed from the bytes
+  (16 record headers in a row that look right); the guess is confirmed only when the first thread's
+  walk lands on it exactly, else the file is read again by one thread, so a wrong guess costs time,
+  never a number. The second half's direction ids are mapped onto the first's.
+* **accounting**: per direction, one compiled pass over its rows for the counters and the
   retransmitted bytes: each data segment's overlap with the sequence ranges seen before it, which
   is ``pcap.SeqSpace`` compiled (in the usual case one range, [first byte, highest byte sent), plus
   one per hole a drop before the capture point left open).
@@ -28,6 +33,7 @@ from __future__ import annotations
 import mmap
 import socket
 import struct
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
@@ -54,6 +60,8 @@ from analysis.pcap import (
 )
 
 CHUNK_BYTES = 32 << 20
+#: captures this large are read by two threads (``_read_columns``)
+PARALLEL_FROM_BYTES = 16 << 20
 #: offset of the IP header after the record header, and where the link layer says what it carries
 _LINK = {
     LINKTYPE_LINUX_SLL: (16, 14),
@@ -77,7 +85,8 @@ class _NotFast(Exception):
     """Something the fast path leaves to the exact record-by-record code."""
 
 
-def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES) -> PcapAccounting:
+def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES,
+                      parallel_from: int = PARALLEL_FROM_BYTES) -> PcapAccounting:  # fmt: skip
     """``pcap.account_pcap``'s result, computed on columns (module doc)."""
     path = Path(path)
     with open(path, "rb") as f:
@@ -89,7 +98,8 @@ def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES) -> PcapAccount
     if linktype not in _LINK:
         return account_pcap(path)
     try:
-        columns, keys, records, problem = _read_columns(path, endian, resolution, linktype, chunk_bytes)
+        columns, keys, records, problem = _read_columns(path, endian, resolution, linktype, chunk_bytes,
+                                                        parallel_from)  # fmt: skip
     except _NotFast:
         return account_pcap(path)
     result = PcapAccounting(path, linktype=linktype, records=records, tcp_segments=len(columns["ts"]),
@@ -119,7 +129,7 @@ def _word(buf, i, little):
     return _be32(buf, i)
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True, nogil=True)
 def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions, segments, ts, direction, seq, flags,
           window, payload):  # fmt: skip
     """Walk the records of ``buf`` from its start and write each IPv4 TCP segment's columns (what
@@ -210,45 +220,127 @@ def _group(direction, count):
     return rows, bounds
 
 
-def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int):
-    """The TCP segments' columns, the directions' keys, the number of records and the problem, if any."""
-    little = endian == "<"
-    net_offset, proto_at = _LINK[linktype]
-    table = np.full(2 * _MAX_DIRECTIONS, -1, dtype=np.int32)
-    keys = np.zeros((_MAX_DIRECTIONS, 3), dtype=np.int64)
-    directions = 0
-    records, status, segments = 0, 0, 0
+@numba.njit(cache=True, nogil=True)
+def _resync(buf, little, nano, first_sec, snaplen, chain):
+    """The first offset in ``buf`` from which ``chain`` record headers follow one another plausibly
+    (lengths within the snap length, a time after the capture's first record and less than a year
+    past it, a valid fraction), or the whole chain reaches the end of ``buf`` exactly; -1 if none.
+    Only a guess: the caller confirms it by the walk from the file's start landing on it."""
+    n = len(buf)
+    limit = 1_000_000_000 if nano else 1_000_000
+    for start in range(n - 16):
+        at = start
+        ok = 0
+        while ok < chain and at + 16 <= n:
+            sec, frac = _word(buf, at, little), _word(buf, at + 4, little)
+            caplen, origlen = _word(buf, at + 8, little), _word(buf, at + 12, little)
+            if not (first_sec <= sec < first_sec + 31_536_000 and frac < limit and caplen <= snaplen
+                    and caplen <= origlen <= _MAX_RECORD):  # fmt: skip
+                break
+            at += 16 + caplen
+            ok += 1
+        if ok == chain or (ok and at == n):
+            return start
+    return -1
+
+
+def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int, parallel_from: int):
+    """The TCP segments' columns, the directions' keys, the number of records and the problem, if any.
+
+    A capture of ``parallel_from`` bytes or more is read by two threads, one half each: the second
+    half starts at a record boundary guessed from the bytes (``_resync``), which the first thread's
+    walk must land on exactly; where it does not, the first thread goes on to the end alone."""
     size = path.stat().st_size
-    position = 24  # of the first record not read yet
-    # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it);
-    # memory is taken only as rows are written
-    capacity = (size - position) // 56 + 1
-    columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         whole = np.frombuffer(mapped, dtype=np.uint8)
-        buf = whole[:0]  # the window: a view, dropped before the mapping closes
-        span = chunk_bytes
-        while position < size:
-            # a window of the mapped file, from the first record not read (no copy)
-            end = min(position + span, size)
-            buf = whole[position:end]
-            counted, segments, next_start, status, directions = _scan(
-                buf, little, net_offset, -1 if proto_at is None else proto_at, resolution, table, keys, directions,
-                segments, *columns.values(),
-            )  # fmt: skip
-            if status == _NOT_FAST:
-                raise _NotFast("IPv6, VLAN tags or too many connections")
-            records += counted
-            position += next_start
-            if end >= size or status == _CORRUPT:
-                break
-            span = chunk_bytes if next_start else 2 * span  # a record longer than the window: widen it
-            # pages already read leave the process's memory (the file stays in the page cache)
-            release = (position // mmap.PAGESIZE) * mmap.PAGESIZE
-            if release and hasattr(mapped, "madvise"):
-                mapped.madvise(mmap.MADV_DONTNEED, 0, release)
-        tail = whole[position:size].tobytes()
-        del whole, buf
+        try:
+            return _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes, parallel_from)
+        finally:
+            del whole
+
+
+def _new_reader(capacity: int):
+    table = np.full(2 * _MAX_DIRECTIONS, -1, dtype=np.int32)
+    keys = np.zeros((_MAX_DIRECTIONS, 3), dtype=np.int64)
+    # memory is taken only as rows are written
+    columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
+    return table, keys, columns
+
+
+def _walk(whole, mapped, start: int, stop: int, little: bool, link: tuple, resolution: float, reader, chunk_bytes: int):
+    """Walk the records in ``whole[start:stop]`` window by window: (records, rows, position of the
+    first record not read, status, directions)."""
+    net_offset, proto_at = link
+    table, keys, columns = reader
+    records, segments, directions, status = 0, 0, 0, 0
+    position, span = start, chunk_bytes
+    while position < stop:
+        end = min(position + span, stop)
+        counted, segments, next_start, status, directions = _scan(
+            whole[position:end], little, net_offset, proto_at, resolution, table, keys, directions, segments,
+            *columns.values(),
+        )  # fmt: skip
+        if status == _NOT_FAST:
+            raise _NotFast("IPv6, VLAN tags or too many connections")
+        records += counted
+        position += next_start
+        if end >= stop or status == _CORRUPT:
+            break
+        span = chunk_bytes if next_start else 2 * span  # a record longer than the window: widen it
+        # pages already read leave the process's memory (the file stays in the page cache)
+        low = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
+        high = (position // mmap.PAGESIZE) * mmap.PAGESIZE
+        if high > low and hasattr(mapped, "madvise"):
+            mapped.madvise(mmap.MADV_DONTNEED, low, high - low)
+    return records, segments, position, status, directions
+
+
+def _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes, parallel_from):
+    little = endian == "<"
+    net_offset, proto_at = _LINK[linktype]
+    link = (net_offset, -1 if proto_at is None else proto_at)
+    # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it)
+    reader = _new_reader((size - 24) // 56 + 1)
+    split = -1
+    if size >= parallel_from and size > 24 + 16:
+        snaplen, _ = struct.unpack(endian + "II", whole[16:24].tobytes())
+        (first_sec,) = struct.unpack(endian + "I", whole[24:28].tobytes())
+        middle = 24 + (size - 24) // 2
+        found = _resync(whole[middle : min(size, middle + (1 << 20))], little, resolution < 1e-6, first_sec,
+                        snaplen, 16)  # fmt: skip
+        split = middle + found if found >= 0 else -1
+    if split < 0:
+        records, segments, position, status, directions = _walk(
+            whole, mapped, 24, size, little, link, resolution, reader, chunk_bytes)  # fmt: skip
+    else:
+        second = _new_reader((size - split) // 56 + 1)
+        with ThreadPoolExecutor(1) as pool:
+            later = pool.submit(_walk, whole, mapped, split, size, little, link, resolution, second, chunk_bytes)
+            records, segments, position, status, directions = _walk(
+                whole, mapped, 24, split, little, link, resolution, reader, chunk_bytes)  # fmt: skip
+            records_b, segments_b, position_b, status_b, directions_b = later.result()
+        if position == split and status != _CORRUPT:  # the guess was a record boundary: join the halves
+            keys = reader[1]
+            ids = {tuple(k): d for d, k in enumerate(keys[:directions].tolist())}
+            remap = np.empty(max(directions_b, 1), np.int32)
+            for d, key in enumerate(second[1][:directions_b].tolist()):
+                if tuple(key) not in ids:
+                    if directions == _MAX_DIRECTIONS:
+                        raise _NotFast("too many connections")
+                    keys[directions] = key
+                    ids[tuple(key)] = directions
+                    directions += 1
+                remap[d] = ids[tuple(key)]
+            for name, column in reader[2].items():
+                column[segments : segments + segments_b] = second[2][name][:segments_b]
+            reader[2]["direction"][segments : segments + segments_b] = remap[second[2]["direction"][:segments_b]]
+            records, segments, position, status = records + records_b, segments + segments_b, position_b, status_b
+        elif status != _CORRUPT:  # not a boundary after all (the guess is rare to miss): read it all again, alone
+            reader = _new_reader((size - 24) // 56 + 1)
+            records, segments, position, status, directions = _walk(
+                whole, mapped, 24, size, little, link, resolution, reader, chunk_bytes)  # fmt: skip
+    table, keys, columns = reader
+    tail = whole[position:size].tobytes()
     problem = None
     if tail:
         if len(tail) < 16:
@@ -349,47 +441,91 @@ def _overlaps(starts_in, ends_in):
     return out
 
 
+@numba.njit(cache=True)
+def _counts(ts, seq, flags, window, payload, rows, reverse_rows, has_reverse):
+    """One direction's counters in one compiled pass over its rows (``_direction``): a status
+    (0, or _NOT_FAST where the columns cannot account it), then packets, SYN, FIN and RST counts, the
+    ISN (-1: none), data packets and bytes, retransmitted packets and bytes, and the first and last
+    time of any segment and of a data segment."""
+    if has_reverse:  # tcptrace's zero-window probes: the other side closed its window
+        for r in reverse_rows:
+            f = flags[r]
+            if f & TCP_RST == 0 and (f & (TCP_ACK | TCP_SYN) == 0 or window[r] == 0):
+                return (_NOT_FAST, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+    n = len(rows)
+    syns = fins = rsts = n_data = 0
+    first_syn = -1
+    data_before_syn = False
+    for i in range(n):
+        f = flags[rows[i]]
+        if f & TCP_SYN:
+            syns += 1
+            if first_syn < 0:
+                first_syn = i
+        if f & TCP_FIN:
+            fins += 1
+        if f & TCP_RST:
+            rsts += 1
+        if payload[rows[i]] > 0:
+            n_data += 1
+            if first_syn < 0:
+                data_before_syn = True
+    base = seq[rows[0]]
+    isn = -1
+    begin = 0
+    if first_syn >= 0 and not data_before_syn:
+        base = seq[rows[first_syn]]
+        isn = base
+        begin = first_syn
+    for i in range(begin, n):
+        if (seq[rows[i]] - base) % (1 << 32) >= _HALF:
+            return (_NOT_FAST, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+    first_ts, last_ts = ts[rows[0]], ts[rows[n - 1]]
+    if n_data == 0:
+        return (0, n, syns, fins, rsts, isn, 0, 0, 0, 0, first_ts, last_ts, 0.0, 0.0)
+    starts = np.empty(n_data, np.int64)
+    ends = np.empty(n_data, np.int64)
+    k = 0
+    data_bytes = 0
+    first_data = last_data = 0.0
+    for i in range(n):
+        row = rows[i]
+        length = payload[row]
+        if length <= 0:
+            continue
+        start = (seq[row] - base) % (1 << 32) + (1 if flags[row] & TCP_SYN else 0)
+        if start + length >= _HALF:
+            return (_NOT_FAST, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
+        starts[k], ends[k] = start, start + length
+        if k == 0:
+            first_data = ts[row]
+        last_data = ts[row]
+        data_bytes += length
+        k += 1
+    overlap = _overlaps(starts, ends)
+    rexmit_pkts = 0
+    for v in overlap:
+        if v > 0:
+            rexmit_pkts += 1
+    return (0, n, syns, fins, rsts, isn, n_data, data_bytes, rexmit_pkts, overlap.sum(), first_ts, last_ts,
+            first_data, last_data)
+
+
 def _direction(columns: dict, rows: np.ndarray, key: tuple, reverse_rows: np.ndarray | None) -> DirectionStats:
     """One direction's counters by the module's rule; raises _NotFast where it does not hold."""
-    if reverse_rows is not None:
-        flags_r = columns["flags"][reverse_rows]
-        live = (flags_r & TCP_RST) == 0
-        effective = np.where((flags_r & (TCP_ACK | TCP_SYN)) != 0, columns["window"][reverse_rows], 0)
-        if (live & (effective == 0)).any():
-            raise _NotFast("zero window on the other side: tcptrace's probes")
-    ts, seq = columns["ts"][rows], columns["seq"][rows]
-    flags, payload = columns["flags"][rows], columns["payload"][rows]
-    syn = (flags & TCP_SYN) != 0
-    data = payload > 0
+    (status, packets, syns, fins, rsts, isn, data_pkts, data_bytes, rexmit_pkts, rexmit_bytes, first, last,
+     first_data, last_data) = _counts(columns["ts"], columns["seq"], columns["flags"], columns["window"],
+                                      columns["payload"], rows, rows if reverse_rows is None else reverse_rows,
+                                      reverse_rows is not None)  # fmt: skip
+    if status == _NOT_FAST:
+        raise _NotFast("zero window on the other side (tcptrace's probes), or sequence space beyond 2 GiB")
     stats = DirectionStats(_address(key[0]), key[1], _address(key[2]), key[3])
-    stats.packets = len(rows)
-    stats.first_time, stats.last_time = float(ts[0]), float(ts[-1])
-    stats.syn_count = int(syn.sum())
-    stats.fin_count = int(((flags & TCP_FIN) != 0).sum())
-    stats.rst_count = int(((flags & TCP_RST) != 0).sum())
-    base = int(seq[0])
-    first_syn = int(np.argmax(syn)) if syn.any() else None
-    if first_syn is not None and not data[:first_syn].any():
-        base = int(seq[first_syn])
-        stats.isn = base
-    relative = (seq - base) % (1 << 32)
-    if first_syn is not None and stats.isn is not None:
-        relative = relative[first_syn:]  # positions before the SYN's reset are not used
-    if len(relative) and relative.max() >= _HALF:
-        raise _NotFast("sequence space beyond 2 GiB or behind the base")
-    if not data.any():
-        return stats
-    d_rel = ((seq[data] - base) % (1 << 32)) + syn[data]
-    d_len = payload[data]
-    d_end = d_rel + d_len
-    if d_end.max() >= _HALF:
-        raise _NotFast("sequence space beyond 2 GiB")
-    overlap = _overlaps(d_rel, d_end)
-    stats.data_pkts = int(data.sum())
-    stats.data_bytes = int(d_len.sum())
-    stats.rexmit_pkts = int((overlap > 0).sum())
-    stats.rexmit_bytes = int(overlap.sum())
-    stats.unique_bytes = stats.data_bytes - stats.rexmit_bytes
-    data_ts = ts[data]
-    stats.first_data_time, stats.last_data_time = float(data_ts[0]), float(data_ts[-1])
+    stats.packets, stats.syn_count, stats.fin_count, stats.rst_count = packets, syns, fins, rsts
+    stats.first_time, stats.last_time = float(first), float(last)
+    stats.isn = None if isn < 0 else int(isn)
+    if data_pkts:
+        stats.data_pkts, stats.data_bytes = int(data_pkts), int(data_bytes)
+        stats.rexmit_pkts, stats.rexmit_bytes = int(rexmit_pkts), int(rexmit_bytes)
+        stats.unique_bytes = stats.data_bytes - stats.rexmit_bytes
+        stats.first_data_time, stats.last_data_time = float(first_data), float(last_data)
     return stats
