@@ -280,8 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     regress.add_argument("--cpus", type=int, help="guest vCPUs (default 2)")
     regress.add_argument(
         "--candidate-flow-option", action="append", metavar="NAME=VALUE",
-        help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N): "
-             "a known regression, to check that the verdict finds it",
+        help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N, "
+             "window_kb=N): a known regression, to check that the verdict finds it",
     )  # fmt: skip
     regress.set_defaults(func=_cmd_regress)
 

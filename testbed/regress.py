@@ -41,7 +41,7 @@ from testbed.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
 
 SIDES = ("baseline", "candidate")
 #: per-flow options a candidate can be given to inject a known regression (tests, demonstrations)
-FLOW_OPTIONS = {"sack": bool, "delayed_ack": bool, "initcwnd_segs": int}
+FLOW_OPTIONS = {"sack": bool, "delayed_ack": bool, "initcwnd_segs": int, "window_kb": int}
 
 
 @dataclass

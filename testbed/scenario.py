@@ -122,6 +122,11 @@ class Flow(StrictModel):
     initcwnd_segs: int | None = Field(
         default=None, ge=1, le=1000, description="initial congestion window in segments (route initcwnd)"
     )
+    window_kb: int | None = Field(
+        default=None, ge=4, le=1_000_000,
+        description="socket buffers of this many KiB on both ends (iperf3 -w): the window stays about this "
+        "size, so the flow's rate is at most window / RTT",
+    )  # fmt: skip
     start_s: float = Field(default=0.0, ge=0, description="start time")
     stop_s: float | None = Field(default=None, gt=0, description="stop time; None = the scenario's duration_s")
     periods: list[tuple[float, float]] | None = Field(

@@ -49,6 +49,7 @@ class FlowHarm(StrictModel):
     sack: bool | None = Field(default=None, description="false: SACK off on the flow's hosts")
     delayed_ack: bool | None = Field(default=None, description="false: the receiver ACKs every segment")
     initcwnd_segs: int | None = Field(default=None, ge=1, le=1000, description="the sender's initial window")
+    window_kb: int | None = Field(default=None, ge=4, le=1_000_000, description="socket buffers capping the window")
 
     def options(self) -> dict:
         return self.model_dump(exclude_none=True)

@@ -39,6 +39,8 @@ class Connection:
     capture_node: str | None = None
     #: a fixed-size transfer (iperf3 -n) instead of sending until stop_s
     size_bytes: int | None = None
+    #: socket buffers in KiB on both ends (iperf3 -w), which cap the window
+    window_kb: int | None = None
 
     @property
     def duration_s(self) -> float:
@@ -77,6 +79,7 @@ def plan_connections(scenario, topology) -> list[Connection]:
                         base_rtt_ms=topology.base_rtt_ms(pair),
                         capture_node=topology.ingress_router(pair, flow.direction),
                         size_bytes=round(flow.size_mb * 1e6) if flow.size_mb else None,
+                        window_kb=flow.window_kb,
                     )
                 )
     if len(connections) > MAX_CONNECTIONS:
@@ -110,5 +113,6 @@ def client_argv(conn: Connection, interval_s: float = 1.0) -> list[str]:
     return [
         "iperf3", "-c", conn.receiver_ip, "-B", conn.sender_ip, "-p", str(conn.server_port),
         "--cport", str(conn.client_port),
-        "-C", conn.cc, *amount, "-i", f"{interval_s:g}", "-J",
+        "-C", conn.cc, *amount, *(["-w", f"{conn.window_kb}K"] if conn.window_kb else []), "-i", f"{interval_s:g}",
+        "-J",
     ]  # fmt: skip

@@ -39,7 +39,7 @@ def test_a_repetition_is_the_suite_with_its_seed_and_the_candidates_options():
 
 @pytest.mark.parametrize(
     ("given", "message"),
-    [(["sack=no"], "sack is true or false"), (["sak=false"], "NAME one of sack, delayed_ack, initcwnd_segs"),
+    [(["sack=no"], "sack is true or false"), (["sak=false"], "NAME one of sack, delayed_ack, initcwnd_segs, window_kb"),
      (["initcwnd_segs=ten"], "whole number")],
 )  # fmt: skip
 def test_bad_candidate_options_name_what_is_valid(given, message):
@@ -162,24 +162,28 @@ def test_a_missed_positive_control_fails_the_run_and_says_to_raise_the_repetitio
 def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp_path):
     path = tmp_path / "check.yaml"
     path.write_text("experiments:\n  - {scenario: regression/upload}\n"
-                    "  - {scenario: regression/upload, control: {initcwnd_segs: 1}}\n")  # fmt: skip
+                    "  - {scenario: regression/upload, control: {initcwnd_segs: 1}}\n"
+                    "  - {scenario: pipe-size, control: {sack: false}}\n")  # fmt: skip
     suite = load_suite(path, PROJECT / "scenarios")
-    assert [p.point_id for p in suite.points] == ["upload.default", "upload.default.control"]
-    assert suite.controls == {"upload.default.control": {"initcwnd_segs": 1}}
+    ids = ["upload.default", "upload.default.control", "pipe-size.rate_mbit=2.4.control"]
+    assert [p.point_id for p in suite.points] == ids
+    assert suite.controls == {ids[1]: {"initcwnd_segs": 1}, ids[2]: {"sack": False}}
     baseline, candidate = regress.variant(suite, 2), regress.variant(suite, 2, candidate=True)
-    # unharmed, the control is its point: the baseline runs that point once, the judge uses it twice
-    assert [p.point_id for p in baseline.points] == ["upload.default"]
-    assert all(f.initcwnd_segs is None for p in baseline.points for f in p.scenario.flows)
-    plain, control = candidate.points
+    # unharmed, a control is its point: the baseline runs the upload once (the judge uses it for
+    # both), and the pipe-size control, whose point the suite lacks, as is
+    assert [p.point_id for p in baseline.points] == [ids[0], ids[2]]
+    assert all(f.initcwnd_segs is None and f.sack for p in baseline.points for f in p.scenario.flows)
+    plain, control, other = candidate.points
     assert [f.initcwnd_segs for f in plain.scenario.flows] == [None]
     assert [f.initcwnd_segs for f in control.scenario.flows] == [1]
+    assert {f.sack for f in other.scenario.flows} == {False}
     assert candidate.controls == suite.controls
 
 
 @pytest.mark.parametrize(
     ("entry", "message"),
     [("{scenario: regression/upload, control: {initcwnd: 1}}", "unknown field 'initcwnd'; valid fields: sack, "
-      "delayed_ack, initcwnd_segs"),
+      "delayed_ack, initcwnd_segs, window_kb"),
      ("{scenario: regression/upload, control: {}}", "names no option"),
      ("{scenario: regression/upload, control: {initcwnd_segs: 0}}", "greater than or equal to 1")],
 )  # fmt: skip

@@ -57,3 +57,12 @@ def test_fixed_size_transfers_send_exactly_their_size():
         block = block_bytes(size)
         assert size % block == 0 and 1024 <= block <= MAX_BLOCK_BYTES
     assert block_bytes(1_000_003) == MAX_BLOCK_BYTES  # prime: whole default blocks
+
+
+def test_a_window_cap_sets_the_socket_buffers_of_its_flow_only():
+    text = SCENARIO.replace("{cc: westwood, rtt_ms: 250}", "{cc: westwood, rtt_ms: 250, window_kb: 32}")
+    (point,) = load_scenario_text(text, name="t").points
+    conns = plan_connections(point.scenario, Dumbbell.from_scenario(point.scenario))
+    capped = client_argv(conns[0])
+    assert capped[capped.index("-w") + 1] == "32K"
+    assert "-w" not in client_argv(conns[1])
