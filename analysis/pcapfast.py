@@ -9,11 +9,6 @@ columns instead of record by record (issue 6).
   The direction ids come from a hash table of (addresses, ports) filled in order of first appearance.
   numba, because a walk over variable-length records is a loop that numpy cannot express (an earlier
   numpy version guessed record headers from their timestamps and took 3.7 times tcptrace's time).
-  A capture of ``PARALLEL_FROM_BYTES`` or more is read by two threads, one half each (the compiled
-  pass runs without the GIL). The second half starts at a record boundary guessed from the bytes
-  (16 record headers in a row that look right); the guess is confirmed only when the first thread's
-  walk lands on it exactly, else the file is read again by one thread, so a wrong guess costs time,
-  never a number. The second half's direction ids are mapped onto the first's.
 * **accounting**: per direction, one compiled pass over its rows for the counters and the
   retransmitted bytes: each data segment's overlap with the sequence ranges seen before it, which
   is ``pcap.SeqSpace`` compiled (in the usual case one range, [first byte, highest byte sent), plus
@@ -33,7 +28,6 @@ from __future__ import annotations
 import mmap
 import socket
 import struct
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numba
@@ -60,8 +54,6 @@ from analysis.pcap import (
 )
 
 CHUNK_BYTES = 32 << 20
-#: captures this large are read by two threads (``_read_columns``)
-PARALLEL_FROM_BYTES = 16 << 20
 #: offset of the IP header after the record header, and where the link layer says what it carries
 _LINK = {
     LINKTYPE_LINUX_SLL: (16, 14),
@@ -85,8 +77,7 @@ class _NotFast(Exception):
     """Something the fast path leaves to the exact record-by-record code."""
 
 
-def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES,
-                      parallel_from: int = PARALLEL_FROM_BYTES) -> PcapAccounting:  # fmt: skip
+def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES) -> PcapAccounting:
     """``pcap.account_pcap``'s result, computed on columns (module doc)."""
     path = Path(path)
     with open(path, "rb") as f:
@@ -98,8 +89,7 @@ def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES,
     if linktype not in _LINK:
         return account_pcap(path)
     try:
-        columns, keys, records, problem = _read_columns(path, endian, resolution, linktype, chunk_bytes,
-                                                        parallel_from)  # fmt: skip
+        columns, keys, records, problem = _read_columns(path, endian, resolution, linktype, chunk_bytes)
     except _NotFast:
         return account_pcap(path)
     result = PcapAccounting(path, linktype=linktype, records=records, tcp_segments=len(columns["ts"]),
@@ -129,7 +119,7 @@ def _word(buf, i, little):
     return _be32(buf, i)
 
 
-@numba.njit(cache=True, nogil=True)
+@numba.njit(cache=True)
 def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions, segments, ts, direction, seq, flags,
           window, payload):  # fmt: skip
     """Walk the records of ``buf`` from its start and write each IPv4 TCP segment's columns (what
@@ -220,41 +210,13 @@ def _group(direction, count):
     return rows, bounds
 
 
-@numba.njit(cache=True, nogil=True)
-def _resync(buf, little, nano, first_sec, snaplen, chain):
-    """The first offset in ``buf`` from which ``chain`` record headers follow one another plausibly
-    (lengths within the snap length, a time after the capture's first record and less than a year
-    past it, a valid fraction), or the whole chain reaches the end of ``buf`` exactly; -1 if none.
-    Only a guess: the caller confirms it by the walk from the file's start landing on it."""
-    n = len(buf)
-    limit = 1_000_000_000 if nano else 1_000_000
-    for start in range(n - 16):
-        at = start
-        ok = 0
-        while ok < chain and at + 16 <= n:
-            sec, frac = _word(buf, at, little), _word(buf, at + 4, little)
-            caplen, origlen = _word(buf, at + 8, little), _word(buf, at + 12, little)
-            if not (first_sec <= sec < first_sec + 31_536_000 and frac < limit and caplen <= snaplen
-                    and caplen <= origlen <= _MAX_RECORD):  # fmt: skip
-                break
-            at += 16 + caplen
-            ok += 1
-        if ok == chain or (ok and at == n):
-            return start
-    return -1
-
-
-def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int, parallel_from: int):
-    """The TCP segments' columns, the directions' keys, the number of records and the problem, if any.
-
-    A capture of ``parallel_from`` bytes or more is read by two threads, one half each: the second
-    half starts at a record boundary guessed from the bytes (``_resync``), which the first thread's
-    walk must land on exactly; where it does not, the first thread goes on to the end alone."""
+def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int):
+    """The TCP segments' columns, the directions' keys, the number of records and the problem, if any."""
     size = path.stat().st_size
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         whole = np.frombuffer(mapped, dtype=np.uint8)
         try:
-            return _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes, parallel_from)
+            return _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes)
         finally:
             del whole
 
@@ -295,50 +257,14 @@ def _walk(whole, mapped, start: int, stop: int, little: bool, link: tuple, resol
     return records, segments, position, status, directions
 
 
-def _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes, parallel_from):
+def _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes):
     little = endian == "<"
     net_offset, proto_at = _LINK[linktype]
     link = (net_offset, -1 if proto_at is None else proto_at)
     # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it)
     reader = _new_reader((size - 24) // 56 + 1)
-    split = -1
-    if size >= parallel_from and size > 24 + 16:
-        snaplen, _ = struct.unpack(endian + "II", whole[16:24].tobytes())
-        (first_sec,) = struct.unpack(endian + "I", whole[24:28].tobytes())
-        middle = 24 + (size - 24) // 2
-        found = _resync(whole[middle : min(size, middle + (1 << 20))], little, resolution < 1e-6, first_sec,
-                        snaplen, 16)  # fmt: skip
-        split = middle + found if found >= 0 else -1
-    if split < 0:
-        records, segments, position, status, directions = _walk(
-            whole, mapped, 24, size, little, link, resolution, reader, chunk_bytes)  # fmt: skip
-    else:
-        second = _new_reader((size - split) // 56 + 1)
-        with ThreadPoolExecutor(1) as pool:
-            later = pool.submit(_walk, whole, mapped, split, size, little, link, resolution, second, chunk_bytes)
-            records, segments, position, status, directions = _walk(
-                whole, mapped, 24, split, little, link, resolution, reader, chunk_bytes)  # fmt: skip
-            records_b, segments_b, position_b, status_b, directions_b = later.result()
-        if position == split and status != _CORRUPT:  # the guess was a record boundary: join the halves
-            keys = reader[1]
-            ids = {tuple(k): d for d, k in enumerate(keys[:directions].tolist())}
-            remap = np.empty(max(directions_b, 1), np.int32)
-            for d, key in enumerate(second[1][:directions_b].tolist()):
-                if tuple(key) not in ids:
-                    if directions == _MAX_DIRECTIONS:
-                        raise _NotFast("too many connections")
-                    keys[directions] = key
-                    ids[tuple(key)] = directions
-                    directions += 1
-                remap[d] = ids[tuple(key)]
-            for name, column in reader[2].items():
-                column[segments : segments + segments_b] = second[2][name][:segments_b]
-            reader[2]["direction"][segments : segments + segments_b] = remap[second[2]["direction"][:segments_b]]
-            records, segments, position, status = records + records_b, segments + segments_b, position_b, status_b
-        elif status != _CORRUPT:  # not a boundary after all (the guess is rare to miss): read it all again, alone
-            reader = _new_reader((size - 24) // 56 + 1)
-            records, segments, position, status, directions = _walk(
-                whole, mapped, 24, size, little, link, resolution, reader, chunk_bytes)  # fmt: skip
+    records, segments, position, status, directions = _walk(
+        whole, mapped, 24, size, little, link, resolution, reader, chunk_bytes)  # fmt: skip
     table, keys, columns = reader
     tail = whole[position:size].tobytes()
     problem = None
