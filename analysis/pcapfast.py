@@ -212,61 +212,43 @@ def _group(direction, count):
 
 def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int):
     """The TCP segments' columns, the directions' keys, the number of records and the problem, if any."""
-    size = path.stat().st_size
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-        whole = np.frombuffer(mapped, dtype=np.uint8)
-        try:
-            return _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes)
-        finally:
-            del whole
-
-
-def _new_reader(capacity: int):
-    table = np.full(2 * _MAX_DIRECTIONS, -1, dtype=np.int32)
-    keys = np.zeros((_MAX_DIRECTIONS, 3), dtype=np.int64)
-    # memory is taken only as rows are written
-    columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
-    return table, keys, columns
-
-
-def _walk(whole, mapped, start: int, stop: int, little: bool, link: tuple, resolution: float, reader, chunk_bytes: int):
-    """Walk the records in ``whole[start:stop]`` window by window: (records, rows, position of the
-    first record not read, status, directions)."""
-    net_offset, proto_at = link
-    table, keys, columns = reader
-    records, segments, directions, status = 0, 0, 0, 0
-    position, span = start, chunk_bytes
-    while position < stop:
-        end = min(position + span, stop)
-        counted, segments, next_start, status, directions = _scan(
-            whole[position:end], little, net_offset, proto_at, resolution, table, keys, directions, segments,
-            *columns.values(),
-        )  # fmt: skip
-        if status == _NOT_FAST:
-            raise _NotFast("IPv6, VLAN tags or too many connections")
-        records += counted
-        position += next_start
-        if end >= stop or status == _CORRUPT:
-            break
-        span = chunk_bytes if next_start else 2 * span  # a record longer than the window: widen it
-        # pages already read leave the process's memory (the file stays in the page cache)
-        low = -(-start // mmap.PAGESIZE) * mmap.PAGESIZE
-        high = (position // mmap.PAGESIZE) * mmap.PAGESIZE
-        if high > low and hasattr(mapped, "madvise"):
-            mapped.madvise(mmap.MADV_DONTNEED, low, high - low)
-    return records, segments, position, status, directions
-
-
-def _read_mapped(whole, mapped, size, endian, resolution, linktype, chunk_bytes):
     little = endian == "<"
     net_offset, proto_at = _LINK[linktype]
-    link = (net_offset, -1 if proto_at is None else proto_at)
-    # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it)
-    reader = _new_reader((size - 24) // 56 + 1)
-    records, segments, position, status, directions = _walk(
-        whole, mapped, 24, size, little, link, resolution, reader, chunk_bytes)  # fmt: skip
-    table, keys, columns = reader
-    tail = whole[position:size].tobytes()
+    table = np.full(2 * _MAX_DIRECTIONS, -1, dtype=np.int32)
+    keys = np.zeros((_MAX_DIRECTIONS, 3), dtype=np.int64)
+    directions = 0
+    records, status, segments = 0, 0, 0
+    size = path.stat().st_size
+    position = 24  # of the first record not read yet
+    # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it);
+    # memory is taken only as rows are written
+    capacity = (size - position) // 56 + 1
+    columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
+        whole = np.frombuffer(mapped, dtype=np.uint8)
+        buf = whole[:0]  # the window: a view, dropped before the mapping closes
+        span = chunk_bytes
+        while position < size:
+            # a window of the mapped file, from the first record not read (no copy)
+            end = min(position + span, size)
+            buf = whole[position:end]
+            counted, segments, next_start, status, directions = _scan(
+                buf, little, net_offset, -1 if proto_at is None else proto_at, resolution, table, keys, directions,
+                segments, *columns.values(),
+            )  # fmt: skip
+            if status == _NOT_FAST:
+                raise _NotFast("IPv6, VLAN tags or too many connections")
+            records += counted
+            position += next_start
+            if end >= size or status == _CORRUPT:
+                break
+            span = chunk_bytes if next_start else 2 * span  # a record longer than the window: widen it
+            # pages already read leave the process's memory (the file stays in the page cache)
+            release = (position // mmap.PAGESIZE) * mmap.PAGESIZE
+            if release and hasattr(mapped, "madvise"):
+                mapped.madvise(mmap.MADV_DONTNEED, 0, release)
+        tail = whole[position:size].tobytes()
+        del whole, buf
     problem = None
     if tail:
         if len(tail) < 16:
