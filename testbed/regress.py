@@ -38,10 +38,13 @@ from pathlib import Path
 from testbed import rundir
 from testbed.scenario import Point, ScenarioFile, scenario_from_dict
 from testbed.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
+from testbed.suite import FlowHarm
 
 SIDES = ("baseline", "candidate")
-#: per-flow options a candidate can be given to inject a known regression (tests, demonstrations)
-FLOW_OPTIONS = {"sack": bool, "delayed_ack": bool, "initcwnd_segs": int, "window_kb": int}
+#: per-flow options a candidate can be given to inject a known regression (tests, demonstrations):
+#: those of a suite's positive controls, name -> bool or int
+FLOW_OPTIONS = {name: bool if field.annotation == (bool | None) else int
+                for name, field in FlowHarm.model_fields.items()}  # fmt: skip
 
 
 @dataclass

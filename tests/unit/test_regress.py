@@ -128,12 +128,18 @@ def _fake_sides(candidate_values: dict):
     return fake
 
 
+def _judge_with_a_control(tmp_path, monkeypatch, control_factor: float):
+    """``judge`` on an unharmed upload and its control, whose candidate goodput is ``control_factor``
+    times the baseline's."""
+    fake = _fake_sides({"upload.default": 1.0, "upload.default.control": control_factor})
+    monkeypatch.setattr(regress, "_side_metrics", fake)
+    return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+                         "6.1.0-55", "6.1.0-56", 5, controls={"upload.default.control": {"initcwnd_segs": 1}},
+                         control_bases={"upload.default.control": "upload.default"})  # fmt: skip
+
+
 def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path, monkeypatch):
-    monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default": 1.0, "upload.default.control": 0.66}))
-    controls = {"upload.default.control": {"initcwnd_segs": 1}}
-    result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                           "6.1.0-55", "6.1.0-56", 5, controls=controls,
-                           control_bases={"upload.default.control": "upload.default"})  # fmt: skip
+    result = _judge_with_a_control(tmp_path, monkeypatch, 0.66)
     assert result.exit_code == 0 and not result.failures
     [line] = result.controls
     assert line.startswith("positive control upload.default.control (candidate flows with initcwnd_segs=1): detected:")
@@ -147,11 +153,7 @@ def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path,
 
 
 def test_a_missed_positive_control_fails_the_run_and_says_to_raise_the_repetitions(tmp_path, monkeypatch):
-    monkeypatch.setattr(regress, "_side_metrics", _fake_sides({"upload.default": 1.0, "upload.default.control": 0.99}))
-    controls = {"upload.default.control": {"initcwnd_segs": 1}}
-    result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                           "6.1.0-55", "6.1.0-56", 5, controls=controls,
-                           control_bases={"upload.default.control": "upload.default"})  # fmt: skip
+    result = _judge_with_a_control(tmp_path, monkeypatch, 0.99)
     assert result.exit_code == 2
     [failure] = result.failures
     assert "missed: no metric regressed" in failure and "raise --repeat" in failure
