@@ -224,13 +224,7 @@ def run_in_guest(
                 if not chunk:
                     time.sleep(0.1)
         except BaseException:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+            _stop_session(proc)
             raise
         finally:
             proc.stdout.close()
@@ -256,6 +250,17 @@ def console_tail(path: Path, lines: int = 25) -> str:
     return "\n  last console lines:\n" + "\n".join(f"    {line}" for line in tail) if tail else ""
 
 
+def _stop_session(proc: subprocess.Popen) -> None:
+    """Stop vng and everything it started (qemu, virtiofsd): they share the session vng leads."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, timeout_s: float = 300) -> str:
     """Run a shell script as root in a guest and return what it printed (for checks and tests).
 
@@ -269,10 +274,13 @@ def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, 
     command = f"bash {workdir / 'script.sh'} > {out} 2>&1"
     env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     with open(workdir / "console.log", "wb") as console:
+        # its own session, so that a timeout stops qemu too and not only vng (which leaves qemu running)
+        proc = subprocess.Popen(vng_argv(kernel, config, [workdir], command), stdout=console,
+                                stderr=subprocess.STDOUT, env=env, cwd=PROJECT, start_new_session=True)  # fmt: skip
         try:
-            subprocess.run(vng_argv(kernel, config, [workdir], command), stdout=console, stderr=subprocess.STDOUT,
-                           env=env, timeout=timeout_s, cwd=PROJECT)  # fmt: skip
+            proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired as err:
+            _stop_session(proc)
             raise GuestError(
                 f"the guest script did not finish in {timeout_s:.0f} s; console log: {console.name}"
                 f"{console_tail(Path(console.name))}"
