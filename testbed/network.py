@@ -133,7 +133,7 @@ class Network:
         if name in self.spec.routers:
             commands.append("sysctl -qw net.ipv4.ip_forward=1")
         else:
-            commands += [f"sysctl -qw {key}={value}" for key, value in self.host_sysctls.items()]
+            commands += [f"sysctl -qw {key}='{value}'" for key, value in self.host_sysctls.items()]
         return "; ".join(commands)
 
     def cmd_all(self, command: str, nodes: list[str] | None = None) -> dict[str, str]:

@@ -36,8 +36,11 @@ from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
 from topologies.shaping import set_delay
 
-#: sysctls set in every host namespace before traffic (papers' labs: no cached metrics between flows)
-HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1"}
+#: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
+#: next (the papers' labs); ephemeral ports (iperf3's control connections) above the fixed ports
+#: (servers from traffic.SERVER_PORT_BASE, clients from CLIENT_PORT_BASE), which they could otherwise
+#: take first (seen: "unable to connect stream: Address already in use")
+HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": "60000 65535"}
 #: how long iperf3 may overrun its planned stop before the run is declared failed
 CLIENT_GRACE_S = 30.0
 #: every client must be started and stopped (held for its start time) within this long
