@@ -13,7 +13,7 @@ way ``make experiment`` runs (guest unless the local kernel has netem), then:
 ``scale`` (``make bench``'s second part, one guest for all of it):
 
 * M = 200 forward flows with RTTs spread in [21.15, 250] ms plus 10 reverse New Reno flows on a
-  10 Mbit/s bottleneck (``many_flows``: 4 nodes, a delay class per flow): setup time (topology,
+  10 Mbit/s bottleneck (``many_flows``: 5 nodes, a per-destination delay per flow): setup time (topology,
   then delay calibration and fidelity probes) and bottleneck utilization (bytes the receivers got
   over the traffic time, against the TCP limit);
 * a 10-hop parking lot (C1 + one forward and one reverse cross flow per hop, 43 nodes): setup time;

@@ -30,7 +30,8 @@ from topologies.lossmodel import State, TimedTwoStateLoss
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
 #: the project's tc-BPF programs: name -> source (the name is also the program's function)
-SOURCES = {"timed_loss": BPF_DIR / "timed_loss.bpf.c", "spray": BPF_DIR / "spray.bpf.c"}
+SOURCES = {"timed_loss": BPF_DIR / "timed_loss.bpf.c", "spray": BPF_DIR / "spray.bpf.c",
+           "edt_delay": BPF_DIR / "edt_delay.bpf.c"}
 SOURCE = SOURCES["timed_loss"]
 PROGRAM = "timed_loss"
 #: the program's dropped_bits map: the index of every dropped packet among the first 64 x this many

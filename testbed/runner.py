@@ -34,7 +34,7 @@ from testbed.scenario import RunSpec, Scenario
 from testbed.traffic import Connection, client_argv, plan_connections, server_argv
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
-from topologies.shaping import set_delay
+from topologies.shaping import set_delay, set_delays
 
 #: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
 #: next (the papers' labs); ephemeral ports (iperf3's control connections) above the fixed ports
@@ -181,6 +181,7 @@ def _calibrate_delays(net: Network, topology, connections: list[Connection]) -> 
     pending = connections
     for _ in range(CALIBRATION_ROUNDS if adjustable else 1):
         changed = set()
+        per_destination: dict[tuple[str, str], dict[str, float]] = {}  # set together, one bpftool per interface
         for pair, out in _ping_pairs(net, pending).items():
             at_final.setdefault(pair, []).append(out)
             configured, nominal = topology.base_rtt_ms(pair), topology.one_way_delay_ms(pair)
@@ -196,11 +197,16 @@ def _calibrate_delays(net: Network, topology, connections: list[Connection]) -> 
             target = max(0.0, nominal - record["excess_ms"] / 2)
             if abs(summary["min_ms"] - configured) <= CALIBRATION_THRESHOLD_MS or abs(target - applied) < 0.01:
                 continue
-            for node, intf, *delay_class in topology.delay_egress(pair):
-                set_delay(net.netns_path(node), intf, target, *delay_class)
+            for node, intf, *dst in topology.delay_egress(pair):
+                if dst:
+                    per_destination.setdefault((node, intf), {})[dst[0]] = target
+                else:
+                    set_delay(net.netns_path(node), intf, target)
             record["one_way_netem_delay_ms"] = round(target, 3)
             at_final[pair] = []
             changed.add(pair)
+        for (node, intf), delays in per_destination.items():
+            set_delays(net.netns_path(node), intf, delays)
         pending = [c for c in connections if c.pair in changed]
         if not pending:
             break
@@ -415,7 +421,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         manifest["modules"] = {
             m: provenance.module_info(project_modules.get(m, m))
             for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
-                            | ({"sch_netem"} if netspec.needs_netem else set()) | {"sch_htb"})
+                            | ({"sch_netem"} if netspec.needs_netem else set()) | {"sch_htb"}
+                            | ({"sch_fq"} if any(p.delay_classes for p in netspec.egress.values()) else set()))
         }  # fmt: skip
         uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
         manifest["tools"] = provenance.tool_versions()

@@ -22,7 +22,7 @@ PROJECT = Path(__file__).resolve().parent.parent
 RUN_OVERHEAD_S = 12.0
 GUEST_BOOT_S = 30.0
 SETUP_S_PER_NODE = 2.0
-#: per connection: its addresses/delay class, pings, iperf3 server and client start, results (TCG)
+#: per connection: its addresses and delay, pings, iperf3 server and client start, results (TCG)
 SETUP_S_PER_CONNECTION = 1.0
 
 
@@ -60,8 +60,11 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     if missing:
         return False, f"the host kernel lacks {', '.join(missing)}"
     needs_netem = any(_needs_netem(r) for r in runs)
-    if needs_netem and not _kernel_has_netem(modules_possible):
+    if needs_netem and not _kernel_has_qdisc("netem", modules_possible):
         return False, "the host kernel has no netem (delay/loss)"
+    if any(plan.delay_classes for r in runs for plan in _netspec(r).egress.values()) \
+            and not _kernel_has_qdisc("fq", modules_possible):
+        return False, "the host kernel has no fq (per-flow delays)"
     return True, "the host kernel has everything these runs need"
 
 
@@ -94,22 +97,24 @@ def _bpf_programs(run: RunSpec) -> set[str]:
     needed = {"spray"} if spec.sprayers else set()
     if any(plan.timed_loss is not None for plan in spec.egress.values()):
         needed.add("timed_loss")
+    if any(plan.delay_classes for plan in spec.egress.values()):
+        needed.add("edt_delay")
     return needed
 
 
-def _kernel_has_netem(modules_possible: bool) -> bool:
+def _kernel_has_qdisc(kind: str, modules_possible: bool) -> bool:
     release = os.uname().release
-    if modules_possible and list(Path(f"/lib/modules/{release}").rglob("sch_netem.ko*")):
+    if modules_possible and list(Path(f"/lib/modules/{release}").rglob(f"sch_{kind}.ko*")):
         return True
     config = Path(f"/boot/config-{release}")
-    return config.exists() and "CONFIG_NET_SCH_NETEM=y" in config.read_text()
+    return config.exists() and f"CONFIG_NET_SCH_{kind.upper()}=y" in config.read_text()
 
 
 def estimate_s(run: RunSpec) -> float:
     """Expected wall time of a run: its traffic, a fixed overhead, setup + calibration per node
     (measured ~2 s per node under TCG: a 62-node dumbbell took ~2 min before traffic), and per
-    connection (many_flows puts 210 connections on 4 nodes: 36 s of addresses and delay classes,
-    94 s of calibration pings and minutes of iperf3 starts under TCG)."""
+    connection (many_flows puts 210 connections on 5 nodes: 13 s of addresses and delays, 30 s of
+    calibration pings and 36 s of iperf3 client starts under TCG)."""
     from testbed.traffic import plan_connections
     from topologies import TOPOLOGIES
 

@@ -2,27 +2,28 @@
 
 ::
 
-    l0 ── rl ═══════ bottleneck ═══════ rr ── r0
-    10.1.<i>.1      (HTB rate + drop-tail      10.2.<i>.1
-    for flow i       queue, both directions)   for flow i
-
-    l0-eth0 egress:  htb ─┬─ 1:1  no delay (ARP, anything unmatched)
-                          ├─ 1:2  netem RTT_0 / 2   <- u32 dst 10.2.0.1
-                          ├─ 1:3  netem RTT_1 / 2   <- u32 dst 10.2.1.1
-                          ⋮          (r0-eth0: the same toward 10.1.<i>.1)
+    l0 ── dl ── rl ═══════ bottleneck ═══════ rr ── r0
+    10.1.<i>.1  │       (HTB rate + drop-tail         10.2.<i>.1
+    for flow i  │        queue, both directions)      for flow i
+                │
+    dl: the delay node. Both of its egresses: fq + tc-BPF (earliest departure time):
+        dl-eth1 (toward rl): packets to 10.2.<i>.1 leave RTT_i / 2 after they came in
+        dl-eth0 (toward l0): packets to 10.1.<i>.1 the same
 
 Paper 000 §3.2 (Figs 12-16): M up to 200 forward flows with base RTTs spread over [20 + 230/M,
 250] ms, and 10 reverse flows. The dumbbell would spend two Mininet hosts per flow (422 nodes for
 M = 200, minutes of setup under TCG); here a flow is an address pair instead of a host pair:
 flow i (``pair`` i) sends from 10.1.<i>.1 on ``l0`` to 10.2.<i>.1 on ``r0`` (reverse flows the other
-way), and its one-way delay is a per-destination delay class on each host's egress
-(:func:`topologies.shaping.delay_class_specs`). Each flow's base RTT is measured (ping between
-its two addresses) and calibrated like a dumbbell pair's.
+way). Its base RTT is a per-destination delay in each direction on ``dl``, a forwarding node
+between ``l0`` and the left router (:data:`topologies.shaping.EDT_PROGRAM`: one fq qdisc and one
+map per interface, however many flows; not on ``l0`` itself, where fq would hold packets still
+charged to their sockets). Each flow's base RTT is measured (ping between its two addresses) and
+calibrated like a dumbbell pair's.
 
-The bottleneck, its queue and its loss (on the routers' egress toward the receiving host, after the
-queue) are the dumbbell's. Flows share their two hosts, so the per-host options (SACK off, and the
-route metrics for delayed ACKs off and the initial window) must be the same for every flow: use
-the dumbbell to mix them.
+The bottleneck, its queue and its loss (on the routers' egress toward the receiving side, after
+the queue) are the dumbbell's. Flows share their two hosts, so the per-host options (SACK off, and
+the route metrics for delayed ACKs off and the initial window) must be the same for every flow:
+use the dumbbell to mix them.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ class ManyFlowsParams(DumbbellParams):
 
 
 class ManyFlows(Dumbbell):
-    """Flows 0..M-1 between ``l0`` and ``r0``, one address pair and one delay class each."""
+    """Flows 0..M-1 between ``l0`` and ``r0``, one address pair and one delay (per destination, on ``dl``) each."""
 
     Params = ManyFlowsParams
 
@@ -63,23 +64,28 @@ class ManyFlows(Dumbbell):
         left, right = Endpoint("l0", f"10.1.{pair}.1"), Endpoint("r0", f"10.2.{pair}.1")
         return (left, right) if direction == "forward" else (right, left)
 
-    def delay_egress(self, pair: int) -> list[tuple[str, str, int]]:
-        """The delay classes that carry pair ``pair``'s one-way delay: (node, interface, class index)."""
-        return [("l0", "l0-eth0", pair), ("r0", "r0-eth0", pair)]
+    def delay_egress(self, pair: int) -> list[tuple[str, str, str]]:
+        """Where pair ``pair``'s one-way delays are: (node, interface, destination address)."""
+        return [("dl", "dl-eth1", f"10.2.{pair}.1"), ("dl", "dl-eth0", f"10.1.{pair}.1")]
 
     def netspec(self) -> NetSpec:
         link = self.params.bottleneck
         pairs = range(len(self.pair_rtts_ms))
         spec = self.routers_and_bottleneck()
         spec.hosts = ["l0", "r0"]
-        spec.links += [LinkSpec("l0", "l0-eth0", "rl", "rl-eth1"), LinkSpec("r0", "r0-eth0", "rr", "rr-eth1")]
-        spec.addresses.update({("rl", "rl-eth1"): "10.1.255.254/16", ("rr", "rr-eth1"): "10.2.255.254/16"})
+        spec.routers.insert(0, "dl")
+        spec.links += [LinkSpec("l0", "l0-eth0", "dl", "dl-eth0"), LinkSpec("dl", "dl-eth1", "rl", "rl-eth1"),
+                       LinkSpec("r0", "r0-eth0", "rr", "rr-eth1")]  # fmt: skip
+        spec.addresses.update({("dl", "dl-eth0"): "10.1.255.254/16", ("dl", "dl-eth1"): "10.3.0.1/30",
+                               ("rl", "rl-eth1"): "10.3.0.2/30", ("rr", "rr-eth1"): "10.2.255.254/16"})  # fmt: skip
+        spec.routes["dl"] = [("default", "10.3.0.2")]
+        spec.routes["rl"].append(("10.1.0.0/16", "10.3.0.1"))
         for router in ("rl", "rr"):
             spec.egress[(router, f"{router}-eth1")] = EgressPlan.with_loss(link.loss_model)
-        for host, net, peer in (("l0", "10.1", "10.2"), ("r0", "10.2", "10.1")):
+        for host, net in (("l0", "10.1"), ("r0", "10.2")):
             spec.addresses[(host, f"{host}-eth0")] = [f"{net}.{i}.1/16" for i in pairs]
             spec.routes[host] = [("default", f"{net}.255.254")]
-            classes = tuple(DelayClass(f"{peer}.{i}.1", self.one_way_delay_ms(i)) for i in pairs)
-            spec.egress[(host, f"{host}-eth0")] = EgressPlan(delay_classes=classes)
+        for intf, net in (("dl-eth0", "10.1"), ("dl-eth1", "10.2")):
+            classes = tuple(DelayClass(f"{net}.{i}.1", self.one_way_delay_ms(i)) for i in pairs)
+            spec.egress[("dl", intf)] = EgressPlan(delay_classes=classes)
         return spec
-

@@ -85,6 +85,25 @@ def test_a_pair_that_keeps_missing_is_measured_a_bounded_number_of_times_and_its
     assert "102.6/" in checks[0] and records[0]["check_rounds"] == 3
 
 
+def test_per_destination_delays_are_set_per_interface_in_one_call_each_round(monkeypatch):
+    # many_flows: every pair's delays sit on the delay node's two interfaces, keyed by address
+    class PerDestination(Topology):
+        def delay_egress(self, pair):
+            return [("dl", "dl-eth1", f"10.2.{pair}.1"), ("dl", "dl-eth0", f"10.1.{pair}.1")]
+
+    rounds = {0: iter([104.0, 100.0]), 1: iter([102.0, 100.0]), 2: iter([100.1])}
+    calls = []
+    monkeypatch.setattr(runner, "_ping_pairs", lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})
+    monkeypatch.setattr(runner, "set_delays", lambda path, intf, delays: calls.append((path, intf, delays)))
+    net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
+    runner._calibrate_delays(net, PerDestination(), [SimpleNamespace(pair=p) for p in (0, 1, 2)])
+    # round 1 lowers pairs 0 and 1 (pair 2 is within the threshold), round 2 changes nothing
+    assert calls == [
+        ("/proc/dl", "dl-eth1", {"10.2.0.1": pytest.approx(48.0), "10.2.1.1": pytest.approx(49.0)}),
+        ("/proc/dl", "dl-eth0", {"10.1.0.1": pytest.approx(48.0), "10.1.1.1": pytest.approx(49.0)}),
+    ]
+
+
 def udp_server_json(rates_mbit: list[float]) -> str:
     intervals = [{"sum": {"bits_per_second": r * 1e6}} for r in rates_mbit]
     return json.dumps({"intervals": intervals})

@@ -1,4 +1,4 @@
-"""Many flows on one host pair: an address pair and a delay class per flow instead of a host pair."""
+"""Many flows on one host pair: an address pair and a per-destination delay per flow instead of a host pair."""
 
 import pytest
 
@@ -6,7 +6,7 @@ from testbed.scenario import ScenarioError, scenario_from_dict
 from testbed.traffic import client_argv, plan_connections
 from topologies import TOPOLOGIES, ManyFlows, ManyFlowsParams
 from topologies.params import LinkParams
-from topologies.shaping import DelayClass, EgressPlan, delay_class_specs, delay_classid, qdisc_specs
+from topologies.shaping import DelayClass, EgressPlan, delay_map_lines, fq_tc_argv, qdisc_specs
 
 
 def many(rtts, **bottleneck):
@@ -25,34 +25,38 @@ def rtt_fairness(m: int, **flow_options) -> dict:
 def test_registry_and_two_hosts_for_any_number_of_flows():
     assert TOPOLOGIES["many_flows"] is ManyFlows
     spec = many([40.0 + i for i in range(210)]).netspec()
-    assert spec.nodes == ["l0", "r0", "rl", "rr"]
+    assert spec.nodes == ["l0", "r0", "dl", "rl", "rr"]
     assert len(spec.addresses[("l0", "l0-eth0")]) == 210
     assert spec.addresses[("l0", "l0-eth0")][7] == "10.1.7.1/16"
     assert spec.addresses[("r0", "r0-eth0")][209] == "10.2.209.1/16"
     assert spec.routes["l0"] == [("default", "10.1.255.254")]
 
 
-def test_each_flow_gets_its_one_way_delay_toward_its_peer_address_in_both_directions():
+def test_each_flow_gets_its_one_way_delay_on_the_delay_node_toward_each_address_in_both_directions():
     spec = many([100, 40, 250], queue_bdp=1).netspec()
-    assert spec.egress[("l0", "l0-eth0")].delay_classes == (
+    assert spec.egress[("dl", "dl-eth1")].delay_classes == (
         DelayClass("10.2.0.1", 50), DelayClass("10.2.1.1", 20), DelayClass("10.2.2.1", 125))
-    assert spec.egress[("r0", "r0-eth0")].delay_classes[2] == DelayClass("10.1.2.1", 125)
+    assert spec.egress[("dl", "dl-eth0")].delay_classes[2] == DelayClass("10.1.2.1", 125)
+    # never on the sending hosts (fq would hold packets still charged to their sockets)
+    assert ("l0", "l0-eth0") not in spec.egress and ("r0", "r0-eth0") not in spec.egress
+    # the left router reaches the hosts through the delay node
+    assert ("10.1.0.0/16", "10.3.0.1") in spec.routes["rl"] and spec.routes["dl"] == [("default", "10.3.0.2")]
     # the bottleneck and its queue are the dumbbell's (rate x longest RTT)
     assert spec.egress[("rl", "rl-eth0")] == EgressPlan(rate_mbit=10, queue_pkts=207)
-    assert spec.needs_netem
+    # per-destination delays need fq and the BPF program, not netem
+    assert not spec.needs_netem and not spec.egress[("dl", "dl-eth0")].is_empty
 
 
-def test_delay_classes_are_htb_classes_with_netem_leaves_and_a_filter_on_the_destination():
-    specs = delay_class_specs((DelayClass("10.2.0.1", 50), DelayClass("10.2.1.1", 20.5)))
-    assert [(s.command, s.kind) for s in specs] == [
-        ("add", "htb"), ("add-class", "htb"),
-        ("add-class", "htb"), ("add", "netem"), ("add-filter", "u32"),
-        ("add-class", "htb"), ("add", "netem"), ("add-filter", "u32"),
-    ]  # fmt: skip
-    assert specs[0].kwargs["default"] == 1  # unmatched packets (ARP) go to 1:1, without delay
-    assert specs[6].kwargs["delay"] == 20500 and specs[6].kwargs["parent"] == delay_classid(1) == 0x10003
-    assert specs[7].kwargs["keys"] == ["0x0a020101/0xffffffff+16"] and specs[7].kwargs["target"] == 0x10003
-    assert qdisc_specs(EgressPlan(delay_classes=(DelayClass("10.2.0.1", 1),)))[3].kind == "netem"
+def test_delays_are_an_unpaced_fq_and_a_map_of_destination_to_nanoseconds():
+    argv = fq_tc_argv("dl-eth1")
+    assert argv[:8] == ["tc", "qdisc", "add", "dev", "dl-eth1", "root", "handle", "1:"]
+    assert argv[8:10] == ["fq", "nopacing"]
+    # a 125 ms delay at 10 Mbit/s holds ~104 packets of one flow: fq's default flow_limit (100) would drop
+    assert int(argv[argv.index("flow_limit") + 1]) >= 10_000 and "horizon_cap" in argv
+    assert qdisc_specs(EgressPlan(delay_classes=(DelayClass("10.2.0.1", 1),))) == []
+    (line,) = delay_map_lines(7, {"10.2.1.1": 20.5})
+    # key: the address in network byte order; value: 20.5 ms = 20 500 000 ns, little-endian u64
+    assert line == "map update id 7 key hex 0a 02 01 01 value hex 20 ce 38 01 00 00 00 00"
 
 
 def test_delay_classes_take_the_whole_egress():
@@ -70,8 +74,8 @@ def test_flows_use_their_own_addresses_and_calibration_reaches_their_classes():
     assert (reverse.sender, reverse.sender_ip, reverse.receiver_ip) == ("r0", "10.2.25.1", "10.1.25.1")
     assert forward.base_rtt_ms == pytest.approx(20 + 4 * 230 / 20)
     argv = client_argv(forward)
-    assert argv[argv.index("-B") + 1] == "10.1.3.1"  # the source address picks the flow's delay class
-    assert topo.delay_egress(3) == [("l0", "l0-eth0", 3), ("r0", "r0-eth0", 3)]
+    assert argv[argv.index("-B") + 1] == "10.1.3.1"  # the flow's addresses pick its delays
+    assert topo.delay_egress(3) == [("dl", "dl-eth1", "10.2.3.1"), ("dl", "dl-eth0", "10.1.3.1")]
 
 
 def test_the_papers_largest_m_fits_and_more_pairs_are_refused_with_the_range():
