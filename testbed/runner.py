@@ -422,7 +422,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             m: provenance.module_info(project_modules.get(m, m))
             for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
                             | ({"sch_netem"} if netspec.needs_netem else set()) | {"sch_htb"}
-                            | ({"sch_fq"} if any(p.delay_classes for p in netspec.egress.values()) else set()))
+                            | ({"sch_fq"} if netspec.needs_fq else set()))
         }  # fmt: skip
         uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
         manifest["tools"] = provenance.tool_versions()

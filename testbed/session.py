@@ -62,8 +62,7 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     needs_netem = any(_needs_netem(r) for r in runs)
     if needs_netem and not _kernel_has_qdisc("netem", modules_possible):
         return False, "the host kernel has no netem (delay/loss)"
-    if any(plan.delay_classes for r in runs for plan in _netspec(r).egress.values()) \
-            and not _kernel_has_qdisc("fq", modules_possible):
+    if any(_netspec(r).needs_fq for r in runs) and not _kernel_has_qdisc("fq", modules_possible):
         return False, "the host kernel has no fq (per-flow delays)"
     return True, "the host kernel has everything these runs need"
 
@@ -97,7 +96,7 @@ def _bpf_programs(run: RunSpec) -> set[str]:
     needed = {"spray"} if spec.sprayers else set()
     if any(plan.timed_loss is not None for plan in spec.egress.values()):
         needed.add("timed_loss")
-    if any(plan.delay_classes for plan in spec.egress.values()):
+    if spec.needs_fq:
         needed.add("edt_delay")
     return needed
 

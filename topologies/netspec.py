@@ -90,3 +90,8 @@ class NetSpec:
     @property
     def needs_netem(self) -> bool:
         return any(plan.needs_netem for plan in self.egress.values())
+
+    @property
+    def needs_fq(self) -> bool:
+        """Per-destination delays: fq and the edt_delay program."""
+        return any(plan.needs_fq for plan in self.egress.values())

@@ -22,9 +22,9 @@ Layout on one interface:
   of classes: in a 2-vCPU TCG guest, 210 iperf3 flows through 210 such classes kept the CPU 100 %
   busy (mostly kernel) and 61 of them failed, where the same flows through one netem left it about
   70 % idle; and 210 classes took 34-36 s to install. Put it on a forwarding node, never on a
-  sending host: ``fq`` keeps a local socket's
-  packets charged to the socket while they wait (TCP small queues would throttle the flow). The
-  qdisc goes in with the ``tc`` command: pyroute2 has no ``fq``;
+  sending host: ``fq`` keeps a local socket's packets charged to the socket while they wait (TCP
+  small queues would throttle the flow). The qdisc goes in with the ``tc`` command: pyroute2 has
+  no ``fq``;
 * the papers' time-based two-state loss: a tc-BPF program on the interface's ``clsact`` egress hook
   (:mod:`testbed.lossbpf`), armed with the run's seeded timeline when traffic starts. Use it on a
   router's interface: a drop on a sending host's own egress is reported back to its socket.
@@ -117,8 +117,12 @@ class EgressPlan:
                     or isinstance(self.loss_model, (GilbertElliottLoss, FourStateLoss)))  # fmt: skip
 
     @property
+    def needs_fq(self) -> bool:
+        return bool(self.delay_classes)
+
+    @property
     def is_empty(self) -> bool:
-        return self.rate_mbit is None and not self.needs_netem and self.timed_loss is None and not self.delay_classes
+        return self.rate_mbit is None and not self.needs_netem and self.timed_loss is None and not self.needs_fq
 
 
 @dataclass(frozen=True)
@@ -251,13 +255,9 @@ def _tc(netns_path: str, argv: list[str], module: str) -> None:
         raise MissingQdiscError(f"{' '.join(argv)} failed: {out.stderr.strip()} (is {module} loaded?)")
 
 
-def set_delay(netns_path: str, ifname: str, delay_ms: float, dst: str | None = None) -> None:
-    """Change the delay on ``ifname`` in place, without touching the rest of its qdiscs: its root
-    netem's, or (``dst``) that destination's delay in the per-destination delay program."""
-    if dst is None:
-        apply(netns_path, ifname, EgressPlan(delay_ms=delay_ms), replace=True)
-    else:
-        set_delays(netns_path, ifname, {dst: delay_ms})
+def set_delay(netns_path: str, ifname: str, delay_ms: float) -> None:
+    """Change the delay of the root netem on ``ifname`` in place (per-destination delays: :func:`set_delays`)."""
+    apply(netns_path, ifname, EgressPlan(delay_ms=delay_ms), replace=True)
 
 
 def set_delays(netns_path: str, ifname: str, delays_ms: dict[str, float]) -> None:
