@@ -31,16 +31,14 @@ from analysis.cc import lookup as cc_lookup
 from testbed import capture, fidelity, lossbpf, provenance, rundir, spray
 from testbed.network import MARKER, Network, cleanup_leftovers
 from testbed.scenario import RunSpec, Scenario
-from testbed.traffic import Connection, client_argv, plan_connections, server_argv
+from testbed.traffic import CONTROL_PORT_MIN, Connection, client_argv, plan_connections, server_argv
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
 from topologies.shaping import set_delay, set_delays
 
 #: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
-#: next (the papers' labs); ephemeral ports (iperf3's control connections) above the fixed ports
-#: (servers from traffic.SERVER_PORT_BASE, clients from CLIENT_PORT_BASE), which they could otherwise
-#: take first (seen: "unable to connect stream: Address already in use")
-HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": "60000 65535"}
+#: next (the papers' labs); the ephemeral ports of iperf3's control connections (traffic.CONTROL_PORT_MIN)
+HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535"}
 #: how long iperf3 may overrun its planned stop before the run is declared failed
 CLIENT_GRACE_S = 30.0
 #: every client must be started and stopped (held for its start time) within this long
@@ -125,7 +123,7 @@ def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules
         {m: p for m, p in project_modules.items() if m in {cc_lookup(cc).module for cc in wanted}}
     )
     modules = [cc_lookup(cc).module for cc in wanted if cc_lookup(cc).module and not cc_lookup(cc).project_module]
-    modules += ["sch_htb"] + (["sch_netem"] if needs_netem else [])
+    modules += ["sch_htb", "cls_u32"] + (["sch_netem"] if needs_netem else [])
     subprocess.run(["modprobe", "-a", "-q", *modules], capture_output=True)
     have = available_ccs()
     missing = [cc for cc in wanted if cc not in have]

@@ -8,7 +8,9 @@ pure function the unit tests check; :func:`apply` sends them to the kernel throu
 Layout on one interface:
 
 * rate-limited egress (a bottleneck): ``htb 1:`` → class ``1:1`` (rate = ceil) → ``pfifo 10:``
-  with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets;
+  with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets; beside it the control
+  lane, class ``1:2`` → ``pfifo 20:``, for TCP handshakes and iperf3's control connections
+  (:func:`control_lane_specs`: the papers' flows have neither);
 * delay/loss egress: ``netem 1:`` with a large ``limit`` (netem counts packets held for delay
   against its limit, so it must never be the queue that drops); a Gilbert-Elliott or 4-state loss
   model is netem's ``loss gemodel`` or ``loss state``, installed with the ``tc`` command (pyroute2's
@@ -38,6 +40,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 
+from testbed.traffic import CONTROL_PORT_MIN
 from topologies.lossmodel import (
     BernoulliLoss,
     FourStateLoss,
@@ -48,6 +51,7 @@ from topologies.lossmodel import (
     netem_loss_args,
 )
 
+ETH_P_IP = 0x0800
 #: netem's own limit: far above any window in flight on the links we emulate
 NETEM_LIMIT_PKTS = 100_000
 #: the tc-BPF program of per-destination delays (a name of ``testbed.lossbpf.SOURCES``)
@@ -140,30 +144,20 @@ def htb_burst_bytes(rate_mbit: float) -> int:
 
 
 def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
-    """The qdiscs and classes that implement a plan, root first."""
+    """The qdiscs, classes and filters that implement a plan, root first."""
     if plan.rate_mbit is not None:
         rate = f"{round(plan.rate_mbit * 1e6)}bit"
         burst = htb_burst_bytes(plan.rate_mbit)
+        shaped = {"parent": "1:", "rate": rate, "ceil": rate, "burst": burst, "cburst": burst}
         specs = [
             QdiscSpec("add", "htb", {"handle": "1:", "default": "1"}),
-            QdiscSpec(
-                "add-class",
-                "htb",
-                {
-                    "handle": "1:1",
-                    "parent": "1:",
-                    "rate": rate,
-                    "ceil": rate,
-                    "burst": burst,
-                    "cburst": burst,
-                },
-            ),
+            QdiscSpec("add-class", "htb", {"handle": "1:1", "prio": 1, **shaped}),
         ]
         if plan.queue_pkts is not None:
             specs.append(
                 QdiscSpec("add", "pfifo", {"handle": "10:", "parent": "1:1", "limit": plan.queue_pkts})
             )
-        return specs
+        return specs + control_lane_specs(shaped)
     if plan.needs_netem:
         netem = {"handle": "1:", "limit": NETEM_LIMIT_PKTS}
         if plan.delay_ms:
@@ -172,6 +166,40 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
             netem["loss"] = plan.loss_pct  # percent
         return [QdiscSpec("add", "netem", netem)]
     return []
+
+
+#: the control lane's own queue: far above what handshakes and control messages ever hold
+CONTROL_LANE_LIMIT_PKTS = 10_000
+#: u32 keys (value/mask at a byte offset of the IPv4 header; 20 is the TCP header of a header without
+#: options, which the testbed's hosts never send): TCP, then what makes a packet the lane's
+_IPV4_TCP = ["0x05000000/0x0f000000+0", "0x00060000/0x00ff0000+8"]
+_CONTROL_LANE_MATCHES = (
+    [f"0x{CONTROL_PORT_MIN << 16:08x}/0x{CONTROL_PORT_MIN << 16:08x}+20"],  # from a control connection's client
+    [f"0x{CONTROL_PORT_MIN:08x}/0x{CONTROL_PORT_MIN:08x}+20"],  # to it
+    ["0x00020000/0x00020000+32"],  # SYN or SYN-ACK
+)
+
+
+def control_lane_specs(shaped: dict) -> list[QdiscSpec]:
+    """A second HTB class beside the shaped one, served first, for what the experiment does not contain.
+
+    The papers' flows (ns-2 agents) start sending at their start time: they have no handshake and no
+    control channel. iperf3 has both, and through a full drop-tail queue they are lost like data: with
+    210 flows on one 10 Mbit/s bottleneck, 53 of 210 control connections and as many data connections
+    had to send their SYN again (1 s, then 3 s timeouts), and iperf3's end-of-test message waited in
+    the queue, so tests ran long. Here a connection's handshake (SYN,
+    SYN-ACK) and iperf3's control connections (client ports from CONTROL_PORT_MIN: the hosts'
+    ephemeral range) take a lane of their own: the same rate and the same delays as the data, but
+    their own queue, so they neither wait behind nor are dropped by the experiment's queue, and do
+    not take its rate. Everything else, pings and UDP probes included, goes through the shaped class.
+    """
+    lane_queue = {"handle": "20:", "parent": "1:2", "limit": CONTROL_LANE_LIMIT_PKTS}
+    specs = [QdiscSpec("add-class", "htb", {"handle": "1:2", "prio": 0, **shaped}),
+             QdiscSpec("add", "pfifo", lane_queue)]  # fmt: skip
+    for match in _CONTROL_LANE_MATCHES:
+        specs.append(QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 1, "protocol": ETH_P_IP,
+                                                     "target": "1:2", "keys": _IPV4_TCP + match}))  # fmt: skip
+    return specs
 
 
 def fq_tc_argv(ifname: str) -> list[str]:

@@ -76,14 +76,70 @@ def test_pair_count_is_bounded():
 
 def test_qdisc_specs_for_a_bottleneck():
     specs = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))
-    assert [(s.command, s.kind) for s in specs] == [("add", "htb"), ("add-class", "htb"), ("add", "pfifo")]
+    assert [(s.command, s.kind) for s in specs][:3] == [("add", "htb"), ("add-class", "htb"), ("add", "pfifo")]
+    assert specs[0].kwargs["default"] == "1"  # what no filter picks is the experiment's traffic
     assert specs[1].kwargs["rate"] == "10000000bit"
     assert specs[2].kwargs == {"handle": "10:", "parent": "1:1", "limit": 83}
 
 
+def _lane_filters(specs):
+    return [s.kwargs["keys"] for s in specs if s.command == "add-filter" and s.kwargs["target"] == "1:2"]
+
+
+def _u32_matches(keys: list[str], header: bytes) -> bool:
+    """Whether every u32 key (value/mask+offset) matches ``header`` (IPv4 + TCP), as the kernel reads it."""
+    for key in keys:
+        value_mask, offset = key.split("+")
+        value, mask = (int(x, 16) for x in value_mask.split("/"))
+        word = int.from_bytes(header[int(offset) : int(offset) + 4], "big")
+        if word & mask != value:
+            return False
+    return True
+
+
+def _tcp_header(sport: int, dport: int, flags: int) -> bytes:
+    ip = bytes([0x45, 0, 0, 52, 0, 0, 0x40, 0, 64, 6, 0, 0]) + bytes([10, 1, 0, 1, 10, 2, 0, 1])
+    tcp = sport.to_bytes(2, "big") + dport.to_bytes(2, "big") + bytes(8) + bytes([0x80, flags]) + bytes(6)
+    return ip + tcp
+
+
+@pytest.mark.parametrize(
+    ("sport", "dport", "flags", "in_lane"),
+    [
+        (40000, 5201, 0x02, True),  # a data connection's SYN
+        (5201, 40000, 0x12, True),  # its SYN-ACK
+        (40000, 5201, 0x10, False),  # its data and ACKs: the experiment's queue
+        (5201, 40000, 0x11, False),  # FIN
+        (61440, 5201, 0x18, True),  # iperf3's control connection, both ways
+        (5201, 65535, 0x10, True),
+        (60000, 5201, 0x18, False),  # below the ephemeral range
+    ],
+)
+def test_the_control_lane_takes_handshakes_and_control_connections_only(sport, dport, flags, in_lane):
+    specs = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))
+    lane_class = next(s for s in specs if s.command == "add-class" and s.kwargs["handle"] == "1:2")
+    data_class = specs[1]
+    # a lane of its own: served first, same rate, its own deep queue
+    assert lane_class.kwargs["prio"] < data_class.kwargs["prio"]
+    assert lane_class.kwargs["rate"] == data_class.kwargs["rate"]
+    assert any(s.kind == "pfifo" and s.kwargs["parent"] == "1:2" and s.kwargs["limit"] >= 1000 for s in specs)
+    header = _tcp_header(sport, dport, flags)
+    assert any(_u32_matches(keys, header) for keys in _lane_filters(specs)) is in_lane
+
+
+def test_the_control_lane_ignores_udp_and_ip_options():
+    keys = _lane_filters(qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83)))
+    udp = bytearray(_tcp_header(61440, 5100, 0x02))
+    udp[9] = 17
+    assert not any(_u32_matches(k, bytes(udp)) for k in keys)
+    options = bytearray(_tcp_header(61440, 5201, 0x10))
+    options[0] = 0x46  # a 24-byte IP header: the TCP ports are not at offset 20
+    assert not any(_u32_matches(k, bytes(options)) for k in keys)
+
+
 def test_htb_burst_covers_10_ms_of_the_rate_and_a_few_frames_at_least():
     # a 2-frame burst lost tokens to late dequeues in TCG guests (the link read 8.2 of 9.7 Mbit/s)
-    (_, cls, _) = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))
+    cls = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))[1]
     assert cls.kwargs["burst"] == cls.kwargs["cburst"] == 12_500
     assert qdisc_specs(EgressPlan(rate_mbit=1.3))[1].kwargs["burst"] == 3_000
 
