@@ -44,8 +44,10 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
 #: link-layer header types we decode (pcap LINKTYPE_* values)
 LINKTYPE_NULL = 0
@@ -368,6 +370,8 @@ class PcapAccounting:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per direction seen, with the counters of :class:`DirectionStats`."""
+        import pandas as pd  # here: the runner reads captures in guests where numpy cannot run (first_bulk_times)
+
         rows = [d.result() for d in self.directions.values()]
         columns = [f.name for f in fields(DirectionStats) if not f.name.startswith("_")] + ["transfer_s"]
         return pd.DataFrame(rows, columns=columns)
@@ -419,6 +423,29 @@ def account_segment(stats: DirectionStats, reverse: DirectionStats | None, seg: 
     if not flags & TCP_RST:
         # tcptrace's "effective window": the advertised window of segments with ACK or SYN, else 0
         stats._window_last = seg.window if flags & (TCP_ACK | TCP_SYN) else 0
+
+
+def first_bulk_times(path: Path, senders: set[tuple[str, int]], min_payload: int) -> tuple[dict, str | None]:
+    """When each sender (address, port) first sent a segment of more than ``min_payload`` bytes.
+
+    Reads the capture only as far as it must (until every sender is found), so that a run can
+    check its own start times in a slow guest. Returns the times found and the problem that
+    stopped the reading early, if any (a capture cut short: what came before it counts)."""
+    found: dict[tuple[str, int], float] = {}
+    try:
+        capture = read_records(path)
+        for ts, origlen, buf in capture.records:
+            segment = parse_segment(capture.linktype, buf, origlen)
+            if segment is None or segment.payload <= min_payload:
+                continue
+            key = (segment.src, segment.sport)
+            if key in senders and key not in found:
+                found[key] = ts
+                if len(found) == len(senders):
+                    break
+    except (OSError, PcapError, PcapTruncated) as exc:
+        return found, f"{path.name}: {exc}"
+    return found, None
 
 
 def account_pcap(path: Path) -> PcapAccounting:

@@ -139,8 +139,8 @@ def _scale_figures(run: Path, manifest: dict) -> dict:
         out["utilization_pct_of_tcp_limit"] = round(
             100 * received * 8 / 1e6 / window_s / tcp_goodput_limit_mbit(RATE_MBIT), 1)
         out["traffic_wall_s"] = traffic_s
-        lag = manifest.get("timing", {}).get("client_start_lag_s") or {}
-        out["client_start_lag_max_s"] = max(lag.values()) if lag else None
+        lag = manifest.get("timing", {}).get("data_start_lag_s") or {}
+        out["data_start_lag_s"] = [min(lag.values()), max(lag.values())] if lag else None
         rtt = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("base RTT")]
         out["rtt_checks_ok"] = f"{sum(c['ok'] for c in rtt)}/{len(rtt)}"
         out["rtt_max_abs_error_ms"] = round(max(abs(c["measured"] - c["expected"]) for c in rtt if c["measured"]), 2)

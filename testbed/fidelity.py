@@ -83,16 +83,24 @@ def start_lag_tolerance_s(duration_s: float) -> float:
     return max(START_LAG_MIN_S, START_LAG_FRACTION * duration_s)
 
 
-def start_lag_check(connections, lag_s: dict[str, float]) -> Check:
-    """Did every connection start on schedule? ``lag_s``: connection id -> seconds after its planned start."""
+def start_lag_check(connections, lag_s: dict[str, float], unread: list[str] | None = None) -> Check:
+    """Did every connection's data start on schedule? ``lag_s``: connection id -> seconds its first data
+    segment came after its planned start (from the captures); ``unread``: captures that could not be read
+    to the end."""
+    missing = [c.id for c in connections if c.id not in lag_s]
+    problems = "; ".join(unread or [])
     if not lag_s:
-        return Check("client start", False, None, None, "no connection started")
-    late = [(lag_s[c.id] / start_lag_tolerance_s(c.duration_s), c) for c in connections if c.id in lag_s]
+        detail = f"no connection's data was found in the captures {problems}".strip()
+        return Check("data start", False, None, None, detail)
+    late = [(abs(lag_s[c.id]) / start_lag_tolerance_s(c.duration_s), c) for c in connections if c.id in lag_s]
     ratio, worst = max(late, key=lambda item: item[0])
     tolerance = start_lag_tolerance_s(worst.duration_s)
-    detail = (f"connections started up to {max(lag_s.values()):.2f} s late (worst against its tolerance: {worst.id}, "
-              f"{lag_s[worst.id]:.2f} s, tolerance {tolerance:.2f} s)")  # fmt: skip
-    return Check("client start", ratio <= 1, lag_s[worst.id], tolerance, detail)
+    detail = (f"data started {min(lag_s.values()):+.2f} to {max(lag_s.values()):+.2f} s from schedule (worst against "
+              f"its tolerance: {worst.id}, {lag_s[worst.id]:+.2f} s, tolerance {tolerance:.2f} s)")  # fmt: skip
+    if missing:
+        detail += f"; no data captured for {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}"
+        detail += f" ({problems})" if problems else ""
+    return Check("data start", ratio <= 1 and not missing, lag_s[worst.id], tolerance, detail)
 
 
 def expected_udp_rate_mbit(rate_mbit: float, loss_pct: float = 0.0) -> float:

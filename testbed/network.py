@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import time
@@ -58,6 +59,12 @@ def cleanup_leftovers(verbose: bool = True) -> list[str]:
             done.append(f"killed leftover process {pid} ({cmdline.strip()[:60]})")
         except (ProcessLookupError, PermissionError, FileNotFoundError):
             continue
+    from testbed import launch
+
+    for scratch in launch.stale_scratch_dirs():
+        if not Path(f"/proc/{launch.scratch_owner(scratch)}").exists():
+            shutil.rmtree(scratch, ignore_errors=True)
+            done.append(f"removed leftover directory {scratch}")
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     for line in links.splitlines():
         name = line.split(":")[1].strip().split("@")[0]

@@ -18,6 +18,7 @@ import contextlib
 import faulthandler
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,10 +29,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from analysis.cc import lookup as cc_lookup
-from testbed import capture, fidelity, lossbpf, provenance, rundir, spray
+from analysis.pcap import first_bulk_times
+from testbed import capture, fidelity, launch, lossbpf, provenance, rundir, spray
 from testbed.network import MARKER, Network, cleanup_leftovers
 from testbed.scenario import RunSpec, Scenario
-from testbed.traffic import CONTROL_PORT_MIN, Connection, client_argv, plan_connections, server_argv
+from testbed.traffic import CONTROL_PORT_MIN, Connection, plan_connections
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
 from topologies.shaping import set_delay, set_delays
@@ -43,8 +45,10 @@ HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_ran
 CLIENT_GRACE_S = 30.0
 #: every client must be started and stopped (held for its start time) within this long
 CLIENT_PRESTART_TIMEOUT_S = 600.0
-#: traffic starts this long after the schedule is computed (servers listening, captures on)
+#: traffic starts at least this long after the schedule is computed (servers listening, captures on)
 START_DELAY_S = 1.0
+#: iperf3's cookie, the first thing a client sends on a data connection: a larger segment starts the data
+IPERF3_COOKIE_BYTES = 37
 UDP_PROBE_S = 3.0
 UDP_PROBE_PORT = 5100
 #: a probe that reads off (a busy moment of the emulator, or its start-up datagram lost) is run once more;
@@ -295,26 +299,44 @@ def _udp_probe(net: Network, topology, probe) -> tuple[str, str]:
     return outputs[0], outputs[1]
 
 
-def _prestart_clients(net: Network, connections: list[Connection], raw: Path) -> dict[str, subprocess.Popen]:
-    """Every connection's iperf3 client, started before traffic and stopped (SIGSTOP) until its start time.
+def _prestart_clients(net: Network, connections: list[Connection], raw: Path,
+                      scratch: Path) -> dict[str, subprocess.Popen]:  # fmt: skip
+    """Every connection's iperf3 client, started before traffic and held (stopped at its first
+    connect(), :mod:`testbed.launch`) until it is continued shortly before its start time.
 
-    Starting a process costs ~0.7 s in a busy TCG guest: 210 clients started at t = 0 took 145 s,
-    so the last flows ran long after the first. Started ahead, each stops itself before it execs
-    iperf3, and the traffic loop continues it (SIGCONT) at its start time: all at once if need be.
+    Starting a process costs tens of milliseconds in a TCG guest, seconds for hundreds of them.
     We wait until every one has stopped, so that no SIGCONT can come before its SIGSTOP."""
+    library = launch.hold_library()
     clients = {
-        c.id: net.popen(c.sender, ["sh", "-c", 'kill -STOP $$; exec "$@"', "sh", *client_argv(c)],
-                        output=raw / f"iperf3-{c.id}-client.json")  # fmt: skip
+        c.id: net.popen(c.sender, launch.client_command(c, scratch, library), output=raw / f"iperf3-{c.id}-client.json")
         for c in connections
     }
     deadline = time.monotonic() + CLIENT_PRESTART_TIMEOUT_S
     for cid, proc in clients.items():
         while _process_state(proc.pid) != "T":
             if proc.poll() is not None or time.monotonic() > deadline:
+                output = (raw / f"iperf3-{cid}-client.json").read_text(errors="replace").strip()[-300:]
                 raise RunFailed(f"the iperf3 client of {cid} could not be started and held before traffic "
-                                f"(exit status {proc.poll()}); is iperf3 installed in the guest?")  # fmt: skip
+                                f"(exit status {proc.poll()}; its output: {output!r}); is iperf3 installed in "
+                                f"the guest?")  # fmt: skip
             time.sleep(0.01)
     return clients
+
+
+def _data_starts(connections: list[Connection], raw: Path, t0_unix: float) -> tuple[dict[str, float], list[str]]:
+    """How late each connection's data started against its schedule, from the captures (the first segment
+    larger than iperf3's cookie where its packets enter the network); and what could not be read."""
+    lag: dict[str, float] = {}
+    problems = []
+    for node in sorted({c.capture_node for c in connections}):
+        mine = {(c.sender_ip, c.client_port): c for c in connections if c.capture_node == node}
+        found, problem = first_bulk_times(raw / f"{node}.pcap", set(mine), IPERF3_COOKIE_BYTES)
+        if problem:
+            problems.append(problem)
+        for key, ts in found.items():
+            c = mine[key]
+            lag[c.id] = round(ts - (t0_unix + c.start_s), 3)
+    return lag, problems
 
 
 def _process_state(pid: int) -> str | None:
@@ -399,7 +421,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         "kernel": provenance.kernel_info(),
     }
     rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
-    trace = module_trace = None
+    trace = module_trace = scratch = None
     dumps: list[subprocess.Popen] = []
     try:
         topology = TOPOLOGIES[scenario.topology.name].from_scenario(scenario)
@@ -461,35 +483,39 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                 log_path = raw / f"tcpdump-{node}.log"
                 argv = capture.tcpdump_argv(raw / f"{node}.pcap", netspec.capture_filters.get(node, "tcp"))
                 dumps.append(net.popen(node, argv, output=log_path))
-            servers = {
-                c.id: net.popen(c.receiver, server_argv(c), output=raw / f"iperf3-{c.id}-server.json")
-                for c in connections
-            }
-            clients = _prestart_clients(net, connections, raw)
+            scratch = launch.make_scratch()
+            servers = {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
+                                       output=raw / f"iperf3-{c.id}-server.json") for c in connections}  # fmt: skip
+            clients = _prestart_clients(net, connections, raw, scratch)
             mark("clients_prestart")
             time.sleep(0.5)
             channels = _load_loss_channels(net, spec, scenario.duration_s + CLIENT_GRACE_S)
-            t0 = time.monotonic() + START_DELAY_S
+            # a client is continued ahead of its start time by its set-up time (launch.release_lead_s), so that
+            # its data leaves on schedule; the schedule's zero leaves room for the earliest
+            lead = {c.id: launch.release_lead_s(c) for c in connections}
+            t0 = time.monotonic() + max([START_DELAY_S] + [lead[c.id] - c.start_s for c in connections])
+            t0_unix = time.time() + (t0 - time.monotonic())  # the captures' clock
             manifest["t0_monotonic"] = t0
+            manifest["t0_unix_s"] = t0_unix
             lossbpf.start(channels, round(t0 * 1e9))
             sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in sprayers]
             cpu_before = fidelity.cpu_times()
-            pending = sorted(connections, key=lambda c: c.start_s)
+            pending = sorted(connections, key=lambda c: c.start_s - lead[c.id])
             deadline = t0 + max(c.stop_s for c in connections) + CLIENT_GRACE_S
-            start_lag: dict[str, float] = {}
+            release_lag: dict[str, float] = {}
             last_progress = 0.0
             while True:
                 now = time.monotonic()
-                while pending and now >= t0 + pending[0].start_s:
+                while pending and now >= t0 + pending[0].start_s - lead[pending[0].id]:
                     c = pending.pop(0)
                     clients[c.id].send_signal(signal.SIGCONT)
-                    # a late client still runs its whole duration, so its own deadline moves; how late it
-                    # started is a fidelity check
+                    # a late client still runs its whole duration, so its own deadline moves; how late its
+                    # data started is a fidelity check (from the captures, below)
                     started = time.monotonic()
-                    start_lag[c.id] = round(started - (t0 + c.start_s), 3)
+                    release_lag[c.id] = round(started - (t0 + c.start_s - lead[c.id]), 3)
                     deadline = max(deadline, started + c.duration_s + CLIENT_GRACE_S)
                     now = time.monotonic()
-                running = [c.id for c in connections if c.id in start_lag and clients[c.id].poll() is None]
+                running = [c.id for c in connections if c.id in release_lag and clients[c.id].poll() is None]
                 if not pending and not running:
                     break
                 if now > deadline:
@@ -504,8 +530,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                     last_progress = now
                 time.sleep(0.05)
             manifest["timing"]["traffic_s"] = round(time.monotonic() - t0, 3)
-            manifest["timing"]["client_start_lag_s"] = start_lag
-            report.checks.append(fidelity.start_lag_check(connections, start_lag))
+            manifest["timing"]["client_release_lag_s"] = release_lag
             t_teardown = time.monotonic()
             last[0] = t_teardown
             cpu_after = fidelity.cpu_times()
@@ -534,6 +559,10 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             }
             for node, stats in manifest["capture"]["pcap"].items():
                 report.checks.append(fidelity.capture_check(node, stats))
+            start_lag, unread = _data_starts(connections, raw, t0_unix)
+            manifest["timing"]["data_start_lag_s"] = start_lag
+            report.checks.append(fidelity.start_lag_check(connections, start_lag, unread))
+            mark("data_starts")
             tc_stats = _tc_stats(net)
             rundir.write_json_atomic(raw / "tc-stats.json", tc_stats)
             mark("tc_stats")
@@ -569,6 +598,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                         capture.remove_instance(name)
         for proc in dumps:
             capture.stop_tcpdump(proc)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
         manifest["ended_utc"] = rundir.utc_iso()
         manifest["files"] = rundir.file_hashes(directory)
         rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
@@ -658,6 +689,7 @@ def execute_plan(plan: dict, session_dir: Path) -> int:
 
     runs = plan["runs"]
     lossbpf.use_objects(plan.get("context", {}).get("bpf_objects"))
+    launch.use_hold_library(plan.get("context", {}).get("hold_library"))
     not_complete = 0
     started = time.monotonic()
     done_s = 0.0

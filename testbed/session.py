@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.cc import lookup as cc_lookup
-from testbed import modules, provenance, rundir
+from testbed import launch, modules, provenance, rundir
 from testbed.scenario import RunSpec, ScenarioFile
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -236,6 +236,8 @@ def run_session(
 
         for name in sorted(set().union(*(_bpf_programs(r) for r in runs_to_do))):
             bpf_objects[name] = str(lossbpf.build(name, log=log))
+    # clients are held at their first connect() by a preloaded shim (testbed.launch); the lab VM builds its own
+    hold_library = None if backend == "vagrant" else str(launch.build_hold_library(log=log))
     total = sum(estimate_s(r) for r in runs_to_do) + (GUEST_BOOT_S if backend == "guest" else 0)
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
         f"estimated {total / 60:.1f} min")  # fmt: skip
@@ -250,6 +252,7 @@ def run_session(
             "backend": backend_info,
             "project_modules": project_modules,
             "bpf_objects": bpf_objects,
+            "hold_library": hold_library,
         },
         "runs": [
             {

@@ -6,12 +6,14 @@ import subprocess
 from pathlib import Path
 
 from analysis.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - the tests' tcptrace reader
+from testbed import launch
 from testbed.capture import INSTANCES, TRACEFS
 from testbed.network import INTF_PATTERN, _marked_pids
 
 
 def leftovers() -> list[str]:
-    """Everything a run may leave behind: marked processes, our interfaces, netns, trace instance."""
+    """Everything a run may leave behind: marked processes, our interfaces, netns, trace instance, iperf3's
+    scratch directories."""
     found = [f"process {pid}" for pid in _marked_pids()]
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
     for line in links.splitlines():
@@ -21,6 +23,7 @@ def leftovers() -> list[str]:
     netns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout.split()
     found += [f"netns {n}" for n in netns]
     found += [f"trace instance {name}" for name in INSTANCES if (TRACEFS / "instances" / name).exists()]
+    found += [f"directory {path}" for path in launch.stale_scratch_dirs()]
     return found
 
 

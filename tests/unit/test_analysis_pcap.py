@@ -16,6 +16,7 @@ from analysis.pcap import (
     LINKTYPE_LINUX_SLL,
     PcapError,
     SeqSpace,
+    first_bulk_times,
     parse_segment,
 )
 from analysis.pcap import account_pcap as streaming_account_pcap
@@ -335,3 +336,30 @@ def test_a_capture_without_packets_counts_nothing(tmp_path):
     # tcpdump writes the file header alone when nothing crossed the interface
     result = account_pcap(write_pcap(tmp_path / "empty.pcap", []))
     assert (result.records, result.tcp_segments, result.problem, len(result.directions)) == (0, 0, None, 0)
+
+
+def test_first_bulk_times_skip_the_cookie_and_stop_reading_once_every_sender_is_found(tmp_path):
+    """The runner's data start check: iperf3's 37-byte cookie is not the start of the data."""
+    other = ("10.1.1.1", 40001)
+    frames = handshake(0) + [
+        data(0, 0, 37),  # the cookie, t = 1000.02
+        segment(other, RECEIVER, 9, payload=1448),  # another sender's data, t = 1000.03
+        data(0, 37, 1448),  # the first data, t = 1000.04
+    ]
+    path = write_pcap(tmp_path / "c.pcap", frames)
+    with open(path, "ab") as f:
+        f.write(b"\0" * 7)  # a record cut short after them: never read, since both were found before
+    found, problem = first_bulk_times(path, {SENDER, other}, 37)
+    assert found == {SENDER: pytest.approx(1000.04), other: pytest.approx(1000.03)}
+    assert problem is None
+
+
+def test_first_bulk_times_report_a_cut_capture_and_keep_what_came_before(tmp_path):
+    path = write_pcap(tmp_path / "t.pcap", handshake(0) + [data(0, 0, 1000)])
+    with open(path, "ab") as f:
+        f.write(b"\0" * 7)
+    found, problem = first_bulk_times(path, {SENDER, ("10.9.9.9", 1)}, 37)
+    assert found == {SENDER: pytest.approx(1000.02)}
+    assert "cut short" in problem and "t.pcap" in problem
+    missing, problem = first_bulk_times(tmp_path / "none.pcap", {SENDER}, 37)
+    assert missing == {} and "none.pcap" in problem

@@ -82,10 +82,21 @@ def test_tcpdump_stats_and_capture_check():
     assert not fidelity.capture_check("rl", tcpdump_stats("killed")).ok, "unknown drops are not trusted"
 
 
-def test_client_start_lag_tolerance_is_a_second_or_a_share_of_the_duration():
+def test_data_start_tolerance_is_a_second_or_a_share_of_the_duration():
     conns = [SimpleNamespace(id="c0", duration_s=10.0), SimpleNamespace(id="c1", duration_s=1000.0)]
     ok = fidelity.start_lag_check(conns, {"c0": 0.4, "c1": 30.0})  # 30 s late of 1000 s: within 5 %
-    assert ok.ok and "up to 30.00 s late" in ok.detail
+    assert ok.ok and "+0.40 to +30.00 s from schedule" in ok.detail
     late = fidelity.start_lag_check(conns, {"c0": 1.5, "c1": 0.1})
-    assert not late.ok and "c0, 1.50 s, tolerance 1.00 s" in late.detail
+    assert not late.ok and "c0, +1.50 s, tolerance 1.00 s" in late.detail
+    early = fidelity.start_lag_check(conns, {"c0": -1.2, "c1": 0.1})  # released too early: off as well
+    assert not early.ok and "c0, -1.20 s" in early.detail
     assert not fidelity.start_lag_check(conns, {}).ok
+
+
+def test_a_connection_without_captured_data_fails_the_start_check_and_says_why():
+    conns = [SimpleNamespace(id="c0", duration_s=10.0), SimpleNamespace(id="c1", duration_s=10.0)]
+    check = fidelity.start_lag_check(conns, {"c0": 0.2}, ["rl.pcap: cut short in record 9"])
+    assert not check.ok
+    assert "no data captured for c1 (rl.pcap: cut short in record 9)" in check.detail
+
+

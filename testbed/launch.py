@@ -1,0 +1,135 @@
+"""How the runner starts iperf3: the argv of each server and client, the shim that holds a client
+until its start time, and where iperf3 keeps its buffer files.
+
+Three things keep many iperf3 processes in a small guest from disturbing the experiment (all
+measured with 200 + 10 flows in a 2-vCPU TCG guest, ``make bench``'s many-flows point):
+
+* **priority**: servers and clients run at ``nice 19``. At equal priority 420 iperf3 processes
+  starved the kernel's network work deferred to ``ksoftirqd``: a handshake's SYN-ACK took 258 ms
+  (median; 850 ms at the 90th percentile) longer than the path's delay to be answered, and 40 %
+  of the connections sent their SYN again. At ``nice 19``: 0.9 ms, none. The emulated path comes
+  first; a starved iperf3 still has its socket buffer, which the kernel keeps sending from.
+* **buffer files on tmpfs**: iperf3 makes each stream's buffer a deleted file in ``$TMPDIR``
+  (``/tmp`` by default). In a virtme-ng guest ``/tmp`` is an overlay over the host's, reached over
+  virtiofs: 200 processes queued on its directory lock for seconds. ``TMPDIR`` points at a
+  directory of :func:`tmpfs_base` instead.
+* **held after exec**: each client is started before traffic with ``hold_at_connect.so``
+  preloaded, which stops it (SIGSTOP) at its first ``connect()``: exec'd, linked, options read,
+  nothing sent. The runner continues it (SIGCONT) shortly before its start time. Continued before
+  exec, 210 clients spread their first packets over 0-8 s; held here, over 0.14 s.
+
+The shim is compiled with ``clang`` (already needed for the tc-BPF programs), once per source
+version, into the cache; a guest uses the host's build (virtme-ng shares the host's files), the
+lab VM builds its own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+from testbed.kernels import cache_root
+from testbed.traffic import Connection, client_argv, server_argv
+
+HOLD_SOURCE = Path(__file__).resolve().parent / "native" / "hold_at_connect.c"
+#: iperf3's niceness (module doc)
+NICENESS = 19
+#: iperf3 sends its first data about this many base round trips after it is continued: control
+#: connection, parameters, data connection, start message (and its way to the capture point)
+SETUP_ROUND_TRIPS = 4
+#: directories of iperf3's buffer files are made under the first of these that is a tmpfs
+TMPFS_CANDIDATES = ("/dev/shm", "/run")
+SCRATCH_PREFIX = "cc-testbed-iperf3-"
+
+#: the shim this process preloads (set from the plan when the host built it); None = build here
+_library: Path | None = None
+
+
+class LaunchError(RuntimeError):
+    """The hold shim could not be built; the message says why and what to do."""
+
+
+def build_hold_library(log=print) -> Path:
+    """``hold_at_connect.so``, built once per source version into the cache."""
+    if shutil.which("clang") is None:
+        raise LaunchError("holding iperf3 clients until their start time needs clang (Debian package clang): "
+                          "run 'make setup'")  # fmt: skip
+    digest = hashlib.sha256(HOLD_SOURCE.read_bytes()).hexdigest()[:16]
+    target = cache_root().parent / "native" / digest / "hold_at_connect.so"
+    if target.exists():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    log(f"compiling {HOLD_SOURCE.name} (clang -shared)")
+    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
+        out = subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", tmp.name, str(HOLD_SOURCE)],
+                             capture_output=True, text=True)  # fmt: skip
+        if out.returncode != 0:
+            Path(tmp.name).unlink(missing_ok=True)
+            raise LaunchError(f"clang could not compile {HOLD_SOURCE}: {out.stderr.strip()[-800:]}")
+        Path(tmp.name).replace(target)
+    return target
+
+
+def use_hold_library(path: str | None) -> None:
+    """Preload this build from now on (a guest gets the host's build through the plan)."""
+    global _library
+    _library = Path(path) if path else None
+
+
+def hold_library() -> Path:
+    global _library
+    if _library is None or not _library.exists():
+        _library = build_hold_library()
+    return _library
+
+
+def tmpfs_base() -> Path:
+    """The first of TMPFS_CANDIDATES mounted as tmpfs, else the system's temporary directory."""
+    mounts = {}
+    for line in Path("/proc/mounts").read_text().splitlines():
+        fields = line.split()
+        if len(fields) > 2:
+            mounts[fields[1]] = fields[2]
+    for candidate in TMPFS_CANDIDATES:
+        if mounts.get(candidate) == "tmpfs":
+            return Path(candidate)
+    return Path(tempfile.gettempdir())
+
+
+def make_scratch() -> Path:
+    """A directory for one run's iperf3 buffer files (empty: iperf3 deletes each file once mapped),
+    named after the runner's process so that a cleanup can tell a killed run's from a live one's."""
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=tmpfs_base()))
+
+
+def scratch_owner(scratch: Path) -> int:
+    """The pid of the runner that made ``scratch``."""
+    return int(scratch.name[len(SCRATCH_PREFIX) :].split("-")[0])
+
+
+def stale_scratch_dirs() -> list[Path]:
+    """Every scratch directory there is (``testbed cleanup`` removes those whose runner is gone)."""
+    return sorted(tmpfs_base().glob(f"{SCRATCH_PREFIX}*"))
+
+
+def _prefix(scratch: Path, preload: Path | None = None) -> list[str]:
+    variables = [f"TMPDIR={scratch}"] + ([f"LD_PRELOAD={preload}"] if preload else [])
+    return ["env", *variables, "nice", "-n", str(NICENESS)]
+
+
+def server_command(conn: Connection, scratch: Path) -> list[str]:
+    return _prefix(scratch) + server_argv(conn)
+
+
+def client_command(conn: Connection, scratch: Path, library: Path) -> list[str]:
+    """The client's argv: it stops itself at its first connect() (module doc)."""
+    return _prefix(scratch, library) + client_argv(conn)
+
+
+def release_lead_s(conn: Connection) -> float:
+    """How long before its start time a client is continued, so that its data leaves on time."""
+    return SETUP_ROUND_TRIPS * conn.base_rtt_ms / 1000
