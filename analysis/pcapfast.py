@@ -1,26 +1,28 @@
-"""The fast path of the pcap accounting: the same numbers as ``pcap.account_pcap``, computed on
-columns instead of record by record (issue 6).
+"""The fast path of the pcap accounting: the same numbers as ``pcap.account_pcap``, counted in one
+compiled pass instead of record by record (issue 6).
 
 ``account_pcap_fast(path)`` maps the capture and reads it in windows of ``CHUNK_BYTES``:
 
-* **reading**: one compiled pass (numba) walks the records of a window, decodes the link, IPv4 and
-  TCP headers, and keeps a few columns per TCP segment: time, direction id, sequence number, flags,
-  window, payload length (31 bytes a segment, against the 100 to 150 bytes it takes in the file).
-  The direction ids come from a hash table of (addresses, ports) filled in order of first appearance.
-  numba, because a walk over variable-length records is a loop that numpy cannot express (an earlier
-  numpy version guessed record headers from their timestamps and took 3.7 times tcptrace's time).
-* **accounting**: per direction, one compiled pass over its rows for the counters and the
-  retransmitted bytes: each data segment's overlap with the sequence ranges seen before it, which
-  is ``pcap.SeqSpace`` compiled (in the usual case one range, [first byte, highest byte sent), plus
-  one per hole a drop before the capture point left open).
-* **memory**: the columns (31 bytes a segment) and one window of the file: the windows are views
-  of the mapping (no copy), and the pages already read are released.
+* **one pass** (numba) walks the records of a window, decodes the link, IPv4 and TCP headers, finds
+  each segment's direction (a hash table of addresses and ports, ids in order of first appearance)
+  and counts the segment in that direction's row of a few arrays: packets, SYN/FIN/RST, the ISN,
+  data packets and bytes, first and last times, and the retransmitted bytes, i.e. each data
+  segment's overlap with the sequence space seen before it (``pcap.SeqSpace``, kept as the range
+  [lowest, highest byte seen) less the holes that drops before the capture point left open; data
+  right after everything seen, the usual case, costs one comparison). numba, because a walk over
+  variable-length records is a loop that numpy cannot express (an earlier numpy version guessed record
+  headers from their timestamps and took 3.7 times tcptrace's time); and one pass with no columns,
+  because writing 31 bytes of columns a segment and reading them back per direction took longer
+  than the walk itself (54 against 31 ms on the bench's 1.1 M-packet capture).
+* **memory**: one window of the file (a view of the mapping: no copy; pages already read are
+  released) and one row per direction.
 
 Whatever does not fit those assumptions is handed to the exact record-by-record code, so the
 numbers are always those of ``pcap.account_pcap``: the whole file when it is pcapng, IPv6, VLAN-tagged,
-of another link type or has more than 32768 connection directions; one connection when the other
-side advertised a zero window (tcptrace's zero-window probes) or a direction spans more than 2 GiB
-of sequence space (wrap-around).
+of another link type or has more than 32768 connection directions; one connection (a second pass
+keeps the columns of its segments and replays them through ``pcap.account_segment``) when the other
+side advertised a zero window (tcptrace's zero-window probes), a direction spans more than 2 GiB of
+sequence space (wrap-around) or has more than 16 holes open at once.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ _LINK = {
 }
 _MAX_RECORD = 1 << 18
 _HALF = 1 << 31
-#: the columns kept per TCP segment: 31 bytes (the file spends 100 to 150 on it)
+#: the columns the second pass keeps per TCP segment of a connection counted exactly (module doc)
 _COLUMNS = (("ts", np.float64), ("direction", np.int32), ("seq", np.int64), ("flags", np.uint8),
             ("window", np.uint16), ("payload", np.int64))  # fmt: skip
 #: connections' directions the fast path tracks (more go to the record-by-record code)
@@ -78,7 +80,7 @@ class _NotFast(Exception):
 
 
 def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES) -> PcapAccounting:
-    """``pcap.account_pcap``'s result, computed on columns (module doc)."""
+    """``pcap.account_pcap``'s result, counted in one compiled pass (module doc)."""
     path = Path(path)
     with open(path, "rb") as f:
         head = f.read(24)
@@ -89,12 +91,13 @@ def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES) -> PcapAccount
     if linktype not in _LINK:
         return account_pcap(path)
     try:
-        columns, keys, records, problem = _read_columns(path, endian, resolution, linktype, chunk_bytes)
+        arrays, keys, records, problem = _read(path, endian, resolution, linktype, chunk_bytes)
     except _NotFast:
         return account_pcap(path)
-    result = PcapAccounting(path, linktype=linktype, records=records, tcp_segments=len(columns["ts"]),
-                            problem=problem)  # fmt: skip
-    _account(columns, keys, result)
+    segments = int(arrays["acc"][:, _PACKETS].sum())
+    result = PcapAccounting(path, linktype=linktype, records=records, tcp_segments=segments, problem=problem)
+    _account(path, arrays, keys, result,
+             lambda keep: _read(path, endian, resolution, linktype, chunk_bytes, keep)[0])  # fmt: skip
     return result
 
 
@@ -120,15 +123,16 @@ def _word(buf, i, little):
 
 
 @numba.njit(cache=True)
-def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions, segments, ts, direction, seq, flags,
-          window, payload):  # fmt: skip
-    """Walk the records of ``buf`` from its start and write each IPv4 TCP segment's columns (what
-    ``pcap.parse_segment`` keeps) into the output arrays from row ``segments`` on. ``direction`` is
-    the segment's direction id in ``keys`` (src, dst, sport << 16 | dport), found through the
-    open-addressing ``table``; ids are given in order of first appearance. Returns (records, rows
-    written so far, offset of the first record not complete in ``buf``, status, directions): status
-    _NOT_FAST for IPv6, VLAN tags or too many directions, _CORRUPT for an implausible record length
-    (the offset is that record's)."""
+def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions, account, acc, times, hole_starts,
+          hole_ends, keep, segments, ts, direction, seq, flags, window, payload):  # fmt: skip
+    """Walk the records of ``buf`` from its start. Each IPv4 TCP segment gets its direction id in ``keys``
+    (src, dst, sport << 16 | dport), found through the open-addressing ``table``; ids are given in order
+    of first appearance. With ``account``, the segment is counted in its direction's row of ``acc``,
+    ``times`` and the hole lists; else, if ``keep[id]``, its columns (what
+    ``pcap.parse_segment`` keeps) are written from row ``segments`` on. Returns (records, rows written
+    so far, offset of the first record not complete in ``buf``, status, directions): status _NOT_FAST
+    for IPv6, VLAN tags or too many directions, _CORRUPT for an implausible record length (the offset
+    is that record's)."""
     n = len(buf)
     slots = len(table) - 1
     at = 0
@@ -180,38 +184,137 @@ def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions
                 keys[d, 2] = ports
                 table[slot] = d
                 directions += 1
+                if account:
+                    acc[d, :] = 0
+                    acc[d, _BASE] = acc[d, _ISN] = acc[d, _LOW] = -1
                 break
             if keys[d, 0] == src and keys[d, 1] == dst and keys[d, 2] == ports:
                 break
             slot = (slot + 1) & slots
-        ts[segments] = np.float64(_word(buf, header, little)) + np.float64(_word(buf, header + 4, little)) * resolution
-        direction[segments] = d
-        seq[segments] = _be32(buf, tcp + 4)
-        flags[segments] = buf[tcp + 13]
-        window[segments] = _be16(buf, tcp + 14)
-        payload[segments] = max(total - ihl - (np.int64(buf[tcp + 12]) >> 4) * 4, 0)
-        segments += 1
+        time = np.float64(_word(buf, header, little)) + np.float64(_word(buf, header + 4, little)) * resolution
+        length = max(total - ihl - (np.int64(buf[tcp + 12]) >> 4) * 4, 0)
+        if not account:
+            if keep[d]:
+                ts[segments] = time
+                direction[segments] = d
+                seq[segments] = _be32(buf, tcp + 4)
+                flags[segments] = buf[tcp + 13]
+                window[segments] = _be16(buf, tcp + 14)
+                payload[segments] = length
+                segments += 1
+            continue
+        # pcap.account_segment, for what the online accounting can count (module doc). Written out here:
+        # numba's inlined helpers made this pass three times slower.
+        number, bits = _be32(buf, tcp + 4), np.int64(buf[tcp + 13])
+        acc[d, _PACKETS] += 1
+        if acc[d, _PACKETS] == 1:
+            times[d, _FIRST] = time
+        times[d, _LAST] = time
+        syn = bits & TCP_SYN
+        if syn:
+            acc[d, _SYNS] += 1
+        if bits & TCP_FIN:
+            acc[d, _FINS] += 1
+        if bits & TCP_RST:
+            acc[d, _RSTS] += 1
+        elif bits & (TCP_ACK | TCP_SYN) == 0 or _be16(buf, tcp + 14) == 0:
+            acc[d, _ZERO_WINDOW] = 1  # the other direction's data may be tcptrace's zero-window probes
+        if acc[d, _BASE] < 0 or (syn and acc[d, _ISN] < 0 and acc[d, _DATA_PKTS] == 0):
+            acc[d, _BASE] = number
+            if syn:
+                acc[d, _ISN] = number
+        relative = (number - acc[d, _BASE]) % (1 << 32)
+        if relative >= _HALF:
+            acc[d, _STATUS] = _NOT_FAST
+        if length <= 0:
+            continue
+        acc[d, _DATA_PKTS] += 1
+        acc[d, _DATA_BYTES] += length
+        if acc[d, _DATA_PKTS] == 1:
+            times[d, _FIRST_DATA] = time
+        times[d, _LAST_DATA] = time
+        start = relative + (1 if syn else 0)  # a SYN's own sequence number carries no data
+        if start + length >= _HALF:
+            acc[d, _STATUS] = _NOT_FAST
+        if acc[d, _STATUS] != 0:
+            continue
+        if acc[d, _LOW] < 0:  # the first data
+            acc[d, _LOW], acc[d, _HIGH] = start, start + length
+        elif start == acc[d, _HIGH]:  # the common case: new data right after everything seen
+            acc[d, _HIGH] = start + length
+        else:
+            overlap = _seen_add(acc, hole_starts, hole_ends, d, start, start + length)
+            if overlap < 0:
+                acc[d, _STATUS] = _NOT_FAST
+            elif overlap > 0:
+                acc[d, _REXMIT_PKTS] += 1
+                acc[d, _REXMIT_BYTES] += overlap
     return records, segments, at, 0, directions
 
 
+# the accounting of one direction, online: its row of ``acc`` (int64) ...
+(_PACKETS, _SYNS, _FINS, _RSTS, _BASE, _ISN, _DATA_PKTS, _DATA_BYTES, _REXMIT_PKTS, _REXMIT_BYTES, _LOW, _HIGH,
+ _HOLES, _STATUS, _ZERO_WINDOW) = range(15)  # fmt: skip
+_ACC_COLUMNS = 15
+# ... and of ``times`` (float64)
+_FIRST, _LAST, _FIRST_DATA, _LAST_DATA = range(4)
+#: sequence-space holes a direction may have open at once (drops before the capture point that are not
+#: repaired yet); more go to the exact record-by-record code
+_MAX_HOLES = 16
+
+
 @numba.njit(cache=True)
-def _group(direction, count):
-    """The rows of each direction in file order (a counting sort): rows[bounds[d]:bounds[d + 1]]."""
-    bounds = np.zeros(count + 1, np.int64)
-    for d in direction:
-        bounds[d + 1] += 1
-    bounds = np.cumsum(bounds)
-    fill = bounds[:-1].copy()
-    rows = np.empty(len(direction), np.int64)
-    for i in range(len(direction)):
-        d = direction[i]
-        rows[fill[d]] = i
-        fill[d] += 1
-    return rows, bounds
+def _seen_add(acc, hole_starts, hole_ends, d, start, end):
+    """``pcap.SeqSpace.add`` on direction ``d``'s sequence space, kept as its hull [low, high) less its
+    holes (sorted, disjoint, at most _MAX_HOLES): how many bytes of [start, end) were seen before, or -1
+    when the holes would overflow. Not for the first data, nor for data right after all seen (``_scan``
+    does those itself: a call per segment would cost more than the rest of the pass)."""
+    low, high, holes = acc[d, _LOW], acc[d, _HIGH], acc[d, _HOLES]
+    if start > high:  # beyond everything seen: what lies between is a hole
+        if holes == _MAX_HOLES:
+            return -1
+        hole_starts[d, holes], hole_ends[d, holes] = high, start
+        acc[d, _HOLES] = holes + 1
+        acc[d, _HIGH] = end
+        return 0
+    overlap = max(0, min(end, high) - max(start, low))
+    acc[d, _LOW] = min(low, start)
+    acc[d, _HIGH] = max(high, end)
+    if end < low:  # entirely before everything seen: the gap up to it becomes the first hole
+        if holes == _MAX_HOLES:
+            return -1
+        for k in range(holes, 0, -1):
+            hole_starts[d, k], hole_ends[d, k] = hole_starts[d, k - 1], hole_ends[d, k - 1]
+        hole_starts[d, 0], hole_ends[d, 0] = end, low
+        acc[d, _HOLES] = holes + 1
+        return overlap
+    kept = 0  # holes left, compacted in place (no arrays made here: this runs once per segment)
+    for k in range(holes):
+        a, b = hole_starts[d, k], hole_ends[d, k]
+        overlap -= max(0, min(end, b) - max(start, a))
+        if a < start and b > end:  # the new range splits this hole: it touches no other
+            if holes == _MAX_HOLES:
+                return -1
+            for j in range(holes, k + 1, -1):
+                hole_starts[d, j], hole_ends[d, j] = hole_starts[d, j - 1], hole_ends[d, j - 1]
+            hole_ends[d, k] = start
+            hole_starts[d, k + 1], hole_ends[d, k + 1] = end, b
+            acc[d, _HOLES] = holes + 1
+            return overlap
+        if a < start:  # what is left of the hole below the new range
+            hole_starts[d, kept], hole_ends[d, kept] = a, min(b, start)
+            kept += 1
+        elif b > end:  # or above it
+            hole_starts[d, kept], hole_ends[d, kept] = max(a, end), b
+            kept += 1
+    acc[d, _HOLES] = kept
+    return overlap
 
 
-def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int):
-    """The TCP segments' columns, the directions' keys, the number of records and the problem, if any."""
+def _read(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes: int, keep: np.ndarray | None = None):
+    """One pass over the file (module doc). Without ``keep``: the directions' accounting; with it, the
+    columns of the segments of the directions it marks. Returns a dict of the arrays filled, the
+    directions' keys, the number of records and the problem, if any."""
     little = endian == "<"
     net_offset, proto_at = _LINK[linktype]
     table = np.full(2 * _MAX_DIRECTIONS, -1, dtype=np.int32)
@@ -220,10 +323,15 @@ def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chu
     records, status, segments = 0, 0, 0
     size = path.stat().st_size
     position = 24  # of the first record not read yet
-    # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it);
-    # memory is taken only as rows are written
-    capacity = (size - position) // 56 + 1
+    account = keep is None
+    # memory is taken only as rows are written (np.empty maps pages on first touch)
+    acc = np.empty((_MAX_DIRECTIONS if account else 0, _ACC_COLUMNS), np.int64)
+    times = np.empty((_MAX_DIRECTIONS if account else 0, 4), np.float64)
+    holes = [np.empty((_MAX_DIRECTIONS if account else 0, _MAX_HOLES), np.int64) for _ in range(2)]
+    # room for every segment the file could hold (a TCP segment takes at least 16 + 20 + 20 bytes of it)
+    capacity = 0 if account else (size - position) // 56 + 1
     columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
+    keep = np.zeros(0, np.uint8) if keep is None else keep
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         whole = np.frombuffer(mapped, dtype=np.uint8)
         buf = whole[:0]  # the window: a view, dropped before the mapping closes
@@ -234,7 +342,7 @@ def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chu
             buf = whole[position:end]
             counted, segments, next_start, status, directions = _scan(
                 buf, little, net_offset, -1 if proto_at is None else proto_at, resolution, table, keys, directions,
-                segments, *columns.values(),
+                account, acc, times, *holes, keep, segments, *columns.values(),
             )  # fmt: skip
             if status == _NOT_FAST:
                 raise _NotFast("IPv6, VLAN tags or too many connections")
@@ -260,7 +368,11 @@ def _read_columns(path: Path, endian: str, resolution: float, linktype: int, chu
             else:
                 detail = f"record has {len(tail) - 16} of {caplen} captured bytes"
         problem = f"{PcapTruncated(records + 1, position, detail)}; counted the {records} complete records before it"
-    return {name: column[:segments] for name, column in columns.items()}, keys[:directions].copy(), records, problem
+    if account:
+        arrays = {"acc": acc[:directions], "times": times[:directions]}
+    else:
+        arrays = {name: column[:segments] for name, column in columns.items()}
+    return arrays, keys[:directions].copy(), records, problem
 
 
 # ------------------------------------------------------------------------------------ accounting
@@ -270,25 +382,41 @@ def _address(value: int) -> str:
     return socket.inet_ntoa(struct.pack(">I", value))
 
 
-def _account(columns: dict, keys: np.ndarray, result: PcapAccounting) -> None:
-    if not len(columns["ts"]):
-        return
-    rows, bounds = _group(columns["direction"], len(keys))
-    rows_of = {d: rows[bounds[d] : bounds[d + 1]] for d in range(len(keys))}
+def _stats(key: tuple, acc: np.ndarray, times: np.ndarray) -> DirectionStats:
+    """One direction's DirectionStats from its row of the online accounting."""
+    stats = DirectionStats(_address(key[0]), key[1], _address(key[2]), key[3])
+    stats.packets, stats.syn_count, stats.fin_count, stats.rst_count = (int(v) for v in acc[_PACKETS:_BASE])
+    stats.first_time, stats.last_time = float(times[_FIRST]), float(times[_LAST])
+    stats.isn = None if acc[_ISN] < 0 else int(acc[_ISN])
+    if acc[_DATA_PKTS]:
+        stats.data_pkts, stats.data_bytes = int(acc[_DATA_PKTS]), int(acc[_DATA_BYTES])
+        stats.rexmit_pkts, stats.rexmit_bytes = int(acc[_REXMIT_PKTS]), int(acc[_REXMIT_BYTES])
+        stats.unique_bytes = stats.data_bytes - stats.rexmit_bytes
+        stats.first_data_time, stats.last_data_time = float(times[_FIRST_DATA]), float(times[_LAST_DATA])
+    return stats
+
+
+def _account(path: Path, arrays: dict, keys: np.ndarray, result: PcapAccounting, read_again) -> None:
+    """The directions' DirectionStats, in order of first appearance (as the streaming path has them).
+
+    A connection the online accounting cannot count (a direction marked _NOT_FAST, or one whose other
+    side's segments make zero-window probes of its data) is counted by ``pcap.account_segment`` from the
+    columns of a second pass (``read_again(keep)``) over both its directions, in file order."""
+    acc, times = arrays["acc"], arrays["times"]
     flow = {d: (int(src), int(ports) >> 16, int(dst), int(ports) & 0xFFFF) for d, (src, dst, ports) in enumerate(keys)}
     by_key = {key: d for d, key in flow.items()}
     exact: set[int] = set()
-    stats: dict[int, DirectionStats] = {}
     for d, key in flow.items():
         reverse = by_key.get((key[2], key[3], key[0], key[1]))
-        try:
-            stats[d] = _direction(columns, rows_of[d], key, None if reverse is None else rows_of[reverse])
-        except _NotFast:
+        if acc[d, _STATUS] != 0 or (reverse is not None and acc[reverse, _ZERO_WINDOW]):
             exact |= {d} | ({reverse} if reverse is not None else set())
-    # connections the columns cannot account: every segment of both directions, in file order
+    stats = {d: _stats(key, acc[d], times[d]) for d, key in flow.items() if d not in exact}
     if exact:
+        keep = np.zeros(len(keys), np.uint8)
+        keep[sorted(exact)] = 1
+        columns = read_again(keep)
         replay: dict[tuple, DirectionStats] = {}
-        for row in np.sort(np.concatenate([rows_of[d] for d in exact])).tolist():
+        for row in range(len(columns["ts"])):
             d = int(columns["direction"][row])
             s_ip, s_port, d_ip, d_port = flow[d]
             key = (_address(s_ip), s_port, _address(d_ip), d_port)
@@ -299,141 +427,6 @@ def _account(columns: dict, keys: np.ndarray, result: PcapAccounting) -> None:
         for d in exact:
             s_ip, s_port, d_ip, d_port = flow[d]
             stats[d] = replay[(_address(s_ip), s_port, _address(d_ip), d_port)]
-    # the same order of directions as the streaming path: by first appearance (the ids' order)
     for d in sorted(stats):
         s = stats[d]
         result.directions[(s.src, s.sport, s.dst, s.dport)] = s
-
-
-@numba.njit(cache=True)
-def _overlaps(starts_in, ends_in):
-    """For each range [starts_in[i], ends_in[i]) in turn, how many of its bytes earlier ranges covered:
-    ``pcap.SeqSpace.add`` compiled (the union seen so far as sorted disjoint ranges, merged when they
-    touch; one range per hole still open, usually one in all)."""
-    out = np.zeros(len(starts_in), np.int64)
-    starts = np.empty(16, np.int64)
-    ends = np.empty(16, np.int64)
-    k = 0
-    for i in range(len(starts_in)):
-        start, end = starts_in[i], ends_in[i]
-        if start >= end:
-            continue
-        if k and start == ends[k - 1]:  # the common case: new data right after everything seen
-            ends[k - 1] = max(end, ends[k - 1])
-            continue
-        if k and start < ends[k - 1]:
-            lo = np.searchsorted(ends[:k], start, "left")
-            hi = np.searchsorted(starts[:k], end, "right")
-        else:
-            lo = hi = k  # beyond everything seen (or the first range): a new range at the end
-        overlap = 0
-        for j in range(lo, hi):
-            overlap += max(0, min(end, ends[j]) - max(start, starts[j]))
-        out[i] = overlap
-        if lo < hi:
-            start, end = min(start, starts[lo]), max(end, ends[hi - 1])
-        # ranges lo..hi-1 become the one range [start, end)
-        if lo == hi:
-            if k == len(starts):
-                starts = np.concatenate((starts, np.empty(k, np.int64)))
-                ends = np.concatenate((ends, np.empty(k, np.int64)))
-            starts[lo + 1 : k + 1] = starts[lo:k].copy()
-            ends[lo + 1 : k + 1] = ends[lo:k].copy()
-            k += 1
-        elif hi - lo > 1:
-            gone = hi - lo - 1
-            starts[lo + 1 : k - gone] = starts[hi:k].copy()
-            ends[lo + 1 : k - gone] = ends[hi:k].copy()
-            k -= gone
-        starts[lo], ends[lo] = start, end
-    return out
-
-
-@numba.njit(cache=True)
-def _counts(ts, seq, flags, window, payload, rows, reverse_rows, has_reverse):
-    """One direction's counters in one compiled pass over its rows (``_direction``): a status
-    (0, or _NOT_FAST where the columns cannot account it), then packets, SYN, FIN and RST counts, the
-    ISN (-1: none), data packets and bytes, retransmitted packets and bytes, and the first and last
-    time of any segment and of a data segment."""
-    if has_reverse:  # tcptrace's zero-window probes: the other side closed its window
-        for r in reverse_rows:
-            f = flags[r]
-            if f & TCP_RST == 0 and (f & (TCP_ACK | TCP_SYN) == 0 or window[r] == 0):
-                return (_NOT_FAST, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
-    n = len(rows)
-    syns = fins = rsts = n_data = 0
-    first_syn = -1
-    data_before_syn = False
-    for i in range(n):
-        f = flags[rows[i]]
-        if f & TCP_SYN:
-            syns += 1
-            if first_syn < 0:
-                first_syn = i
-        if f & TCP_FIN:
-            fins += 1
-        if f & TCP_RST:
-            rsts += 1
-        if payload[rows[i]] > 0:
-            n_data += 1
-            if first_syn < 0:
-                data_before_syn = True
-    base = seq[rows[0]]
-    isn = -1
-    begin = 0
-    if first_syn >= 0 and not data_before_syn:
-        base = seq[rows[first_syn]]
-        isn = base
-        begin = first_syn
-    for i in range(begin, n):
-        if (seq[rows[i]] - base) % (1 << 32) >= _HALF:
-            return (_NOT_FAST, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
-    first_ts, last_ts = ts[rows[0]], ts[rows[n - 1]]
-    if n_data == 0:
-        return (0, n, syns, fins, rsts, isn, 0, 0, 0, 0, first_ts, last_ts, 0.0, 0.0)
-    starts = np.empty(n_data, np.int64)
-    ends = np.empty(n_data, np.int64)
-    k = 0
-    data_bytes = 0
-    first_data = last_data = 0.0
-    for i in range(n):
-        row = rows[i]
-        length = payload[row]
-        if length <= 0:
-            continue
-        start = (seq[row] - base) % (1 << 32) + (1 if flags[row] & TCP_SYN else 0)
-        if start + length >= _HALF:
-            return (_NOT_FAST, 0, 0, 0, 0, -1, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0)
-        starts[k], ends[k] = start, start + length
-        if k == 0:
-            first_data = ts[row]
-        last_data = ts[row]
-        data_bytes += length
-        k += 1
-    overlap = _overlaps(starts, ends)
-    rexmit_pkts = 0
-    for v in overlap:
-        if v > 0:
-            rexmit_pkts += 1
-    return (0, n, syns, fins, rsts, isn, n_data, data_bytes, rexmit_pkts, overlap.sum(), first_ts, last_ts,
-            first_data, last_data)
-
-
-def _direction(columns: dict, rows: np.ndarray, key: tuple, reverse_rows: np.ndarray | None) -> DirectionStats:
-    """One direction's counters by the module's rule; raises _NotFast where it does not hold."""
-    (status, packets, syns, fins, rsts, isn, data_pkts, data_bytes, rexmit_pkts, rexmit_bytes, first, last,
-     first_data, last_data) = _counts(columns["ts"], columns["seq"], columns["flags"], columns["window"],
-                                      columns["payload"], rows, rows if reverse_rows is None else reverse_rows,
-                                      reverse_rows is not None)  # fmt: skip
-    if status == _NOT_FAST:
-        raise _NotFast("zero window on the other side (tcptrace's probes), or sequence space beyond 2 GiB")
-    stats = DirectionStats(_address(key[0]), key[1], _address(key[2]), key[3])
-    stats.packets, stats.syn_count, stats.fin_count, stats.rst_count = packets, syns, fins, rsts
-    stats.first_time, stats.last_time = float(first), float(last)
-    stats.isn = None if isn < 0 else int(isn)
-    if data_pkts:
-        stats.data_pkts, stats.data_bytes = int(data_pkts), int(data_bytes)
-        stats.rexmit_pkts, stats.rexmit_bytes = int(rexmit_pkts), int(rexmit_bytes)
-        stats.unique_bytes = stats.data_bytes - stats.rexmit_bytes
-        stats.first_data_time, stats.last_data_time = float(first_data), float(last_data)
-    return stats

@@ -332,6 +332,48 @@ def test_fast_path_windows_split_records_and_a_gap_goes_segment_by_segment(tmp_p
     assert (stats.data_pkts, stats.rexmit_pkts, stats.unique_bytes) == (20, 0, 2000)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_drops_reordering_and_retransmissions_count_the_same_on_both_paths(tmp_path, seed):
+    """The fast path's sequence space (a range less its holes) against pcap.SeqSpace, segment by segment:
+    random drops before the capture point (up to 40 holes open: more than the fast path keeps, so some
+    seeds go to its exact replay), late retransmissions, reordering, overlapping resends, data sent
+    before the first captured byte, and a zero window on the other side in some seeds."""
+    import random
+
+    rng = random.Random(seed)
+    isn = rng.randrange(2**32)
+    size = 1000
+    order = list(range(60))
+    for _ in range(12):  # reordering: swap neighbours
+        i = rng.randrange(len(order) - 1)
+        order[i], order[i + 1] = order[i + 1], order[i]
+    dropped = set(rng.sample(order[2:], rng.choice([3, 20, 40])))
+    frames = handshake(isn) if seed % 3 else []  # some captures start mid-stream
+    for k in order:
+        if k not in dropped:
+            frames.append(data(isn, k * size, size))
+        if rng.random() < 0.1:  # an ACK; one in a few seeds closes the window
+            frames.append(segment(RECEIVER, SENDER, 8, ack=isn + 1 + k * size, window=0 if seed % 5 == 4 else 900))
+    for k in sorted(dropped):  # the retransmissions, some overlapping their neighbours
+        start = k * size - rng.choice([0, 0, 300])
+        frames.append(data(isn, max(start, 0), size + rng.choice([0, 500])))
+    frames.append(data(isn, 0, 100))  # resends the start: below everything in captures that began late
+    account_pcap(write_pcap(tmp_path / "r.pcap", frames))  # asserts fast == record by record
+
+
+def test_more_holes_than_the_fast_path_keeps_and_data_before_the_first_seen_byte(tmp_path):
+    # every other segment dropped before the capture point: 20 holes open at once (the fast path keeps 16
+    # and hands the connection to its exact replay), then all resent
+    holes = handshake(0) + [data(0, k * 100, 100) for k in [*range(0, 40, 2), *range(1, 40, 2)]]
+    stats = account_pcap(write_pcap(tmp_path / "h.pcap", holes)).direction(*SENDER, *RECEIVER)
+    assert (stats.data_pkts, stats.rexmit_pkts, stats.unique_bytes) == (40, 0, 4000)
+    # the first data captured is not the first sent: what came before it is new, the gap between a hole
+    # ([500, 1500) resends 500 bytes, [1000, 5000) resends 500 more and fills the hole)
+    front = handshake(0) + [data(0, 5000, 1000), data(0, 0, 1000), data(0, 500, 1000), data(0, 1000, 4000)]
+    stats = account_pcap(write_pcap(tmp_path / "f.pcap", front)).direction(*SENDER, *RECEIVER)
+    assert (stats.data_bytes, stats.rexmit_pkts, stats.rexmit_bytes, stats.unique_bytes) == (7000, 2, 1000, 6000)
+
+
 def test_a_capture_without_packets_counts_nothing(tmp_path):
     # tcpdump writes the file header alone when nothing crossed the interface
     result = account_pcap(write_pcap(tmp_path / "empty.pcap", []))
