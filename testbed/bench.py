@@ -35,6 +35,7 @@ from testbed.scenario import scenario_from_dict
 from testbed.session import run_session
 from topologies.lossmodel import FourStateLoss
 from topologies.params import tcp_goodput_limit_mbit
+from topologies.shaping import LOSSY_NETEM
 
 PROJECT = Path(__file__).resolve().parent.parent
 DURATION_S = 30
@@ -157,7 +158,7 @@ def _scale_figures(run: Path, manifest: dict) -> dict:
             }  # fmt: skip
         else:
             stats = json.loads((run / "raw" / "tc-stats.json").read_text())["rr/rr-eth1"]
-            (netem,) = [q for q in stats if q.get("kind") == "netem"]
+            (netem,) = [q for q in stats if q.get("kind") == "netem" and q.get("handle") == LOSSY_NETEM]
             seen = netem["packets"] + netem["drops"]
             out.update({"configured_pct": round(expected, 3), "realized_pct": round(100 * netem["drops"] / seen, 3),
                         "packets": seen})  # fmt: skip

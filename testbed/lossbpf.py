@@ -177,7 +177,7 @@ class Channel:
 
     def control_line(self, t0_ns: int) -> str:
         self.t0_ns = t0_ns
-        control = struct.pack("<6Q", t0_ns, self.draw_seed, len(self.states), 0, 0, 0)
+        control = struct.pack("<7Q", t0_ns, self.draw_seed, len(self.states), 0, 0, 0, 0)
         return f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {hex_bytes(control)}"
 
     def arm(self, t0_ns: int, seed: int, states: list[State]) -> None:
@@ -215,7 +215,8 @@ class Channel:
             "node": self.node, "interface": self.ifname, "model": self.model.model_dump(mode="json"),
             "stream": self.stream, "draw_seed": self.draw_seed, "t0_ns": self.t0_ns,
             "packets_seen": control["value"]["next_index"], "passed_before_t0": control["value"]["before"],
-            "passed_after_timeline": control["value"]["after"], "per_state": totals,
+            "passed_after_timeline": control["value"]["after"], "passed_control": control["value"]["control"],
+            "per_state": totals,
             "dropped_packet_indices": dropped_indices, "states": states,
         }  # fmt: skip
 

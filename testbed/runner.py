@@ -127,7 +127,7 @@ def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules
         {m: p for m, p in project_modules.items() if m in {cc_lookup(cc).module for cc in wanted}}
     )
     modules = [cc_lookup(cc).module for cc in wanted if cc_lookup(cc).module and not cc_lookup(cc).project_module]
-    modules += ["sch_htb", "cls_u32"] + (["sch_netem"] if needs_netem else [])
+    modules += ["sch_htb", "cls_u32"] + (["sch_netem", "sch_prio"] if needs_netem else [])
     subprocess.run(["modprobe", "-a", "-q", *modules], capture_output=True)
     have = available_ccs()
     missing = [cc for cc in wanted if cc not in have]
@@ -441,7 +441,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         manifest["modules"] = {
             m: provenance.module_info(project_modules.get(m, m))
             for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
-                            | ({"sch_netem"} if netspec.needs_netem else set()) | {"sch_htb"}
+                            | ({"sch_netem", "sch_prio"} if netspec.needs_netem else set()) | {"sch_htb"}
                             | ({"sch_fq"} if netspec.needs_fq else set()))
         }  # fmt: skip
         uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)

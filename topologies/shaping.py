@@ -9,12 +9,15 @@ Layout on one interface:
 
 * rate-limited egress (a bottleneck): ``htb 1:`` → class ``1:1`` (rate = ceil) → ``pfifo 10:``
   with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets; beside it the control
-  lane, class ``1:2`` → ``pfifo 20:``, for TCP handshakes and iperf3's control connections
-  (:func:`control_lane_specs`: the papers' flows have neither);
-* delay/loss egress: ``netem 1:`` with a large ``limit`` (netem counts packets held for delay
-  against its limit, so it must never be the queue that drops); a Gilbert-Elliott or 4-state loss
-  model is netem's ``loss gemodel`` or ``loss state``, installed with the ``tc`` command (pyroute2's
-  netem has no loss models);
+  lane, class ``1:2`` → ``pfifo 20:``, for TCP handshakes and what iperf3's server says on its
+  control connections (:func:`control_lane_specs`: the papers' flows have neither);
+* delay egress: ``netem 1:`` with a large ``limit`` (netem counts packets held for delay against
+  its limit, so it must never be the queue that drops);
+* delay and loss egress: ``prio 1:`` with two bands, each a netem with the delay: ``netem 20:``
+  (band 2, everything) also drops, ``netem 10:`` (band 1) is the control lane and does not (the
+  papers' channel carries neither handshakes nor control connections: a lost SYN would start a flow
+  a second or more late); a Gilbert-Elliott or 4-state loss model is netem's ``loss gemodel`` or
+  ``loss state``, installed with the ``tc`` command (pyroute2's netem has no loss models);
 * per-destination delay (one node forwarding many flows, each with its own base RTT): ``fq`` as
   the root qdisc (no pacing, limits far above any window) and a tc-BPF program on the ``clsact``
   egress hook (``testbed/bpf/edt_delay.bpf.c``) that stamps each packet with its departure time,
@@ -54,6 +57,8 @@ from topologies.lossmodel import (
 ETH_P_IP = 0x0800
 #: netem's own limit: far above any window in flight on the links we emulate
 NETEM_LIMIT_PKTS = 100_000
+#: the handle of the netem that drops on a lossy egress (the control lane's netem is 10:)
+LOSSY_NETEM = "20:"
 #: the tc-BPF program of per-destination delays (a name of ``testbed.lossbpf.SOURCES``)
 EDT_PROGRAM = "edt_delay"
 #: fq's horizon: a departure time further ahead than this would be capped (delays are at most 50 s)
@@ -121,6 +126,11 @@ class EgressPlan:
                     or isinstance(self.loss_model, (GilbertElliottLoss, FourStateLoss)))  # fmt: skip
 
     @property
+    def is_lossy(self) -> bool:
+        """netem drops packets here (the timed channel is a tc-BPF program, not netem)."""
+        return bool(self.loss_pct or isinstance(self.loss_model, (GilbertElliottLoss, FourStateLoss)))
+
+    @property
     def needs_fq(self) -> bool:
         return bool(self.delay_classes)
 
@@ -162,9 +172,16 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
         netem = {"handle": "1:", "limit": NETEM_LIMIT_PKTS}
         if plan.delay_ms:
             netem["delay"] = round(plan.delay_ms * 1000)  # pyroute2 takes microseconds
+        if not plan.is_lossy:
+            return [QdiscSpec("add", "netem", netem)]
+        lossy = {**netem, "handle": LOSSY_NETEM, "parent": "1:2"}
         if plan.loss_pct:
-            netem["loss"] = plan.loss_pct  # percent
-        return [QdiscSpec("add", "netem", netem)]
+            lossy["loss"] = plan.loss_pct  # percent
+        specs = [QdiscSpec("add", "prio", {"handle": "1:", "bands": 2, "priomap": [1] * 16}),
+                 QdiscSpec("add", "netem", {**netem, "handle": "10:", "parent": "1:1"})]  # fmt: skip
+        if plan.loss_pct:  # netem's loss models go in with the tc command (apply)
+            specs.append(QdiscSpec("add", "netem", lossy))
+        return specs + control_filters("1:1", LOSS_LANE_MATCHES)
     return []
 
 
@@ -173,11 +190,18 @@ CONTROL_LANE_LIMIT_PKTS = 10_000
 #: u32 keys (value/mask at a byte offset of the IPv4 header; 20 is the TCP header of a header without
 #: options, which the testbed's hosts never send): TCP, then what makes a packet the lane's
 _IPV4_TCP = ["0x05000000/0x0f000000+0", "0x00060000/0x00ff0000+8"]
-_CONTROL_LANE_MATCHES = (
-    [f"0x{CONTROL_PORT_MIN << 16:08x}/0x{CONTROL_PORT_MIN << 16:08x}+20"],  # from a control connection's client
-    [f"0x{CONTROL_PORT_MIN:08x}/0x{CONTROL_PORT_MIN:08x}+20"],  # to it
-    ["0x00020000/0x00020000+32"],  # SYN or SYN-ACK
-)
+_HANDSHAKE = ["0x00020000/0x00020000+32"]  # SYN or SYN-ACK
+_TO_CONTROL_CLIENT = [f"0x{CONTROL_PORT_MIN:08x}/0x{CONTROL_PORT_MIN:08x}+20"]  # what iperf3's server says
+_FROM_CONTROL_CLIENT = [f"0x{CONTROL_PORT_MIN << 16:08x}/0x{CONTROL_PORT_MIN << 16:08x}+20"]  # what its client says
+#: what the bottleneck's lane takes: handshakes, and the iperf3 server's side of a control connection.
+#: The client's side (its parameters, then the end-of-test message) queues with the data: the client is
+#: always the data's sender, so its end-of-test message would otherwise overtake the data it ends and
+#: the server would stop counting before the data arrived (a 1 MB upload through 100 ms of 10 Mbit/s
+#: reached the server as 350 KB)
+QUEUE_LANE_MATCHES = (_HANDSHAKE, _TO_CONTROL_CLIENT)
+#: what no lossy link drops: every packet of a handshake or a control connection. The lane has the
+#: same delay as the data and no queue of its own, so nothing overtakes anything
+LOSS_LANE_MATCHES = (_HANDSHAKE, _TO_CONTROL_CLIENT, _FROM_CONTROL_CLIENT)
 
 
 def control_lane_specs(shaped: dict) -> list[QdiscSpec]:
@@ -186,20 +210,23 @@ def control_lane_specs(shaped: dict) -> list[QdiscSpec]:
     The papers' flows (ns-2 agents) start sending at their start time: they have no handshake and no
     control channel. iperf3 has both, and through a full drop-tail queue they are lost like data: with
     210 flows on one 10 Mbit/s bottleneck, 53 of 210 control connections and as many data connections
-    had to send their SYN again (1 s, then 3 s timeouts), and iperf3's end-of-test message waited in
-    the queue, so tests ran long. Here a connection's handshake (SYN,
-    SYN-ACK) and iperf3's control connections (client ports from CONTROL_PORT_MIN: the hosts'
-    ephemeral range) take a lane of their own: the same rate and the same delays as the data, but
-    their own queue, so they neither wait behind nor are dropped by the experiment's queue, and do
-    not take its rate. Everything else, pings and UDP probes included, goes through the shaped class.
+    had to send their SYN again (1 s, then 3 s timeouts). Here a connection's handshake (SYN,
+    SYN-ACK) and what iperf3's server sends on a control connection (to a client port from
+    CONTROL_PORT_MIN: the hosts' ephemeral range) take a lane of their own: the same rate and the
+    same delays as the data, but their own queue, so they neither wait behind nor are dropped by the
+    experiment's queue, and do not take its rate. Everything else, pings, UDP probes and what iperf3's
+    client sends on its control connection (QUEUE_LANE_MATCHES says why) included, goes through the
+    shaped class.
     """
     lane_queue = {"handle": "20:", "parent": "1:2", "limit": CONTROL_LANE_LIMIT_PKTS}
-    specs = [QdiscSpec("add-class", "htb", {"handle": "1:2", "prio": 0, **shaped}),
-             QdiscSpec("add", "pfifo", lane_queue)]  # fmt: skip
-    for match in _CONTROL_LANE_MATCHES:
-        specs.append(QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 1, "protocol": ETH_P_IP,
-                                                     "target": "1:2", "keys": _IPV4_TCP + match}))  # fmt: skip
-    return specs
+    return [QdiscSpec("add-class", "htb", {"handle": "1:2", "prio": 0, **shaped}),
+            QdiscSpec("add", "pfifo", lane_queue)] + control_filters("1:2", QUEUE_LANE_MATCHES)  # fmt: skip
+
+
+def control_filters(target: str, matches: tuple[list[str], ...]) -> list[QdiscSpec]:
+    """u32 filters on the root qdisc ``1:`` that send TCP packets matching any of ``matches`` to class ``target``."""
+    return [QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 1, "protocol": ETH_P_IP, "target": target,
+                                            "keys": _IPV4_TCP + match}) for match in matches]  # fmt: skip
 
 
 def fq_tc_argv(ifname: str) -> list[str]:
@@ -226,9 +253,10 @@ class MissingQdiscError(RuntimeError):
     """The kernel lacks a qdisc a plan needs (e.g. netem on the host kernel)."""
 
 
-def netem_tc_argv(ifname: str, plan: EgressPlan, replace: bool = False) -> list[str]:
-    """``tc`` arguments of a netem that carries a Gilbert-Elliott loss model (and the plan's delay)."""
-    argv = ["tc", "qdisc", "replace" if replace else "add", "dev", ifname, "root", "handle", "1:", "netem",
+def netem_tc_argv(ifname: str, plan: EgressPlan) -> list[str]:
+    """``tc`` arguments of the lossy netem (prio band 2, beside the control lane's) that carries a
+    Gilbert-Elliott or 4-state loss model, and the plan's delay."""
+    argv = ["tc", "qdisc", "add", "dev", ifname, "parent", "1:2", "handle", LOSSY_NETEM, "netem",
             "limit", str(NETEM_LIMIT_PKTS)]  # fmt: skip
     if plan.delay_ms:
         argv += ["delay", f"{round(plan.delay_ms * 1000)}us"]
@@ -240,10 +268,6 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
 
     ``replace``: swap an existing root qdisc of the same layout in place (used to correct a netem
     delay without tearing the link down)."""
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    from testbed.netnsutil import iproute
-
     if plan.delay_classes:
         _tc(netns_path, fq_tc_argv(ifname), "sch_fq")
         from testbed import lossbpf
@@ -251,15 +275,28 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
         lossbpf.attach(netns_path, ifname, EDT_PROGRAM)
         set_delays(netns_path, ifname, {c.dst: c.delay_ms for c in plan.delay_classes})
         return []
-    if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):
-        _tc(netns_path, netem_tc_argv(ifname, plan, replace), "sch_netem")
-        specs = []
-    else:
-        specs = qdisc_specs(plan)
+    if replace and (plan.is_lossy or plan.rate_mbit is not None):
+        raise ValueError("only a delay-only netem is replaced in place (set_delay)")
+    specs = qdisc_specs(plan)
+    if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):  # after the prio and the lane's netem
+        filters = [spec for spec in specs if spec.command == "add-filter"]
+        _apply_specs(netns_path, ifname, plan, [spec for spec in specs if spec.command != "add-filter"], replace)
+        _tc(netns_path, netem_tc_argv(ifname, plan), "sch_netem")
+        _apply_specs(netns_path, ifname, plan, filters, replace)
+        return specs
     if plan.timed_loss is not None and not replace:
         from testbed import lossbpf
 
         lossbpf.attach(netns_path, ifname)
+    _apply_specs(netns_path, ifname, plan, specs, replace)
+    return specs
+
+
+def _apply_specs(netns_path: str, ifname: str, plan: EgressPlan, specs: list[QdiscSpec], replace: bool) -> None:
+    from pyroute2.netlink.exceptions import NetlinkError
+
+    from testbed.netnsutil import iproute
+
     with iproute(netns_path) as ns:
         index = ns.link_lookup(ifname=ifname)[0]
         for spec in specs:
@@ -274,7 +311,6 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
                         f"or load the module (modprobe sch_{spec.kind})"
                     ) from err
                 raise
-    return specs
 
 
 def _tc(netns_path: str, argv: list[str], module: str) -> None:

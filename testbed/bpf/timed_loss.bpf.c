@@ -12,17 +12,24 @@
  *
  * Counters per state instance (packets seen / dropped) let user space check the realized loss
  * per state; `dropped_bits` marks the index of every dropped packet (first 2^20 packets).
- * Packets before t0 (fidelity probes) and after the timeline's end pass and are counted apart.
+ * Packets before t0 (fidelity probes) and after the timeline's end pass and are counted apart, and
+ * so do the testbed's own TCP handshakes and iperf3 control connections, which the papers' channel
+ * does not carry (their flows have neither; topologies/shaping.py's control lane): SYN or SYN-ACK,
+ * or a port in 61440-65535 (testbed/traffic.py: CONTROL_PORT_MIN, the hosts' ephemeral ports).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
 #include <linux/pkt_cls.h>
+#include <linux/tcp.h>
 #include <bpf/bpf_endian.h>
 #include <bpf/bpf_helpers.h>
 
 #define MAX_STATES 65536
 #define LOG2_MAX_STATES 16
 #define DROP_BITS_WORDS 16384 /* 2^20 packet indices */
+#define CONTROL_PORTS 0xF000	 /* the top four bits of every control connection's client port */
 
 struct state {
 	__u64 end_ns;	 /* end of this state, ns after t0 */
@@ -41,6 +48,7 @@ struct control {
 	__u64 next_index; /* packets seen since t0 */
 	__u64 before;	/* packets passed before t0 */
 	__u64 after;	/* packets passed after the timeline's end */
+	__u64 control;	/* handshakes and control connections' packets passed after t0 */
 };
 
 struct {
@@ -79,6 +87,20 @@ static __always_inline __u64 splitmix64(__u64 x)
 	return x ^ (x >> 31);
 }
 
+/* a TCP handshake segment or a segment of an iperf3 control connection (headers without IP options) */
+static __always_inline int is_control(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *data_end = (void *)(long)skb->data_end;
+	struct iphdr *ip = data + sizeof(struct ethhdr);
+	struct tcphdr *tcp = (void *)(ip + 1);
+
+	if ((void *)(tcp + 1) > data_end || ip->protocol != IPPROTO_TCP || ip->ihl != 5)
+		return 0;
+	return tcp->syn || (bpf_ntohs(tcp->source) & CONTROL_PORTS) == CONTROL_PORTS ||
+	       (bpf_ntohs(tcp->dest) & CONTROL_PORTS) == CONTROL_PORTS;
+}
+
 SEC("tc")
 int timed_loss(struct __sk_buff *skb)
 {
@@ -90,6 +112,10 @@ int timed_loss(struct __sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns();
 	if (ctl->t0_ns == 0 || now < ctl->t0_ns) {
 		__sync_fetch_and_add(&ctl->before, 1);
+		return TC_ACT_OK;
+	}
+	if (is_control(skb)) {
+		__sync_fetch_and_add(&ctl->control, 1);
 		return TC_ACT_OK;
 	}
 	__u64 rel = now - ctl->t0_ns;

@@ -19,6 +19,7 @@ from testbed.scenario import Point, ScenarioFile, load_scenario, scenario_from_d
 from testbed.session import run_session
 from testbed.suite import compress
 from topologies.lossmodel import FourStateLoss
+from topologies.shaping import LOSSY_NETEM
 
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 EXPERIMENTS = sorted(p for p in SCENARIOS.glob("*.yaml") if p.stem != "default")
@@ -93,7 +94,7 @@ def test_each_experiment_completes_and_passes_its_fidelity_checks(smoke, path):
 def netem_loss(run: Path, interface: str = "rr/rr-eth1") -> tuple[int, int]:
     """(packets seen, packets dropped) by the netem on a loss interface (default: data, rr toward r0)."""
     stats = json.loads((run / "raw" / "tc-stats.json").read_text())[interface]
-    (netem,) = [q for q in stats if q.get("kind") == "netem"]
+    (netem,) = [q for q in stats if q.get("kind") == "netem" and q.get("handle") == LOSSY_NETEM]
     return netem["packets"] + netem["drops"], netem["drops"]
 
 

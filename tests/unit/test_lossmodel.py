@@ -62,8 +62,9 @@ def test_netem_arguments_of_per_packet_models():
     ge = GilbertElliottLoss(p_pct=1, r_pct=25, bad_loss_pct=90, good_loss_pct=0.1)
     assert netem_loss_args(ge) == ["loss", "gemodel", "1%", "25%", "90%", "0.1%"]
     argv = netem_tc_argv("rr-eth1", EgressPlan.with_loss(ge, delay_ms=5))
-    assert argv[:9] == ["tc", "qdisc", "add", "dev", "rr-eth1", "root", "handle", "1:", "netem"]
-    assert argv[11:13] == ["delay", "5000us"] and argv[13:15] == ["loss", "gemodel"]
+    # the lossy band of the prio root (beside the control lane's netem: topologies/shaping.py)
+    assert argv[:11] == ["tc", "qdisc", "add", "dev", "rr-eth1", "parent", "1:2", "handle", "20:", "netem", "limit"]
+    assert argv[12:14] == ["delay", "5000us"] and argv[14:16] == ["loss", "gemodel"]
     assert probe_loss_pct(ge) == pytest.approx(1 / 26 * 90 + 25 / 26 * 0.1)
 
 

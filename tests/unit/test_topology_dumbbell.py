@@ -110,12 +110,13 @@ def _tcp_header(sport: int, dport: int, flags: int) -> bytes:
         (5201, 40000, 0x12, True),  # its SYN-ACK
         (40000, 5201, 0x10, False),  # its data and ACKs: the experiment's queue
         (5201, 40000, 0x11, False),  # FIN
-        (61440, 5201, 0x18, True),  # iperf3's control connection, both ways
+        (5201, 61440, 0x18, True),  # what iperf3's server says on its control connection
         (5201, 65535, 0x10, True),
-        (60000, 5201, 0x18, False),  # below the ephemeral range
+        (61440, 5201, 0x18, False),  # what its client says: in order with the client's data
+        (5201, 60000, 0x18, False),  # below the ephemeral range
     ],
 )
-def test_the_control_lane_takes_handshakes_and_control_connections_only(sport, dport, flags, in_lane):
+def test_the_control_lane_takes_handshakes_and_the_control_servers_messages_only(sport, dport, flags, in_lane):
     specs = qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83))
     lane_class = next(s for s in specs if s.command == "add-class" and s.kwargs["handle"] == "1:2")
     data_class = specs[1]
@@ -129,10 +130,11 @@ def test_the_control_lane_takes_handshakes_and_control_connections_only(sport, d
 
 def test_the_control_lane_ignores_udp_and_ip_options():
     keys = _lane_filters(qdisc_specs(EgressPlan(rate_mbit=10, queue_pkts=83)))
-    udp = bytearray(_tcp_header(61440, 5100, 0x02))
+    udp = bytearray(_tcp_header(5100, 61440, 0x02))
     udp[9] = 17
     assert not any(_u32_matches(k, bytes(udp)) for k in keys)
-    options = bytearray(_tcp_header(61440, 5201, 0x10))
+    options = bytearray(_tcp_header(5201, 61440, 0x10))
+    assert any(_u32_matches(k, bytes(options)) for k in keys)
     options[0] = 0x46  # a 24-byte IP header: the TCP ports are not at offset 20
     assert not any(_u32_matches(k, bytes(options)) for k in keys)
 
@@ -145,11 +147,23 @@ def test_htb_burst_covers_10_ms_of_the_rate_and_a_few_frames_at_least():
 
 
 def test_qdisc_specs_for_delay_and_loss():
-    (netem,) = qdisc_specs(EgressPlan(delay_ms=50, loss_pct=1.5))
-    assert netem.kind == "netem"
+    (netem,) = qdisc_specs(EgressPlan(delay_ms=50))
+    assert netem.kind == "netem" and netem.kwargs["handle"] == "1:"
     assert netem.kwargs["delay"] == 50_000  # microseconds
-    assert netem.kwargs["loss"] == 1.5
     assert netem.kwargs["limit"] >= 10_000  # never the queue that drops
+    specs = qdisc_specs(EgressPlan(delay_ms=50, loss_pct=1.5))
+    prio, lane, lossy = specs[:3]
+    assert (prio.kind, prio.kwargs["bands"], set(prio.kwargs["priomap"])) == ("prio", 2, {1})  # all to band 2
+    assert (lane.kwargs["parent"], lossy.kwargs["parent"]) == ("1:1", "1:2")
+    assert lane.kwargs["delay"] == lossy.kwargs["delay"] == 50_000  # the lane has the delay, not the loss
+    assert "loss" not in lane.kwargs and lossy.kwargs["loss"] == 1.5
+    handshake = _tcp_header(40000, 5201, 0x02)
+    assert {s.kwargs["target"] for s in specs[3:]} == {"1:1"}
+    assert any(_u32_matches(s.kwargs["keys"], handshake) for s in specs[3:])
+    # no lossy link drops a control connection's packets, whichever way (the lane does not reorder)
+    for sport, dport in ((61440, 5201), (5201, 61440)):
+        assert any(_u32_matches(s.kwargs["keys"], _tcp_header(sport, dport, 0x18)) for s in specs[3:])
+    assert not any(_u32_matches(s.kwargs["keys"], _tcp_header(40000, 5201, 0x18)) for s in specs[3:])
     assert qdisc_specs(EgressPlan()) == []
 
 
