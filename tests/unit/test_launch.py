@@ -30,11 +30,13 @@ def test_iperf3_runs_niced_with_its_buffer_files_in_the_scratch_directory():
     client = launch.client_command(conn(), scratch, Path("/cache/hold_at_connect.so"))
     assert client[:6] == ["env", f"TMPDIR={scratch}", "LD_PRELOAD=/cache/hold_at_connect.so", "nice", "-n", "19"]
     assert client[6:8] == ["iperf3", "-c"]
+    sized = launch.client_command(conn(size_bytes=1_000_000), scratch, Path("/cache/hold_at_connect.so"))
+    assert "CC_TESTBED_DRAIN=1" in sized[: sized.index("iperf3")] and "CC_TESTBED_DRAIN=1" not in client
 
 
-def test_a_client_is_released_four_base_round_trips_ahead():
-    assert launch.release_lead_s(conn(base_rtt_ms=250)) == pytest.approx(1.0)
-    assert launch.release_lead_s(conn(base_rtt_ms=20)) == pytest.approx(0.08)
+def test_a_client_is_released_five_and_a_half_base_round_trips_ahead():
+    assert launch.release_lead_s(conn(base_rtt_ms=250)) == pytest.approx(1.375)
+    assert launch.release_lead_s(conn(base_rtt_ms=20)) == pytest.approx(0.11)
 
 
 def test_scratch_directories_are_on_tmpfs_and_name_their_runner():
@@ -85,3 +87,48 @@ def _hold_and_release(proc: subprocess.Popen, listener: socket.socket) -> None:
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+@pytest.mark.parametrize("drain", [True, False])
+def test_the_shim_holds_the_end_of_test_message_until_the_data_is_acknowledged(tmp_path, monkeypatch, drain):
+    # iperf3's TEST_END (one byte, 4) on its first connection, written while its data connection
+    # still holds bytes the receiver has not taken (its window is closed: nothing is read)
+    monkeypatch.setattr(launch, "cache_root", lambda: tmp_path / "kernels")
+    library = launch.build_hold_library(log=lambda *_: None)
+    control, data = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
+    data.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    code = (f"import os, socket; print('started', flush=True); "
+            f"c = socket.create_connection(('127.0.0.1', {control.getsockname()[1]})); "
+            f"d = socket.create_connection(('127.0.0.1', {data.getsockname()[1]})); d.setblocking(False)\n"
+            f"try:\n    d.send(b'x' * 4_000_000)\nexcept BlockingIOError:\n    pass\n"
+            f"os.write(c.fileno(), bytes([4])); print('ended', flush=True)")  # fmt: skip
+    env = dict(os.environ, LD_PRELOAD=str(library), **({"CC_TESTBED_DRAIN": "1"} if drain else {}))
+    accepted: list[socket.socket] = []
+    with subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout.readline().strip() == "started"
+            while _state(proc.pid) != "T":
+                time.sleep(0.01)
+            proc.send_signal(subprocess.signal.SIGCONT)
+            control.settimeout(10)
+            data.settimeout(10)
+            (ctl, _), (peer, _) = control.accept(), data.accept()
+            accepted += [ctl, peer]
+            ctl.settimeout(0.5)
+            if not drain:
+                assert ctl.recv(1) == b"\x04"  # at once, the data still queued
+                return
+            with pytest.raises(TimeoutError):
+                ctl.recv(1)  # held while the data is not acknowledged
+            peer.settimeout(10)
+            received = 0
+            while chunk := peer.recv(1 << 20):  # until the client, ended, closes it
+                received += len(chunk)
+            assert received > 100_000  # what was queued when the message was written
+            ctl.settimeout(10)
+            assert ctl.recv(1) == b"\x04"  # once every byte is taken and acknowledged
+            assert proc.stdout.readline().strip() == "ended"
+        finally:
+            proc.kill()
+            for sock in [*accepted, control, data]:
+                sock.close()
