@@ -144,6 +144,27 @@ def tcpdump_stats(log_text: str) -> dict:
     return stats
 
 
+#: how long tcpdump may take to open its capture (a busy TCG guest: well under a second)
+TCPDUMP_READY_TIMEOUT_S = 20.0
+
+
+def wait_tcpdump_listening(
+    proc: subprocess.Popen, log_path: Path, timeout_s: float = TCPDUMP_READY_TIMEOUT_S
+) -> str | None:
+    """Wait until tcpdump says it is listening (its capture file is open by then). None when it is;
+    otherwise what went wrong, from its log."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        text = log_path.read_text(errors="replace") if log_path.exists() else ""
+        if "listening on" in text:
+            return None
+        if proc.poll() is not None:
+            return f"tcpdump exited ({proc.returncode}) before capturing: {text.strip()[-400:] or 'no output'}"
+        if time.monotonic() > deadline:
+            return f"tcpdump did not start capturing within {timeout_s:g} s: {text.strip()[-400:] or 'no output'}"
+        time.sleep(0.02)
+
+
 def stop_tcpdump(proc: subprocess.Popen) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGINT)

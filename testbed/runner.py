@@ -483,6 +483,11 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                 log_path = raw / f"tcpdump-{node}.log"
                 argv = capture.tcpdump_argv(raw / f"{node}.pcap", netspec.capture_filters.get(node, "tcp"))
                 dumps.append(net.popen(node, argv, output=log_path))
+            for node, proc in zip(capture_nodes, dumps, strict=True):  # no traffic before every capture is open
+                problem = capture.wait_tcpdump_listening(proc, raw / f"tcpdump-{node}.log")
+                if problem:
+                    raise RunFailed(f"the capture on {node} did not start: {problem}")
+            mark("captures_ready")
             scratch = launch.make_scratch()
             servers = {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
                                        output=raw / f"iperf3-{c.id}-server.json") for c in connections}  # fmt: skip

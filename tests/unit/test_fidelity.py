@@ -100,3 +100,25 @@ def test_a_connection_without_captured_data_fails_the_start_check_and_says_why()
     assert "no data captured for c1 (rl.pcap: cut short in record 9)" in check.detail
 
 
+
+
+@pytest.mark.parametrize(
+    ("script", "problem"),
+    [
+        ("sleep 0.3; echo 'tcpdump: listening on any, link-type LINUX_SLL' >&2; sleep 30", None),
+        ("echo 'tcpdump: any: You do not have permission' >&2; exit 1", "exited (1) before capturing: tcpdump: any"),
+        ("sleep 30", "did not start capturing within 1 s: no output"),
+    ],
+)
+def test_traffic_waits_for_tcpdump_to_listen_and_says_why_it_did_not(tmp_path, script, problem):
+    import subprocess
+
+    from testbed.capture import wait_tcpdump_listening
+
+    log = tmp_path / "tcpdump-rl.log"
+    with open(log, "wb") as out, subprocess.Popen(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT) as proc:
+        try:
+            found = wait_tcpdump_listening(proc, log, timeout_s=1)
+        finally:
+            proc.kill()
+    assert found == problem if problem is None else problem in found
