@@ -139,6 +139,8 @@ def client_command(conn: Connection, scratch: Path, library: Path) -> list[str]:
     return _prefix(scratch, library, drain=bool(conn.size_bytes)) + client_argv(conn)
 
 
-def release_lead_s(conn: Connection) -> float:
-    """How long before its start time a client is continued, so that its data leaves on time."""
-    return SETUP_ROUND_TRIPS * conn.base_rtt_ms / 1000
+def release_lead_s(conn: Connection, setup_rtt_ms: float | None = None) -> float:
+    """How long before its start time a client is continued, so that its data leaves on time.
+    ``setup_rtt_ms``: the round trip its set-up packets take on average, where that is not the base
+    RTT (packets sprayed over paths of different delays)."""
+    return SETUP_ROUND_TRIPS * (setup_rtt_ms if setup_rtt_ms is not None else conn.base_rtt_ms) / 1000

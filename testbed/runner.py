@@ -497,7 +497,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             channels = _load_loss_channels(net, spec, scenario.duration_s + CLIENT_GRACE_S)
             # a client is continued ahead of its start time by its set-up time (launch.release_lead_s), so that
             # its data leaves on schedule; the schedule's zero leaves room for the earliest
-            lead = {c.id: launch.release_lead_s(c) for c in connections}
+            setup_rtt = getattr(topology, "setup_rtt_ms", None)
+            lead = {c.id: launch.release_lead_s(c, setup_rtt(c.pair) if setup_rtt else None) for c in connections}
             t0 = time.monotonic() + max([START_DELAY_S] + [lead[c.id] - c.start_s for c in connections])
             t0_unix = time.time() + (t0 - time.monotonic())  # the captures' clock
             manifest["t0_monotonic"] = t0

@@ -37,6 +37,7 @@ def test_iperf3_runs_niced_with_its_buffer_files_in_the_scratch_directory():
 def test_a_client_is_released_five_and_a_half_base_round_trips_ahead():
     assert launch.release_lead_s(conn(base_rtt_ms=250)) == pytest.approx(1.375)
     assert launch.release_lead_s(conn(base_rtt_ms=20)) == pytest.approx(0.11)
+    assert launch.release_lead_s(conn(base_rtt_ms=120), setup_rtt_ms=300) == pytest.approx(1.65)  # sprayed paths
 
 
 def test_scratch_directories_are_on_tmpfs_and_name_their_runner():

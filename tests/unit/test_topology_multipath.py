@@ -68,6 +68,14 @@ def test_delays_queues_and_probes():
     assert [(p.direction, p.rate_mbit) for p in topology.probes()] == [("forward", 6.0), ("reverse", 1.5)]
 
 
+def test_set_up_round_trips_average_the_paths_the_packets_are_sprayed_over():
+    # path k adds k x 10 ms one way on top of 2 x 5 ms of access links each way
+    both = multipath(4, spray="data_and_acks")
+    assert both.setup_rtt_ms(0) == 20 + 25 + 25
+    assert multipath(4, spray="data").setup_rtt_ms(0) == 20 + 25 + 10  # ACKs take path 1
+    assert both.setup_rtt_ms(0) > both.base_rtt_ms(0)
+
+
 @pytest.mark.parametrize(
     ("topology", "message"),
     [
