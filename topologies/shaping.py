@@ -122,8 +122,7 @@ class EgressPlan:
 
     @property
     def needs_netem(self) -> bool:
-        return bool(self.delay_ms or self.loss_pct
-                    or isinstance(self.loss_model, (GilbertElliottLoss, FourStateLoss)))  # fmt: skip
+        return bool(self.delay_ms) or self.is_lossy
 
     @property
     def is_lossy(self) -> bool:
@@ -174,13 +173,11 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
             netem["delay"] = round(plan.delay_ms * 1000)  # pyroute2 takes microseconds
         if not plan.is_lossy:
             return [QdiscSpec("add", "netem", netem)]
-        lossy = {**netem, "handle": LOSSY_NETEM, "parent": "1:2"}
-        if plan.loss_pct:
-            lossy["loss"] = plan.loss_pct  # percent
         specs = [QdiscSpec("add", "prio", {"handle": "1:", "bands": 2, "priomap": [1] * 16}),
                  QdiscSpec("add", "netem", {**netem, "handle": "10:", "parent": "1:1"})]  # fmt: skip
-        if plan.loss_pct:  # netem's loss models go in with the tc command (apply)
-            specs.append(QdiscSpec("add", "netem", lossy))
+        if plan.loss_pct:  # percent; netem's loss models go in with the tc command (apply)
+            specs.append(QdiscSpec("add", "netem", {**netem, "handle": LOSSY_NETEM, "parent": "1:2",
+                                                    "loss": plan.loss_pct}))  # fmt: skip
         return specs + control_filters("1:1", LOSS_LANE_MATCHES)
     return []
 
@@ -277,26 +274,15 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
         return []
     if replace and (plan.is_lossy or plan.rate_mbit is not None):
         raise ValueError("only a delay-only netem is replaced in place (set_delay)")
-    specs = qdisc_specs(plan)
-    if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):  # after the prio and the lane's netem
-        filters = [spec for spec in specs if spec.command == "add-filter"]
-        _apply_specs(netns_path, ifname, plan, [spec for spec in specs if spec.command != "add-filter"], replace)
-        _tc(netns_path, netem_tc_argv(ifname, plan), "sch_netem")
-        _apply_specs(netns_path, ifname, plan, filters, replace)
-        return specs
-    if plan.timed_loss is not None and not replace:
-        from testbed import lossbpf
-
-        lossbpf.attach(netns_path, ifname)
-    _apply_specs(netns_path, ifname, plan, specs, replace)
-    return specs
-
-
-def _apply_specs(netns_path: str, ifname: str, plan: EgressPlan, specs: list[QdiscSpec], replace: bool) -> None:
     from pyroute2.netlink.exceptions import NetlinkError
 
     from testbed.netnsutil import iproute
 
+    specs = qdisc_specs(plan)
+    if plan.timed_loss is not None and not replace:
+        from testbed import lossbpf
+
+        lossbpf.attach(netns_path, ifname)
     with iproute(netns_path) as ns:
         index = ns.link_lookup(ifname=ifname)[0]
         for spec in specs:
@@ -311,6 +297,9 @@ def _apply_specs(netns_path: str, ifname: str, plan: EgressPlan, specs: list[Qdi
                         f"or load the module (modprobe sch_{spec.kind})"
                     ) from err
                 raise
+    if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):  # into the prio's band 2 (netem_tc_argv)
+        _tc(netns_path, netem_tc_argv(ifname, plan), "sch_netem")
+    return specs
 
 
 def _tc(netns_path: str, argv: list[str], module: str) -> None:
