@@ -33,9 +33,12 @@ def test_a_two_hop_parking_lot_runs_every_flow(tmp_path, clean_kernel):
     # shared 2-core host one probe in ~10 read low while the others read within 0.3 %)
     rates = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
     assert len(rates) == 2 and all(c["measured"] > 5 for c in rates), rates
+    # every connection moved data; C1 crosses both hops' queues against a cross flow on each, the
+    # parking lot's starvation the papers study: in 5 s it received 1.5-3.9 MB here and 0.46 MB once in CI
     for c in manifest["connections"]:
         server = json.loads((run / "raw" / f"iperf3-{c['id']}-server.json").read_text())
-        assert server["end"]["sum_received"]["bytes"] > 1e6, c["id"]
+        least = 1e5 if c["flow"] == 0 else 1e6  # flow 0 is C1
+        assert server["end"]["sum_received"]["bytes"] > least, c["id"]
     flows = analyze_run(run).flows
     assert set(flows["conn"]) == {c["id"] for c in manifest["connections"]}
     assert flows["goodput_mbit"].notna().all(), flows[["conn", "capture"]]
