@@ -24,6 +24,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         scenario = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
     else:
         scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
+        scenario = scenario.select(args.only or (), args.seed or ())
     result = run_session(
         scenario,
         backend=args.backend,
@@ -145,6 +146,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     total_s = 0.0
     for name in args.scenarios:
         scenario = load_scenario(find_scenario(name, PROJECT / "scenarios"), profile=args.profile)
+        scenario = scenario.select(args.only or (), args.seed or ())
         runs = scenario.runs()
         minutes = sum(estimate_s(r) for r in runs) / 60
         total_s += minutes * 60
@@ -213,6 +215,15 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
 
 
+def _selection_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--only", action="append", metavar="KEY=VALUE[,VALUE]",
+        help="run only the sweep points with these values (repeatable; KEY as in the point ids, "
+             "e.g. --only cc=westwood --only hops=2,4); a later run without it resumes around them",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, action="append", help="run only this seed of the profile (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="testbed", description="Real-kernel testbed for TCP congestion control.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -220,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="run a scenario (every point and seed) and write its report")
     run.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
     run.add_argument("--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one")
+    _selection_options(run)
     _run_options(run)
     suite = sub.add_parser(
         "suite", help="run a suite (chosen points of several experiments, one session) and write its report"
@@ -287,7 +299,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     check = sub.add_parser("check", help="validate scenario files and list their points")
     check.add_argument("scenarios", nargs="+")
-    check.add_argument("--profile")
+    check.add_argument("--profile", help="profile of the scenario files (e.g. quick, full); default: quick if any")
+    _selection_options(check)
     check.set_defaults(func=_cmd_check)
 
     kern = sub.add_parser("kernels", help="list guest kernels (default, cached, downloadable) or fetch one")

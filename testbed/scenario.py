@@ -29,13 +29,14 @@ the exact sub-location of each problem, so those name their line too.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import difflib
 import hashlib
 import itertools
 import json
 import re
 import types
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -333,6 +334,54 @@ class ScenarioFile:
 
     def runs(self) -> list[RunSpec]:
         return [run for point in self.points for run in point.runs()]
+
+    def select(self, only: Sequence[str] = (), seeds: Sequence[int] = ()) -> ScenarioFile:
+        """The part of the sweep to run: the points whose swept values match every ``KEY=VALUE[,VALUE...]``
+        of ``only`` (KEY as in the point ids: ``cc``, ``flows.0.cc``) and, with ``seeds``, only those
+        of the file's seeds. For one point of a full profile, or one seed. Runs keep their identity, so
+        a later run of the whole sweep resumes around them. Raises :class:`ScenarioError` naming the
+        swept parameters, values and seeds that exist."""
+        swept: dict[str, list[str]] = {}
+        for point in self.points:
+            for key, value in point.params.items():
+                values = swept.setdefault(_id_key(key), [])
+                if _format_value(value) not in values:
+                    values.append(_format_value(value))
+        problems: list[Problem] = []
+        wanted: dict[str, set[str]] = {}
+        for condition in only:
+            key, sep, values = condition.partition("=")
+            key = _id_key(key.strip())
+            given = {_canonical(v.strip(), swept.get(key, [])) for v in values.split(",")}
+            if not sep or not key or not values.strip():
+                message = f"'{condition}': expected KEY=VALUE[,VALUE...], e.g. cc=westwood"
+            elif key not in swept:
+                names = ", ".join(swept) or "none: the file sweeps nothing"
+                message = f"'{key}' is not swept here; swept: {names}{_did_you_mean(key, list(swept))}"
+            elif missing := sorted(given - set(swept[key])):
+                message = f"{key} has no value {', '.join(missing)}; its values: {', '.join(swept[key])}"
+            else:
+                wanted.setdefault(key, set()).update(given)
+                continue
+            problems.append(Problem(None, "--only", message))
+        file_seeds = sorted({seed for point in self.points for seed in point.scenario.seeds})
+        if extra := sorted(set(seeds) - set(file_seeds)):
+            listed = ", ".join(map(str, file_seeds))
+            message = f"seed {', '.join(map(str, extra))} is not in this profile; its seeds: {listed}"
+            problems.append(Problem(None, "--seed", message))
+        if problems:
+            raise ScenarioError(str(self.path), problems)
+        points = []
+        for point in self.points:
+            if all(_format_value(v) in wanted.get(_id_key(k), {_format_value(v)}) for k, v in point.params.items()):
+                kept = [seed for seed in point.scenario.seeds if not seeds or seed in seeds]
+                if kept:
+                    scenario = point.scenario.model_copy(update={"seeds": kept})
+                    points.append(dataclasses.replace(point, scenario=scenario))
+        if not points:
+            message = "no point of the sweep has all of these values (and seeds)"
+            raise ScenarioError(str(self.path), [Problem(None, "--only", message)])
+        return dataclasses.replace(self, points=points)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -722,6 +771,26 @@ def _format_value(value: Any) -> str:
     if isinstance(value, float):
         return repr(value)
     return str(value)
+
+
+def _id_key(key: str) -> str:
+    """A swept parameter's name as point ids spell it: ``flows[0].cc`` -> ``flows.0.cc``."""
+    return key.replace("[", ".").replace("]", "")
+
+
+def _canonical(text: str, values: list[str]) -> str:
+    """``text`` as one of ``values`` when it is the same number (``10`` for ``10.0``), else unchanged."""
+    try:
+        number = float(text)
+    except ValueError:
+        return text
+    for value in values:
+        try:
+            if float(value) == number:
+                return value
+        except ValueError:
+            continue
+    return text
 
 
 def _safe(text: str) -> str:

@@ -274,6 +274,8 @@ def run_session(
         earlier = rundir.read_json(session / rundir.SESSION)
         info["started_utc"] = earlier.get("started_utc", info["started_utc"])
         info["resumed_utc"] = [*earlier.get("resumed_utc", []), rundir.utc_iso()]
+        # a part of the sweep (--only, --seed) run into the folder adds to its runs, a whole sweep after a part grows it
+        info["runs"] = [*earlier.get("runs", []), *(r for r in info["runs"] if r not in earlier.get("runs", []))]
     rundir.write_json_atomic(session / rundir.SESSION, info)
     plan_path = session / "plan.json"
     rundir.write_json_atomic(plan_path, plan)

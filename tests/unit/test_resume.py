@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from testbed import rundir
-from testbed.scenario import scenario_from_dict
+from testbed.scenario import ScenarioError, scenario_from_dict
 from testbed.session import find_resumable, is_done
 
 
@@ -54,3 +56,29 @@ def test_added_seeds_resume_the_same_session(tmp_path):
     assert find_resumable(tmp_path, "s", more, "6.1.0-41-amd64") == session
     done = [is_done(rundir.run_dir(session, r.point_id, r.seed), r, "6.1.0-41-amd64") for r in more]
     assert done == [True, False, False]
+
+
+def test_a_selected_part_keeps_its_identity_and_the_whole_sweep_resumes_around_it(tmp_path):
+    whole = scenario_from_dict({
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": [5, 10.0], "queue_pkts": 50}},
+        "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 20}], "duration_s": 10, "seeds": [1, 2],
+    }, name="s")  # fmt: skip
+    part = whole.select(["cc=cubic", "rate_mbit=10"], seeds=[2])
+    assert [(r.point_id, r.seed) for r in part.runs()] == [("rate_mbit=10.0,cc=cubic", 2)]
+    session = fake_session(tmp_path, part.runs(), "6.1.0-41-amd64")
+    runs = whole.runs()
+    assert find_resumable(tmp_path, "s", runs, "6.1.0-41-amd64") == session
+    done = [r for r in runs if is_done(rundir.run_dir(session, r.point_id, r.seed), r, "6.1.0-41-amd64")]
+    assert [(r.point_id, r.seed) for r in done] == [("rate_mbit=10.0,cc=cubic", 2)]
+    assert len(whole.select(["cc=reno,cubic"]).runs()) == 8  # a list of values keeps each
+
+
+def test_a_selection_of_what_the_sweep_lacks_names_what_it_has():
+    whole = sweep(["reno", "cubic"], seeds=[1, 2])
+    with pytest.raises(ScenarioError) as caught:
+        whole.select(["c=reno", "cc=vegas", "ccreno"], seeds=[7])
+    text = str(caught.value)
+    assert "'c' is not swept here; swept: cc" in text
+    assert "cc has no value vegas; its values: reno, cubic" in text
+    assert "'ccreno': expected KEY=VALUE" in text
+    assert "seed 7 is not in this profile; its seeds: 1, 2" in text
