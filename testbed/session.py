@@ -155,6 +155,25 @@ def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], 
     return None
 
 
+def _note_older_code(session: Path, kept: list[RunSpec], git: dict) -> None:
+    """Say when kept runs were made by other code: resume identity is the resolved scenario, seed and
+    kernel, not the commit, so a code change alone does not rerun them (``--force`` does)."""
+    commits: dict[str, int] = {}
+    for run in kept:
+        try:
+            made = rundir.read_json(rundir.run_dir(session, run.point_id, run.seed) / rundir.MANIFEST).get("git", {})
+        except (OSError, ValueError):
+            continue
+        label = f"{(made.get('sha') or 'unknown')[:7]}{' (dirty)' if made.get('dirty') else ''}"
+        commits[label] = commits.get(label, 0) + 1
+    here = f"{(git.get('sha') or 'unknown')[:7]}{' (dirty)' if git.get('dirty') else ''}"
+    other = {label: n for label, n in commits.items() if label != here}
+    if other:
+        made_at = ", ".join(f"{n} at {label}" for label, n in sorted(other.items()))
+        log(f"note: kept runs were made by other code ({made_at}; this checkout: {here}); "
+            f"--force runs them again with this code")  # fmt: skip
+
+
 def _identity(directory: Path) -> str | None:
     try:
         return rundir.read_json(directory / rundir.MANIFEST).get("identity")
@@ -219,10 +238,12 @@ def run_session(
         if len(done) == len(runs):
             log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
                 f"(--force runs them again in a new folder)")  # fmt: skip
-            return _result(previous, runs, backend_info)
+            _note_older_code(previous, done, git)
+        return _result(previous, runs, backend_info)
         log(f"resuming {previous}: {len(done)} of {len(runs)} runs complete on {release}, running the other "
             f"{len(runs) - len(done)} (--force starts anew)")  # fmt: skip
         runs_to_do = [r for r in runs if r not in done]
+        _note_older_code(previous, done, git)
     else:
         runs_to_do = runs
     project_modules: dict[str, str | None] = {}

@@ -6,7 +6,7 @@ import pytest
 
 from testbed import rundir
 from testbed.scenario import ScenarioError, scenario_from_dict
-from testbed.session import find_resumable, is_done
+from testbed.session import _note_older_code, find_resumable, is_done
 
 
 def sweep(ccs, seeds=(1,)):
@@ -82,3 +82,16 @@ def test_a_selection_of_what_the_sweep_lacks_names_what_it_has():
     assert "cc has no value vegas; its values: reno, cubic" in text
     assert "'ccreno': expected KEY=VALUE" in text
     assert "seed 7 is not in this profile; its seeds: 1, 2" in text
+
+
+def test_resuming_says_when_kept_runs_were_made_by_other_code(tmp_path, capsys):
+    runs = sweep(["reno", "cubic"]).runs()
+    session = fake_session(tmp_path, runs, "6.1.0-41-amd64")
+    for run, sha in zip(runs, ["a" * 40, "b" * 40], strict=True):
+        manifest_path = rundir.run_dir(session, run.point_id, run.seed) / "manifest.json"
+        manifest = rundir.read_json(manifest_path)
+        rundir.write_json_atomic(manifest_path, {**manifest, "git": {"sha": sha, "dirty": False}})
+    _note_older_code(session, runs, {"sha": "a" * 40, "dirty": False})
+    assert "kept runs were made by other code (1 at bbbbbbb; this checkout: aaaaaaa)" in capsys.readouterr().out
+    _note_older_code(session, runs[:1], {"sha": "a" * 40, "dirty": False})
+    assert capsys.readouterr().out == ""
