@@ -10,6 +10,8 @@ run (paper 001's friendliness: Reno with Westwood+ vs Reno with Reno). Runs are 
 The metric of a side in one run (complete runs only):
 
 * ``goodput``: the mean sender goodput of its flows (paper 000 §3.1);
+* ``recv_goodput``: the mean receiver goodput of its flows (what the receiving application read;
+  paper 004's end-to-end throughput);
 * ``total_goodput``: their sum (000 §3.2);
 * ``jain``: Jain's index over its flows (000 §3.2; needs two flows or more);
 * ``retrans_ratio``: their retransmitted / sent bytes.
@@ -68,7 +70,7 @@ RULE = (
     f"'near' claims: a's mean within {NEAR:.0%} of the paper's value at more than half of the conditions."
 )
 
-Metric = Literal["goodput", "total_goodput", "jain", "retrans_ratio"]
+Metric = Literal["goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio"]
 Expect = Literal["higher", "lower", "similar", "not_lower", "near"]
 OPPOSITE = {"higher": "lower", "lower": "higher", "not_lower": "lower", "similar": None, "near": None}
 

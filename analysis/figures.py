@@ -31,7 +31,7 @@ from analysis.plots import figure_png
 @dataclass(frozen=True)
 class SweepFigure:
     experiment: str
-    metric: str  # goodput / total_goodput / jain / retrans_ratio / c1_plus_cross
+    metric: str  # goodput / recv_goodput / total_goodput / jain / retrans_ratio / c1_plus_cross
     x: str  # the swept parameter on the x axis
     title: str  # with the paper's figure numbers
     flow: int | None = None  # only this flow index (C1, TCP1)
@@ -51,13 +51,14 @@ FIGURES = [
     SweepFigure("mobile-burst", "goodput", "bad_loss_pct", "throughput vs Bad-state loss (001 Figs 6, 8)", flow=0),
     SweepFigure("geo-friendliness", "goodput", "loss_pct", "mean throughput vs loss rate (001 Fig. 9)"),
     SweepFigure("geo-friendliness", "goodput", "bad_loss_pct", "mean throughput vs Bad-state loss (001 Fig. 10)"),
-    SweepFigure("multipath", "goodput", "delay_ms", "throughput vs link delay (004 Figs 12-14)"),
+    SweepFigure("multipath", "recv_goodput", "delay_ms", "end-to-end throughput vs link delay (004 Figs 12-14)"),
     SweepFigure("pipe-size", "goodput", "rate_mbit", "goodput vs bottleneck rate = pipe size (000 §4, Figs 33-38)"),
     SweepFigure("pipe-size", "retrans_ratio", "rate_mbit", "retransmission ratio vs pipe size (000 §4, Fig. 34)"),
 ]
 
 YLABELS = {
     "goodput": "sender goodput, Mbit/s",
+    "recv_goodput": "receiver goodput, Mbit/s",
     "total_goodput": "total goodput, Mbit/s",
     "jain": "Jain's fairness index",
     "retrans_ratio": "retransmitted / sent bytes, %",

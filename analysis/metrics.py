@@ -285,11 +285,13 @@ def paired_t_test(differences: Iterable) -> TTest:
 def group_metric(flows: pd.DataFrame, metric: str) -> float:
     """One metric of a group of flows (rows of ``flow_totals``) in one run: ``goodput`` the mean sender
     goodput (paper 000 §3.1), ``total_goodput`` the sum (000 §3.2), ``jain`` Jain's index (two flows
-    or more, else NaN) and ``retrans_ratio`` retransmitted / sent bytes. NaN when a goodput is missing."""
-    goodputs = flows["goodput_mbit"]
+    or more, else NaN), ``retrans_ratio`` retransmitted / sent bytes and ``recv_goodput`` the mean
+    receiver goodput (bytes the receiving application read / its time: paper 004's "end-to-end
+    throughput [...] at the transport layer level"). NaN when a goodput is missing."""
+    goodputs = flows["recv_goodput_mbit" if metric == "recv_goodput" else "goodput_mbit"]
     if goodputs.empty or goodputs.isna().any():
         return math.nan
-    if metric == "goodput":
+    if metric in ("goodput", "recv_goodput"):
         return float(goodputs.mean())
     if metric == "total_goodput":
         return float(goodputs.sum())
@@ -297,7 +299,7 @@ def group_metric(flows: pd.DataFrame, metric: str) -> float:
         return jain_index(goodputs) if len(flows) > 1 else math.nan
     if metric == "retrans_ratio":
         return retransmission_ratio(flows["retrans_bytes"].sum(), flows["sent_bytes"].sum())
-    raise ValueError(f"unknown metric {metric!r}; valid: goodput, total_goodput, jain, retrans_ratio")
+    raise ValueError(f"unknown metric {metric!r}; valid: goodput, recv_goodput, total_goodput, jain, retrans_ratio")
 
 
 # ----------------------------------------------------------------------------------- flows of a run

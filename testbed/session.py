@@ -239,7 +239,7 @@ def run_session(
             log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
                 f"(--force runs them again in a new folder)")  # fmt: skip
             _note_older_code(previous, done, git)
-        return _result(previous, runs, backend_info)
+            return _result(previous, runs, backend_info)
         log(f"resuming {previous}: {len(done)} of {len(runs)} runs complete on {release}, running the other "
             f"{len(runs) - len(done)} (--force starts anew)")  # fmt: skip
         runs_to_do = [r for r in runs if r not in done]

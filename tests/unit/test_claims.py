@@ -42,6 +42,7 @@ def _flows(values: dict, loss_key: str = "loss_pct", flows_per_run: int = 1) -> 
                         "cc": cc,
                         "direction": "forward",
                         "goodput_mbit": goodput,
+                        "recv_goodput_mbit": goodput,
                         "sent_bytes": 1000.0,
                         "retrans_bytes": 10.0,
                     }
@@ -128,3 +129,11 @@ def test_a_bad_claims_file_names_the_claim_and_field(tmp_path):
                     "expect: higher, a: {cc: westwood}, b: {cc: reno}}\n")  # fmt: skip
     with pytest.raises(claims.ClaimsError, match=r"claim 0 \(x\): metric: Input should be 'goodput'"):
         claims.load_claims(path)
+
+
+def test_receiver_goodput_judges_what_was_delivered():
+    flows = _flows({(1, "westwood"): [1.0], (1, "reno"): [1.0]})
+    flows.loc[flows["cc"] == "westwood", "recv_goodput_mbit"] = 1.5  # reno's sent data stuck behind a hole
+    assert claims.judge(_claim(), flows).verdict == "not reproduced"
+    verdict = claims.judge(_claim(metric="recv_goodput"), flows)
+    assert verdict.verdict == "reproduced" and "1.5 vs 1 Mbit/s" in verdict.measured

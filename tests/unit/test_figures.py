@@ -8,11 +8,12 @@ import pytest
 from analysis import figures
 
 
-def _row(experiment, params, seed, flow, cc, goodput, direction="forward", sent=1000.0, retrans=10.0):
+def _row(experiment, params, seed, flow, cc, goodput, direction="forward", sent=1000.0, retrans=10.0, recv=None):
     run = f"{experiment}-{sorted(params.items())}-{seed}"
     return {"experiment": experiment, "profile": "quick", "params": params, "seed": seed, "run": run,
             "kernel": "k", "flow": flow, "cc": cc, "direction": direction, "goodput_mbit": goodput,
-            "sent_bytes": sent, "retrans_bytes": retrans}  # fmt: skip
+            "recv_goodput_mbit": goodput if recv is None else recv, "sent_bytes": sent,
+            "retrans_bytes": retrans}  # fmt: skip
 
 
 def _parking_lot() -> pd.DataFrame:
@@ -54,9 +55,12 @@ def test_other_swept_parameters_become_panels():
     for paths in (2, 4):
         for delay in (10, 60):
             for cc in ("reno", "westwood"):
-                rows.append(_row("multipath", {"paths": paths, "delay_ms": delay, "cc": cc}, 1, 0, cc, paths * 1.4))
+                params = {"paths": paths, "delay_ms": delay, "cc": cc}
+                rows.append(_row("multipath", params, 1, 0, cc, paths * 1.4, recv=paths * 1.2))
     [figure] = [f for f in figures.FIGURES if f.experiment == "multipath"]
     table = figures.summary(figures.run_values(pd.DataFrame(rows), figure))
     assert set(table["panel"]) == {"paths=2", "paths=4"}
+    # paper 004's end-to-end throughput is what the receiver got, not the sender's (sent - retransmitted)
+    assert sorted(table["mean"].round(6).unique()) == [2.4, 4.8]
     assert sorted(table["x"].unique()) == [10, 60]
     assert figures.sweep_png(table, figure).startswith(b"\x89PNG")
