@@ -41,8 +41,10 @@ from topologies.shaping import set_delay, set_delays
 #: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
 #: next (the papers' labs); the ephemeral ports of iperf3's control connections (traffic.CONTROL_PORT_MIN)
 HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535"}
-#: how long iperf3 may overrun its planned stop before the run is declared failed
+#: how long iperf3 may overrun its planned stop before the run is declared failed: this, plus a little
+#: per connection (under TCG, 210 iperf3 pairs ending at once write their JSON slowly)
 CLIENT_GRACE_S = 30.0
+CLIENT_GRACE_S_PER_CONNECTION = 0.1
 #: every client must be started and stopped (held for its start time) within this long
 CLIENT_PRESTART_TIMEOUT_S = 600.0
 #: traffic starts at least this long after the schedule is computed (servers listening, captures on)
@@ -494,7 +496,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             clients = _prestart_clients(net, connections, raw, scratch)
             mark("clients_prestart")
             time.sleep(0.5)
-            channels = _load_loss_channels(net, spec, scenario.duration_s + CLIENT_GRACE_S)
+            grace_s = CLIENT_GRACE_S + CLIENT_GRACE_S_PER_CONNECTION * len(connections)
+            channels = _load_loss_channels(net, spec, scenario.duration_s + grace_s)
             # a client is continued ahead of its start time by its set-up time (launch.release_lead_s), so that
             # its data leaves on schedule; the schedule's zero leaves room for the earliest
             setup_rtt = getattr(topology, "setup_rtt_ms", None)
@@ -507,7 +510,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in sprayers]
             cpu_before = fidelity.cpu_times()
             pending = sorted(connections, key=lambda c: c.start_s - lead[c.id])
-            deadline = t0 + max(c.stop_s for c in connections) + CLIENT_GRACE_S
+            deadline = t0 + max(c.stop_s for c in connections) + grace_s
             release_lag: dict[str, float] = {}
             last_progress = 0.0
             while True:
@@ -519,14 +522,14 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
                     # data started is a fidelity check (from the captures, below)
                     started = time.monotonic()
                     release_lag[c.id] = round(started - (t0 + c.start_s - lead[c.id]), 3)
-                    deadline = max(deadline, started + c.duration_s + CLIENT_GRACE_S)
+                    deadline = max(deadline, started + c.duration_s + grace_s)
                     now = time.monotonic()
                 running = [c.id for c in connections if c.id in release_lag and clients[c.id].poll() is None]
                 if not pending and not running:
                     break
                 if now > deadline:
                     raise RunFailed(
-                        f"connections {', '.join(running)} still running {CLIENT_GRACE_S:g} s after "
+                        f"connections {', '.join(running)} still running {grace_s:g} s after "
                         f"their planned stop (counted from their actual start); iperf3 hung or the guest is too slow"
                     )
                 if now >= t0 and now - last_progress >= 10:

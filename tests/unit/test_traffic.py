@@ -66,3 +66,14 @@ def test_a_window_cap_sets_the_socket_buffers_of_its_flow_only():
     capped = client_argv(conns[0])
     assert capped[capped.index("-w") + 1] == "32K"
     assert "-w" not in client_argv(conns[1])
+
+
+def test_long_connections_report_coarser_and_the_server_waits_out_a_starved_flow():
+    from testbed.traffic import report_interval_s, server_argv
+
+    assert [report_interval_s(d) for d in (2, 200, 201, 1000, 1800, 10_000, 100_000)] == [1, 1, 2, 5, 10, 50, 100]
+    conn = plan()[2]
+    argv = server_argv(conn)
+    assert argv[argv.index("-i") + 1] == "1" and client_argv(conn)[client_argv(conn).index("-i") + 1] == "1"
+    # iperf3's default --rcv-timeout (120 s) ended a flow starved for 2 minutes in a 1000 s run of 200 flows
+    assert int(argv[argv.index("--rcv-timeout") + 1]) >= (conn.duration_s + 120) * 1000
