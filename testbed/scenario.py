@@ -553,7 +553,7 @@ def _expand(
             _set_at(point_data, axis.path, value)
             point_lines[axis.path] = axis.lines[index]
             params[short] = value
-            id_parts.append(f"{_safe(short.replace('[', '.').replace(']', ''))}={_safe(_format_value(value))}")
+            id_parts.append(f"{_safe(_id_key(short))}={_safe(_format_value(value))}")
         try:
             scenario = Scenario.model_validate(point_data)
         except ValidationError as error:

@@ -158,15 +158,19 @@ def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], 
 def _note_older_code(session: Path, kept: list[RunSpec], git: dict) -> None:
     """Say when kept runs were made by other code: resume identity is the resolved scenario, seed and
     kernel, not the commit, so a code change alone does not rerun them (``--force`` does)."""
+
+    def label(state: dict) -> str:
+        return f"{(state.get('sha') or 'unknown')[:7]}{' (dirty)' if state.get('dirty') else ''}"
+
     commits: dict[str, int] = {}
     for run in kept:
         try:
-            made = rundir.read_json(rundir.run_dir(session, run.point_id, run.seed) / rundir.MANIFEST).get("git", {})
+            manifest = rundir.read_json(rundir.run_dir(session, run.point_id, run.seed) / rundir.MANIFEST)
+            made = label(manifest.get("git", {}))
         except (OSError, ValueError):
             continue
-        label = f"{(made.get('sha') or 'unknown')[:7]}{' (dirty)' if made.get('dirty') else ''}"
-        commits[label] = commits.get(label, 0) + 1
-    here = f"{(git.get('sha') or 'unknown')[:7]}{' (dirty)' if git.get('dirty') else ''}"
+        commits[made] = commits.get(made, 0) + 1
+    here = label(git)
     other = {label: n for label, n in commits.items() if label != here}
     if other:
         made_at = ", ".join(f"{n} at {label}" for label, n in sorted(other.items()))
@@ -235,15 +239,14 @@ def run_session(
     previous = None if force else find_resumable(results_root, scenario.name, runs, release)
     if previous is not None:
         done = [r for r in runs if is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release)]
+        _note_older_code(previous, done, git)
         if len(done) == len(runs):
             log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
                 f"(--force runs them again in a new folder)")  # fmt: skip
-            _note_older_code(previous, done, git)
             return _result(previous, runs, backend_info)
         log(f"resuming {previous}: {len(done)} of {len(runs)} runs complete on {release}, running the other "
             f"{len(runs) - len(done)} (--force starts anew)")  # fmt: skip
         runs_to_do = [r for r in runs if r not in done]
-        _note_older_code(previous, done, git)
     else:
         runs_to_do = runs
     project_modules: dict[str, str | None] = {}
@@ -296,7 +299,8 @@ def run_session(
         info["started_utc"] = earlier.get("started_utc", info["started_utc"])
         info["resumed_utc"] = [*earlier.get("resumed_utc", []), rundir.utc_iso()]
         # a part of the sweep (--only, --seed) run into the folder adds to its runs, a whole sweep after a part grows it
-        info["runs"] = [*earlier.get("runs", []), *(r for r in info["runs"] if r not in earlier.get("runs", []))]
+        kept = earlier.get("runs", [])
+        info["runs"] = [*kept, *(r for r in info["runs"] if r not in kept)]
     rundir.write_json_atomic(session / rundir.SESSION, info)
     plan_path = session / "plan.json"
     rundir.write_json_atomic(plan_path, plan)

@@ -130,13 +130,12 @@ def server_argv(conn: Connection) -> list[str]:
             "--rcv-timeout", str(timeout_ms)]  # fmt: skip
 
 
-def client_argv(conn: Connection, interval_s: float | None = None) -> list[str]:
-    interval_s = report_interval_s(conn.duration_s) if interval_s is None else interval_s
+def client_argv(conn: Connection) -> list[str]:
     amount = (["-n", str(conn.size_bytes), "-l", str(block_bytes(conn.size_bytes))] if conn.size_bytes
               else ["-t", f"{conn.duration_s:g}"])  # fmt: skip
     return [
         "iperf3", "-c", conn.receiver_ip, "-B", conn.sender_ip, "-p", str(conn.server_port),
         "--cport", str(conn.client_port),
-        "-C", conn.cc, *amount, *(["-w", f"{conn.window_kb}K"] if conn.window_kb else []), "-i", f"{interval_s:g}",
-        "-J",
+        "-C", conn.cc, *amount, *(["-w", f"{conn.window_kb}K"] if conn.window_kb else []),
+        "-i", f"{report_interval_s(conn.duration_s):g}", "-J",
     ]  # fmt: skip
