@@ -77,6 +77,12 @@ class RunFailed(Exception):
     """A run could not complete; the message says why and what to do."""
 
 
+#: the steps after the traffic, each named on the console when done: a guest that falls silent after
+#: the traffic (twice on record under TCG, without even the watchdog's stack dump) shows how far it got
+COLLECT_PHASES = ("servers_exit", "traces_stop", "tcpdump_stop", "data_starts", "tc_stats", "bpf_counters",
+                  "network_down")  # fmt: skip
+
+
 class RunTimedOut(RunFailed):
     """The run watchdog fired: something in the run blocked far beyond its time budget."""
 
@@ -457,6 +463,8 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             now = time.monotonic()
             phases[phase] = round(now - last[0], 3)
             last[0] = now
+            if phase in COLLECT_PHASES:
+                log(f"  collected: {phase} in {phases[phase]:.1f} s")
 
         with Network(netspec, run_id, host_sysctls=HOST_SYSCTLS) as net:
             mark("network_up")
