@@ -32,11 +32,11 @@ from __future__ import annotations
 import math
 import time
 import xml.etree.ElementTree as ET
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from testbed import rundir
-from testbed.scenario import Point, ScenarioFile, scenario_from_dict
+from testbed.scenario import ScenarioFile, scenario_from_dict
 from testbed.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
 from testbed.suite import FlowHarm
 
@@ -99,7 +99,7 @@ def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None, ca
         for flow in data["flows"]:
             flow.update(options)
         (changed,) = scenario_from_dict(data, name=point.scenario_name).points
-        points.append(Point(point.scenario_name, point.point_id, point.params, changed.scenario))
+        points.append(replace(point, scenario=changed.scenario))
     return ScenarioFile(suite.name, suite.path, suite.profile, suite.description, points, controls=suite.controls)
 
 

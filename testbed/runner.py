@@ -417,7 +417,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         "status": "running",
         "reason": None,
         "scenario": spec.scenario_name,
-        "profile": context.get("profile"),
+        "profile": spec.profile or context.get("profile"),
         "point_id": spec.point_id,
         "params": spec.params,
         "seed": spec.seed,
@@ -718,6 +718,7 @@ def execute_plan(plan: dict, session_dir: Path) -> int:
             params=run["params"],
             seed=run["seed"],
             scenario=Scenario.model_validate(run["scenario"]),
+            profile=run.get("profile"),
         )
         elapsed = time.monotonic() - started
         eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s

@@ -291,6 +291,8 @@ class RunSpec:
     params: dict[str, object]
     seed: int
     scenario: Scenario
+    #: the profile the point was loaded with when not its session's (a suite entry's own profile)
+    profile: str | None = None
 
     def identity(self) -> str:
         """sha256 of what determines the run's result (the caller adds the kernel).
@@ -311,10 +313,13 @@ class Point:
     point_id: str
     params: dict[str, object]
     scenario: Scenario
+    #: the profile the point was loaded with when not its session's (a suite entry's own profile)
+    profile: str | None = None
 
     def runs(self) -> list[RunSpec]:
         return [
-            RunSpec(self.scenario_name, self.point_id, self.params, seed, self.scenario) for seed in self.scenario.seeds
+            RunSpec(self.scenario_name, self.point_id, self.params, seed, self.scenario, self.profile)
+            for seed in self.scenario.seeds
         ]
 
 

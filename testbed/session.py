@@ -284,6 +284,7 @@ def run_session(
                 "point_id": r.point_id,
                 "params": r.params,
                 "seed": r.seed,
+                "profile": r.profile or scenario.profile,
                 "scenario": r.scenario.model_dump(mode="json"),
                 "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
                 "estimate_s": estimate_s(r),

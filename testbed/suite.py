@@ -9,6 +9,8 @@ A suite file is ``scenarios/suites/<name>.yaml``::
     experiments:
       - scenario: reverse-onoff
         point: cc=westwood    # a point id as `testbed check` prints it; default: the file's first point
+      - scenario: wireless-gilbert
+        profile: full-cross   # optional: this entry's own profile; its id becomes wireless-gilbert@full-cross.<point>
       - scenario: regression/upload
         control: {initcwnd_segs: 1}   # `testbed regress` only: a positive control (below)
 
@@ -26,6 +28,7 @@ such an entry runs the point once more, as is.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
@@ -58,6 +61,7 @@ class FlowHarm(StrictModel):
 class SuiteEntry(StrictModel):
     scenario: str = Field(description="a scenario name in scenarios/ or a path to a scenario file")
     point: str | None = Field(default=None, description="a point id of that file; default: its first point")
+    profile: str | None = Field(default=None, description="this entry's profile instead of the suite's")
     control: FlowHarm | None = Field(default=None, description="testbed regress: the candidate's flows get these")
 
 
@@ -69,15 +73,19 @@ class Suite(StrictModel):
     experiments: list[SuiteEntry] = Field(min_length=1)
 
 
-def compress(point: Point, traffic_s: float | None, seeds: list[int] | None = None) -> Point:
-    """The same point with ``traffic_s`` seconds of traffic (and ``seeds``), its id prefixed by its scenario."""
+def compress(
+    point: Point, traffic_s: float | None, seeds: list[int] | None = None, profile: str | None = None
+) -> Point:
+    """The same point with ``traffic_s`` seconds of traffic (and ``seeds``), its id prefixed by its scenario
+    (and by ``profile``, the entry's own, as ``<scenario>@<profile>``)."""
     data = point.scenario.model_dump(mode="json", exclude_none=True)
     if traffic_s is not None:
         data["time_scale"] = traffic_s / data["duration_s"]
     if seeds is not None:
         data["seeds"] = list(seeds)
     (compressed,) = scenario_from_dict(data, name=point.scenario_name).points
-    return Point(point.scenario_name, f"{point.scenario_name}.{point.point_id}", point.params, compressed.scenario)
+    prefix = f"{point.scenario_name}@{profile}" if profile else point.scenario_name
+    return Point(point.scenario_name, f"{prefix}.{point.point_id}", point.params, compressed.scenario, profile)
 
 
 def find_suite(name_or_path: str, suites_dir: Path) -> Path:
@@ -117,8 +125,10 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
     controls: dict[str, dict] = {}
     for i, entry in enumerate(suite.experiments):
         where = f"experiments[{i}]"
+        own_profile = entry.profile if entry.profile not in (None, suite.profile) else None
+        profile = own_profile or suite.profile
         try:
-            scenario = load_scenario(find_scenario(entry.scenario, scenarios_dir), profile=suite.profile)
+            scenario = load_scenario(find_scenario(entry.scenario, scenarios_dir), profile=profile)
         except ScenarioError as error:
             problems += [Problem(None, f"{where}.scenario", f"{entry.scenario}: {p}") for p in error.problems]
             continue
@@ -128,16 +138,16 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
         elif entry.point in ids:
             chosen = scenario.points[ids.index(entry.point)]
         else:
-            message = f"'{entry.point}' is not a point of {entry.scenario} ({suite.profile or 'no'} profile); "
+            message = f"'{entry.point}' is not a point of {entry.scenario} ({profile or 'no'} profile); "
             problems.append(Problem(None, f"{where}.point", message + f"valid: {', '.join(ids)}"))
             continue
-        point = compress(chosen, suite.traffic_s, suite.seeds)
+        point = compress(chosen, suite.traffic_s, suite.seeds, own_profile)
         if entry.control is not None:
             if not entry.control.options():
                 valid = ", ".join(FlowHarm.model_fields)
                 problems.append(Problem(None, f"{where}.control", f"names no option; valid: {valid}"))
                 continue
-            point = Point(point.scenario_name, f"{point.point_id}.control", point.params, point.scenario)
+            point = replace(point, point_id=f"{point.point_id}.control")
             controls[point.point_id] = entry.control.options()
         if point.point_id in (p.point_id for p in points):
             problems.append(Problem(None, where, f"{point.point_id} is already in the suite"))

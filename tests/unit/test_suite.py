@@ -31,6 +31,38 @@ def test_the_default_suite_holds_one_point_of_every_experiment():
         assert point.point_id.startswith(f"{point.scenario_name}.")
 
 
+def test_the_variants_suite_holds_every_variant_profile_but_the_uncompressible_uploads():
+    suite = load_suite(find_suite("variants", SUITES), SCENARIOS)
+    variants = {
+        (path.stem, profile)
+        for path in SCENARIOS.glob("*.yaml")
+        for profile in load_scenario(path, None).profiles
+        if profile not in ("quick", "full")
+    }
+    # pipe-size's variants upload fixed sizes that do not fit a 15 s compression (the suite file says so)
+    expected = {variant for variant in variants if variant[0] != "pipe-size"}
+    assert expected and {(p.scenario_name, p.profile) for p in suite.points} == expected
+    for point in suite.points:
+        assert point.point_id.startswith(f"{point.scenario_name}@{point.profile}.")
+        assert [run.profile for run in point.runs()] == [point.profile]
+        assert point.scenario.duration_s == 15
+
+
+def test_an_entry_profile_loads_that_profile_and_an_unknown_one_names_the_valid_ones(tmp_path):
+    path = write(
+        tmp_path,
+        'experiments:\n  - {scenario: parking-lot, profile: full-cross-vegas, point: "hops=2,cc=reno"}\n'
+        '  - {scenario: parking-lot, point: "hops=3,cc=westwood"}\n',
+    )
+    cross, plain = load_suite(path, SCENARIOS).points
+    assert (cross.profile, cross.point_id) == ("full-cross-vegas", "parking-lot@full-cross-vegas.hops=2,cc=reno")
+    assert {f.cc for f in cross.scenario.flows[1:]} == {"vegas"}
+    assert (plain.profile, plain.point_id) == (None, "parking-lot.hops=3,cc=westwood")
+    path = write(tmp_path, "experiments:\n  - {scenario: parking-lot, profile: full-cross}\n")
+    with pytest.raises(ScenarioError, match="unknown profile 'full-cross'.*full-cross-vegas"):
+        load_suite(path, SCENARIOS)
+
+
 def test_compress_scales_the_schedule_but_not_the_path():
     (point,) = [p for p in load_scenario(SCENARIOS / "reverse-onoff.yaml", "quick").points if p.params["cc"] == "reno"]
     short = compress(point, 10)
@@ -55,7 +87,7 @@ def test_an_unknown_scenario_and_a_misspelled_field_are_both_reported(tmp_path):
     path = write(tmp_path, "experiments:\n  - scenario: parking-lots\n    piont: x\n")
     with pytest.raises(ScenarioError) as error:
         load_suite(path, SCENARIOS)
-    assert "unknown field 'piont'; valid fields: scenario, point" in str(error.value)
+    assert "unknown field 'piont'; valid fields: scenario, point, profile" in str(error.value)
     path = write(tmp_path, "experiments:\n  - scenario: parking-lots\n")
     with pytest.raises(ScenarioError) as error:
         load_suite(path, SCENARIOS)
