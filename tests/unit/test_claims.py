@@ -123,6 +123,20 @@ def test_the_shipped_claims_load_and_every_experiment_exists():
     assert {c.experiment for c in loaded} <= scenarios
 
 
+def test_the_mobile_claim_compares_the_mobile_flow_not_the_wired_reno_cross_traffic():
+    # full-wired-reno: flow 0 is the mobile flow (the point's cc), flows 1.. are wired Reno flows at 10 Mbit/s
+    rows = []
+    for cc, mobile in (("westwood", 0.6), ("reno", 0.3)):
+        for flow, goodput in enumerate([mobile] + [10.0] * 9):
+            rows.append({"experiment": "mobile-bernoulli", "profile": "full-wired-reno",
+                         "params": {"loss_pct": 4, "cc": cc}, "seed": 1, "run": cc, "kernel": "k", "flow": flow,
+                         "cc": cc if flow == 0 else "reno", "direction": "forward",
+                         "goodput_mbit": goodput})  # fmt: skip
+    (claim,) = [c for c in claims.load_claims() if c.id == "mobile-westwood-beats-reno-bernoulli"]
+    verdict = claims.judge(claim, pd.DataFrame(rows))
+    assert [(c.a, c.b, c.outcome) for c in verdict.conditions] == [([0.6], [0.3], "higher")]
+
+
 def test_a_bad_claims_file_names_the_claim_and_field(tmp_path):
     path = tmp_path / "claims.yaml"
     path.write_text("- {id: x, experiment: e, source: s, quote: q, paper_numbers: n, metric: speed, "
