@@ -417,7 +417,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         "status": "running",
         "reason": None,
         "scenario": spec.scenario_name,
-        "profile": spec.profile or context.get("profile"),
+        "profile": spec.profile,
         "point_id": spec.point_id,
         "params": spec.params,
         "seed": spec.seed,

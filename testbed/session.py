@@ -271,7 +271,6 @@ def run_session(
         _set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
     plan = {
         "context": {
-            "profile": scenario.profile,
             "git": git,
             "backend": backend_info,
             "project_modules": project_modules,
@@ -284,7 +283,7 @@ def run_session(
                 "point_id": r.point_id,
                 "params": r.params,
                 "seed": r.seed,
-                "profile": r.profile or scenario.profile,
+                "profile": r.profile or scenario.profile,  # a suite entry's own, else the session's
                 "scenario": r.scenario.model_dump(mode="json"),
                 "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
                 "estimate_s": estimate_s(r),
