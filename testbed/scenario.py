@@ -4,7 +4,8 @@ A scenario is one experiment; its file is ``scenarios/<name>.yaml`` and the file
 scenario's name. The format is YAML rather than TOML because students annotate their files with
 comments, lists and maps read naturally, and PyYAML's composed nodes carry line numbers, so every
 error can name its line (TOML's parser gives no positions). Files are composed with PyYAML's
-SafeLoader: data only, never ``exec``/``eval``.
+SafeLoader: data only, never ``exec``/``eval``; and bounded first (``MAX_FILE_BYTES``, ``MAX_DEPTH``
+and the rest, checked on the raw tokens), so that no file ends in a RecursionError or minutes of work.
 
 Pipeline, in the order :func:`load_scenario` runs it::
 
@@ -34,15 +35,17 @@ import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 import types
+from collections import Counter
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, Strict, StrictFloat, ValidationError, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
@@ -59,6 +62,19 @@ DEFAULT_PROFILE = "quick"
 MAX_POINTS = 10_000
 #: longest point_id kept verbatim; longer ones are shortened with a hash (file names stop at 255 bytes)
 MAX_POINT_ID_CHARS = 200
+
+# Bounds on a scenario or suite file: far above any real one (the shipped files are at most about 2 KiB,
+# 54 lines, 263 values and 7 levels deep), low enough that no file exhausts memory, CPU time or Python's
+# recursion limit (PyYAML's composer, the line index, deep copies and validation recurse once per level).
+MAX_FILE_BYTES = 1 << 20
+MAX_FILE_LINES = 10_000
+#: lists and mappings inside one another
+MAX_DEPTH = 64
+#: keys, items and collections, an alias counting as a copy of what it names (or a few lines of
+#: aliases of aliases would stand for billions of values)
+MAX_VALUES = 50_000
+#: values checked in a whole sweep (its points x the file's values): a few seconds of validation
+MAX_SWEEP_VALUES = 1_000_000
 
 # One place for how units read in messages; the unit is always the field name's suffix.
 _UNIT_BY_SUFFIX = {
@@ -83,6 +99,11 @@ def _scenario_check(problems: list[tuple[tuple, str]]) -> PydanticCustomError:
     """
     summary = "; ".join(f"{_display_path(at)}: {message}" if at else message for at, message in problems)
     return PydanticCustomError("scenario_check", "{summary}", {"summary": summary, "problems": tuple(problems)})
+
+
+#: an ON period [start_s, stop_s]: YAML and JSON give the pair as a list, so the pair is read laxly
+#: (a list makes a tuple) while its two numbers stay strict (a bool is never a time)
+Period = Annotated[tuple[StrictFloat, StrictFloat], Strict(False)]
 
 
 class Flow(StrictModel):
@@ -130,7 +151,7 @@ class Flow(StrictModel):
     )  # fmt: skip
     start_s: float = Field(default=0.0, ge=0, description="start time")
     stop_s: float | None = Field(default=None, gt=0, description="stop time; None = the scenario's duration_s")
-    periods: list[tuple[float, float]] | None = Field(
+    periods: list[Period] | None = Field(
         default=None,
         min_length=1,
         description="ON periods as [start_s, stop_s] pairs instead of start_s/stop_s",
@@ -396,10 +417,7 @@ class ScenarioFile:
 def load_scenario(path: str | Path, profile: str | None = None) -> ScenarioFile:
     """Load, expand and validate a scenario file; raise :class:`ScenarioError` listing every problem."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as error:
-        raise ScenarioError(str(path), [Problem(None, "", f"cannot read the file: {error.strerror}")]) from None
+    text = read_yaml_text(path)
     return _load_text(text, name=path.stem, source=str(path), path=path, profile=profile)
 
 
@@ -453,25 +471,169 @@ DataPath = tuple  # a location in the data: keys and list indices, e.g. ("flows"
 
 
 def _load_text(text: str, *, name: str, source: str, path: Path, profile: str | None) -> ScenarioFile:
-    loader = yaml.SafeLoader(text)
-    lines: dict[DataPath, int] = {(): 1}
-    problems: list[Problem] = []
-    try:
-        node = loader.get_single_node()
-        if node is not None:
-            # Before constructing: construction flattens '<<' merges into the node tree.
-            _index_lines(node, (), lines, problems, yaml.SafeLoader(""))
-        data = loader.construct_document(node) if node is not None else None
-    except yaml.YAMLError as error:
-        raise ScenarioError(source, [_yaml_problem(error)]) from None
-    finally:
-        loader.dispose()
+    data, lines, problems = compose_yaml(text, source)
     if not isinstance(data, dict):
         found = "the file is empty" if data is None else f"the file holds a {type(data).__name__}"
         raise ScenarioError(
             source, [Problem(1, "", f"{found}; a scenario is a mapping with topology, flows and duration_s")]
         )
     return _expand(data, name=name, source=source, path=path, lines=lines, problems=problems, profile=profile)
+
+
+def read_yaml_text(path: Path) -> str:
+    """The text of a scenario or suite file; reads no further than the size bound (a huge file, or a
+    device that never ends, is refused without being read whole)."""
+    source = str(path)
+    try:
+        with Path(path).open("rb") as file:
+            raw = file.read(MAX_FILE_BYTES + 1)
+    except OSError as error:
+        raise ScenarioError(source, [Problem(None, "", f"cannot read the file: {error.strerror}")]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise ScenarioError(source, [Problem(None, "", _too_large())])
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw.count(b"\n", 0, error.start) + 1
+        byte = f"0x{raw[error.start]:02x}"
+        raise ScenarioError(
+            source, [Problem(line, "", f"byte {byte} is not UTF-8 text; save the file as UTF-8")]
+        ) from None
+
+
+def compose_yaml(text: str, source: str) -> tuple[Any, dict[DataPath, int], list[Problem]]:
+    """The data of a YAML file, the line of every path in it, and its duplicate keys.
+
+    Raises :class:`ScenarioError` for text that is not YAML (or not only data) or that is larger,
+    longer or deeper than the bounds.
+    """
+    _check_text_bounds(text, source)
+    loader = yaml.SafeLoader(text)
+    lines: dict[DataPath, int] = {(): 1}
+    problems: list[Problem] = []
+    try:
+        node = loader.get_single_node()
+        if node is not None:
+            _check_node_bounds(node, source)
+            # Before constructing: construction flattens '<<' merges into the node tree.
+            _index_lines(node, (), lines, problems, yaml.SafeLoader(""))
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.YAMLError as error:
+        raise ScenarioError(source, [_yaml_problem(error)]) from None
+    except RecursionError:
+        # The bounds keep every recursion far below Python's limit; should one still get there
+        # (a lower limit, a path the bounds miss), the file is refused as clearly.
+        raise ScenarioError(source, [Problem(None, "", _too_deep())]) from None
+    finally:
+        loader.dispose()
+    return data, lines, problems
+
+
+def _check_text_bounds(text: str, source: str) -> None:
+    """Size, lines, depth and values of the raw text: checked before composing, which recurses once
+    per level (5,000 nested brackets would end in a RecursionError) and takes seconds per 100,000 values."""
+    if len(text) > MAX_FILE_BYTES:
+        problem = Problem(None, "", _too_large())
+    elif (breaks := text.count("\n")) > MAX_FILE_LINES:
+        message = f"the file has {breaks} lines; a scenario or suite file may have at most {MAX_FILE_LINES}"
+        problem = Problem(MAX_FILE_LINES + 1, "", message)
+    else:
+        problem = _scan_problem(text)
+    if problem is not None:
+        raise ScenarioError(source, [problem])
+
+
+#: tokens that open and close a list or mapping. A list at its key's indent ('key:' then '- item'
+#: lines) has no start token, but it sits in a mapping that has one: the scan sees at least half of
+#: the real depth, enough to keep the composer's recursion short; the composed nodes are checked exactly.
+_OPENS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
+          yaml.FlowSequenceStartToken)  # fmt: skip
+_CLOSES = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
+_VALUE_TOKENS = (yaml.ScalarToken, yaml.AliasToken, *_OPENS)
+#: libyaml's scanner when PyYAML has it: ten times faster on a file at the size bound
+_SCANNER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _scan_problem(text: str) -> Problem | None:
+    """Too deep or too many values, found in the token stream (the scanner keeps no stack)."""
+    depth = values = 0
+    try:
+        for token in yaml.scan(text, Loader=_SCANNER):
+            depth += isinstance(token, _OPENS) - isinstance(token, _CLOSES)
+            values += isinstance(token, _VALUE_TOKENS)
+            if depth > MAX_DEPTH or values > MAX_VALUES:
+                return Problem(token.start_mark.line + 1, "", _too_deep() if depth > MAX_DEPTH else _too_many())
+    except yaml.YAMLError:
+        pass  # a syntax error: composing reports it, in PyYAML's words and with its line
+    return None
+
+
+def _check_node_bounds(root: yaml.Node, source: str) -> None:
+    """The bounds on the composed document, where every alias stands for a copy of what it names."""
+    measured = _measure(root)
+    if measured is None:
+        message = (
+            "an alias (*name) is used inside the list or mapping that its anchor (&name) marks, so the "
+            "data would be infinitely deep; an alias may only repeat a value that is complete before it"
+        )
+    elif measured[0] > MAX_VALUES:
+        message = _too_many()
+    elif measured[1] > MAX_DEPTH:
+        message = _too_deep()
+    else:
+        return
+    raise ScenarioError(source, [Problem(None, "", message)])
+
+
+def _measure(root: yaml.Node) -> tuple[int, int] | None:
+    """Values and depth of the document with every alias expanded; None when a collection holds itself.
+
+    Iterative, and each node is measured once (an alias shares its anchor's node), so the cost is the
+    number of nodes written, however deep or however many times aliases multiply them.
+    """
+    measured: dict[int, tuple[int, int]] = {}
+    open_ids: set[int] = set()
+    stack: list[tuple[yaml.Node, bool]] = [(root, False)]
+    while stack:
+        node, children_done = stack.pop()
+        children = _child_nodes(node)
+        if children_done:
+            sizes = [measured[id(child)] for child in children]
+            measured[id(node)] = (1 + sum(v for v, _ in sizes), 1 + max((d for _, d in sizes), default=0))
+            open_ids.discard(id(node))
+        elif id(node) in open_ids:
+            return None  # reached again from inside itself: '&a [*a]'
+        elif not isinstance(node, yaml.CollectionNode):
+            measured[id(node)] = (1, 0)
+        elif id(node) not in measured:
+            open_ids.add(id(node))
+            stack.append((node, True))
+            stack.extend((child, False) for child in children)
+    return measured[id(root)]
+
+
+def _child_nodes(node: yaml.Node) -> list[yaml.Node]:
+    """The keys and values of a mapping, the items of a list; none for a scalar."""
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _too_large() -> str:
+    size = f"{MAX_FILE_BYTES >> 20} MiB"
+    return f"the file is larger than {size}; a scenario or suite file may be at most {size} (shipped ones: a few KiB)"
+
+
+def _too_deep() -> str:
+    return (f"lists and mappings are nested more than {MAX_DEPTH} levels deep; a scenario or suite file may nest "
+            f"at most {MAX_DEPTH}")  # fmt: skip
+
+
+def _too_many() -> str:
+    return (f"the file holds more than {MAX_VALUES} values (keys, items and collections; an alias counts as a copy "
+            f"of what it names); a scenario or suite file may hold at most {MAX_VALUES}")  # fmt: skip
 
 
 def _yaml_problem(error: yaml.YAMLError) -> Problem:
@@ -535,15 +697,9 @@ def _expand(
     _apply_time_scale(data, lines, problems)
     axes, reported = _find_axes(data, lines, problems)
 
-    combinations = 1
-    for axis in axes:
-        combinations *= len(axis.values)
-    if combinations > MAX_POINTS:
-        message = (
-            f"the sweep has {combinations} points (the product of every list); more than {MAX_POINTS} "
-            "is almost certainly a list where one value was meant"
-        )
-        problems.append(Problem(_line_of(axes[0].path, lines), "", message))
+    too_large = _sweep_too_large(axes, data)
+    if too_large:
+        problems.append(Problem(_line_of(axes[0].path, lines), "", too_large))
         raise ScenarioError(source, _sorted_unique(problems))
 
     short_names = _short_names([axis.path for axis in axes])
@@ -562,19 +718,37 @@ def _expand(
         try:
             scenario = Scenario.model_validate(point_data)
         except ValidationError as error:
-            found = _problems_from(error, point_data, point_lines)
+            found = validation_problems(error, point_data, point_lines)
             problems.extend(p for p in found if not any(_within(p.path, r) for r in reported))
             continue
         points.append(Point(name, _shorten(",".join(id_parts) or "default"), params, scenario))
 
-    ids = [point.point_id for point in points]
-    for point_id in sorted({i for i in ids if ids.count(i) > 1}):
+    ids = Counter(point.point_id for point in points)
+    for point_id in sorted(i for i, count in ids.items() if count > 1):
         message = f"two sweep points get the same id '{point_id}'; make the listed values distinct"
         problems.append(Problem(_line_of(axes[0].path, lines), "", message))
     if problems:
         raise ScenarioError(source, _sorted_unique(problems))
     description = points[0].scenario.description.strip()
     return ScenarioFile(name, path, profile, description, points, profiles)
+
+
+def _sweep_too_large(axes: list[_Axis], data: dict) -> str | None:
+    """Why the sweep is too large to expand, if it is: every point is a copy of the file, validated."""
+    combinations = math.prod(len(axis.values) for axis in axes)
+    if combinations > MAX_POINTS:
+        return (
+            f"the sweep has {combinations} points (the product of every list); more than {MAX_POINTS} "
+            "is almost certainly a list where one value was meant"
+        )
+    # a point holds one value of each swept list, not the list
+    values = sum(1 for _ in _paths_of(data)) - sum(len(axis.values) for axis in axes)
+    if combinations * values > MAX_SWEEP_VALUES:
+        return (
+            f"the sweep has {combinations} points of {values} values each; at most {MAX_SWEEP_VALUES} values "
+            "in all are checked: sweep fewer values, or split the file"
+        )
+    return None
 
 
 def _within(path: str, parent: str) -> bool:
@@ -719,11 +893,13 @@ def _find_axes(data: dict, lines: Mapping[DataPath, int], problems: list[Problem
             else:
                 del _get_at(data, axis_path[:-1])[axis_path[-1]]
             continue
-        kept, kept_lines = [], []
+        kept, kept_lines, seen = [], [], set()
         for value, line in zip(values, value_lines, strict=True):
-            if any(_same_value(value, earlier) for earlier in kept):
+            keys = _sweep_keys(value)
+            if keys & seen:
                 problems.append(Problem(line, where, f"the sweep lists {_show(value)} twice"))
                 continue
+            seen |= keys
             kept.append(value)
             kept_lines.append(line)
         axes.append(_Axis(axis_path, kept, kept_lines))
@@ -764,8 +940,19 @@ def _set_at(data: Any, path: DataPath, value: Any) -> None:
     _get_at(data, path[:-1])[path[-1]] = copy.deepcopy(value)
 
 
-def _same_value(a: Any, b: Any) -> bool:
-    return a == b or _format_value(a) == _format_value(b)
+def _sweep_keys(value: Any) -> set:
+    """What makes two sweep values one: equal (10 and 10.0) or written alike (.nan and .nan).
+
+    A bool and a number are never one (1 == True in Python): [1, true] lists two values and the
+    second is reported as a bool where a number belongs. Sets keep a long list linear to check.
+    """
+    is_bool = isinstance(value, bool)
+    keys = {(is_bool, "text", _format_value(value))}
+    try:
+        keys.add((is_bool, "value", value))
+    except TypeError:
+        pass  # an unhashable value (a model object from Python) is compared by its text
+    return keys
 
 
 def _format_value(value: Any) -> str:
@@ -872,14 +1059,14 @@ def _pick_model(annotation: Any, raw: Any) -> type[BaseModel] | None:
     return next((member for member in members if _tag_of(member) == tag), None)
 
 
-def _resolve(loc: tuple, data: Any) -> tuple[DataPath, Any, FieldInfo | None]:
+def _resolve(loc: tuple, data: Any, root: type[BaseModel] = Scenario) -> tuple[DataPath, Any, FieldInfo | None]:
     """Map a pydantic ``loc`` onto a data path (dropping union tags).
 
     Also returns the annotation expected at that path and, when the path ends at a model
     field, that field's ``FieldInfo`` (its constraints and description feed the messages).
     """
     path: list = []
-    annotation: Any = Scenario
+    annotation: Any = root
     info: FieldInfo | None = None
     raw = data
     for step in loc:
@@ -902,9 +1089,9 @@ def _resolve(loc: tuple, data: Any) -> tuple[DataPath, Any, FieldInfo | None]:
     return tuple(path), annotation, info
 
 
-def _model_at(path: DataPath, data: Any) -> type[BaseModel] | None:
+def _model_at(path: DataPath, data: Any, root: type[BaseModel]) -> type[BaseModel] | None:
     """The model that the mapping at ``path`` is validated as."""
-    _, annotation, _ = _resolve(path, data)
+    _, annotation, _ = _resolve(path, data, root)
     return _pick_model(_strip(annotation), _get_or_none(data, path))
 
 
@@ -926,10 +1113,13 @@ def _get_or_none(data: Any, path: DataPath) -> Any:
 # Error messages
 
 
-def _problems_from(error: ValidationError, data: dict, lines: Mapping[DataPath, int]) -> list[Problem]:
+def validation_problems(
+    error: ValidationError, data: Any, lines: Mapping[DataPath, int], root: type[BaseModel] = Scenario
+) -> list[Problem]:
+    """The problems of ``root.model_validate(data)``, each with its line: a scenario's, or a suite's."""
     problems = []
     for detail in error.errors(include_url=False):
-        path, _, info = _resolve(detail["loc"], data)
+        path, _, info = _resolve(detail["loc"], data, root)
         kind = detail["type"]
         if kind == "scenario_check":
             for at, message in detail["ctx"]["problems"]:
@@ -945,18 +1135,18 @@ def _problems_from(error: ValidationError, data: dict, lines: Mapping[DataPath, 
                 f"a period is a pair [start_s, stop_s], got {_show(_get_or_none(data, period))}",
             )
         else:
-            message = _message(kind, detail, path, data, info)
+            message = _message(kind, detail, path, data, info, root)
         problems.append(Problem(_line_of(path, lines), _display_path(path), message))
     return problems
 
 
-def _message(kind: str, detail: dict, path: DataPath, data: dict, info: FieldInfo | None) -> str:
+def _message(kind: str, detail: dict, path: DataPath, data: Any, info: FieldInfo | None, root: type[BaseModel]) -> str:
     ctx = detail.get("ctx", {})
     value = detail.get("input")
     leaf = next((str(p) for p in reversed(path) if isinstance(p, str)), "")
     unit = _unit(leaf)
     if kind == "extra_forbidden":
-        model = _model_at(path[:-1], data)
+        model = _model_at(path[:-1], data, root)
         valid = list(model.model_fields) if model is not None else []
         return f"unknown field; valid fields here: {', '.join(valid)}{_did_you_mean(str(path[-1]), valid)}"
     if kind == "missing":
@@ -977,9 +1167,7 @@ def _message(kind: str, detail: dict, path: DataPath, data: dict, info: FieldInf
         hint = _did_you_mean(str(value), options)
         return f"{_show(value)} is not valid here; valid: {', '.join(options)}{hint}"
     if kind in ("float_parsing", "float_type", "int_parsing", "int_type", "int_from_float"):
-        whole = "a whole number" if kind.startswith("int") else "a number"
-        note = f" (write the number only: {leaf} is {unit})" if unit and isinstance(value, str) else ""
-        return f"expected {whole}, got {_show(value)}{note}"
+        return _number_message(kind, value, leaf)
     if kind in ("string_type", "bool_type", "bool_parsing"):
         return f"expected {'text' if kind == 'string_type' else 'true or false'}, got {_show(value)}"
     if kind in ("list_type", "tuple_type"):
@@ -993,6 +1181,28 @@ def _message(kind: str, detail: dict, path: DataPath, data: dict, info: FieldInf
     if kind in ("value_error", "assertion_error"):
         return str(ctx.get("error", detail["msg"]))
     return detail["msg"]
+
+
+def _number_message(kind: str, value: Any, leaf: str) -> str:
+    whole = "a whole number" if kind.startswith("int") else "a number"
+    unit = _unit(leaf)
+    if isinstance(value, bool):
+        # YAML's true/false are not 1/0 here (strict models): say so, with the unit the number is in
+        in_unit = f" {unit}" if unit.startswith("in ") else f" ({unit})" if unit else ""
+        return f"expected {whole}{in_unit}, got the bool {_show(value)}"
+    if isinstance(value, str) and _is_number(value):
+        return f"expected {whole}, got the text {_show(value)} (write the number without quotes)"
+    shown = repr(value) if isinstance(value, float) else _show(value)  # 2.0, not 2, for a whole number
+    note = f" (write the number only: {leaf} is {unit})" if unit and isinstance(value, str) else ""
+    return f"expected {whole}, got {shown}{note}"
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 def _union_key(detail: dict) -> str:

@@ -31,7 +31,6 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-import yaml
 from pydantic import Field, ValidationError
 
 from testbed.scenario import (
@@ -39,9 +38,12 @@ from testbed.scenario import (
     Problem,
     ScenarioError,
     ScenarioFile,
+    compose_yaml,
     find_scenario,
     load_scenario,
+    read_yaml_text,
     scenario_from_dict,
+    validation_problems,
 )
 from topologies.base import StrictModel
 
@@ -70,7 +72,8 @@ class Suite(StrictModel):
     profile: str | None = Field(default="quick", description="profile each scenario file is loaded with")
     traffic_s: float | None = Field(default=None, gt=0, le=100_000, description="compress each point to this")
     seeds: list[int] | None = Field(default=None, min_length=1)
-    experiments: list[SuiteEntry] = Field(min_length=1)
+    # each entry loads a scenario file: far more than any suite needs, few enough to load in seconds
+    experiments: list[SuiteEntry] = Field(min_length=1, max_length=200)
 
 
 def compress(
@@ -106,31 +109,25 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
     """Load a suite file into one :class:`ScenarioFile` whose points come from several scenario files.
 
     Every problem (a misspelled field, an unknown scenario or point id, a scenario file that does
-    not load) is collected and raised together as one :class:`ScenarioError`.
+    not load) is collected and raised together as one :class:`ScenarioError`, with its line. The
+    file is read as scenario files are: bounded in size and depth, duplicate keys refused.
     """
     source = str(path)
-    try:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
-    except OSError as error:
-        raise ScenarioError(source, [Problem(None, "", f"cannot read the file: {error.strerror}")]) from None
-    except yaml.YAMLError as error:
-        raise ScenarioError(source, [Problem(None, "", f"YAML syntax error: {error}")]) from None
+    data, lines, problems = compose_yaml(read_yaml_text(Path(path)), source)
     try:
         suite = Suite.model_validate(data)
     except ValidationError as error:
-        problems = [_problem(detail) for detail in error.errors()]
-        raise ScenarioError(source, problems) from None
-    problems: list[Problem] = []
+        raise ScenarioError(source, [*problems, *validation_problems(error, data, lines, Suite)]) from None
     points: list[Point] = []
     controls: dict[str, dict] = {}
     for i, entry in enumerate(suite.experiments):
-        where = f"experiments[{i}]"
+        where, line = f"experiments[{i}]", lines.get(("experiments", i))
         own_profile = entry.profile if entry.profile not in (None, suite.profile) else None
         profile = own_profile or suite.profile
         try:
             scenario = load_scenario(find_scenario(entry.scenario, scenarios_dir), profile=profile)
         except ScenarioError as error:
-            problems += [Problem(None, f"{where}.scenario", f"{entry.scenario}: {p}") for p in error.problems]
+            problems += [Problem(line, f"{where}.scenario", f"{entry.scenario}: {p}") for p in error.problems]
             continue
         ids = [p.point_id for p in scenario.points]
         if entry.point is None:
@@ -139,31 +136,21 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
             chosen = scenario.points[ids.index(entry.point)]
         else:
             message = f"'{entry.point}' is not a point of {entry.scenario} ({profile or 'no'} profile); "
-            problems.append(Problem(None, f"{where}.point", message + f"valid: {', '.join(ids)}"))
+            problems.append(Problem(line, f"{where}.point", message + f"valid: {', '.join(ids)}"))
             continue
         point = compress(chosen, suite.traffic_s, suite.seeds, own_profile)
         if entry.control is not None:
             if not entry.control.options():
                 valid = ", ".join(FlowHarm.model_fields)
-                problems.append(Problem(None, f"{where}.control", f"names no option; valid: {valid}"))
+                problems.append(Problem(line, f"{where}.control", f"names no option; valid: {valid}"))
                 continue
             point = replace(point, point_id=f"{point.point_id}.control")
             controls[point.point_id] = entry.control.options()
         if point.point_id in (p.point_id for p in points):
-            problems.append(Problem(None, where, f"{point.point_id} is already in the suite"))
+            problems.append(Problem(line, where, f"{point.point_id} is already in the suite"))
             continue
         points.append(point)
     if problems:
         raise ScenarioError(source, problems)
     name = f"suite-{Path(path).stem}"
     return ScenarioFile(name, Path(path), suite.profile, suite.description.strip(), points, controls=controls)
-
-
-def _problem(detail: dict) -> Problem:
-    where = ".".join(str(part) for part in detail["loc"])
-    message = detail["msg"]
-    if detail["type"] == "extra_forbidden":
-        model = {1: Suite, 3: SuiteEntry}.get(len(detail["loc"]), FlowHarm)
-        valid = ", ".join(model.model_fields)
-        message = f"unknown field '{detail['loc'][-1]}'; valid fields: {valid}"
-    return Problem(None, where, message)

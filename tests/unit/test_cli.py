@@ -54,3 +54,32 @@ def test_bad_scenario_exits_2_with_the_problem(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "line 1" in err and "rate_mbit" in err
     assert not (tmp_path / "r").exists(), "nothing is written for a scenario that does not validate"
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("topology: {name: dumbbell, bottleneck: {rate_mbit: true}}\nflows: [{cc: reno, rtt_ms: 10}]\nduration_s: 5\n",
+         "  line 1, topology.bottleneck.rate_mbit: expected a number in Mbit/s, got the bool true"),
+        ("a: " + "[" * 5000 + "]" * 5000 + "\n",
+         "  line 1: lists and mappings are nested more than 64 levels deep; a scenario or suite file may nest "
+         "at most 64"),
+    ],
+    ids=["bool-for-a-number", "5000-brackets"],
+)  # fmt: skip
+def test_check_of_a_bad_file_exits_2_naming_the_file_and_line(tmp_path, capsys, text, problem):
+    import signal
+
+    from testbed.cli import main
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGPIPE)}  # main() sets both
+    try:
+        assert main(["check", str(bad)]) == 2  # an uncaught exception would end the test with its traceback
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    out, err = capsys.readouterr()
+    assert err.splitlines() == [f"testbed: {bad}: 1 problem:", problem]
+    assert "Traceback" not in err and not out

@@ -184,10 +184,11 @@ def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp
 
 @pytest.mark.parametrize(
     ("entry", "message"),
-    [("{scenario: regression/upload, control: {initcwnd: 1}}", "unknown field 'initcwnd'; valid fields: sack, "
-      "delayed_ack, initcwnd_segs, window_kb"),
+    [("{scenario: regression/upload, control: {initcwnd: 1}}", r"line 2, experiments\[0\].control.initcwnd: unknown "
+      r"field; valid fields here: sack, delayed_ack, initcwnd_segs, window_kb \(did you mean 'initcwnd_segs'\?\)"),
      ("{scenario: regression/upload, control: {}}", "names no option"),
-     ("{scenario: regression/upload, control: {initcwnd_segs: 0}}", "greater than or equal to 1")],
+     ("{scenario: regression/upload, control: {initcwnd_segs: 0}}", "0 is out of range: must be between 1 and 1000"),
+     ("{scenario: regression/upload, control: {sack: 0}}", "control.sack: expected true or false, got 0")],
 )  # fmt: skip
 def test_a_bad_control_names_what_is_valid(tmp_path, entry, message):
     path = tmp_path / "bad.yaml"

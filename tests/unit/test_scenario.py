@@ -584,3 +584,185 @@ profiles:
         load_scenario_text(text.replace("time_scale: 0.06", "time_scale: -1"))
     with pytest.raises(ScenarioError, match=r"rtt_max_ms \(200\) must be above rtt_ms \(250\)"):
         load_scenario_text(text.replace("rtt_max_ms: 400", "rtt_max_ms: 200"))
+
+
+# --------------------------------------------------------------------------------------------------
+# Strict scalars: a bool is not a number, a number is not a bool
+
+
+def test_a_bool_for_a_number_names_the_file_line_field_and_unit():
+    error = problems_of(BASE.replace("duration_s: 20", "duration_s: true"))
+    assert str(error).splitlines() == [
+        "test.yaml: 1 problem:",
+        "  line 9, duration_s: expected a number in seconds, got the bool true",
+    ]
+
+
+def test_a_bool_in_a_nested_flow_mapping_is_an_error():
+    text = BASE.replace("  - cc: reno\n    rtt_ms: 100\n", "  - {cc: reno, rtt_ms: false, count: true}\n")
+    messages = {p.path: (p.line, p.message) for p in problems_of(text).problems}
+    assert messages == {
+        "flows[0].rtt_ms": (7, "expected a number in milliseconds, got the bool false"),
+        "flows[0].count": (7, "expected a whole number, got the bool true"),
+    }
+
+
+def test_a_bool_for_a_percentage_and_for_a_seed():
+    text = BASE.replace("delay_ms: 10", "delay_ms: 10\n    loss_pct: true") + "seeds: [1, false]\n"
+    messages = {p.path: (p.line, p.message) for p in problems_of(text).problems}
+    assert messages == {
+        "topology.bottleneck.loss_pct": (6, "expected a number (a percentage), got the bool true"),
+        "seeds[1]": (11, "expected a whole number, got the bool false"),
+    }
+
+
+def test_a_bool_inside_a_sweep_of_numbers_is_an_error_on_its_own_line():
+    text = BASE.replace("rate_mbit: 10", "rate_mbit:\n      - 1\n      - true\n      - 100")
+    (problem,) = problems_of(text).problems
+    assert (problem.line, problem.path) == (6, "topology.bottleneck.rate_mbit")
+    assert problem.message == "expected a number in Mbit/s, got the bool true"
+
+
+def test_a_sweep_of_one_and_true_is_two_values_not_a_repeat():
+    # 1 == True in Python: the repeat check must not take the bool for the number
+    (problem,) = problems_of(BASE.replace("rate_mbit: 10", "rate_mbit: [1, true]")).problems
+    assert problem.message == "expected a number in Mbit/s, got the bool true"
+
+
+@pytest.mark.parametrize(("field", "value"), [("sack", "1"), ("delayed_ack", "0"), ("sack", "'false'")])
+def test_a_number_or_text_for_a_bool_is_an_error(field, value):
+    text = BASE.replace("rtt_ms: 100", f"rtt_ms: 100\n    {field}: {value}")
+    (problem,) = problems_of(text).problems
+    assert (problem.line, problem.path) == (9, f"flows[0].{field}")
+    assert problem.message == f"expected true or false, got {value}"
+
+
+def test_quoted_numbers_and_fractions_for_whole_numbers_stay_errors():
+    text = BASE.replace("rate_mbit: 10", "rate_mbit: '10'").replace("rtt_ms: 100", "rtt_ms: 100\n    count: 2.0")
+    error = problems_of(text)
+    messages = {p.path: p.message for p in error.problems}
+    assert messages == {
+        "topology.bottleneck.rate_mbit": "expected a number, got the text '10' (write the number without quotes)",
+        "flows[0].count": "expected a whole number, got 2.0",
+    }
+
+
+def test_strict_models_still_take_ints_for_floats_lists_for_periods_and_mappings_for_models():
+    text = BASE.replace("rtt_ms: 100", "rtt_ms: 100\n    periods: [[0, 5], [10, 20]]\n    sack: false")
+    flow = load(text).points[0].scenario.flows[0]
+    assert flow.periods == [(0.0, 5.0), (10.0, 20.0)] and isinstance(flow.periods[0][0], float)
+    assert isinstance(flow.rtt_ms, float) and flow.sack is False
+    (problem,) = problems_of(text.replace("[0, 5]", "[0, true]")).problems
+    assert (problem.path, problem.message) == ("flows[0].periods[0][1]", "expected a number, got the bool true")
+
+
+def test_python_data_is_strict_too():
+    with pytest.raises(ValidationError, match="valid number"):
+        LinkParams(rate_mbit=True)
+    with pytest.raises(ValidationError, match="valid boolean"):
+        Flow(cc="reno", rtt_ms=10, sack=1)
+
+
+# --------------------------------------------------------------------------------------------------
+# Bounded input: no size or depth ends in a traceback or minutes of work
+
+DEPTH_MESSAGE = "lists and mappings are nested more than 64 levels deep; a scenario or suite file may nest at most 64"
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a: " + "[" * 5000 + "]" * 5000 + "\n",
+        "a: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+        "- " * 5000 + "1\n",  # block lists, each opened by its '- '
+    ],
+    ids=["flow-lists", "flow-mappings", "block-lists"],
+)
+def test_5000_nested_levels_are_refused_before_composing(text):
+    error = problems_of(text)
+    assert str(error).splitlines() == ["test.yaml: 1 problem:", f"  line 1: {DEPTH_MESSAGE}"]
+
+
+def test_deep_block_mappings_name_the_first_line_too_deep():
+    text = "".join(" " * level + f"k{level}:\n" for level in range(100)) + " " * 100 + "1\n"
+    (problem,) = problems_of(text).problems
+    assert (problem.line, problem.message) == (65, DEPTH_MESSAGE)
+
+
+def test_depth_made_of_aliases_is_counted_too():
+    text = "a0: &a0 [x]\n" + "".join(f"a{i}: &a{i} [*a{i - 1}]\n" for i in range(1, 100))
+    (problem,) = problems_of(text).problems
+    assert problem.message == DEPTH_MESSAGE
+
+
+def test_an_alias_inside_its_own_anchor_is_refused():
+    for text in ("a: &x [*x]\n", "a: &x {b: *x}\n"):
+        (problem,) = problems_of(text).problems
+        assert "an alias (*name) is used inside the list or mapping that its anchor (&name) marks" in problem.message
+
+
+@pytest.mark.timeout(30)
+def test_aliases_that_multiply_values_are_refused():
+    text = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n"
+    text += "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 10)}]\n" for i in range(1, 10))  # 10^10 values
+    (problem,) = problems_of(text).problems
+    assert problem.message.startswith("the file holds more than 50000 values (keys, items and collections;")
+    assert problem.message.endswith("a scenario or suite file may hold at most 50000")
+
+
+@pytest.mark.timeout(30)
+def test_too_many_values_on_one_line_name_the_line():
+    (problem,) = problems_of("flows: [{cc: reno}]\nduration_s: [" + ", ".join(["1"] * 60_000) + "]\n").problems
+    assert problem.line == 2 and problem.message.startswith("the file holds more than 50000 values")
+
+
+@pytest.mark.timeout(30)
+def test_a_very_long_file_is_refused_by_its_line_count():
+    error = problems_of("flows:\n" + "- 1\n" * 200_000)
+    assert str(error).splitlines() == [
+        "test.yaml: 1 problem:",
+        "  line 10001: the file has 200001 lines; a scenario or suite file may have at most 10000",
+    ]
+
+
+@pytest.mark.timeout(30)
+def test_an_oversized_file_is_refused_without_being_read_whole(tmp_path):
+    path = tmp_path / "huge.yaml"
+    path.write_text("".join(f"k{i}: 1\n" for i in range(200_000)))  # a valid mapping of 2 MB
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).splitlines() == [
+        f"{path}: 1 problem:",
+        "  the file is larger than 1 MiB; a scenario or suite file may be at most 1 MiB (shipped ones: a few KiB)",
+    ]
+    with pytest.raises(ScenarioError, match="larger than 1 MiB"):
+        load_scenario_text(path.read_text())
+
+
+def test_a_file_that_is_not_utf8_names_the_line(tmp_path):
+    path = tmp_path / "latin1.yaml"
+    path.write_bytes(BASE.replace("reno", "r\xe9no").encode("latin-1"))
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    assert str(caught.value).splitlines()[1] == "  line 7: byte 0xe9 is not UTF-8 text; save the file as UTF-8"
+
+
+def test_a_recursion_past_the_bounds_is_still_a_scenario_error(monkeypatch):
+    # the last resort: were the bounds lifted, the composer's RecursionError is still reported as a problem
+    monkeypatch.setattr(scenario_module, "MAX_DEPTH", 10**6)
+    monkeypatch.setattr(scenario_module, "MAX_VALUES", 10**6)
+    error = problems_of("a: " + "[" * 5000 + "]" * 5000 + "\n")
+    assert str(error).splitlines()[0] == "test.yaml: 1 problem:"
+    assert "nested more than" in str(error)
+
+
+def test_a_sweep_with_too_many_values_to_check_is_refused(monkeypatch):
+    monkeypatch.setattr(scenario_module, "MAX_SWEEP_VALUES", 100)
+    (problem,) = problems_of(BASE.replace("rate_mbit: 10", "rate_mbit: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]")).problems
+    assert problem.line == 4
+    values = sum(1 for _ in scenario_module._paths_of(yaml.safe_load(BASE)))
+    assert problem.message == (
+        f"the sweep has 10 points of {values} values each; at most 100 values in all are checked: "
+        "sweep fewer values, or split the file"
+    )

@@ -87,7 +87,8 @@ def test_an_unknown_scenario_and_a_misspelled_field_are_both_reported(tmp_path):
     path = write(tmp_path, "experiments:\n  - scenario: parking-lots\n    piont: x\n")
     with pytest.raises(ScenarioError) as error:
         load_suite(path, SCENARIOS)
-    assert "unknown field 'piont'; valid fields: scenario, point, profile" in str(error.value)
+    message = "line 3, experiments[0].piont: unknown field; valid fields here: scenario, point, profile, control"
+    assert message in str(error.value)
     path = write(tmp_path, "experiments:\n  - scenario: parking-lots\n")
     with pytest.raises(ScenarioError) as error:
         load_suite(path, SCENARIOS)
@@ -103,3 +104,51 @@ def test_a_negative_traffic_time_is_refused(tmp_path):
 def test_an_unknown_suite_names_the_available_ones():
     with pytest.raises(ScenarioError, match="available: default"):
         find_suite("nope", SUITES)
+
+
+def test_bools_and_numbers_in_each_others_place_name_the_line_and_what_is_valid(tmp_path):
+    path = write(
+        tmp_path,
+        "traffic_s: true\nseeds: [1, true]\nexperiments:\n  - {scenario: regression/upload, control: {sack: 1}}\n",
+    )
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    assert str(error.value).splitlines() == [
+        f"{path}: 3 problems:",
+        "  line 1, traffic_s: expected a number in seconds, got the bool true",
+        "  line 2, seeds[1]: expected a whole number, got the bool true",
+        "  line 4, experiments[0].control.sack: expected true or false, got 1",
+    ]
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("experiments: " + "[" * 5000 + "]" * 5000 + "\n", "  line 1: lists and mappings are nested more than 64"),
+        ("experiments:\n" + "- " * 5000 + "x\n", "  line 2: lists and mappings are nested more than 64"),
+        ("experiments:\n" + "- x\n" * 200_000, "  line 10001: the file has 200001 lines; a scenario or suite file"),
+        ("description: '" + "x" * (1 << 20) + "'\n", "  the file is larger than 1 MiB; a scenario or suite file"),
+        ("a: &x [*x]\n", "  an alias (*name) is used inside the list or mapping that its anchor (&name) marks"),
+    ],
+    ids=["deep-flow", "deep-block", "long", "large", "alias-cycle"],
+)
+def test_a_suite_file_is_bounded_like_a_scenario_file(tmp_path, text, message):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    first, problem = str(error.value).splitlines()
+    assert first == f"{path}: 1 problem:"
+    assert problem.startswith(message)
+
+
+def test_a_duplicate_key_in_a_suite_is_an_error(tmp_path):
+    path = write(tmp_path, "profile: quick\nprofile: full\nexperiments:\n  - scenario: regression/upload\n")
+    with pytest.raises(ScenarioError, match=r"line 2, profile: duplicate key \(first given on line 1\)"):
+        load_suite(path, SCENARIOS)
+
+
+def test_a_suite_lists_at_most_200_experiments(tmp_path):
+    path = write(tmp_path, "experiments:\n" + "  - scenario: regression/upload\n" * 201)
+    with pytest.raises(ScenarioError, match="line 1, experiments: too many items: at most 200, got 201"):
+        load_suite(path, SCENARIOS)
