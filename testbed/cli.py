@@ -174,10 +174,15 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from testbed import vagrant
     from testbed.capture import INSTANCES, remove_instance
+    from testbed.guest import stop_orphans
     from testbed.network import cleanup_leftovers
 
-    done = cleanup_leftovers()
+    done = stop_orphans() + cleanup_leftovers()
+    if vagrant.vm_running():
+        with vagrant.LabVM() as vm:
+            done += vm.stop_orphan_runners()
     for name in INSTANCES:
         remove_instance(name)
     print(f"cleanup: {len(done)} leftovers removed" if done else "cleanup: nothing left behind")
@@ -317,7 +322,8 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.set_defaults(func=_cmd_bench)
 
-    clean = sub.add_parser("cleanup", help="remove processes, interfaces and trace instances left by killed runs")
+    clean = sub.add_parser("cleanup", help="stop guests and lab-VM runners left by killed controllers; remove "
+                           "processes, interfaces and trace instances left by killed runs")
     clean.set_defaults(func=_cmd_cleanup)
     return parser
 
@@ -328,6 +334,7 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from analysis.catalog import CatalogError
+    from testbed.folderlock import FolderBusy
     from testbed.guest import GuestError
     from testbed.kernels import KernelError
     from testbed.lossbpf import LossChannelError
@@ -351,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         LossChannelError,
         VagrantError,
         CatalogError,
+        FolderBusy,
         ValueError,
     ) as err:
         print(f"testbed: {err}", file=sys.stderr)

@@ -12,29 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from testbed import guardian, remote
 from testbed.kernels import Kernel
+from testbed.remote import console_tail
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: from `vng` to the guest's first line, measured ~15-20 s under TCG here; a guest silent this long did not boot
 BOOT_TIMEOUT_S = 180
 #: from the runner's plan.done to vng's exit (a guest powers off in a few seconds)
 SHUTDOWN_TIMEOUT_S = 60
-#: how long past a run's watchdog budget (or after a run ended) the runner may stay silent before the
-#: guest is declared hung: the runner's own watchdog reports a stuck run within its budget, so only a
-#: guest that stopped altogether (seen once in CI under TCG: no output for 30 min, not even the
-#: watchdog's stack dump) stays silent this long
-HANG_MARGIN_S = 120
-#: the runner's progress lines: "run 3/15: ..." starts a run, "run 3/15 complete" (or failed: ...) ends it
-RUN_LINE = re.compile(r"^run (\d+)/(\d+)(:| )")
 
 
 class GuestError(Exception):
@@ -47,41 +40,6 @@ class GuestBootError(GuestError):
 
 class GuestHungError(GuestError):
     """The runner started but then the guest fell silent far past the current run's watchdog budget."""
-
-
-class RunnerProgress:
-    """Follows the runner's progress lines and says by when the next one must come.
-
-    A run must end within its watchdog budget (``runner.run_budget_s`` of its estimate), which the
-    runner enforces itself; between runs the next one starts at once. Beyond either, plus
-    HANG_MARGIN_S, the guest is hung."""
-
-    def __init__(self, estimates_s: list[float], started: float):
-        from testbed.runner import run_budget_s
-
-        self.budgets_s = [run_budget_s(e) for e in estimates_s]
-        self.current: int | None = None
-        self.expect_by = started + BOOT_TIMEOUT_S + HANG_MARGIN_S
-
-    def line(self, text: str, now: float) -> None:
-        match = RUN_LINE.match(text)
-        if not match:
-            return
-        index = int(match.group(1)) - 1
-        if match.group(3) == ":" and 0 <= index < len(self.budgets_s):
-            self.current = index
-            self.expect_by = now + self.budgets_s[index] + HANG_MARGIN_S
-        else:
-            self.current = None
-            self.expect_by = now + HANG_MARGIN_S
-
-    def overdue(self, now: float) -> bool:
-        return now > self.expect_by
-
-    def describe(self, silent_s: float) -> str:
-        where = (f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
-                 if self.current is not None else "between runs")  # fmt: skip
-        return f"the guest stopped responding in {where}: nothing from it for {silent_s:.0f} s"
 
 
 @dataclass(frozen=True)
@@ -138,12 +96,14 @@ def run_in_guest(
     console_log: Path,
     timeout_s: float,
     echo=print,
+    on_line=None,
 ) -> dict:
     """Boot, run ``python -m testbed.runner plan_path`` inside, stream its progress lines.
 
-    Returns timings (``ready_s``: command to the runner's first line, ``wall_s``) and the number
-    of runs not complete as written to ``plan.done``; raises GuestError when the guest did not
-    boot or did not finish in time.
+    The guest ends with this process, however it ends (:mod:`testbed.guardian`). Returns timings
+    (``ready_s``: command to the runner's first line, ``wall_s``) and the number of runs not complete
+    as written to ``plan.done``; raises GuestError when the guest did not boot or did not finish in time.
+    ``on_line(text, now)`` sees every runner line too (the host's contention watch).
     """
     venv_bin = Path(sys.executable).parent
     if not shutil.which("vng", path=str(venv_bin)) and not shutil.which("vng"):
@@ -154,111 +114,78 @@ def run_in_guest(
         f"cd {PROJECT} && PYTHONDONTWRITEBYTECODE=1 PATH=/usr/sbin:/usr/bin:/sbin:/bin "
         f"{sys.executable} -m testbed.runner {plan_path}"
     )
-    env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     argv = vng_argv(kernel, config, rwdirs, command)
     started = time.monotonic()
-    progress = RunnerProgress([run["estimate_s"] for run in json.loads(plan_path.read_text())["runs"]], started)
-    last_output = started
-    saw_runner = False
-    done_seen = None
-    timing = {"ready_s": None}
+    plan_runs = json.loads(plan_path.read_text())["runs"]
+    progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, BOOT_TIMEOUT_S)
+    label = f"the guest ({kernel.release}, {config.accel})"
+
+    def line(text: str, now: float) -> None:
+        echo(text)
+        if on_line is not None:
+            on_line(text, now)
+
     with open(console_log, "wb") as log_file:
         log_file.write(("$ " + " ".join(argv) + "\n").encode())
-        proc = subprocess.Popen(
-            argv,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-            cwd=PROJECT,
-        )
-        os.set_blocking(proc.stdout.fileno(), False)
-        buffer = b""
+        log_file.flush()
+        proc, guard = _start_guest(argv)
         try:
-            while True:
-                chunk = proc.stdout.read()
-                now = time.monotonic()
-                if chunk:
-                    last_output = now
-                    log_file.write(chunk)
-                    log_file.flush()
-                    buffer += chunk
-                    *lines, buffer = buffer.split(b"\n")
-                    for line in lines:
-                        text = line.decode(errors="replace")
-                        if "[testbed]" in text:
-                            if not saw_runner:
-                                timing["ready_s"] = round(time.monotonic() - started, 2)
-                            saw_runner = True
-                            message = text[text.index("[testbed]") + 10 :]
-                            progress.line(message, now)
-                            echo(message)
-                if proc.poll() is not None and not chunk:
-                    break
-                elapsed = time.monotonic() - started
-                if not saw_runner and elapsed > BOOT_TIMEOUT_S:
-                    raise GuestBootError(
-                        f"the guest ({kernel.release}, {config.accel}) did not start the runner within "
-                        f"{BOOT_TIMEOUT_S} s; console log: {console_log}{console_tail(console_log)}"
-                    )
-                if done.exists() and done_seen is None:
-                    done_seen = elapsed
-                if saw_runner and done_seen is None and progress.overdue(now):
-                    raise GuestHungError(
-                        f"{progress.describe(now - last_output)}; stopped it after {elapsed:.0f} s; "
-                        f"console log: {console_log}{console_tail(console_log)}"
-                    )
-                if done_seen is not None and elapsed - done_seen > SHUTDOWN_TIMEOUT_S and proc.poll() is None:
-                    # the plan is finished and its results are written: a guest that hangs on its
-                    # way down (not seen so far) must not hold the session until the timeout
-                    echo(f"the guest finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
-                         f"stopping it (console log: {console_log})")  # fmt: skip
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=30)
-                    break
-                if elapsed > timeout_s:
-                    raise GuestError(
-                        f"the guest did not finish within {timeout_s:.0f} s (runs planned for less); "
-                        f"console log: {console_log}{console_tail(console_log)}"
-                    )
-                if not chunk:
-                    time.sleep(0.1)
-        except BaseException:
-            _stop_session(proc)
-            raise
+            ready_s = remote.follow(proc, log_file, progress, label=label, start_timeout_s=BOOT_TIMEOUT_S,
+                                    timeout_s=timeout_s, on_line=line, finished=done.exists,
+                                    shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)  # fmt: skip
+            if proc.poll() is None:
+                echo(f"{label} finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
+                     f"stopping it (console log: {console_log})")  # fmt: skip
+        except remote.RunnerNotStarted as err:
+            raise GuestBootError(str(err)) from None
+        except remote.RunnerSilent as err:
+            raise GuestHungError(str(err)) from None
+        except remote.RemoteRunnerError as err:
+            raise GuestError(str(err)) from None
         finally:
+            _stop_session(proc)
+            guard.release()
             proc.stdout.close()
     # vng's own exit status is 255 even on success on hosts without udevd: read the runner's.
     if not done.exists():
-        error = GuestError if saw_runner else GuestBootError
+        error = GuestError if ready_s is not None else GuestBootError
         raise error(
-            f"the guest ({kernel.release}, {config.accel}) exited without finishing the plan "
-            f"(vng exit {proc.returncode}); console log: {console_log}{console_tail(console_log)}"
+            f"{label} exited without finishing the plan (vng exit {proc.returncode}); "
+            f"console log: {console_log}{console_tail(console_log)}"
         )
-    timing["wall_s"] = round(time.monotonic() - started, 2)
-    timing["not_complete"] = int(done.read_text().strip() or 0)
-    return timing
+    return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
+            "not_complete": int(done.read_text().strip() or 0)}  # fmt: skip
 
 
-def console_tail(path: Path, lines: int = 25) -> str:
-    """The end of a console log, indented, for an error message (the log may be gone when it is read)."""
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return ""
-    tail = text.splitlines()[-lines:]
-    return "\n  last console lines:\n" + "\n".join(f"    {line}" for line in tail) if tail else ""
+def _guest_env() -> dict[str, str]:
+    """vng's environment: the venv's tools first, and the guardian's marker (inherited by qemu and
+    virtiofsd), by which a later start finds a guest whose controller was killed."""
+    venv_bin = Path(sys.executable).parent
+    return dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+                **{guardian.MARKER: guardian.marker_value(str(PROJECT))})  # fmt: skip
+
+
+def _start_guest(argv: list[str], **popen) -> tuple[subprocess.Popen, guardian.Guard]:
+    """vng in a session of its own (so that stopping its group stops qemu and virtiofsd too), and a
+    guardian that stops that group when this process ends, however it ends."""
+    popen = popen or {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT}
+    proc = subprocess.Popen(argv, env=_guest_env(), start_new_session=True, cwd=PROJECT, **popen)
+    return proc, guardian.Guard(proc.pid)
+
+
+def stop_orphans(log=print) -> list[str]:
+    """Stop guests of this checkout whose controller is gone (killed before its guardian could act)."""
+    stopped = guardian.stop_orphans(str(PROJECT))
+    for line in stopped:
+        log(line)
+    return stopped
 
 
 def _stop_session(proc: subprocess.Popen) -> None:
     """Stop vng and everything it started (qemu, virtiofsd): they share the session vng leads."""
     if proc.poll() is None:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        guardian.stop_group(proc.pid)
+    proc.wait()
 
 
 def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, timeout_s: float = 300) -> str:
@@ -267,24 +194,23 @@ def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, 
     The script's output goes to ``workdir`` (shared read-write with the guest): vng's own exit
     status says nothing on hosts without udevd.
     """
-    venv_bin = Path(sys.executable).parent
     (workdir / "script.sh").write_text(script)
     out = workdir / "script.out"
     out.unlink(missing_ok=True)
     command = f"bash {workdir / 'script.sh'} > {out} 2>&1"
-    env = dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}")
     with open(workdir / "console.log", "wb") as console:
-        # its own session, so that a timeout stops qemu too and not only vng (which leaves qemu running)
-        proc = subprocess.Popen(vng_argv(kernel, config, [workdir], command), stdout=console,
-                                stderr=subprocess.STDOUT, env=env, cwd=PROJECT, start_new_session=True)  # fmt: skip
+        proc, guard = _start_guest(vng_argv(kernel, config, [workdir], command), stdout=console,
+                                   stderr=subprocess.STDOUT)  # fmt: skip
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired as err:
-            _stop_session(proc)
             raise GuestError(
                 f"the guest script did not finish in {timeout_s:.0f} s; console log: {console.name}"
                 f"{console_tail(Path(console.name))}"
             ) from err
+        finally:
+            _stop_session(proc)
+            guard.release()
     if not out.exists():
         raise GuestError(
             f"the guest did not run the script; console log: {workdir / 'console.log'}"

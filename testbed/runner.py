@@ -87,6 +87,11 @@ class RunTimedOut(RunFailed):
     """The run watchdog fired: something in the run blocked far beyond its time budget."""
 
 
+#: the lines around a run's traffic, for the host's contention check (testbed.hostload)
+TRAFFIC_BEGINS = "traffic window begins"
+TRAFFIC_ENDS = "traffic window ends"
+
+
 def log(message: str) -> None:
     print(f"[testbed] {message}", flush=True)
 
@@ -517,6 +522,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             lossbpf.start(channels, round(t0 * 1e9))
             sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in sprayers]
             cpu_before = fidelity.cpu_times()
+            log(f"  {TRAFFIC_BEGINS}")  # the host samples its own load from here to TRAFFIC_ENDS (hostload)
             pending = sorted(connections, key=lambda c: c.start_s - lead[c.id])
             deadline = t0 + max(c.stop_s for c in connections) + grace_s
             release_lag: dict[str, float] = {}
@@ -551,6 +557,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             t_teardown = time.monotonic()
             last[0] = t_teardown
             cpu_after = fidelity.cpu_times()
+            log(f"  {TRAFFIC_ENDS}")
             report.checks.append(fidelity.cpu_check(fidelity.busy_pct(cpu_before, cpu_after)))
             for proc in servers.values():
                 try:

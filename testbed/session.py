@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from analysis.cc import lookup as cc_lookup
-from testbed import launch, modules, provenance, rundir
+from testbed import folderlock, launch, modules, provenance, rundir
 from testbed.scenario import RunSpec, ScenarioFile
 
 PROJECT = Path(__file__).resolve().parent.parent
@@ -205,6 +205,9 @@ def run_session(
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs."""
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
+    from testbed import guest
+
+    guest.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
     if backend == "auto":
         backend, why = choose_backend(runs)
         log(f"backend: {backend} ({why})")
@@ -212,7 +215,7 @@ def run_session(
     kernel = config = vm = None
     # Everything that can refuse (kernel, accelerator) is settled before the results folder exists.
     if backend == "guest":
-        from testbed import guest, kernels
+        from testbed import kernels
 
         kernel = kernels.fetch(kernel_version, log=log)
         config = guest.guest_config(kernel, vcpus, log=log)
@@ -229,6 +232,7 @@ def run_session(
         from testbed import vagrant
 
         vm = vagrant.LabVM()
+        vm.stop_orphan_runners(log=log)
         release = vm.kernel_release()
         backend_info.update({"tool": "vagrant", "kernel_release": release, "vm_project": vagrant.VM_PROJECT})
         log(f"lab VM: {release}; pushing this checkout (vagrant rsync)")
@@ -266,35 +270,62 @@ def run_session(
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
         f"estimated {total / 60:.1f} min")  # fmt: skip
     session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
-    session.mkdir(parents=True, exist_ok=True)
-    for r in runs_to_do:
-        _set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
-    plan = {
-        "context": {
-            "git": git,
-            "backend": backend_info,
-            "project_modules": project_modules,
-            "bpf_objects": bpf_objects,
-            "hold_library": hold_library,
-        },
-        "runs": [
-            {
-                "scenario_name": r.scenario_name,
-                "point_id": r.point_id,
-                "params": r.params,
-                "seed": r.seed,
-                "profile": r.profile or scenario.profile,  # a suite entry's own, else the session's
-                "scenario": r.scenario.model_dump(mode="json"),
-                "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
-                "estimate_s": estimate_s(r),
-            }
-            for r in runs_to_do
-        ],
+    try:
+        lock = folderlock.acquire(session)
+    except folderlock.FolderBusy:
+        if vm is not None:
+            vm.close()
+        raise
+    with lock:
+        if lock.took_over:
+            log(f"took over {session}: its last writer ended without releasing it "
+                f"({folderlock.describe(lock.took_over)})")  # fmt: skip
+        for r in runs_to_do:
+            _set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
+        plan = {
+            "context": {
+                "git": git,
+                "backend": backend_info,
+                "project_modules": project_modules,
+                "bpf_objects": bpf_objects,
+                "hold_library": hold_library,
+            },
+            "runs": [_plan_entry(r, scenario, session) for r in runs_to_do],
+        }
+        _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
+        plan_path = session / "plan.json"
+        rundir.write_json_atomic(plan_path, plan)
+        started = time.monotonic()
+        timing = _execute(backend, plan, plan_path, session, total, kernel, config, vm)
+        timing["runs_wall_s"] = round(time.monotonic() - started, 2)
+        session_info = rundir.read_json(session / rundir.SESSION)
+        session_info.update({"ended_utc": rundir.utc_iso(), "timing": timing})
+        rundir.write_json_atomic(session / rundir.SESSION, session_info)
+    result = _result(session, runs, backend_info)
+    log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
+        f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete")  # fmt: skip
+    return result
+
+
+def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> dict:
+    return {
+        "scenario_name": r.scenario_name,
+        "point_id": r.point_id,
+        "params": r.params,
+        "seed": r.seed,
+        "profile": r.profile or scenario.profile,  # a suite entry's own, else the session's
+        "scenario": r.scenario.model_dump(mode="json"),
+        "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
+        "estimate_s": estimate_s(r),
     }
+
+
+def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpec], backend_info: dict, git: dict,
+                        resumed: bool) -> None:  # fmt: skip
     info = {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
             "description": scenario.description, "backend": backend_info, "git": git,
             "started_utc": rundir.utc_iso(), "runs": _run_dirs(session, runs)}  # fmt: skip
-    if previous is not None:
+    if resumed:
         earlier = rundir.read_json(session / rundir.SESSION)
         info["started_utc"] = earlier.get("started_utc", info["started_utc"])
         info["resumed_utc"] = [*earlier.get("resumed_utc", []), rundir.utc_iso()]
@@ -302,17 +333,20 @@ def run_session(
         kept = earlier.get("runs", [])
         info["runs"] = [*kept, *(r for r in info["runs"] if r not in kept)]
     rundir.write_json_atomic(session / rundir.SESSION, info)
-    plan_path = session / "plan.json"
-    rundir.write_json_atomic(plan_path, plan)
-    started = time.monotonic()
+
+
+def _execute(backend: str, plan: dict, plan_path: Path, session: Path, total_s: float, kernel, config, vm) -> dict:
+    """Run the plan where the backend says; a backend that fails marks the runs it did not finish."""
     timing: dict = {}
     if backend == "local":
         from testbed.runner import execute_plan
 
         execute_plan(plan, session)
     elif backend == "vagrant":
+        from testbed import vagrant
+
         try:
-            timing["vagrant"] = vagrant.run_plan(vm, session, timeout_s=total * 3 + 300, echo=log)
+            timing["vagrant"] = vagrant.run_plan(vm, session, timeout_s=total_s * 3 + 300, echo=log)
         except vagrant.VagrantError as err:
             log(f"lab VM failed: {err}")
             _mark_unfinished(plan, session, str(err))
@@ -325,21 +359,14 @@ def run_session(
         from testbed import guest
 
         try:
-            timing["guest"] = _run_in_guest(guest, kernel, config, plan_path, session, total)
+            timing["guest"] = _run_in_guest(guest, kernel, config, plan_path, session, total_s)
         except guest.GuestError as err:
             log(f"guest failed: {err}")
             _mark_unfinished(plan, session, str(err))
         except KeyboardInterrupt:
             _mark_unfinished(plan, session, "interrupted (Ctrl-C) while the guest ran it; raw files kept")
             raise
-    timing["runs_wall_s"] = round(time.monotonic() - started, 2)
-    session_info = rundir.read_json(session / rundir.SESSION)
-    session_info.update({"ended_utc": rundir.utc_iso(), "timing": timing})
-    rundir.write_json_atomic(session / rundir.SESSION, session_info)
-    result = _result(session, runs, backend_info)
-    log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
-        f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete")  # fmt: skip
-    return result
+    return timing
 
 
 def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s: float) -> dict:
@@ -355,8 +382,13 @@ def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s
     console = session / "guest-console.log"
 
     def boot(plan: Path, estimate_s: float) -> dict:
-        return guest.run_in_guest(kernel, config, plan, [session], console,
-                                  timeout_s=estimate_s * 3 + guest.BOOT_TIMEOUT_S, echo=log)  # fmt: skip
+        from testbed import guardian, hostload
+
+        run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
+        ours = guardian.marker_value(str(PROJECT))
+        watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session)
+        return guest.run_in_guest(kernel, config, plan, [session], console, timeout_s=estimate_s * 3 +
+                                  guest.BOOT_TIMEOUT_S, echo=log, on_line=watch.on_line)  # fmt: skip
 
     try:
         return boot(plan_path, total_s)

@@ -10,6 +10,7 @@ the plan runs unchanged wherever the folder is.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -17,10 +18,21 @@ import tempfile
 import time
 from pathlib import Path
 
+from testbed import guardian, hostload, remote
+
 PROJECT = Path(__file__).resolve().parent.parent
 #: inside the VM: the synced checkout (Vagrantfile) and where session folders are run
 VM_PROJECT = "/vagrant"
 VM_SESSIONS = "/var/tmp/cc-testbed-sessions"
+#: ssh gives up on a VM that answers nothing for ALIVE_INTERVAL_S x ALIVE_COUNT (a stopped qemu, a
+#: broken network): without keepalives a silent VM held the session for ever
+ALIVE_INTERVAL_S = 5
+ALIVE_COUNT = 6
+CONNECT_TIMEOUT_S = 20
+#: copying, cleaning up and other short commands in the VM
+COMMAND_TIMEOUT_S = 300
+#: from the runner's start in the VM to its first line (no boot: the VM is up)
+RUNNER_START_TIMEOUT_S = 120
 
 
 class VagrantError(Exception):
@@ -71,10 +83,47 @@ class LabVM:
         self.close()
 
     def argv(self, command: str) -> list[str]:
-        return ["ssh", "-F", self._config.name, "-o", "LogLevel=ERROR", "-o", "BatchMode=yes", self.host, command]
+        return ["ssh", "-F", self._config.name, "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
+                "-o", f"ServerAliveInterval={ALIVE_INTERVAL_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
+                "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", self.host, command]  # fmt: skip
 
-    def run(self, command: str, **kwargs) -> subprocess.CompletedProcess:
-        return subprocess.run(self.argv(command), capture_output=True, text=True, **kwargs)
+    def run(self, command: str, timeout: float = COMMAND_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
+        try:
+            return subprocess.run(self.argv(command), capture_output=True, text=True, timeout=timeout, **kwargs)
+        except subprocess.TimeoutExpired:
+            raise VagrantError(f"the lab VM did not answer '{command[:80]}' within {timeout:.0f} s") from None
+
+    def stop_orphan_runners(self, log=print) -> list[str]:
+        """Stop runners in the VM whose controller on this host is gone (it was killed before its
+        guardian could stop them); says what it stopped."""
+        listing = self.run(f"pgrep -af 'testbed.runner {VM_SESSIONS}/' || true", timeout=60).stdout
+        stopped = []
+        for line in listing.splitlines():
+            pid, _, cmdline = line.partition(" ")
+            plan = cmdline.split()[-1]
+            holder = self.run(f"cat {plan.rsplit('/', 1)[0]}/.lock 2>/dev/null || true", timeout=60).stdout
+            controller = _lock_pid(holder)
+            if controller is not None and guardian.controller_alive(controller):
+                continue
+            self.run(f"sudo kill -TERM {pid}", timeout=60)
+            stopped.append(f"stopped a runner left in the lab VM by a killed controller (pid {pid} in the VM: {plan})")
+        for line in stopped:
+            log(line)
+        return stopped
+
+    def qemu_pids(self) -> set[int]:
+        """The VM's qemu process on this host (libvirt starts it with the domain's uuid)."""
+        ids = list((_dotfile_dir() / "machines").glob("*/libvirt/id"))
+        uuids = {path.read_text().strip() for path in ids}
+        found = set()
+        for pid in hostload.qemu_pids():
+            try:
+                cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if any(uuid and uuid in cmdline for uuid in uuids):
+                found.add(pid)
+        return found
 
     def kernel_release(self) -> str:
         return self.run("uname -r").stdout.strip()
@@ -83,23 +132,36 @@ class LabVM:
         tar = subprocess.Popen(["tar", "-C", str(local_dir), "-cf", "-", "."], stdout=subprocess.PIPE)
         ssh = subprocess.run(self.argv(f"sudo rm -rf {remote_dir} && sudo mkdir -p {remote_dir} && "
                                        f"sudo tar -C {remote_dir} -xf -"),
-                             stdin=tar.stdout, capture_output=True, text=True)  # fmt: skip
+                             stdin=tar.stdout, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)  # fmt: skip
         tar.stdout.close()
         tar.wait()
         if ssh.returncode != 0 or tar.returncode != 0:
             raise VagrantError(f"copying {local_dir} into the lab VM failed: {ssh.stderr.strip()[-300:]}")
 
     def copy_out(self, remote_dir: str, local_dir: Path) -> None:
-        ssh = subprocess.Popen(self.argv(f"sudo tar -C {remote_dir} -cf - ."), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE)  # fmt: skip
-        tar = subprocess.run(["tar", "-C", str(local_dir), "-xf", "-"], stdin=ssh.stdout, capture_output=True,
-                             text=True)  # fmt: skip
+        # the folder's lock file stays: it is the one this process holds (folderlock), replacing it would free it
+        ssh = subprocess.Popen(self.argv(f"sudo tar -C {remote_dir} --exclude=./.lock -cf - ."),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        try:
+            tar = subprocess.run(["tar", "-C", str(local_dir), "-xf", "-"], stdin=ssh.stdout, capture_output=True,
+                                 text=True, timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            ssh.kill()
+            ssh.wait()
+            raise VagrantError(f"copying the results out of the lab VM took over {COMMAND_TIMEOUT_S} s") from None
         ssh.stdout.close()
         err = ssh.stderr.read().decode(errors="replace")
         ssh.stderr.close()
         ssh.wait()
         if ssh.returncode != 0 or tar.returncode != 0:
             raise VagrantError(f"copying the results out of the lab VM failed: {(err or tar.stderr).strip()[-300:]}")
+
+
+def _lock_pid(text: str) -> int | None:
+    try:
+        return int(json.loads(text)["pid"])
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 def sync_checkout() -> None:
@@ -110,47 +172,77 @@ def sync_checkout() -> None:
 
 
 def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
-    """Run ``session/plan.json`` in the VM and bring the session folder back; returns timings."""
-    remote = f"{VM_SESSIONS}/{session.name}"
+    """Run ``session/plan.json`` in the VM and bring the session folder back; returns timings.
+
+    The runner's output is followed by :func:`remote.follow` (the same deadlines as a guest's) over
+    ssh with keepalives, so a VM that falls silent fails the session within ALIVE_INTERVAL_S x
+    ALIVE_COUNT instead of holding it. A guardian stops the runner in the VM if this process is
+    killed. A VM that stopped answering is left as it is, for the user to inspect or destroy."""
+    remote_dir = f"{VM_SESSIONS}/{session.name}"
     started = time.monotonic()
-    vm.copy_in(session, remote)
-    command = (f"cd {VM_PROJECT} && sudo {VM_PROJECT}/.venv/bin/python -m testbed.runner "
-               f"{remote}/plan.json")  # fmt: skip
-    proc = subprocess.Popen(vm.argv(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    vm.copy_in(session, remote_dir)
+    runner = f"testbed.runner {remote_dir}/plan.json"
+    command = f"cd {VM_PROJECT} && sudo {VM_PROJECT}/.venv/bin/python -m {runner}"
+    plan_runs = json.loads((session / "plan.json").read_text())["runs"]
+    progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, RUNNER_START_TIMEOUT_S)
+    watch = hostload.HostWatch([run["run_dir"] for run in plan_runs], vm.qemu_pids)
+    stop_runner = vm.argv(f"sudo pkill -TERM -f '{runner}'")
+
+    def line(text: str, now: float) -> None:
+        echo(text)
+        watch.on_line(text, now)
+
     log_path = session / "vm-console.log"
-    timing = {"ready_s": None}
-    try:
-        with open(log_path, "w") as log_file:
-            for line in proc.stdout:
-                log_file.write(line)
-                log_file.flush()
-                if "[testbed]" in line:
-                    if timing["ready_s"] is None:
-                        timing["ready_s"] = round(time.monotonic() - started, 2)
-                    echo(line.rstrip("\n")[line.index("[testbed]") + 10 :])
-                if time.monotonic() - started > timeout_s:
-                    raise VagrantError(f"the lab VM did not finish within {timeout_s:.0f} s; its output: {log_path}")
-        proc.wait()
-    except BaseException:
-        # the runner turns SIGTERM into an orderly stop (run marked incomplete, topology torn down)
-        vm.run(f"sudo pkill -TERM -f 'testbed.runner {remote}/plan.json'", timeout=60)
-        proc.kill()
-        proc.wait()
-        _bring_back(vm, remote, session)
-        raise
-    finally:
-        proc.stdout.close()
-    _bring_back(vm, remote, session)
+    with open(log_path, "wb") as log_file:
+        proc = subprocess.Popen(vm.argv(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        guard = guardian.Guard(proc.pid, stop_runner)
+        try:
+            ready_s = remote.follow(proc, log_file, progress, label="the lab VM", timeout_s=timeout_s,
+                                    start_timeout_s=RUNNER_START_TIMEOUT_S, on_line=line)  # fmt: skip
+        except BaseException as err:
+            _stop(vm, proc, stop_runner)
+            _bring_back_or_explain(vm, remote_dir, session, err)
+            if isinstance(err, remote.RemoteRunnerError):
+                raise VagrantError(str(err)) from None
+            raise
+        finally:
+            guard.release()
+            proc.stdout.close()
+    lost = None
+    if proc.returncode == 255:  # ssh's own failure, not the runner's: the VM stopped answering
+        lost = (f"ssh lost the lab VM: it answered nothing for {ALIVE_INTERVAL_S * ALIVE_COUNT} s "
+                f"({remote.console_tail(log_path, lines=1).strip() or 'no message'})")  # fmt: skip
+    _bring_back_or_explain(vm, remote_dir, session, lost)
+    watch.apply(session)
     if not (session / "plan.done").exists():
         raise VagrantError(
-            f"the runner in the lab VM stopped without finishing the plan (exit {proc.returncode}); "
-            f"its output: {log_path}"
+            f"the runner in the lab VM stopped without finishing the plan (ssh exit {proc.returncode}"
+            f"{': ' + lost if lost else ''}); its output: {log_path}"
+            f"{remote.console_tail(log_path, lines=10)}"
         )
-    timing["wall_s"] = round(time.monotonic() - started, 2)
-    timing["not_complete"] = int((session / "plan.done").read_text().strip() or 0)
-    return timing
+    return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
+            "not_complete": int((session / "plan.done").read_text().strip() or 0)}  # fmt: skip
 
 
-def _bring_back(vm: LabVM, remote: str, session: Path) -> None:
-    vm.copy_out(remote, session)
-    vm.run(f"sudo rm -rf {remote}", timeout=60)
+def _stop(vm: LabVM, proc: subprocess.Popen, stop_runner: list[str]) -> None:
+    """Stop the runner in the VM (it turns SIGTERM into an orderly stop) and the local ssh."""
+    try:
+        subprocess.run(stop_runner, capture_output=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pass
+    guardian.stop_group(proc.pid)
+    proc.wait()
+
+
+def _bring_back_or_explain(vm: LabVM, remote_dir: str, session: Path, error: BaseException | str | None) -> None:
+    """Copy the session folder back; when the VM does not answer, say so and leave it as it is."""
+    try:
+        vm.copy_out(remote_dir, session)
+        vm.run(f"sudo rm -rf {remote_dir}", timeout=60)
+    except VagrantError as err:
+        raise VagrantError(
+            f"{error or 'the runner in the lab VM ended'}; then the results could not be copied back: {err}. "
+            f"The VM is left as it is: look inside with 'vagrant ssh' (the session is in {remote_dir}), "
+            f"or remove it with 'vagrant destroy -f'"
+        ) from None

@@ -142,3 +142,22 @@ def test_a_sweep_run_again_resumes_keeps_complete_runs_and_redoes_the_others(tmp
     third = run_session(scenario, backend="local", results_root=tmp_path)  # nothing left to do
     assert third.directory == first.directory and (reno / "manifest.json").read_bytes() == reno_manifest
     assert len(list((tmp_path / "resume").iterdir())) == 1
+
+
+def test_a_second_writer_of_a_results_folder_is_refused_and_moves_nothing(tmp_path, clean_kernel):
+    first = _start_cli(tmp_path, duration_s=20)
+    _wait_for(_iperf3_clients)
+    running = _run_dir(tmp_path)
+    second = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "run", str(tmp_path / "interrupted.yaml"), "--backend", "local",
+         "--no-report", "--results", str(tmp_path / "results")],
+        cwd=PROJECT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert second.returncode == 2, second.stdout + second.stderr
+    assert f"is being written by testbed pid {first.pid}" in second.stderr
+    assert "Traceback" not in second.stderr
+    assert _run_dir(tmp_path) == running and not (running.parent.parent / ".attempts").exists()
+    assert rundir.read_json(running / "manifest.json")["status"] == "running"  # the first writer's, untouched
+    first.send_signal(signal.SIGINT)
+    first.wait(timeout=60)
+    assert rundir.run_status(running) == "incomplete"

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from testbed import guest, runner
+from testbed import guest, remote, runner
 
 
 def test_watchdog_fails_a_run_that_blocks_beyond_its_budget():
@@ -29,9 +29,9 @@ def test_watchdog_leaves_a_run_within_its_budget_alone():
 def test_console_tail_puts_the_last_lines_in_the_message(tmp_path):
     log = tmp_path / "console.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))
-    tail = guest.console_tail(log, lines=3)
+    tail = remote.console_tail(log, lines=3)
     assert "line 97" in tail and "line 99" in tail and "line 96" not in tail
-    assert guest.console_tail(tmp_path / "missing.log") == ""
+    assert remote.console_tail(tmp_path / "missing.log") == ""
 
 
 class FlakyBoot:
@@ -45,7 +45,7 @@ class FlakyBoot:
     def __init__(self, failures: int, error=guest.GuestBootError):
         self.failures, self.error, self.calls, self.plans = failures, error, 0, []
 
-    def run_in_guest(self, kernel, config, plan_path, rwdirs, console_log, timeout_s, echo):
+    def run_in_guest(self, kernel, config, plan_path, rwdirs, console_log, timeout_s, echo, on_line=None):
         self.calls += 1
         console_log.write_text(f"boot {self.calls}\n")
         plan = json.loads(plan_path.read_text())
@@ -111,19 +111,19 @@ def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_pa
 
 
 def test_a_silent_guest_is_hung_only_past_the_current_runs_budget():
-    progress = guest.RunnerProgress([10.0, 100.0], started=0.0)
+    progress = remote.RunnerProgress([10.0, 100.0], started=0.0, start_timeout_s=guest.BOOT_TIMEOUT_S)
     budget = runner.run_budget_s(100.0)
     assert budget == 100.0 * runner.RUN_WATCHDOG_FACTOR + runner.RUN_WATCHDOG_SLACK_S
-    assert not progress.overdue(guest.BOOT_TIMEOUT_S + guest.HANG_MARGIN_S - 1)  # booting
+    assert not progress.overdue(guest.BOOT_TIMEOUT_S + remote.HANG_MARGIN_S - 1)  # booting
     progress.line("run 1/2: p p seed=1 (ETA 1.0 min)", now=50.0)
     progress.line("  traffic t= 9.0 s of 10 s, 1 connections active", now=60.0)  # not a run line
-    assert not progress.overdue(50.0 + runner.run_budget_s(10.0) + guest.HANG_MARGIN_S - 1)
-    assert progress.overdue(50.0 + runner.run_budget_s(10.0) + guest.HANG_MARGIN_S + 1)
+    assert not progress.overdue(50.0 + runner.run_budget_s(10.0) + remote.HANG_MARGIN_S - 1)
+    assert progress.overdue(50.0 + runner.run_budget_s(10.0) + remote.HANG_MARGIN_S + 1)
     assert "run 1/2" in progress.describe(400)
     progress.line("run 1/2 complete", now=100.0)  # between runs: the next must start soon
-    assert progress.overdue(100.0 + guest.HANG_MARGIN_S + 1) and "between runs" in progress.describe(1)
+    assert progress.overdue(100.0 + remote.HANG_MARGIN_S + 1) and "between runs" in progress.describe(1)
     progress.line("run 2/2: p p seed=2 (ETA 1.0 min)", now=110.0)
-    assert not progress.overdue(110.0 + budget + guest.HANG_MARGIN_S - 1)
-    assert progress.overdue(110.0 + budget + guest.HANG_MARGIN_S + 1)
+    assert not progress.overdue(110.0 + budget + remote.HANG_MARGIN_S - 1)
+    assert progress.overdue(110.0 + budget + remote.HANG_MARGIN_S + 1)
     progress.line("run 2/2 failed: the run exceeded its time budget (watchdog)", now=120.0)
-    assert not progress.overdue(120.0 + guest.HANG_MARGIN_S - 1)
+    assert not progress.overdue(120.0 + remote.HANG_MARGIN_S - 1)

@@ -13,7 +13,9 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +24,7 @@ import pytest
 
 from analysis.report import write_session_report
 from testbed import rundir
+from testbed import vagrant as vagrant_backend
 from testbed.scenario import scenario_from_dict
 from testbed.session import run_session
 
@@ -131,6 +134,46 @@ def test_second_provisioning_changes_nothing(lab_vm):
     recap = re.search(r"PLAY RECAP.*?\n(.*)", again.stdout, re.S).group(1)
     assert re.search(r"changed=0\s", recap) and "failed=0" in recap, recap
     print(f"second provisioning: {time.monotonic() - started:.0f} s")
+
+
+def test_a_vm_that_stops_answering_fails_its_run_within_the_deadline(lab_vm, tmp_path):
+    """qemu SIGSTOPped during a run's traffic: ssh's keepalives give up, the run fails with a message
+    that says so, and the VM is left as it was (here: continued afterwards, for the next test)."""
+    assert lab_vm["up"].returncode == 0, "vagrant up failed (first test)"
+    scenario = tmp_path / "silent.yaml"
+    scenario.write_text(json.dumps({"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
+                                    "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 30}))  # fmt: skip
+    log = tmp_path / "cli.log"
+    with open(log, "wb") as out:
+        cli = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "vagrant",
+                                "--no-report", "--results", str(tmp_path / "results")],
+                               cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    deadline = time.monotonic() + 600
+    while "traffic window begins" not in log.read_text() and time.monotonic() < deadline and cli.poll() is None:
+        time.sleep(0.5)
+    assert "traffic window begins" in log.read_text(), log.read_text()[-3000:]
+    with vagrant_backend.LabVM() as vm:
+        (qemu,) = vm.qemu_pids()
+    os.kill(qemu, signal.SIGSTOP)
+    stopped = time.monotonic()
+    try:
+        cli.wait(timeout=600)
+        waited = time.monotonic() - stopped
+        state = virsh("domstate", next(d for d in virsh("list", "--all", "--name")
+                                       if d.startswith(lab_vm["env"]["TESTBED_VM_PREFIX"])))  # fmt: skip
+    finally:
+        os.kill(qemu, signal.SIGCONT)
+    out = log.read_text()
+    assert cli.returncode == 1, out[-3000:]
+    assert "lab VM failed: ssh lost the lab VM: it answered nothing for 30 s" in out, out[-3000:]
+    assert "The VM is left as it is" in out and "vagrant destroy -f" in out
+    limit = vagrant_backend.ALIVE_INTERVAL_S * vagrant_backend.ALIVE_COUNT + 2 * vagrant_backend.CONNECT_TIMEOUT_S
+    assert waited < limit + 30, f"the silent VM held the session {waited:.0f} s"
+    assert state == ["running"] or state == ["paused"], state  # not destroyed, not shut down
+    (manifest,) = (tmp_path / "results").glob("silent/*/*/seed=1/manifest.json")
+    manifest = rundir.read_json(manifest)  # its files stayed in the VM: failed, with the reason
+    assert manifest["status"] == "failed" and "ssh lost the lab VM" in manifest["reason"]
+    print(f"a silent lab VM failed the session {waited:.0f} s after its qemu stopped")
 
 
 def test_destroy_leaves_nothing_behind(lab_vm):

@@ -1,0 +1,204 @@
+"""The host is part of the experiment: what it gave the guest's vCPUs during each run's traffic.
+
+An emulated link is only as good as the CPU time its emulator gets. A guest under TCG competing
+with a CPU hog, or with a second guest, sends slower and later than asked, and checks inside the
+guest cannot see why. So the controller reads, from the host side, at the start and the end of
+each run's traffic (the runner prints both): the host's CPU time and steal (``/proc/stat``), the CPU
+time of the guest's own processes and the run-queue wait of its vCPU threads
+(``/proc/<pid>/task/*/schedstat``: how long they were runnable but not running), its load average,
+and any qemu process that is not this guest's. What the host's CPUs did for others than the guest
+is the contention; the vCPUs' wait is reported beside it but not judged, because a busy guest's
+vCPU threads also wait for each other and for qemu's main loop on a 2-core host (measured here:
+18 % on a quiet host, 43 % with a hog). :func:`fidelity.host_check` judges the summary; the
+controller adds it to the run's manifest.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from testbed import fidelity, guardian, remote
+from testbed.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    monotonic_s: float
+    cpu_ticks: tuple[int, ...]  # /proc/stat's "cpu" line: user nice system idle iowait irq softirq steal
+    vcpu_run_ns: int
+    vcpu_wait_ns: int
+    guest_run_ns: int  # every thread of the guest's processes
+    load_1m: float
+    other_qemu: tuple[str, ...]
+
+
+def _cpu_ticks() -> tuple[int, ...]:
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
+    return tuple(int(f) for f in fields)
+
+
+def _schedstat(pid: int) -> tuple[int, int, int]:
+    """Run time and run-queue wait (ns) of a qemu's vCPU threads, and the run time of all the process's
+    threads; zeros once it is gone. qemu names its vCPU threads ("CPU 0/TCG") only with
+    ``-name debug-threads=on``, which vng does not pass: then all of qemu's threads count as vCPUs;
+    a process that is no qemu (virtiofsd, vng) has none."""
+    stats: dict[bool, list[tuple[int, int]]] = {True: [], False: []}
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+        is_qemu = Path(f"/proc/{pid}/comm").read_text().startswith("qemu")
+    except OSError:
+        return 0, 0, 0
+    for tid in tasks:
+        try:
+            named_vcpu = Path(f"/proc/{pid}/task/{tid}/comm").read_text().startswith("CPU ")
+            run, wait = (int(f) for f in Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[:2])
+        except (OSError, ValueError):
+            continue
+        stats[named_vcpu].append((run, wait))
+    vcpus = (stats[True] or stats[False]) if is_qemu else []
+    total_run = sum(run for run, _ in stats[True] + stats[False])
+    return sum(run for run, _ in vcpus), sum(wait for _, wait in vcpus), total_run
+
+
+def qemu_pids() -> dict[int, str]:
+    """Every live qemu process on the host: pid -> command line (shortened)."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            comm = Path(f"/proc/{entry}/comm").read_text().strip()
+            state = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()[0]
+            # a zombie (exited, not yet reaped by whoever inherited it) uses no CPU
+            if (comm.startswith("qemu-system") or comm.startswith("qemu-kvm")) and state != "Z":
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found[int(entry)] = cmdline.strip()[:100]
+        except OSError:
+            continue
+    return found
+
+
+def snapshot(own: set[int]) -> Snapshot:
+    """The host now; ``own``: the guest's processes (qemu, and virtiofsd where there is one)."""
+    run = wait = own_run = 0
+    for pid in own:
+        vcpu_run, vcpu_wait, total_run = _schedstat(pid)
+        run, wait, own_run = run + vcpu_run, wait + vcpu_wait, own_run + total_run
+    others = tuple(f"{pid} {cmd}" for pid, cmd in sorted(qemu_pids().items()) if pid not in own)
+    load_1m = float(Path("/proc/loadavg").read_text().split()[0])
+    return Snapshot(time.monotonic(), _cpu_ticks(), run, wait, own_run, load_1m, others)
+
+
+@dataclass(frozen=True)
+class HostSummary:
+    """The host during one run's traffic; what ``fidelity.host_check`` judges."""
+
+    window_s: float
+    cpus: int
+    host_busy_pct: float
+    host_steal_pct: float
+    guest_cpu_s: float  # every thread of the guest's processes
+    vcpu_cpu_s: float
+    vcpu_wait_s: float
+    vcpu_wait_pct: float  # of the time the guest's vCPU threads wanted a CPU, the share they waited for one
+    other_busy_pct: float  # host CPU time used by others than the guest, in % of all CPUs
+    load_1m: float
+    other_guests: list[str]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None) -> HostSummary:
+    cpus = cpus or os.cpu_count() or 1
+    ticks = [a - b for a, b in zip(after.cpu_ticks, before.cpu_ticks, strict=True)]
+    total = sum(ticks) or 1
+    idle = ticks[3] + ticks[4]
+    tick_s = 1 / os.sysconf("SC_CLK_TCK")
+    run_s = (after.vcpu_run_ns - before.vcpu_run_ns) / 1e9
+    wait_s = (after.vcpu_wait_ns - before.vcpu_wait_ns) / 1e9
+    guest_s = (after.guest_run_ns - before.guest_run_ns) / 1e9
+    busy_s = (total - idle - ticks[7]) * tick_s
+    window_s = after.monotonic_s - before.monotonic_s
+    return HostSummary(
+        window_s=round(window_s, 2),
+        cpus=cpus,
+        host_busy_pct=round(100 * (total - idle) / total, 1),
+        host_steal_pct=round(100 * ticks[7] / total, 1),
+        guest_cpu_s=round(guest_s, 2),
+        vcpu_cpu_s=round(run_s, 2),
+        vcpu_wait_s=round(wait_s, 2),
+        vcpu_wait_pct=round(100 * wait_s / (wait_s + run_s), 1) if wait_s + run_s > 0 else 0.0,
+        other_busy_pct=round(max(0.0, 100 * (busy_s - guest_s) / (window_s * cpus)), 1) if window_s > 0 else 0.0,
+        load_1m=after.load_1m,
+        other_guests=sorted(set(before.other_qemu) | set(after.other_qemu)),
+    )
+
+
+class HostWatch:
+    """Follows the runner's lines (``on_line``) and keeps a :class:`HostSummary` per run of the plan
+    (by its ``run_dir``); ``own()`` names this guest's processes. With ``session`` (a folder
+    the runner writes into directly), each run's manifest gets its summary as the run ends; otherwise
+    :meth:`apply` adds them once the folder is back."""
+
+    def __init__(self, run_dirs: list[str], own: Callable[[], set[int]], session: Path | None = None):
+        self.run_dirs = run_dirs
+        self.own = own
+        self.session = session
+        self.current: int | None = None
+        self.before: Snapshot | None = None
+        self.summaries: dict[str, HostSummary] = {}
+
+    def on_line(self, text: str, now: float) -> None:
+        match = remote.RUN_LINE.match(text)
+        if match and match.group(3) == ":":
+            self.current, self.before = int(match.group(1)) - 1, None
+        elif match and self.session is not None and self.current is not None:
+            self.apply(self.session, self._run_dir())
+        elif text.strip() == TRAFFIC_BEGINS:
+            self.before = snapshot(self.own())
+        elif text.strip() == TRAFFIC_ENDS and self.before is not None and self._run_dir():
+            self.summaries[self._run_dir()] = summarize(self.before, snapshot(self.own()))
+            self.before = None
+
+    def _run_dir(self) -> str | None:
+        in_plan = self.current is not None and 0 <= self.current < len(self.run_dirs)
+        return self.run_dirs[self.current] if in_plan else None
+
+    def apply(self, session: Path, run_dir: str | None = None) -> None:
+        """Add the host's figures and check to the manifests of runs summarized so far (or one)."""
+        for directory in [run_dir] if run_dir else list(self.summaries):
+            summary = self.summaries.get(directory)
+            if summary is not None:
+                amend_manifest(session / directory, summary)
+
+
+def marked_processes(marker: str) -> set[int]:
+    """The processes whose guardian marker (``guardian.MARKER``) is ``marker``: one guest's vng, qemu and
+    virtiofsd."""
+    return {int(e) for e in os.listdir("/proc") if e.isdigit() and guardian.environ_marker(int(e)) == marker}
+
+
+def amend_manifest(directory: Path, summary: HostSummary) -> None:
+    from testbed import rundir
+
+    path = directory / rundir.MANIFEST
+    try:
+        manifest = rundir.read_json(path)
+    except (OSError, ValueError):
+        return
+    if "host" in manifest:
+        return
+    manifest["host"] = summary.to_dict()
+    report = manifest.get("fidelity")
+    if report is not None:
+        check = fidelity.host_check(summary.to_dict())
+        report["checks"].append(asdict(check))
+        if not check.ok:
+            report["trustworthy"] = False
+            report["problems"].append(f"{check.name}: {check.detail}")
+    rundir.write_json_atomic(path, manifest)

@@ -1,0 +1,145 @@
+"""Following the runner from the host: one implementation for every backend that runs it elsewhere.
+
+A virtme-ng guest (``vng ... --exec``) and the lab VM (``ssh ... python -m testbed.runner``) both
+give the host a child process whose output carries the runner's ``[testbed]`` lines. :func:`follow`
+reads that output without blocking, writes it to a console log, passes each runner line on, and
+enforces three deadlines that hold even when nothing arrives: the runner must start, each run must
+end within its watchdog budget (plus a margin), and the whole plan within its timeout.
+"""
+
+from __future__ import annotations
+
+import re
+import select
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+#: how long past a run's watchdog budget (or after a run ended) the runner may stay silent before the
+#: remote side is declared hung: the runner's own watchdog reports a stuck run within its budget, so only a
+#: guest that stopped altogether (seen once in CI under TCG: no output for 30 min, not even the
+#: watchdog's stack dump) stays silent this long
+HANG_MARGIN_S = 120
+#: the runner's progress lines: "run 3/15: ..." starts a run, "run 3/15 complete" (or failed: ...) ends it
+RUN_LINE = re.compile(r"^run (\d+)/(\d+)(:| )")
+#: what marks a runner line in the output (the rest is the kernel's console, ssh's messages)
+TAG = "[testbed]"
+
+
+class RemoteRunnerError(Exception):
+    """The runner did not finish where it ran; the message says why and where its output is."""
+
+
+class RunnerNotStarted(RemoteRunnerError):
+    """The runner never printed its first line (a guest that did not boot)."""
+
+
+class RunnerSilent(RemoteRunnerError):
+    """The runner started but then nothing came far past the current run's watchdog budget."""
+
+
+class RunnerProgress:
+    """Follows the runner's progress lines and says by when the next one must come.
+
+    A run must end within its watchdog budget (``runner.run_budget_s`` of its estimate), which the
+    runner enforces itself; between runs the next one starts at once. Beyond either, plus
+    HANG_MARGIN_S, the remote side is hung."""
+
+    def __init__(self, estimates_s: list[float], started: float, start_timeout_s: float):
+        from testbed.runner import run_budget_s
+
+        self.budgets_s = [run_budget_s(e) for e in estimates_s]
+        self.current: int | None = None
+        self.expect_by = started + start_timeout_s + HANG_MARGIN_S
+
+    def line(self, text: str, now: float) -> None:
+        match = RUN_LINE.match(text)
+        if not match:
+            return
+        index = int(match.group(1)) - 1
+        if match.group(3) == ":" and 0 <= index < len(self.budgets_s):
+            self.current = index
+            self.expect_by = now + self.budgets_s[index] + HANG_MARGIN_S
+        else:
+            self.current = None
+            self.expect_by = now + HANG_MARGIN_S
+
+    def overdue(self, now: float) -> bool:
+        return now > self.expect_by
+
+    def describe(self, silent_s: float) -> str:
+        where = (f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
+                 if self.current is not None else "between runs")  # fmt: skip
+        return f"stopped responding in {where}: nothing from it for {silent_s:.0f} s"
+
+
+def console_tail(path: Path, lines: int = 25) -> str:
+    """The end of a console log, indented, for an error message (the log may be gone when it is read)."""
+    try:
+        text = path.read_text(errors="replace")
+    except OSError:
+        return ""
+    tail = text.splitlines()[-lines:]
+    return "\n  last console lines:\n" + "\n".join(f"    {line}" for line in tail) if tail else ""
+
+
+def follow(
+    proc: subprocess.Popen,
+    log_file: BinaryIO,
+    progress: RunnerProgress,
+    *,
+    label: str,
+    start_timeout_s: float,
+    timeout_s: float,
+    on_line: Callable[[str, float], None],
+    finished: Callable[[], bool] = lambda: False,
+    shutdown_timeout_s: float = 60,
+) -> float | None:
+    """Read ``proc``'s output until it exits; returns seconds until the runner's first line (None if never).
+
+    ``on_line(text, now)`` gets every runner line without its tag. ``finished()`` says the plan is done
+    (its results written): a process that then does not exit within ``shutdown_timeout_s`` is
+    stopped. Raises :class:`RunnerNotStarted`, :class:`RunnerSilent` or :class:`RemoteRunnerError`
+    (``label`` names the remote side in their messages); the caller stops ``proc``."""
+    started = last_output = time.monotonic()
+    ready_s = done_at = None
+    buffer = b""
+    console = Path(log_file.name)
+    while True:
+        readable, _, _ = select.select([proc.stdout], [], [], 0.5)
+        chunk = proc.stdout.read1(1 << 16) if readable else b""
+        now = time.monotonic()
+        if chunk:
+            last_output = now
+            log_file.write(chunk)
+            log_file.flush()
+            *lines, buffer = (buffer + chunk).split(b"\n")
+            for line in lines:
+                text = line.decode(errors="replace")
+                if TAG in text:
+                    ready_s = ready_s if ready_s is not None else round(now - started, 2)
+                    message = text[text.index(TAG) + len(TAG) + 1 :]
+                    progress.line(message, now)
+                    on_line(message, now)
+        elif readable or proc.poll() is not None:  # end of file: the process closed its output
+            proc.wait()
+            return ready_s
+        elapsed = now - started
+        if ready_s is None and elapsed > start_timeout_s:
+            raise RunnerNotStarted(f"{label} did not start the runner within {start_timeout_s:.0f} s; "
+                                   f"console log: {console}{console_tail(console)}")  # fmt: skip
+        if done_at is None and finished():
+            done_at = now
+        if ready_s is not None and done_at is None and progress.overdue(now):
+            raise RunnerSilent(f"{label} {progress.describe(now - last_output)}; stopped it after {elapsed:.0f} s; "
+                               f"console log: {console}{console_tail(console)}")  # fmt: skip
+        if done_at is not None and now - done_at > shutdown_timeout_s:
+            # the plan is finished and its results are written: a guest that hangs on its way down
+            # must not hold the session until the timeout
+            on_line(f"{label} finished the plan but did not exit within {shutdown_timeout_s:.0f} s: stopping it", now)
+            return ready_s
+        if elapsed > timeout_s:
+            raise RemoteRunnerError(f"{label} did not finish within {timeout_s:.0f} s (runs planned for less); "
+                                    f"console log: {console}{console_tail(console)}")  # fmt: skip

@@ -1,0 +1,70 @@
+"""The host's part of fidelity: what others than the guest used of the host's CPUs during traffic,
+judged per run and written into the run's manifest."""
+
+from __future__ import annotations
+
+import os
+
+from testbed import fidelity, hostload, rundir
+from testbed.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def snap(t_s, busy_ticks, idle_ticks, steal_ticks, guest_s, vcpu_wait_s=0.0, others=()):
+    ticks = (busy_ticks, 0, 0, idle_ticks, 0, 0, 0, steal_ticks)
+    return hostload.Snapshot(t_s, ticks, int(guest_s * 0.9e9), int(vcpu_wait_s * 1e9), int(guest_s * 1e9), 1.5,
+                             tuple(others))  # fmt: skip
+
+
+BEFORE = snap(0, 0, 0, 0, 0)
+
+
+def test_a_quiet_host_passes_and_a_contended_one_fails_naming_why():
+    # 10 s on 2 CPUs: the guest used 8 CPU-seconds, the host 9: others 1 s = 5 % of its CPUs
+    quiet = hostload.summarize(BEFORE, snap(10, 9 * TICK, 11 * TICK, 0, 8, vcpu_wait_s=0.8), cpus=2)
+    assert (quiet.host_busy_pct, quiet.other_busy_pct, quiet.vcpu_cpu_s) == (45.0, 5.0, 7.2)
+    assert quiet.vcpu_wait_pct == round(100 * 0.8 / 8.0, 1)
+    check = fidelity.host_check(quiet.to_dict())
+    assert check.ok and "5 % by others than the guest" in check.detail and "waited for a CPU 10 %" in check.detail
+    # a CPU hog: the host was full and the guest got 6 of its 20 CPU-seconds
+    hog = hostload.summarize(BEFORE, snap(10, 20 * TICK, 0, 0, 6, vcpu_wait_s=6), cpus=2)
+    check = fidelity.host_check(hog.to_dict())
+    assert not check.ok and "others than the guest used 70 % of the host's 2 CPUs (limit 20 %)" in check.detail
+    stolen = hostload.summarize(BEFORE, snap(10, 10 * TICK, 6 * TICK, 4 * TICK, 5), cpus=2)
+    check = fidelity.host_check(stolen.to_dict())
+    assert stolen.host_steal_pct == 20.0 and not check.ok and "hypervisor stole 20 %" in check.detail
+    other = hostload.summarize(BEFORE, snap(10, 9 * TICK, 11 * TICK, 0, 8, others=["4242 qemu-system-x86_64"]))
+    check = fidelity.host_check(other.to_dict())
+    assert not check.ok and "other guests ran on the host: 4242 qemu-system-x86_64" in check.detail
+
+
+def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, monkeypatch):
+    snapshots = iter([BEFORE, snap(10, 20 * TICK, 0, 0, 6, vcpu_wait_s=6)])
+    monkeypatch.setattr(hostload, "snapshot", lambda own: next(snapshots))
+    for name in ("a", "b"):
+        rundir.write_json_atomic(tmp_path / name / rundir.MANIFEST, {
+            "status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}})  # fmt: skip
+    watch = hostload.HostWatch(["a", "b"], own=set, session=tmp_path)
+    for line in ["run 1/2: s p seed=1 (ETA 1 min)", f"  {TRAFFIC_BEGINS}", "  traffic t=  5.0 s of 10 s",
+                 f"  {TRAFFIC_ENDS}", "run 1/2 complete", "run 2/2: s p seed=2 (ETA 0.5 min)"]:  # fmt: skip
+        watch.on_line(line, 0.0)
+    first = rundir.read_json(tmp_path / "a" / rundir.MANIFEST)
+    assert first["host"]["other_busy_pct"] == 70.0
+    assert first["fidelity"]["trustworthy"] is False
+    assert first["fidelity"]["problems"][0].startswith("host contention: the host was contended")
+    assert "host" not in rundir.read_json(tmp_path / "b" / rundir.MANIFEST)  # its traffic never came
+
+
+def test_the_guests_own_processes_are_found_by_their_marker():
+    import subprocess
+
+    from testbed import guardian
+
+    marker = guardian.marker_value("/nowhere/checkout")
+    guest = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{guardian.MARKER: marker}))
+    try:
+        assert hostload.marked_processes(marker) == {guest.pid}
+    finally:
+        guest.kill()
+        guest.wait()
