@@ -96,7 +96,8 @@ class LabVM:
     def stop_orphan_runners(self, log=print) -> list[str]:
         """Stop runners in the VM whose controller on this host is gone (it was killed before its
         guardian could stop them); says what it stopped."""
-        listing = self.run(f"pgrep -af 'testbed.runner {VM_SESSIONS}/' || true", timeout=60).stdout
+        # "[t]estbed": the pattern must not match the shell that runs pgrep, whose command line holds it
+        listing = self.run(f"pgrep -af '[t]estbed.runner {VM_SESSIONS}/' || true", timeout=60).stdout
         stopped = []
         for line in listing.splitlines():
             pid, _, cmdline = line.partition(" ")
@@ -186,7 +187,7 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
     plan_runs = json.loads((session / "plan.json").read_text())["runs"]
     progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, RUNNER_START_TIMEOUT_S)
     watch = hostload.HostWatch([run["run_dir"] for run in plan_runs], vm.qemu_pids)
-    stop_runner = vm.argv(f"sudo pkill -TERM -f '{runner}'")
+    stop_runner = vm.argv(f"sudo pkill -TERM -f '[t]{runner[1:]}'")  # "[t]": not the shell running pkill
 
     def line(text: str, now: float) -> None:
         echo(text)
