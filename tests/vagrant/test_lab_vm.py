@@ -117,6 +117,7 @@ def test_experiment_runs_in_the_vm_and_the_report_lands_on_the_host(lab_vm, tmp_
     assert manifest["backend"]["kind"] == "vagrant"
     assert manifest["kernel"]["release"] == result.backend["kernel_release"] != os.uname().release
     assert manifest["modules"]["tcp_westwood_tb"]["srcversion"], "the VM built and loaded the project's module"
+    assert manifest["host"]["guest_cpu_s"] > 0, "the host read its contention from the VM's qemu"
     assert "westwood_tb_sample" in (run / "raw" / "westwood_tb.txt").read_text()
     report = write_session_report(result.directory)
     assert report.html_path.exists() and (run / "report.html").exists()
