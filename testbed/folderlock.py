@@ -59,6 +59,12 @@ def _holder(text: str) -> dict | None:
     return holder if isinstance(holder, dict) else None
 
 
+def holder_pid(text: str) -> int | None:
+    """The pid a lock file's text names (the lab VM's copy of it, for its leftover runners), if any."""
+    pid = (_holder(text) or {}).get("pid")
+    return pid if isinstance(pid, int) else None
+
+
 def describe(holder: dict | None) -> str:
     if not holder:
         return "another process (it wrote no details)"

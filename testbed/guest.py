@@ -110,11 +110,7 @@ def run_in_guest(
         raise GuestError("virtme-ng (vng) is not installed: run 'make setup'")
     done = plan_path.parent / "plan.done"
     done.unlink(missing_ok=True)
-    command = (
-        f"cd {PROJECT} && PYTHONDONTWRITEBYTECODE=1 PATH=/usr/sbin:/usr/bin:/sbin:/bin "
-        f"{sys.executable} -m testbed.runner {plan_path}"
-    )
-    argv = vng_argv(kernel, config, rwdirs, command)
+    argv = vng_argv(kernel, config, rwdirs, _runner_command(plan_path))
     started = time.monotonic()
     plan_runs = json.loads(plan_path.read_text())["runs"]
     progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, BOOT_TIMEOUT_S)
@@ -136,12 +132,8 @@ def run_in_guest(
             if proc.poll() is None:
                 echo(f"{label} finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
                      f"stopping it (console log: {console_log})")  # fmt: skip
-        except remote.RunnerNotStarted as err:
-            raise GuestBootError(str(err)) from None
-        except remote.RunnerSilent as err:
-            raise GuestHungError(str(err)) from None
         except remote.RemoteRunnerError as err:
-            raise GuestError(str(err)) from None
+            raise _GUEST_ERRORS.get(type(err), GuestError)(str(err)) from None
         finally:
             _stop_session(proc)
             guard.release()
@@ -155,6 +147,15 @@ def run_in_guest(
         )
     return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
             "not_complete": int(done.read_text().strip() or 0)}  # fmt: skip
+
+
+#: how the follower's errors read for a guest (the session boots a guest again after the first two)
+_GUEST_ERRORS = {remote.RunnerNotStarted: GuestBootError, remote.RunnerSilent: GuestHungError}
+
+
+def _runner_command(plan_path: Path) -> str:
+    return (f"cd {PROJECT} && PYTHONDONTWRITEBYTECODE=1 PATH=/usr/sbin:/usr/bin:/sbin:/bin "
+            f"{sys.executable} -m testbed.runner {plan_path}")  # fmt: skip
 
 
 def _guest_env() -> dict[str, str]:

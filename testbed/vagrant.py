@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed import guardian, hostload, remote
+from testbed import folderlock, guardian, hostload, remote
 
 PROJECT = Path(__file__).resolve().parent.parent
 #: inside the VM: the synced checkout (Vagrantfile) and where session folders are run
@@ -103,7 +103,7 @@ class LabVM:
             pid, _, cmdline = line.partition(" ")
             plan = cmdline.split()[-1]
             holder = self.run(f"cat {plan.rsplit('/', 1)[0]}/.lock 2>/dev/null || true", timeout=60).stdout
-            controller = _lock_pid(holder)
+            controller = folderlock.holder_pid(holder)
             if controller is not None and guardian.controller_alive(controller):
                 continue
             self.run(f"sudo kill -TERM {pid}", timeout=60)
@@ -156,13 +156,6 @@ class LabVM:
         ssh.wait()
         if ssh.returncode != 0 or tar.returncode != 0:
             raise VagrantError(f"copying the results out of the lab VM failed: {(err or tar.stderr).strip()[-300:]}")
-
-
-def _lock_pid(text: str) -> int | None:
-    try:
-        return int(json.loads(text)["pid"])
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 def sync_checkout() -> None:
