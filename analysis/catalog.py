@@ -297,7 +297,7 @@ def flows(results_root: Path, **filters) -> pd.DataFrame:
 def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, filters: dict) -> Path:
     """A report folder for catalogued runs (``report.write_run_list``): ``write_session_report(out_dir)``
     then analyses the stored runs again; nothing is run. Returns ``out_dir``."""
-    from analysis.report import write_run_list
+    from testbed.report.session import write_run_list
 
     chosen = {k: v for k, v in filters.items() if v is not None}
     scenarios = sorted(set(selected["scenario"].dropna()))

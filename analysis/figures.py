@@ -24,8 +24,8 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from analysis import metrics
-from analysis.cc import lookup
 from analysis.plots import figure_png
+from testbed.scenario.algorithms import lookup
 
 
 @dataclass(frozen=True)

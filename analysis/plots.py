@@ -1,6 +1,6 @@
 """Figures for the run and session reports, rendered to PNG bytes (no display, no pyplot state).
 
-Names, colours and markers of the algorithms come from analysis/cc.py, so every figure agrees.
+Names, colours and markers of the algorithms come from testbed/scenario/algorithms.py, so every figure agrees.
 The ssthresh that tcp_probe reports is the kernel's tcp_current_ssthresh() (outside recovery
 max(ssthresh, 3/4 cwnd)), not the real ssthresh: its label says so. The real ssthresh comes only from
 our module's trace (westwood_tb_cong events, kernel-patch/README.md), drawn by ``real_ssthresh_png``.
@@ -15,8 +15,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from analysis.cc import lookup
 from analysis.metrics import tcp_goodput_limit_mbit
+from testbed.scenario.algorithms import lookup
 
 #: more lines than this make a time plot unreadable; the figure says how many it leaves out
 MAX_CONNECTIONS_PLOTTED = 12

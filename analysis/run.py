@@ -41,7 +41,6 @@ import numpy as np
 import pandas as pd
 
 from analysis import metrics, plots
-from analysis.cc import REGISTRY, lookup
 from analysis.loaders import (
     INFINITE_SSTHRESH,
     WESTWOOD_CONG_FIELDS,
@@ -61,6 +60,7 @@ from analysis.loaders import (
 )
 from analysis.pcap import PcapAccounting, PcapError
 from analysis.pcapfast import account_pcap_fast
+from testbed.scenario.algorithms import REGISTRY, lookup
 
 FLOW_COLUMNS = [
     "conn",
@@ -108,7 +108,7 @@ _COUNT_COLUMNS = [
 SERIES_COLUMNS = ["conn", "t_s", "metric", "value"]
 #: flows.csv columns added when the run has the module's trace (raw/westwood_tb.txt)
 WESTWOOD_FLOW_COLUMNS = ["bwe_mbit_final", "bwe_error_pct"]
-#: the algorithms whose runs write raw/westwood_tb.txt (testbed/runner.py, uses_project_module)
+#: the algorithms whose runs write raw/westwood_tb.txt (testbed/guest/runner.py, uses_project_module)
 WESTWOOD_TB_CCS = {name for name, cc in REGISTRY.items() if cc.module == "tcp_westwood_tb"}
 #: payload of a full segment on the testbed's links: MTU 1500 - 20 (IP) - 20 (TCP) - 12 (timestamp option);
 #: tcp_probe does not print the MSS, and the manifest records no MTU

@@ -6,7 +6,7 @@
 # first line ("Linux version") for at most $KVM_PROBE_TIMEOUT_S seconds. The answer is cached
 # until the host reboots. CC_TESTBED_ACCEL=kvm|tcg skips the probe.
 # Usage: scripts/kvm-probe.sh [VMLINUZ]   (default: the host's own kernel in /boot)
-# Used by testbed.guest (virtme-ng guests) and the Vagrantfile (libvirt domain type).
+# Used by testbed.host.virtme (virtme-ng guests) and the Vagrantfile (libvirt domain type).
 set -euo pipefail
 
 case "${CC_TESTBED_ACCEL:-}" in

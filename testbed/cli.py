@@ -11,14 +11,15 @@ import signal
 import sys
 from pathlib import Path
 
-PROJECT = Path(__file__).resolve().parent.parent
+from testbed import PROJECT
+
 SUITES = PROJECT / "scenarios" / "suites"
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from testbed.scenario import find_scenario, load_scenario
-    from testbed.session import run_session
-    from testbed.suite import find_suite, load_suite
+    from testbed.host.session import run_session
+    from testbed.scenario.spec import find_scenario, load_scenario
+    from testbed.scenario.suite import find_suite, load_suite
 
     if args.command == "suite":
         scenario = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
@@ -42,7 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _reason(run_dir: Path) -> str:
-    from testbed import rundir
+    from testbed.results import rundir
 
     try:
         return rundir.read_json(run_dir / rundir.MANIFEST).get("reason") or "no reason recorded"
@@ -51,7 +52,7 @@ def _reason(run_dir: Path) -> str:
 
 
 def _report(session: Path) -> None:
-    from analysis.report import write_session_report
+    from testbed.report.session import write_session_report
 
     result = write_session_report(session)
     print(result.summary_text)
@@ -65,7 +66,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.out is None:
         print("testbed: several sessions need --out DIR for their combined report", file=sys.stderr)
         return 2
-    from analysis.report import combine_sessions
+    from testbed.report.session import combine_sessions
 
     _report(combine_sessions(args.session, args.out))
     return 0
@@ -128,8 +129,8 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
-    from testbed.regress import parse_flow_options, regress
-    from testbed.suite import find_suite, load_suite
+    from testbed.scenario.suite import find_suite, load_suite
+    from testbed.workflows.regress import parse_flow_options, regress
 
     options = parse_flow_options(args.candidate_flow_option or [])
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
@@ -140,8 +141,8 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from testbed.scenario import find_scenario, load_scenario
-    from testbed.session import estimate_s
+    from testbed.host.session import estimate_s
+    from testbed.scenario.spec import find_scenario, load_scenario
 
     total_s = 0.0
     for name in args.scenarios:
@@ -160,7 +161,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
-    from testbed import kernels
+    from testbed.host import kernels
 
     if args.fetch:
         kernel = kernels.fetch(args.fetch)
@@ -174,10 +175,10 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from testbed import vagrant
-    from testbed.capture import INSTANCES, remove_instance
-    from testbed.guest import stop_orphans
-    from testbed.network import cleanup_leftovers
+    from testbed.guest.capture import INSTANCES, remove_instance
+    from testbed.guest.network import cleanup_leftovers
+    from testbed.host import vagrant
+    from testbed.host.virtme import stop_orphans
 
     done = stop_orphans() + cleanup_leftovers()
     if vagrant.vm_running():
@@ -190,7 +191,7 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
-    from testbed.bench import bench, bench_pcap, bench_scale
+    from testbed.workflows.bench import bench, bench_pcap, bench_scale
 
     statuses = []
     if args.part in ("basic", "all"):
@@ -334,13 +335,13 @@ def _terminate(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     from analysis.catalog import CatalogError
-    from testbed.folderlock import FolderBusy
-    from testbed.guest import GuestError
-    from testbed.kernels import KernelError
-    from testbed.lossbpf import LossChannelError
-    from testbed.modules import ModuleBuildError
-    from testbed.scenario import ScenarioError
-    from testbed.vagrant import VagrantError
+    from testbed.guest.lossbpf import LossChannelError
+    from testbed.guest.modules import ModuleBuildError
+    from testbed.host.kernels import KernelError
+    from testbed.host.vagrant import VagrantError
+    from testbed.host.virtme import GuestError
+    from testbed.results.folderlock import FolderBusy
+    from testbed.scenario.spec import ScenarioError
 
     args = build_parser().parse_args(argv)
     # a SIGTERM (a CI job cancelled, `kill`) tears the run down like Ctrl-C: without this Python would

@@ -6,9 +6,9 @@ import subprocess
 from pathlib import Path
 
 from analysis.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - the tests' tcptrace reader
-from testbed import launch
-from testbed.capture import INSTANCES, TRACEFS
-from testbed.network import INTF_PATTERN, _marked_pids
+from testbed.guest import launch
+from testbed.guest.capture import INSTANCES, TRACEFS
+from testbed.guest.network import INTF_PATTERN, _marked_pids
 
 
 def leftovers() -> list[str]:

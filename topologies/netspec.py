@@ -1,7 +1,7 @@
 """A topology as plain data: nodes, links, addresses, routes and per-interface egress plans.
 
 Topology classes compute a :class:`NetSpec` purely (unit-tested without root); the one place
-that touches the kernel is :mod:`testbed.network`, which builds any NetSpec with Mininet nodes
+that touches the kernel is :mod:`testbed.guest.network`, which builds any NetSpec with Mininet nodes
 and pyroute2.
 """
 

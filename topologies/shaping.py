@@ -31,7 +31,7 @@ Layout on one interface:
   small queues would throttle the flow). The qdisc goes in with the ``tc`` command: pyroute2 has
   no ``fq``;
 * the papers' time-based two-state loss: a tc-BPF program on the interface's ``clsact`` egress hook
-  (:mod:`testbed.lossbpf`), armed with the run's seeded timeline when traffic starts. Use it on a
+  (:mod:`testbed.guest.lossbpf`), armed with the run's seeded timeline when traffic starts. Use it on a
   router's interface: a drop on a sending host's own egress is reported back to its socket.
 
 A plan with both a rate and a delay is refused: keep them on different interfaces
@@ -43,7 +43,7 @@ from __future__ import annotations
 import subprocess
 from dataclasses import dataclass, field
 
-from testbed.traffic import CONTROL_PORT_MIN
+from testbed.guest.traffic import CONTROL_PORT_MIN
 from topologies.lossmodel import (
     BernoulliLoss,
     FourStateLoss,
@@ -59,7 +59,7 @@ ETH_P_IP = 0x0800
 NETEM_LIMIT_PKTS = 100_000
 #: the handle of the netem that drops on a lossy egress (the control lane's netem is 10:)
 LOSSY_NETEM = "20:"
-#: the tc-BPF program of per-destination delays (a name of ``testbed.lossbpf.SOURCES``)
+#: the tc-BPF program of per-destination delays (a name of ``testbed.guest.lossbpf.SOURCES``)
 EDT_PROGRAM = "edt_delay"
 #: fq's horizon: a departure time further ahead than this would be capped (delays are at most 50 s)
 FQ_HORIZON_S = 100
@@ -239,7 +239,7 @@ def delay_map_lines(map_id: int, delays_ms: dict[str, float]) -> list[str]:
     import socket
     import struct
 
-    from testbed.lossbpf import hex_bytes
+    from testbed.guest.lossbpf import hex_bytes
 
     return [f"map update id {map_id} key hex {hex_bytes(socket.inet_aton(dst))} "
             f"value hex {hex_bytes(struct.pack('<Q', round(ms * 1e6)))}"
@@ -267,7 +267,7 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
     delay without tearing the link down)."""
     if plan.delay_classes:
         _tc(netns_path, fq_tc_argv(ifname), "sch_fq")
-        from testbed import lossbpf
+        from testbed.guest import lossbpf
 
         lossbpf.attach(netns_path, ifname, EDT_PROGRAM)
         set_delays(netns_path, ifname, {c.dst: c.delay_ms for c in plan.delay_classes})
@@ -276,11 +276,11 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
         raise ValueError("only a delay-only netem is replaced in place (set_delay)")
     from pyroute2.netlink.exceptions import NetlinkError
 
-    from testbed.netnsutil import iproute
+    from testbed.guest.netnsutil import iproute
 
     specs = qdisc_specs(plan)
     if plan.timed_loss is not None and not replace:
-        from testbed import lossbpf
+        from testbed.guest import lossbpf
 
         lossbpf.attach(netns_path, ifname)
     with iproute(netns_path) as ns:
@@ -316,7 +316,7 @@ def set_delay(netns_path: str, ifname: str, delay_ms: float) -> None:
 def set_delays(netns_path: str, ifname: str, delays_ms: dict[str, float]) -> None:
     """Set the per-destination delays (destination IPv4 -> ms) of the delay program on ``ifname``:
     one ``bpftool`` process for all of them."""
-    from testbed import lossbpf
+    from testbed.guest import lossbpf
 
     maps = lossbpf.program_maps(netns_path, ifname, EDT_PROGRAM)
     lossbpf.batch(delay_map_lines(maps["delay_ns"], delays_ms), f"set the delays on {ifname}")

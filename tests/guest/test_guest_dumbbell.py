@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from testbed import rundir
-from testbed.runner import COLLECT_PHASES
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.guest.runner import COLLECT_PHASES
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 from topologies.params import tcp_goodput_limit_mbit
 
 RATE_MBIT = 10

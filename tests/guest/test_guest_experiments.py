@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from testbed import rundir
-from testbed.scenario import Point, ScenarioFile, load_scenario, scenario_from_dict
-from testbed.session import run_session
-from testbed.suite import compress
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import Point, ScenarioFile, load_scenario, scenario_from_dict
+from testbed.scenario.suite import compress
 from topologies.lossmodel import FourStateLoss
 from topologies.shaping import LOSSY_NETEM
 

@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from testbed import rundir
+from testbed.results import rundir
 from tests.conftest import PROJECT, leftovers
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import rundir
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 
 
 @pytest.fixture(scope="module")

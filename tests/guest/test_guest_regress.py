@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from testbed import regress, rundir
-from testbed.suite import load_suite
+from testbed.results import rundir
+from testbed.scenario.suite import load_suite
+from testbed.workflows import regress
 
 PROJECT = Path(__file__).resolve().parents[2]
 BASELINE, CANDIDATE = "6.1.0-55", "6.1.0-56"

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import yaml
 
-from testbed import guardian, hostload, rundir
-from testbed.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+from testbed.host import guardian, hostload
+from testbed.results import rundir
 from tests.conftest import PROJECT
 
 SCENARIO = {

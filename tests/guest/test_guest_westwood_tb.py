@@ -19,9 +19,12 @@ import statistics
 
 import pytest
 
-from testbed import guest, kernels, modules, rundir
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.guest import modules
+from testbed.host import kernels
+from testbed.host import virtme as guest
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 
 MSS = 1448
 MIN_CWND = 2  # the module's default min_cwnd_segs

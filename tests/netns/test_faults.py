@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed import rundir
-from testbed.network import MARKER, _marked_pids
-from testbed.session import run_session
+from testbed.guest.network import MARKER, _marked_pids
+from testbed.host.session import run_session
+from testbed.results import rundir
 from tests.conftest import PROJECT, leftovers
 from tests.netns.test_dumbbell_host import host_scenario
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import subprocess
 
-from testbed import rundir
-from testbed.network import Network
-from testbed.runner import _apply_flow_options
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.guest.network import Network
+from testbed.guest.runner import _apply_flow_options
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 from topologies.dumbbell import Dumbbell
 
 

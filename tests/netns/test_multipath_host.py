@@ -5,9 +5,9 @@ UDP probe sees the paths' summed rate; the flow's bytes are accounted in the pca
 from __future__ import annotations
 
 from analysis.run import analyze_run
-from testbed import rundir
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 
 
 def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):

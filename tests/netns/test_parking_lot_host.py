@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 
 from analysis.run import analyze_run
-from testbed import rundir
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 
 
 def test_a_two_hop_parking_lot_runs_every_flow(tmp_path, clean_kernel):

@@ -9,10 +9,11 @@ import time
 
 import pytest
 
-from testbed import lossbpf, rundir
-from testbed.network import Network
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.guest import lossbpf
+from testbed.guest.network import Network
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 from topologies.lossmodel import TimedTwoStateLoss, timeline
 from topologies.netspec import LinkSpec, NetSpec
 from topologies.shaping import EgressPlan

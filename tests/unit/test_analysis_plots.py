@@ -1,4 +1,4 @@
-"""analysis.plots: figures render to PNG, take their colours from analysis/cc.py and survive missing data."""
+"""analysis.plots: figures render to PNG, take their colours from scenario/algorithms.py and survive missing data."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from analysis import plots
-from analysis.cc import REGISTRY
+from testbed.scenario.algorithms import REGISTRY
 
 
 def colours_in(png: bytes) -> set[tuple[int, int, int]]:

@@ -1,4 +1,4 @@
-"""analysis.report.write_session_report on sessions built from copies of the real fixture."""
+"""testbed.report.session.write_session_report on sessions built from copies of the real fixture."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from analysis.metrics import jain_index, student_t_quantile
-from analysis.report import text_table, write_session_report
+from testbed.report.session import text_table, write_session_report
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = FIXTURES / "run-westwood"

@@ -15,9 +15,9 @@ import pandas as pd
 import pytest
 
 from analysis import metrics, plots
-from analysis.cc import REGISTRY
 from analysis.loaders import WESTWOOD_CONG_FIELDS, WESTWOOD_SAMPLE_FIELDS, LoadError, load_westwood_tb
 from analysis.run import FLOW_COLUMNS, analyze_run
+from testbed.scenario.algorithms import REGISTRY
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = FIXTURES / "westwood_tb"

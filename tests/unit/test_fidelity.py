@@ -5,7 +5,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed import fidelity
+from testbed.guest import fidelity
 
 PING = """PING 10.2.0.1 (10.2.0.1) 56(84) bytes of data.
 
@@ -66,7 +66,7 @@ def test_cpu_busy_and_report():
 
 
 def test_tcpdump_stats_and_capture_check():
-    from testbed.capture import tcpdump_stats
+    from testbed.guest.capture import tcpdump_stats
 
     log = (
         "tcpdump: listening on any\n25412 packets captured\n25420 packets received by filter\n"
@@ -113,7 +113,7 @@ def test_a_connection_without_captured_data_fails_the_start_check_and_says_why()
 def test_traffic_waits_for_tcpdump_to_listen_and_says_why_it_did_not(tmp_path, script, problem):
     import subprocess
 
-    from testbed.capture import wait_tcpdump_listening
+    from testbed.guest.capture import wait_tcpdump_listening
 
     log = tmp_path / "tcpdump-rl.log"
     with open(log, "wb") as out, subprocess.Popen(["sh", "-c", script], stdout=out, stderr=subprocess.STDOUT) as proc:

@@ -9,12 +9,12 @@ import textwrap
 
 import pytest
 
-from testbed import folderlock
+from testbed.results import folderlock
 
 HOLDER = textwrap.dedent("""
     import sys, time
     sys.path.insert(0, {root!r})
-    from testbed import folderlock
+    from testbed.results import folderlock
     lock = folderlock.acquire(__import__("pathlib").Path({folder!r}))
     print("locked", flush=True)
     time.sleep(300)

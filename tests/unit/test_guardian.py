@@ -10,14 +10,14 @@ import sys
 import textwrap
 import time
 
-from testbed import guardian
+from testbed.host import guardian
 
-#: a controller as testbed.guest runs one: a "guest" (two sleeps in a session of their own, carrying the
+#: a controller as testbed.host.virtme runs one: a "guest" (two sleeps in a session of their own, carrying the
 #: marker) and a guardian for it; it prints the group's id and waits to be killed
 CONTROLLER = textwrap.dedent("""
     import os, subprocess, sys, time
     sys.path.insert(0, {root!r})
-    from testbed import guardian
+    from testbed.host import guardian
     env = dict(os.environ, **{{guardian.MARKER: guardian.marker_value({project!r})}})
     proc = subprocess.Popen(["sh", "-c", "sleep 300 & sleep 300"], env=env, start_new_session=True)
     guard = guardian.Guard(proc.pid, {command!r})

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 
-from testbed import fidelity, hostload, rundir
-from testbed.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+from testbed.guest import fidelity
+from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+from testbed.host import hostload
+from testbed.results import rundir
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -59,7 +61,7 @@ def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, mo
 def test_the_guests_own_processes_are_found_by_their_marker():
     import subprocess
 
-    from testbed import guardian
+    from testbed.host import guardian
 
     marker = guardian.marker_value("/nowhere/checkout")
     guest = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{guardian.MARKER: marker}))

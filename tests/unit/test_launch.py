@@ -1,4 +1,4 @@
-"""testbed.launch: how iperf3 is started (argv), and the shim that holds a client at its first connect()."""
+"""testbed.guest.launch: how iperf3 is started (argv), and the shim that holds a client at its first connect()."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed import launch
-from testbed.traffic import Connection
+from testbed.guest import launch
+from testbed.guest.traffic import Connection
 
 
 def conn(**kw) -> Connection:

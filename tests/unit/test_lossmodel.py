@@ -7,7 +7,7 @@ import statistics
 
 import pytest
 
-from testbed.scenario import ScenarioError, load_scenario_text
+from testbed.scenario.spec import ScenarioError, load_scenario_text
 from topologies.lossmodel import (
     BernoulliLoss,
     FourStateLoss,
@@ -161,6 +161,6 @@ def test_the_runner_does_not_import_numpy():
     import subprocess
     import sys
 
-    code = "import sys, testbed.runner; print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
+    code = "import sys, testbed.guest.runner; print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

@@ -14,7 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed import runner
+from testbed.guest import runner
 from topologies.netspec import Probe
 
 

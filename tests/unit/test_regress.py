@@ -11,9 +11,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed import regress
-from testbed.scenario import ScenarioError
-from testbed.suite import load_suite
+from testbed.scenario.spec import ScenarioError
+from testbed.scenario.suite import load_suite
+from testbed.workflows import regress
 
 PROJECT = Path(__file__).resolve().parents[2]
 FIXTURE = PROJECT / "tests" / "fixtures" / "run-westwood"

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from testbed import rundir
-from testbed.scenario import ScenarioError, scenario_from_dict
-from testbed.session import _note_older_code, find_resumable, is_done
+from testbed.host.session import _note_older_code, find_resumable, is_done
+from testbed.results import rundir
+from testbed.scenario.spec import ScenarioError, scenario_from_dict
 
 
 def sweep(ccs, seeds=(1,)):

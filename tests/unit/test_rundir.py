@@ -2,7 +2,7 @@
 
 import json
 
-from testbed import rundir
+from testbed.results import rundir
 
 
 def test_layout(tmp_path):

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from analysis.cc import REGISTRY
-from testbed import scenario as scenario_module
-from testbed.scenario import (
+from testbed.scenario import spec as scenario_module
+from testbed.scenario.algorithms import REGISTRY
+from testbed.scenario.spec import (
     Flow,
     Scenario,
     ScenarioError,

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario import ScenarioError, load_scenario
-from testbed.suite import compress, find_suite, load_suite
+from testbed.scenario.spec import ScenarioError, load_scenario
+from testbed.scenario.suite import compress, find_suite, load_suite
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCENARIOS = PROJECT / "scenarios"

@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.scenario import ScenarioError, scenario_from_dict
-from testbed.traffic import client_argv, plan_connections
+from testbed.guest.traffic import client_argv, plan_connections
+from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES, ManyFlows, ManyFlowsParams
 from topologies.params import LinkParams
 from topologies.shaping import DelayClass, EgressPlan, delay_map_lines, fq_tc_argv, qdisc_specs

@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from testbed.scenario import ScenarioError, scenario_from_dict
-from testbed.traffic import plan_connections
+from testbed.guest.traffic import plan_connections
+from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES
 from topologies.parking_lot import ParkingLot, ParkingLotParams
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from testbed.scenario import ScenarioError, scenario_from_dict
-from testbed.traffic import plan_connections
+from testbed.guest.traffic import plan_connections
+from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES, Geo, Wireless
 from topologies.lossmodel import TimedTwoStateLoss
 from topologies.shaping import EgressPlan

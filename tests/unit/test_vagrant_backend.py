@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from testbed import vagrant
+from testbed.host import vagrant
 
 
 def test_no_lab_vm_without_vagrant_state(tmp_path, monkeypatch):

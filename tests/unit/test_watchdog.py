@@ -8,7 +8,9 @@ import time
 
 import pytest
 
-from testbed import guest, remote, runner
+from testbed.guest import runner
+from testbed.host import remote
+from testbed.host import virtme as guest
 
 
 def test_watchdog_fails_a_run_that_blocks_beyond_its_budget():
@@ -35,7 +37,7 @@ def test_console_tail_puts_the_last_lines_in_the_message(tmp_path):
 
 
 class FlakyBoot:
-    """Stands in for testbed.guest: its run_in_guest fails ``failures`` times with ``error``, then
+    """Stands in for testbed.host.virtme: its run_in_guest fails ``failures`` times with ``error``, then
     runs the plan it is given (every run in it complete). Before failing, it completes the plan's
     first run and leaves the second one running, as a guest that hung in the middle would."""
 
@@ -75,7 +77,7 @@ def session_with_plan(tmp_path, runs=3):
 
 
 def test_a_guest_that_does_not_boot_is_booted_once_more_with_its_first_console_kept(tmp_path):
-    from testbed.session import _run_in_guest
+    from testbed.host.session import _run_in_guest
 
     flaky, session = FlakyBoot(failures=1), session_with_plan(tmp_path)
     assert _run_in_guest(flaky, None, None, session / "plan.json", session, 10) == {"wall_s": 1.0}
@@ -93,8 +95,8 @@ def test_a_guest_that_does_not_boot_is_booted_once_more_with_its_first_console_k
 
 
 def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_path):
-    from testbed import rundir
-    from testbed.session import _run_in_guest
+    from testbed.host.session import _run_in_guest
+    from testbed.results import rundir
 
     hung, session = FlakyBoot(failures=1, error=guest.GuestHungError), session_with_plan(tmp_path)
     _run_in_guest(hung, None, None, session / "plan.json", session, 10)

@@ -22,11 +22,11 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.report import write_session_report
-from testbed import rundir
-from testbed import vagrant as vagrant_backend
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed.host import vagrant as vagrant_backend
+from testbed.host.session import run_session
+from testbed.report.session import write_session_report
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 
 PROJECT = Path(__file__).resolve().parents[2]
 URI = "qemu:///system"

@@ -19,11 +19,11 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed import guardian, remote
-from testbed.kernels import Kernel
-from testbed.remote import console_tail
+from testbed import PROJECT
+from testbed.host import guardian, remote
+from testbed.host.kernels import Kernel
+from testbed.host.remote import console_tail
 
-PROJECT = Path(__file__).resolve().parent.parent
 #: from `vng` to the guest's first line, measured ~15-20 s under TCG here; a guest silent this long did not boot
 BOOT_TIMEOUT_S = 180
 #: from the runner's plan.done to vng's exit (a guest powers off in a few seconds)
@@ -98,9 +98,9 @@ def run_in_guest(
     echo=print,
     on_line=None,
 ) -> dict:
-    """Boot, run ``python -m testbed.runner plan_path`` inside, stream its progress lines.
+    """Boot, run ``python -m testbed.guest.runner plan_path`` inside, stream its progress lines.
 
-    The guest ends with this process, however it ends (:mod:`testbed.guardian`). Returns timings
+    The guest ends with this process, however it ends (:mod:`testbed.host.guardian`). Returns timings
     (``ready_s``: command to the runner's first line, ``wall_s``) and the number of runs not complete
     as written to ``plan.done``; raises GuestError when the guest did not boot or did not finish in time.
     ``on_line(text, now)`` sees every runner line too (the host's contention watch).
@@ -155,7 +155,7 @@ _GUEST_ERRORS = {remote.RunnerNotStarted: GuestBootError, remote.RunnerSilent: G
 
 def _runner_command(plan_path: Path) -> str:
     return (f"cd {PROJECT} && PYTHONDONTWRITEBYTECODE=1 PATH=/usr/sbin:/usr/bin:/sbin:/bin "
-            f"{sys.executable} -m testbed.runner {plan_path}")  # fmt: skip
+            f"{sys.executable} -m testbed.guest.runner {plan_path}")  # fmt: skip
 
 
 def _guest_env() -> dict[str, str]:

@@ -16,7 +16,7 @@ the candidate's repetitions with the baseline's, and this writes next to them:
   that could not be compared is skipped) for CI systems;
 * ``regress.json``: every comparison with its samples.
 
-A suite's **positive controls** (testbed/suite.py: an entry with ``control``) run a point once more
+A suite's **positive controls** (testbed/scenario/suite.py: an entry with ``control``) run a point once more
 on the candidate with a harm known in advance given to its flows, compared with the baseline's runs
 of that point (which the baseline does not run twice). Their verdicts are not regressions of the
 kernel; each control must come out as a regression of some metric, or the run has shown that
@@ -35,10 +35,10 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from testbed import rundir
-from testbed.scenario import ScenarioFile, scenario_from_dict
-from testbed.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
-from testbed.suite import FlowHarm
+from testbed.host.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
+from testbed.results import rundir
+from testbed.scenario.spec import ScenarioFile, scenario_from_dict
+from testbed.scenario.suite import FlowHarm
 
 SIDES = ("baseline", "candidate")
 #: per-flow options a candidate can be given to inject a known regression (tests, demonstrations):
@@ -117,7 +117,7 @@ def regress(
     vcpus: int | None = None,
 ) -> RegressResult:
     """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc)."""
-    from testbed import kernels
+    from testbed.host import kernels
 
     if repeat < 2:
         raise ValueError(f"--repeat {repeat}: a comparison needs at least 2 repetitions per kernel (default 5)")
@@ -152,7 +152,7 @@ def _side_metrics(session_dirs: set[Path]):
     import pandas as pd
 
     from analysis import claims, regression
-    from analysis.report import write_session_report
+    from testbed.report.session import write_session_report
 
     frames, statuses = [], {}
     for session in sorted(session_dirs):
@@ -280,7 +280,7 @@ def _rows(comparisons, controls: dict) -> list[dict]:
 def _table(comparisons, controls: dict) -> str:
     import pandas as pd
 
-    from analysis.report import text_table
+    from testbed.report.session import text_table
 
     return text_table(pd.DataFrame(_rows(comparisons, controls))) if comparisons else "(nothing to compare)"
 
@@ -326,9 +326,9 @@ def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, co
     import pandas as pd
     from matplotlib.figure import Figure
 
-    from analysis.cc import lookup
     from analysis.plots import figure_png
     from analysis.run import esc, html_page, html_table, png_img
+    from testbed.scenario.algorithms import lookup
 
     body = [f"<h1>{esc(header)}</h1>"]
     if result.failures:

@@ -1,6 +1,6 @@
 """Following the runner from the host: one implementation for every backend that runs it elsewhere.
 
-A virtme-ng guest (``vng ... --exec``) and the lab VM (``ssh ... python -m testbed.runner``) both
+A virtme-ng guest (``vng ... --exec``) and the lab VM (``ssh ... python -m testbed.guest.runner``) both
 give the host a child process whose output carries the runner's ``[testbed]`` lines. :func:`follow`
 reads that output without blocking, writes it to a console log, passes each runner line on, and
 enforces three deadlines that hold even when nothing arrives: the runner must start, each run must
@@ -48,7 +48,7 @@ class RunnerProgress:
     HANG_MARGIN_S, the remote side is hung."""
 
     def __init__(self, estimates_s: list[float], started: float, start_timeout_s: float):
-        from testbed.runner import run_budget_s
+        from testbed.guest.runner import run_budget_s
 
         self.budgets_s = [run_budget_s(e) for e in estimates_s]
         self.current: int | None = None

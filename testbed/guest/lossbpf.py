@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.kernels import cache_root
+from testbed.host.kernels import cache_root
 from topologies.lossmodel import State, TimedTwoStateLoss
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"

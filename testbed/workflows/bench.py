@@ -30,14 +30,14 @@ import statistics
 import time
 from pathlib import Path
 
-from testbed import rundir
-from testbed.scenario import scenario_from_dict
-from testbed.session import run_session
+from testbed import PROJECT
+from testbed.host.session import run_session
+from testbed.results import rundir
+from testbed.scenario.spec import scenario_from_dict
 from topologies.lossmodel import FourStateLoss
 from topologies.params import tcp_goodput_limit_mbit
 from topologies.shaping import LOSSY_NETEM
 
-PROJECT = Path(__file__).resolve().parent.parent
 DURATION_S = 30
 STEADY_FROM_S = 10
 RATE_MBIT = 10
@@ -62,7 +62,7 @@ LOSS_MODELS = {
 
 
 def scale_points():
-    from testbed.scenario import Point
+    from testbed.scenario.spec import Point
 
     def point(name: str, data: dict) -> Point:
         (resolved,) = scenario_from_dict(data, name=name).points
@@ -92,7 +92,7 @@ def scale_points():
 
 def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") -> dict:
     """The scale and loss-model figures (see the module's docstring)."""
-    from testbed.scenario import ScenarioFile
+    from testbed.scenario.spec import ScenarioFile
 
     combined = ScenarioFile("bench-scale", PROJECT, None, "make bench: scale and loss models", scale_points())
     result = run_session(combined, kernel_version=kernel_version, results_root=out_dir / "results", force=True)
@@ -117,8 +117,8 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
 
 
 def _scale_figures(run: Path, manifest: dict) -> dict:
-    from testbed.scenario import RunSpec, Scenario
-    from testbed.session import _netspec
+    from testbed.host.session import _netspec
+    from testbed.scenario.spec import RunSpec, Scenario
 
     spec = RunSpec(manifest["scenario"], manifest["point_id"], {}, manifest["seed"],
                    Scenario.model_validate(manifest["resolved"]))  # fmt: skip
@@ -178,7 +178,7 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
     started = time.monotonic()
     result = run_session(scenario, kernel_version=kernel_version, results_root=out_dir / "results")
     runs_done = time.monotonic()
-    from analysis.report import write_session_report
+    from testbed.report.session import write_session_report
 
     write_session_report(result.directory)
     analysis_s = time.monotonic() - runs_done

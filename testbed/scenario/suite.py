@@ -33,7 +33,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from testbed.scenario import (
+from testbed.scenario.spec import (
     Point,
     Problem,
     ScenarioError,

@@ -2,7 +2,7 @@
 
 The VM (``Vagrantfile``, provisioned by ``playbooks/site.yml``) runs a Debian kernel with netem,
 Westwood+ and the project's module, so its own kernel executes the runs. The host pushes the
-checkout (``vagrant rsync``), copies the session folder in, runs ``python -m testbed.runner``
+checkout (``vagrant rsync``), copies the session folder in, runs ``python -m testbed.guest.runner``
 there as root, streams its progress lines, and copies the folder back: the report is written
 on the host from the same raw files. Run directories in a plan are relative to its folder, so
 the plan runs unchanged wherever the folder is.
@@ -18,9 +18,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from testbed import folderlock, guardian, hostload, remote
+from testbed import PROJECT
+from testbed.host import guardian, hostload, remote
+from testbed.results import folderlock
 
-PROJECT = Path(__file__).resolve().parent.parent
 #: inside the VM: the synced checkout (Vagrantfile) and where session folders are run
 VM_PROJECT = "/vagrant"
 VM_SESSIONS = "/var/tmp/cc-testbed-sessions"
@@ -175,7 +176,7 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
     remote_dir = f"{VM_SESSIONS}/{session.name}"
     started = time.monotonic()
     vm.copy_in(session, remote_dir)
-    runner = f"testbed.runner {remote_dir}/plan.json"
+    runner = f"testbed.guest.runner {remote_dir}/plan.json"
     command = f"cd {VM_PROJECT} && sudo {VM_PROJECT}/.venv/bin/python -m {runner}"
     plan_runs = json.loads((session / "plan.json").read_text())["runs"]
     progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, RUNNER_START_TIMEOUT_S)

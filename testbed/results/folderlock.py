@@ -16,7 +16,7 @@ import socket
 import sys
 from pathlib import Path
 
-from testbed import rundir
+from testbed.results import rundir
 
 LOCK_NAME = ".lock"
 

@@ -5,7 +5,7 @@ balance-rr works on Ethernet and needs the ``bonding`` module (absent from some 
 needs its own qdisc module. The program ``testbed/bpf/spray.bpf.c`` needs neither: it sits on the
 egress of a router's first path interface and sends packet n out of path n mod N with
 ``bpf_redirect_neigh`` (the next hop's MAC filled in by the neighbour table). It is built and
-loaded like the loss channel (:mod:`testbed.lossbpf`: clang, tc, bpftool).
+loaded like the loss channel (:mod:`testbed.guest.lossbpf`: clang, tc, bpftool).
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import socket
 import struct
 
-from testbed import lossbpf
-from testbed.lossbpf import hex_bytes
-from testbed.netnsutil import iproute
+from testbed.guest import lossbpf
+from testbed.guest.lossbpf import hex_bytes
+from testbed.guest.netnsutil import iproute
 from topologies.netspec import Sprayer
 
 PROGRAM = "spray"

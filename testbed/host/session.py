@@ -13,11 +13,12 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from analysis.cc import lookup as cc_lookup
-from testbed import folderlock, launch, modules, provenance, rundir
-from testbed.scenario import RunSpec, ScenarioFile
+from testbed import PROJECT
+from testbed.guest import launch, modules
+from testbed.results import folderlock, provenance, rundir
+from testbed.scenario.algorithms import lookup as cc_lookup
+from testbed.scenario.spec import RunSpec, ScenarioFile
 
-PROJECT = Path(__file__).resolve().parent.parent
 #: per-run overhead beyond its traffic (setup, fidelity probes, teardown) used for ETAs; measured ~10 s under TCG
 RUN_OVERHEAD_S = 12.0
 GUEST_BOOT_S = 30.0
@@ -70,7 +71,7 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
 def choose_backend(runs: list[RunSpec]) -> tuple[str, str]:
     """Where runs go when nobody says: this kernel when it can, else the lab VM when it is up,
     else a virtme-ng guest. Returns the backend and why."""
-    from testbed import vagrant
+    from testbed.host import vagrant
 
     local_ok, why = host_can_run(runs)
     if local_ok:
@@ -114,7 +115,7 @@ def estimate_s(run: RunSpec) -> float:
     (measured ~2 s per node under TCG: a 62-node dumbbell took ~2 min before traffic), and per
     connection (many_flows puts 210 connections on 5 nodes: 13 s of addresses and delays, 30 s of
     calibration pings and 36 s of iperf3 client starts under TCG)."""
-    from testbed.traffic import plan_connections
+    from testbed.guest.traffic import plan_connections
     from topologies import TOPOLOGIES
 
     scenario = run.scenario
@@ -205,7 +206,7 @@ def run_session(
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs."""
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
-    from testbed import guest
+    from testbed.host import virtme as guest
 
     guest.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
     if backend == "auto":
@@ -215,7 +216,7 @@ def run_session(
     kernel = config = vm = None
     # Everything that can refuse (kernel, accelerator) is settled before the results folder exists.
     if backend == "guest":
-        from testbed import kernels
+        from testbed.host import kernels
 
         kernel = kernels.fetch(kernel_version, log=log)
         config = guest.guest_config(kernel, vcpus, log=log)
@@ -229,7 +230,7 @@ def run_session(
             "the lab VM's kernel is chosen with TESTBED_KERNEL at 'vagrant provision')"
         )
     elif backend == "vagrant":
-        from testbed import vagrant
+        from testbed.host import vagrant
 
         vm = vagrant.LabVM()
         vm.stop_orphan_runners(log=log)
@@ -260,11 +261,11 @@ def run_session(
         project_modules[module] = None if backend == "vagrant" else str(modules.build(release, log=log))
     bpf_objects = {}
     if backend != "vagrant":  # the lab VM compiles its own
-        from testbed import lossbpf
+        from testbed.guest import lossbpf
 
         for name in sorted(set().union(*(_bpf_programs(r) for r in runs_to_do))):
             bpf_objects[name] = str(lossbpf.build(name, log=log))
-    # clients are held at their first connect() by a preloaded shim (testbed.launch); the lab VM builds its own
+    # clients are held at their first connect() by a preloaded shim (testbed.guest.launch); the lab VM builds its own
     hold_library = None if backend == "vagrant" else str(launch.build_hold_library(log=log))
     total = sum(estimate_s(r) for r in runs_to_do) + (GUEST_BOOT_S if backend == "guest" else 0)
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
@@ -339,11 +340,11 @@ def _execute(backend: str, plan: dict, plan_path: Path, session: Path, total_s: 
     """Run the plan where the backend says; a backend that fails marks the runs it did not finish."""
     timing: dict = {}
     if backend == "local":
-        from testbed.runner import execute_plan
+        from testbed.guest.runner import execute_plan
 
         execute_plan(plan, session)
     elif backend == "vagrant":
-        from testbed import vagrant
+        from testbed.host import vagrant
 
         try:
             timing["vagrant"] = vagrant.run_plan(vm, session, timeout_s=total_s * 3 + 300, echo=log)
@@ -356,7 +357,7 @@ def _execute(backend: str, plan: dict, plan_path: Path, session: Path, total_s: 
         finally:
             vm.close()
     else:
-        from testbed import guest
+        from testbed.host import virtme as guest
 
         try:
             timing["guest"] = _run_in_guest(guest, kernel, config, plan_path, session, total_s)
@@ -382,7 +383,7 @@ def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s
     console = session / "guest-console.log"
 
     def boot(plan: Path, estimate_s: float) -> dict:
-        from testbed import guardian, hostload
+        from testbed.host import guardian, hostload
 
         run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
         ours = guardian.marker_value(str(PROJECT))

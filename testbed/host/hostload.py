@@ -21,8 +21,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from testbed import fidelity, guardian, remote
-from testbed.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+from testbed.guest import fidelity
+from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
+from testbed.host import guardian, remote
 
 
 @dataclass(frozen=True)
@@ -184,7 +185,7 @@ def marked_processes(marker: str) -> set[int]:
 
 
 def amend_manifest(directory: Path, summary: HostSummary) -> None:
-    from testbed import rundir
+    from testbed.results import rundir
 
     path = directory / rundir.MANIFEST
     try:

@@ -38,8 +38,8 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from testbed.kernels import cache_root
-from testbed.traffic import Connection, client_argv, server_argv
+from testbed.guest.traffic import Connection, client_argv, server_argv
+from testbed.host.kernels import cache_root
 
 HOLD_SOURCE = Path(__file__).resolve().parent / "native" / "hold_at_connect.c"
 #: iperf3's niceness (module doc)

@@ -13,10 +13,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from analysis.cc import lookup
-from testbed.kernels import cache_root
+from testbed import PROJECT
+from testbed.host.kernels import cache_root
+from testbed.scenario.algorithms import lookup
 
-PROJECT = Path(__file__).resolve().parent.parent
 SOURCE = PROJECT / "kernel-patch"
 MODULE = "tcp_westwood_tb"
 

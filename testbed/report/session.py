@@ -30,7 +30,6 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import claims, figures, metrics, plots
-from analysis.cc import lookup
 from analysis.loaders import LoadError, load_session
 from analysis.run import (
     RunAnalysis,
@@ -45,6 +44,7 @@ from analysis.run import (
     provenance_items,
     write_text_atomic,
 )
+from testbed.scenario.algorithms import lookup
 
 SENDER_GOODPUT = "sender goodput Mbit/s (paper)"
 RECEIVER_GOODPUT = "receiver goodput Mbit/s (iperf3)"

@@ -6,7 +6,7 @@ failing connection (iperf3 dying, an algorithm the kernel lacks) fails its run w
 keeps the raw files, and the next run of the plan goes on. Ctrl-C / SIGTERM mark the run
 ``incomplete`` and stop the plan; the topology is always torn down.
 
-Invoked as ``python -m testbed.runner PLAN.json`` (what the guest executes) or through
+Invoked as ``python -m testbed.guest.runner PLAN.json`` (what the guest executes) or through
 :func:`execute_plan` from the CLI when the local kernel can run the plan itself. In the lab VM the
 host copies the session folder in, runs the same command over ssh and copies it back.
 """
@@ -28,12 +28,13 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from analysis.cc import lookup as cc_lookup
 from analysis.pcap import first_bulk_times
-from testbed import capture, fidelity, launch, lossbpf, provenance, rundir, spray
-from testbed.network import MARKER, Network, cleanup_leftovers
-from testbed.scenario import RunSpec, Scenario
-from testbed.traffic import CONTROL_PORT_MIN, Connection, plan_connections
+from testbed.guest import capture, fidelity, launch, lossbpf, spray
+from testbed.guest.network import MARKER, Network, cleanup_leftovers
+from testbed.guest.traffic import CONTROL_PORT_MIN, Connection, plan_connections
+from testbed.results import provenance, rundir
+from testbed.scenario.algorithms import lookup as cc_lookup
+from testbed.scenario.spec import RunSpec, Scenario
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
 from topologies.shaping import set_delay, set_delays
@@ -87,7 +88,7 @@ class RunTimedOut(RunFailed):
     """The run watchdog fired: something in the run blocked far beyond its time budget."""
 
 
-#: the lines around a run's traffic, for the host's contention check (testbed.hostload)
+#: the lines around a run's traffic, for the host's contention check (testbed.host.hostload)
 TRAFFIC_BEGINS = "traffic window begins"
 TRAFFIC_ENDS = "traffic window ends"
 
@@ -108,7 +109,7 @@ def load_project_modules(paths: dict[str, str | None]) -> dict[str, str]:
     (the lab VM's DKMS copy, loaded at boot) is replaced, so that what runs is what the manifest
     records.
     """
-    from testbed import modules
+    from testbed.guest import modules
 
     loaded = {}
     for name, path in paths.items():
@@ -315,7 +316,7 @@ def _udp_probe(net: Network, topology, probe) -> tuple[str, str]:
 def _prestart_clients(net: Network, connections: list[Connection], raw: Path,
                       scratch: Path) -> dict[str, subprocess.Popen]:  # fmt: skip
     """Every connection's iperf3 client, started before traffic and held (stopped at its first
-    connect(), :mod:`testbed.launch`) until it is continued shortly before its start time.
+    connect(), :mod:`testbed.guest.launch`) until it is continued shortly before its start time.
 
     Starting a process costs tens of milliseconds in a TCG guest, seconds for hundreds of them.
     We wait until every one has stopped, so that no SIGCONT can come before its SIGSTOP."""
@@ -364,7 +365,7 @@ def _apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
     """Per-flow TCP options, set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
     receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
     ``initcwnd`` on the sender). A host is shared by the flows of one pair: they get the union."""
-    from testbed.netnsutil import iproute
+    from testbed.guest.netnsutil import iproute
 
     routes: dict[str, dict[str, int]] = {}
     no_sack: set[str] = set()
@@ -704,12 +705,12 @@ def _fail_manifest(directory: Path, reason: str) -> dict:
 
 
 def execute_plan(plan: dict, session_dir: Path) -> int:
-    """Run every run of a plan (see :mod:`testbed.session`); returns the number of runs not complete.
+    """Run every run of a plan (see :mod:`testbed.host.session`); returns the number of runs not complete.
 
     Run directories in the plan are relative to ``session_dir`` (the plan's folder), so a plan
     runs wherever its session folder is: here, in a virtme-ng guest, or copied into the lab VM.
     """
-    from testbed.scenario import RunSpec
+    from testbed.scenario.spec import RunSpec
 
     runs = plan["runs"]
     lossbpf.use_objects(plan.get("context", {}).get("bpf_objects"))
@@ -794,12 +795,12 @@ def _interrupt(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m testbed.runner", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m testbed.guest.runner", description=__doc__.splitlines()[0])
     parser.add_argument("plan", type=Path, help="plan JSON written by `testbed run`")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:
-        print("testbed.runner: must run as root (network namespaces, qdiscs, tracing)", file=sys.stderr)
+        print("testbed.guest.runner: must run as root (network namespaces, qdiscs, tracing)", file=sys.stderr)
         return 2
     plan = json.loads(args.plan.read_text())
     try:

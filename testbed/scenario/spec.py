@@ -49,7 +49,7 @@ from pydantic import BaseModel, Field, Strict, StrictFloat, ValidationError, fie
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticCustomError
 
-from analysis.cc import REGISTRY as CC_REGISTRY
+from testbed.scenario.algorithms import REGISTRY as CC_REGISTRY
 from topologies import TOPOLOGY_PARAMS
 from topologies.lossmodel import LOSS_MODEL_NAMES, MAX_STATES, TimedTwoStateLoss, expected_states
 from topologies.params import LinkParams, StrictModel
@@ -109,7 +109,7 @@ Period = Annotated[tuple[StrictFloat, StrictFloat], Strict(False)]
 class Flow(StrictModel):
     """One flow (or ``count`` identical flows) with its algorithm, direction, base RTT and ON time."""
 
-    cc: str = Field(description="congestion-control algorithm, a kernel name from analysis/cc.py")
+    cc: str = Field(description="congestion-control algorithm, a kernel name from testbed/scenario/algorithms.py")
     direction: Literal["forward", "reverse"] = Field(
         default="forward",
         description="forward = left to right; reverse = sent from the right (receiver) side",

@@ -59,7 +59,7 @@ def cleanup_leftovers(verbose: bool = True) -> list[str]:
             done.append(f"killed leftover process {pid} ({cmdline.strip()[:60]})")
         except (ProcessLookupError, PermissionError, FileNotFoundError):
             continue
-    from testbed import launch
+    from testbed.guest import launch
 
     for scratch in launch.stale_scratch_dirs():
         if not Path(f"/proc/{launch.scratch_owner(scratch)}").exists():
@@ -154,7 +154,7 @@ class Network:
         return {name: self.nodes[name].waitOutput() for name in commands}
 
     def _configure_node(self, name: str) -> None:
-        from testbed.netnsutil import iproute
+        from testbed.guest.netnsutil import iproute
 
         intfs = self.spec.interfaces(name)
         with iproute(self.netns_path(name)) as ns:
