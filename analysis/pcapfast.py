@@ -35,7 +35,8 @@ from pathlib import Path
 import numba
 import numpy as np
 
-from analysis.pcap import (
+from analysis.pcap import DirectionStats, PcapAccounting, account_pcap, account_segment
+from testbed.results.pcapfile import (
     _PCAP_MAGICS,
     LINKTYPE_ETHERNET,
     LINKTYPE_IPV4,
@@ -47,12 +48,8 @@ from analysis.pcap import (
     TCP_FIN,
     TCP_RST,
     TCP_SYN,
-    DirectionStats,
-    PcapAccounting,
     PcapTruncated,
     Segment,
-    account_pcap,
-    account_segment,
 )
 
 CHUNK_BYTES = 32 << 20

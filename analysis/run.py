@@ -58,8 +58,9 @@ from analysis.loaders import (
     load_westwood_tb,
     udp_probe_files,
 )
-from analysis.pcap import PcapAccounting, PcapError
+from analysis.pcap import PcapAccounting
 from analysis.pcapfast import account_pcap_fast
+from testbed.results.pcapfile import PcapError
 from testbed.scenario.algorithms import REGISTRY, lookup
 
 FLOW_COLUMNS = [

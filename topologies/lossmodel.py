@@ -20,7 +20,7 @@ Bernoulli loss. Every model applies per direction of the link, in both direction
   probability of the state at that packet's time; at each state end the next state is drawn
   (Bad with ``to_bad_p`` after Good, Good with ``to_good_p`` after Bad; paper 000: both 0.5,
   paper 001's Markov chain: both 1, i.e. alternating). The timeline comes from the run's seed
-  (:func:`timeline`), is enforced by a tc-BPF program (``testbed/bpf/timed_loss.bpf.c``) whose
+  (:func:`timeline`), is enforced by a tc-BPF program (``testbed/guest/bpf/timed_loss.bpf.c``) whose
   per-packet draws also come from the seed, and is written to the run directory with the packets
   seen and dropped in every state.
 
@@ -38,7 +38,7 @@ from pydantic import Field, model_validator
 
 from topologies.base import StrictModel
 
-#: the BPF program's timeline map holds this many states (testbed/bpf/timed_loss.bpf.c MAX_STATES)
+#: the BPF program's timeline map holds this many states (testbed/guest/bpf/timed_loss.bpf.c MAX_STATES)
 MAX_STATES = 65_536
 
 

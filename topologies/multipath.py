@@ -14,7 +14,7 @@ each; every path has the rate ``link.rate_mbit``.
 
 Spraying: the routers send everything toward the other side over path 1; a tc-BPF program on the
 egress of ``rl``'s path-1 interface (and of ``rr``'s with ``spray: data_and_acks``) redirects TCP
-and UDP packet n to path n mod P (``testbed/bpf/spray.bpf.c``). ICMP is not sprayed, so ping
+and UDP packet n to path n mod P (``testbed/guest/bpf/spray.bpf.c``). ICMP is not sprayed, so ping
 measures path 1 (the base RTT check); a UDP rate probe is sprayed and must see P x the rate.
 
 Where delays sit: path 1's one-way delay (plus twice ``access.delay_ms``) is one netem on each

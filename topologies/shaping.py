@@ -1,8 +1,8 @@
-"""What qdiscs go on which interface, computed purely; and the thin code that installs them.
+"""What qdiscs go on which interface, computed purely (``testbed.guest.shaping`` installs them).
 
 A topology describes each interface's egress as an :class:`EgressPlan` (rate + queue, and/or
 delay + loss). :func:`qdisc_specs` turns a plan into the list of qdiscs/classes to create, a
-pure function the unit tests check; :func:`apply` sends them to the kernel through pyroute2
+pure function the unit tests check; :func:`testbed.guest.shaping.apply` sends them to the kernel through pyroute2
 (netlink) inside a node's network namespace.
 
 Layout on one interface:
@@ -20,7 +20,7 @@ Layout on one interface:
   ``loss state``, installed with the ``tc`` command (pyroute2's netem has no loss models);
 * per-destination delay (one node forwarding many flows, each with its own base RTT): ``fq`` as
   the root qdisc (no pacing, limits far above any window) and a tc-BPF program on the ``clsact``
-  egress hook (``testbed/bpf/edt_delay.bpf.c``) that stamps each packet with its departure time,
+  egress hook (``testbed/guest/bpf/edt_delay.bpf.c``) that stamps each packet with its departure time,
   now + its destination's delay, from a map the runner fills and corrects with ``bpftool``.
   One timer and per-flow time-ordered trees, whatever the number of destinations. The previous
   layout, an HTB class with a netem leaf and a u32 filter per destination, scales with the number
@@ -40,10 +40,8 @@ A plan with both a rate and a delay is refused: keep them on different interface
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass, field
 
-from testbed.guest.traffic import CONTROL_PORT_MIN
 from topologies.lossmodel import (
     BernoulliLoss,
     FourStateLoss,
@@ -55,6 +53,11 @@ from topologies.lossmodel import (
 )
 
 ETH_P_IP = 0x0800
+#: the hosts' ephemeral ports, which iperf3's control connections take: 61440-65535, above every fixed
+#: port (a control connection could otherwise take a client port first: "unable to connect stream:
+#: Address already in use"), and the ports whose top four bits are set, so that one u32 mask finds
+#: control traffic (control_lane_specs)
+CONTROL_PORT_MIN = 0xF000
 #: netem's own limit: far above any window in flight on the links we emulate
 NETEM_LIMIT_PKTS = 100_000
 #: the handle of the netem that drops on a lossy egress (the control lane's netem is 10:)
@@ -234,22 +237,6 @@ def fq_tc_argv(ifname: str) -> list[str]:
             "horizon", f"{FQ_HORIZON_S}s", "horizon_cap"]  # fmt: skip
 
 
-def delay_map_lines(map_id: int, delays_ms: dict[str, float]) -> list[str]:
-    """``bpftool batch`` lines that set the delay of each destination in the program's ``delay_ns`` map."""
-    import socket
-    import struct
-
-    from testbed.guest.lossbpf import hex_bytes
-
-    return [f"map update id {map_id} key hex {hex_bytes(socket.inet_aton(dst))} "
-            f"value hex {hex_bytes(struct.pack('<Q', round(ms * 1e6)))}"
-            for dst, ms in delays_ms.items()]  # fmt: skip
-
-
-class MissingQdiscError(RuntimeError):
-    """The kernel lacks a qdisc a plan needs (e.g. netem on the host kernel)."""
-
-
 def netem_tc_argv(ifname: str, plan: EgressPlan) -> list[str]:
     """``tc`` arguments of the lossy netem (prio band 2, beside the control lane's) that carries a
     Gilbert-Elliott or 4-state loss model, and the plan's delay."""
@@ -258,65 +245,3 @@ def netem_tc_argv(ifname: str, plan: EgressPlan) -> list[str]:
     if plan.delay_ms:
         argv += ["delay", f"{round(plan.delay_ms * 1000)}us"]
     return argv + netem_loss_args(plan.loss_model)
-
-
-def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False) -> list[QdiscSpec]:
-    """Install a plan on ``ifname`` inside the namespace at ``netns_path``.
-
-    ``replace``: swap an existing root qdisc of the same layout in place (used to correct a netem
-    delay without tearing the link down)."""
-    if plan.delay_classes:
-        _tc(netns_path, fq_tc_argv(ifname), "sch_fq")
-        from testbed.guest import lossbpf
-
-        lossbpf.attach(netns_path, ifname, EDT_PROGRAM)
-        set_delays(netns_path, ifname, {c.dst: c.delay_ms for c in plan.delay_classes})
-        return []
-    if replace and (plan.is_lossy or plan.rate_mbit is not None):
-        raise ValueError("only a delay-only netem is replaced in place (set_delay)")
-    from pyroute2.netlink.exceptions import NetlinkError
-
-    from testbed.guest.netnsutil import iproute
-
-    specs = qdisc_specs(plan)
-    if plan.timed_loss is not None and not replace:
-        from testbed.guest import lossbpf
-
-        lossbpf.attach(netns_path, ifname)
-    with iproute(netns_path) as ns:
-        index = ns.link_lookup(ifname=ifname)[0]
-        for spec in specs:
-            command = "replace" if replace and spec.command == "add" else spec.command
-            try:
-                ns.tc(command, spec.kind, index=index, **spec.kwargs)
-            except NetlinkError as err:
-                if err.code == 2 and spec.command == "add":  # ENOENT: qdisc kind not in this kernel
-                    raise MissingQdiscError(
-                        f"the kernel has no '{spec.kind}' qdisc (needed on {ifname} for {plan}); "
-                        f"delay and loss need sch_netem: run in the guest (testbed run --backend guest) "
-                        f"or load the module (modprobe sch_{spec.kind})"
-                    ) from err
-                raise
-    if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):  # into the prio's band 2 (netem_tc_argv)
-        _tc(netns_path, netem_tc_argv(ifname, plan), "sch_netem")
-    return specs
-
-
-def _tc(netns_path: str, argv: list[str], module: str) -> None:
-    out = subprocess.run(["nsenter", f"--net={netns_path}", *argv], capture_output=True, text=True)
-    if out.returncode != 0:
-        raise MissingQdiscError(f"{' '.join(argv)} failed: {out.stderr.strip()} (is {module} loaded?)")
-
-
-def set_delay(netns_path: str, ifname: str, delay_ms: float) -> None:
-    """Change the delay of the root netem on ``ifname`` in place (per-destination delays: :func:`set_delays`)."""
-    apply(netns_path, ifname, EgressPlan(delay_ms=delay_ms), replace=True)
-
-
-def set_delays(netns_path: str, ifname: str, delays_ms: dict[str, float]) -> None:
-    """Set the per-destination delays (destination IPv4 -> ms) of the delay program on ``ifname``:
-    one ``bpftool`` process for all of them."""
-    from testbed.guest import lossbpf
-
-    maps = lossbpf.program_maps(netns_path, ifname, EDT_PROGRAM)
-    lossbpf.batch(delay_map_lines(maps["delay_ns"], delays_ms), f"set the delays on {ifname}")

@@ -31,15 +31,14 @@ lab VM builds its own.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
+from testbed.guest import build
 from testbed.guest.traffic import Connection, client_argv, server_argv
-from testbed.host.kernels import cache_root
 
 HOLD_SOURCE = Path(__file__).resolve().parent / "native" / "hold_at_connect.c"
 #: iperf3's niceness (module doc)
@@ -62,24 +61,19 @@ class LaunchError(RuntimeError):
 
 
 def build_hold_library(log=print) -> Path:
-    """``hold_at_connect.so``, built once per source version into the cache."""
+    """``hold_at_connect.so``, built once per source version into the cache (:mod:`testbed.guest.build`)."""
     if shutil.which("clang") is None:
         raise LaunchError("holding iperf3 clients until their start time needs clang (Debian package clang): "
                           "run 'make setup'")  # fmt: skip
-    digest = hashlib.sha256(HOLD_SOURCE.read_bytes()).hexdigest()[:16]
-    target = cache_root().parent / "native" / digest / "hold_at_connect.so"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log(f"compiling {HOLD_SOURCE.name} (clang -shared)")
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".so", delete=False) as tmp:
-        out = subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", tmp.name, str(HOLD_SOURCE)],
+
+    def compile_to(output: Path) -> None:
+        out = subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", str(output), str(HOLD_SOURCE)],
                              capture_output=True, text=True)  # fmt: skip
         if out.returncode != 0:
-            Path(tmp.name).unlink(missing_ok=True)
             raise LaunchError(f"clang could not compile {HOLD_SOURCE}: {out.stderr.strip()[-800:]}")
-        Path(tmp.name).replace(target)
-    return target
+
+    return build.cached_file("native", build.source_digest([HOLD_SOURCE]), "hold_at_connect.so", compile_to,
+                             log, f"compiling {HOLD_SOURCE.name} (clang -shared)")
 
 
 def use_hold_library(path: str | None) -> None:

@@ -2,7 +2,7 @@
 
 Why tc-BPF: netem decides loss per packet with no notion of time-based states, and Debian 12's
 netem takes no seed; the papers' channel (``topologies/lossmodel.py``) needs both. The program
-(``testbed/bpf/timed_loss.bpf.c``) looks up the state covering each packet's own time in a map
+(``testbed/guest/bpf/timed_loss.bpf.c``) looks up the state covering each packet's own time in a map
 (``bpf_ktime_get_ns``, nanoseconds) and draws its fate from the seed and the packet's index.
 
 Tools: ``clang`` compiles the program (once per source version, cached), ``tc`` loads it (its
@@ -25,7 +25,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.host.kernels import cache_root
+from testbed.guest import build as builder
 from topologies.lossmodel import State, TimedTwoStateLoss
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
@@ -58,24 +58,19 @@ def build(name: str = PROGRAM, log=print) -> Path:
             f"the {name} tc-BPF program needs {', '.join(missing)} (Debian packages clang, iproute2, bpftool): "
             f"run 'make setup'"
         )
-    digest = hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    target = cache_root().parent / "bpf" / digest / f"{name}.bpf.o"
-    if target.exists():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    log(f"compiling {source.name} (clang -target bpf)")
-    multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
-    include = [f"-I/usr/include/{multiarch}"] if multiarch else []
-    with tempfile.NamedTemporaryFile(dir=target.parent, suffix=".o", delete=False) as tmp:
+
+    def compile_to(output: Path) -> None:
+        multiarch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip()
+        include = [f"-I/usr/include/{multiarch}"] if multiarch else []
         out = subprocess.run(
-            ["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c", str(source), "-o", tmp.name],
+            ["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c", str(source), "-o", str(output)],
             capture_output=True, text=True,
         )  # fmt: skip
         if out.returncode != 0:
-            Path(tmp.name).unlink(missing_ok=True)
             raise LossChannelError(f"clang could not compile {source}: {out.stderr.strip()[-800:]}")
-        Path(tmp.name).replace(target)
-    return target
+
+    return builder.cached_file("bpf", builder.source_digest([source]), f"{name}.bpf.o", compile_to, log,
+                               f"compiling {source.name} (clang -target bpf)")
 
 
 def use_objects(paths: dict[str, str] | None) -> None:

@@ -1,6 +1,7 @@
 """The project's own congestion-control module (``kernel-patch/``), built for the kernel that runs it.
 
-Each kernel release gets its own build in the cache (``~/.cache/cc-testbed/modules/<release>/``),
+Each kernel release gets its own build in the cache (``~/.cache/cc-testbed/modules/<release>/``,
+:mod:`testbed.guest.build`),
 compiled against that release's headers (Debian: ``linux-headers-<release>``, installed with apt
 when missing; it says so). The runner ``insmod``s the result before it checks which algorithms
 the kernel has, and records its sha256, version and srcversion in the manifest.
@@ -8,13 +9,12 @@ the kernel has, and records its sha256, version and srcversion in the manifest.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import subprocess
 from pathlib import Path
 
 from testbed import PROJECT
-from testbed.host.kernels import cache_root
+from testbed.guest import build as build_cache
 from testbed.scenario.algorithms import lookup
 
 SOURCE = PROJECT / "kernel-patch"
@@ -31,11 +31,9 @@ def needed(ccs: set[str]) -> set[str]:
 
 
 def _source_digest() -> str:
-    digest = hashlib.sha256()
-    for path in sorted(SOURCE.iterdir()):
-        if path.is_file() and path.suffix in (".c", ".h", "") and not path.name.startswith("."):
-            digest.update(path.name.encode() + path.read_bytes())
-    return digest.hexdigest()[:16]
+    sources = [path for path in sorted(SOURCE.iterdir())
+               if path.is_file() and path.suffix in (".c", ".h", "") and not path.name.startswith(".")]
+    return build_cache.source_digest(sources)
 
 
 def headers_dir(release: str, log=print) -> Path:
@@ -56,7 +54,7 @@ def headers_dir(release: str, log=print) -> Path:
 
 def build(release: str, log=print) -> Path:
     """The module's .ko for ``release``, built once per release and source version."""
-    build_dir = cache_root().parent / "modules" / release / _source_digest()
+    build_dir = build_cache.cache_base() / "modules" / release / _source_digest()
     ko = build_dir / f"{MODULE}.ko"
     if ko.exists():
         return ko

@@ -20,8 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from testbed.guest.shaping import apply as apply_egress
 from topologies.netspec import NetSpec
-from topologies.shaping import apply as apply_egress
 
 #: environment variable inherited by every process of a run; its value is the run's id
 MARKER = "CC_TESTBED_RUN"

@@ -28,19 +28,20 @@ import traceback
 from dataclasses import replace
 from pathlib import Path
 
-from analysis.pcap import first_bulk_times
 from testbed.guest import capture, fidelity, launch, lossbpf, spray
 from testbed.guest.network import MARKER, Network, cleanup_leftovers
-from testbed.guest.traffic import CONTROL_PORT_MIN, Connection, plan_connections
+from testbed.guest.shaping import set_delay, set_delays
+from testbed.guest.traffic import Connection, plan_connections
 from testbed.results import provenance, rundir
+from testbed.results.pcapfile import first_bulk_times
 from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.spec import RunSpec, Scenario
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
-from topologies.shaping import set_delay, set_delays
+from topologies.shaping import CONTROL_PORT_MIN
 
 #: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
-#: next (the papers' labs); the ephemeral ports of iperf3's control connections (traffic.CONTROL_PORT_MIN)
+#: next (the papers' labs); the ephemeral ports of iperf3's control connections (topologies.shaping.CONTROL_PORT_MIN)
 HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535"}
 #: how long iperf3 may overrun its planned stop before the run is declared failed: this, plus a little
 #: per connection (under TCG, 210 iperf3 pairs ending at once write their JSON slowly)

@@ -2,7 +2,7 @@
 
 Linux has no per-packet multipath routing any more (multipath routes hash flows), bonding's
 balance-rr works on Ethernet and needs the ``bonding`` module (absent from some hosts), and teql
-needs its own qdisc module. The program ``testbed/bpf/spray.bpf.c`` needs neither: it sits on the
+needs its own qdisc module. The program ``testbed/guest/bpf/spray.bpf.c`` needs neither: it sits on the
 egress of a router's first path interface and sends packet n out of path n mod N with
 ``bpf_redirect_neigh`` (the next hop's MAC filled in by the neighbour table). It is built and
 loaded like the loss channel (:mod:`testbed.guest.lossbpf`: clang, tc, bpftool).

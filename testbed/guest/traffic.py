@@ -15,11 +15,6 @@ from dataclasses import asdict, dataclass
 SERVER_PORT_BASE = 5201
 CLIENT_PORT_BASE = 40000
 MAX_CONNECTIONS = 20000
-#: the hosts' ephemeral ports, which iperf3's control connections take: 61440-65535, above every fixed
-#: port (a control connection could otherwise take a client port first: "unable to connect stream:
-#: Address already in use"), and the ports whose top four bits are set, so that one u32 mask finds
-#: control traffic (topologies.shaping.control_lane_specs)
-CONTROL_PORT_MIN = 0xF000
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from testbed.guest import build
+
 FLAVOUR = "amd64"
 
 
@@ -36,10 +38,8 @@ class Kernel:
 
 
 def cache_root() -> Path:
-    base = os.environ.get("CC_TESTBED_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "cc-testbed"
-    )
-    return Path(base) / "kernels"
+    """Where unpacked kernels are kept: ``~/.cache/cc-testbed/kernels``."""
+    return build.cache_base() / "kernels"
 
 
 def package_name(version: str) -> str:

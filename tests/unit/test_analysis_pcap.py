@@ -11,16 +11,10 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from analysis.pcap import (
-    LINKTYPE_ETHERNET,
-    LINKTYPE_LINUX_SLL,
-    PcapError,
-    SeqSpace,
-    first_bulk_times,
-    parse_segment,
-)
+from analysis.pcap import SeqSpace
 from analysis.pcap import account_pcap as streaming_account_pcap
 from analysis.pcapfast import account_pcap_fast
+from testbed.results.pcapfile import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, PcapError, first_bulk_times, parse_segment
 from tests.conftest import tcptrace_connection
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.guest import launch
+from testbed.guest import build, launch
 from testbed.guest.traffic import Connection
 
 
@@ -52,7 +52,7 @@ def test_scratch_directories_are_on_tmpfs_and_name_their_runner():
 
 def test_the_shim_stops_a_process_at_its_first_connect_and_lets_it_go_on(tmp_path, monkeypatch):
     # built with clang, which the project needs anyway (tc-BPF programs; 'make setup' installs it)
-    monkeypatch.setattr(launch, "cache_root", lambda: tmp_path / "kernels")
+    monkeypatch.setattr(build, "cache_base", lambda: tmp_path)
     library = launch.build_hold_library(log=lambda *_: None)
     assert launch.build_hold_library(log=lambda *_: None) == library  # cached by source version
     listener = socket.create_server(("127.0.0.1", 0))
@@ -94,7 +94,7 @@ def _state(pid: int) -> str:
 def test_the_shim_holds_the_end_of_test_message_until_the_data_is_acknowledged(tmp_path, monkeypatch, drain):
     # iperf3's TEST_END (one byte, 4) on its first connection, written while its data connection
     # still holds bytes the receiver has not taken (its window is closed: nothing is read)
-    monkeypatch.setattr(launch, "cache_root", lambda: tmp_path / "kernels")
+    monkeypatch.setattr(build, "cache_base", lambda: tmp_path)
     library = launch.build_hold_library(log=lambda *_: None)
     control, data = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
     data.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -2,11 +2,12 @@
 
 import pytest
 
+from testbed.guest.shaping import delay_map_lines
 from testbed.guest.traffic import client_argv, plan_connections
 from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES, ManyFlows, ManyFlowsParams
 from topologies.params import LinkParams
-from topologies.shaping import DelayClass, EgressPlan, delay_map_lines, fq_tc_argv, qdisc_specs
+from topologies.shaping import DelayClass, EgressPlan, fq_tc_argv, qdisc_specs
 
 
 def many(rtts, **bottleneck):

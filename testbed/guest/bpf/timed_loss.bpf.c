@@ -15,7 +15,7 @@
  * Packets before t0 (fidelity probes) and after the timeline's end pass and are counted apart, and
  * so do the testbed's own TCP handshakes and iperf3 control connections, which the papers' channel
  * does not carry (their flows have neither; topologies/shaping.py's control lane): SYN or SYN-ACK,
- * or a port in 61440-65535 (testbed/traffic.py: CONTROL_PORT_MIN, the hosts' ephemeral ports).
+ * or a port in 61440-65535 (topologies/shaping.py: CONTROL_PORT_MIN, the hosts' ephemeral ports).
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
