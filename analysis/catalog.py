@@ -292,17 +292,3 @@ def flows(results_root: Path, **filters) -> pd.DataFrame:
     sql = f"SELECT flows.*, {columns} FROM flows JOIN runs USING (run_id)"
     frame = _query(results_root, sql, filters)
     return frame[frame["cc"] == cc].reset_index(drop=True) if cc is not None else frame
-
-
-def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, filters: dict) -> Path:
-    """A report folder for catalogued runs (``report.write_run_list``): ``write_session_report(out_dir)``
-    then analyses the stored runs again; nothing is run. Returns ``out_dir``."""
-    from testbed.report.session import write_run_list
-
-    chosen = {k: v for k, v in filters.items() if v is not None}
-    scenarios = sorted(set(selected["scenario"].dropna()))
-    description = "runs from the catalog of " + str(Path(results_root).resolve()) + (
-        ": " + ", ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ": every run"
-    )
-    run_dirs = [Path(results_root) / r for r in selected["run_id"]]
-    return write_run_list(out_dir, run_dirs, scenarios[0] if len(scenarios) == 1 else "catalog selection", description)

@@ -99,7 +99,9 @@ def _cmd_results(args: argparse.Namespace) -> int:
         if runs.empty:
             print("testbed: no catalogued run matches: nothing to report", file=sys.stderr)
             return 1
-        out = catalog.write_selection(args.results, runs, args.report, filters)
+        from testbed.report import session as session_report
+
+        out = session_report.write_selection(args.results, runs, args.report, filters)
         _report(out)
         return 0
     if args.flows:
@@ -141,7 +143,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from testbed.host.session import estimate_s
+    from testbed.plan.estimate import estimate_s
     from testbed.scenario.spec import find_scenario, load_scenario
 
     total_s = 0.0

@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 from testbed.guest import build
-from testbed.guest.traffic import Connection, client_argv, server_argv
+from testbed.plan.connections import Connection, client_argv, server_argv
 
 HOLD_SOURCE = Path(__file__).resolve().parent / "native" / "hold_at_connect.c"
 #: iperf3's niceness (module doc)

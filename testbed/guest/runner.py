@@ -31,7 +31,7 @@ from pathlib import Path
 from testbed.guest import capture, fidelity, launch, lossbpf, spray
 from testbed.guest.network import MARKER, Network, cleanup_leftovers
 from testbed.guest.shaping import set_delay, set_delays
-from testbed.guest.traffic import Connection, plan_connections
+from testbed.plan.connections import Connection, plan_connections
 from testbed.results import provenance, rundir
 from testbed.results.pcapfile import first_bulk_times
 from testbed.scenario.algorithms import lookup as cc_lookup

@@ -15,16 +15,10 @@ from pathlib import Path
 
 from testbed import PROJECT
 from testbed.guest import launch, modules
+from testbed.plan import estimate, resume
 from testbed.results import folderlock, provenance, rundir
 from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.spec import RunSpec, ScenarioFile
-
-#: per-run overhead beyond its traffic (setup, fidelity probes, teardown) used for ETAs; measured ~10 s under TCG
-RUN_OVERHEAD_S = 12.0
-GUEST_BOOT_S = 30.0
-SETUP_S_PER_NODE = 2.0
-#: per connection: its addresses and delay, pings, iperf3 server and client start, results (TCG)
-SETUP_S_PER_CONNECTION = 1.0
 
 
 def log(message: str) -> None:
@@ -60,10 +54,10 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     ]  # fmt: skip
     if missing:
         return False, f"the host kernel lacks {', '.join(missing)}"
-    needs_netem = any(_needs_netem(r) for r in runs)
+    needs_netem = any(estimate.needs_netem(r) for r in runs)
     if needs_netem and not _kernel_has_qdisc("netem", modules_possible):
         return False, "the host kernel has no netem (delay/loss)"
-    if any(_netspec(r).needs_fq for r in runs) and not _kernel_has_qdisc("fq", modules_possible):
+    if any(estimate.netspec(r).needs_fq for r in runs) and not _kernel_has_qdisc("fq", modules_possible):
         return False, "the host kernel has no fq (per-flow delays)"
     return True, "the host kernel has everything these runs need"
 
@@ -81,118 +75,12 @@ def choose_backend(runs: list[RunSpec]) -> tuple[str, str]:
     return "guest", f"{why}; no lab VM is up"
 
 
-def _netspec(run: RunSpec):
-    from topologies import TOPOLOGIES
-
-    return TOPOLOGIES[run.scenario.topology.name].from_scenario(run.scenario).netspec()
-
-
-def _needs_netem(run: RunSpec) -> bool:
-    return _netspec(run).needs_netem
-
-
-def _bpf_programs(run: RunSpec) -> set[str]:
-    """The project's tc-BPF programs a run attaches (names of ``lossbpf.SOURCES``)."""
-    spec = _netspec(run)
-    needed = {"spray"} if spec.sprayers else set()
-    if any(plan.timed_loss is not None for plan in spec.egress.values()):
-        needed.add("timed_loss")
-    if spec.needs_fq:
-        needed.add("edt_delay")
-    return needed
-
-
 def _kernel_has_qdisc(kind: str, modules_possible: bool) -> bool:
     release = os.uname().release
     if modules_possible and list(Path(f"/lib/modules/{release}").rglob(f"sch_{kind}.ko*")):
         return True
     config = Path(f"/boot/config-{release}")
     return config.exists() and f"CONFIG_NET_SCH_{kind.upper()}=y" in config.read_text()
-
-
-def estimate_s(run: RunSpec) -> float:
-    """Expected wall time of a run: its traffic, a fixed overhead, setup + calibration per node
-    (measured ~2 s per node under TCG: a 62-node dumbbell took ~2 min before traffic), and per
-    connection (many_flows puts 210 connections on 5 nodes: 13 s of addresses and delays, 30 s of
-    calibration pings and 36 s of iperf3 client starts under TCG)."""
-    from testbed.guest.traffic import plan_connections
-    from topologies import TOPOLOGIES
-
-    scenario = run.scenario
-    connections = len(plan_connections(scenario, TOPOLOGIES[scenario.topology.name].from_scenario(scenario)))
-    return (scenario.duration_s + RUN_OVERHEAD_S + SETUP_S_PER_NODE * len(_netspec(run).nodes)
-            + SETUP_S_PER_CONNECTION * connections)  # fmt: skip
-
-
-def _run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:
-    return [str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)) for r in runs]
-
-
-def is_done(directory: Path, run: RunSpec, release: str) -> bool:
-    """A run that need not run again: complete, of the same resolved scenario and seed, on the same kernel."""
-    try:
-        manifest = rundir.read_json(directory / rundir.MANIFEST)
-    except (OSError, ValueError):
-        return False
-    return (manifest.get("status") == "complete" and manifest.get("identity") == run.identity()
-            and manifest.get("kernel", {}).get("release") == release)  # fmt: skip
-
-
-def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str) -> Path | None:
-    """The newest session of this scenario on the same kernel that already holds some of these runs.
-
-    Resuming continues in that folder: runs complete there (same resolved scenario, seed and kernel)
-    are kept and only the others run; a sweep that gained seeds or points grows in place."""
-    for path in sorted((results_root / scenario_name).glob("*/" + rundir.SESSION), reverse=True):
-        session = path.parent
-        try:
-            info = rundir.read_json(path)
-        except (OSError, ValueError):
-            continue
-        if info.get("backend", {}).get("kernel_release") != release:
-            continue
-        if any(_identity(rundir.run_dir(session, r.point_id, r.seed)) == r.identity() for r in runs):
-            return session
-    return None
-
-
-def _note_older_code(session: Path, kept: list[RunSpec], git: dict) -> None:
-    """Say when kept runs were made by other code: resume identity is the resolved scenario, seed and
-    kernel, not the commit, so a code change alone does not rerun them (``--force`` does)."""
-
-    def label(state: dict) -> str:
-        return f"{(state.get('sha') or 'unknown')[:7]}{' (dirty)' if state.get('dirty') else ''}"
-
-    commits: dict[str, int] = {}
-    for run in kept:
-        try:
-            manifest = rundir.read_json(rundir.run_dir(session, run.point_id, run.seed) / rundir.MANIFEST)
-            made = label(manifest.get("git", {}))
-        except (OSError, ValueError):
-            continue
-        commits[made] = commits.get(made, 0) + 1
-    here = label(git)
-    other = {label: n for label, n in commits.items() if label != here}
-    if other:
-        made_at = ", ".join(f"{n} at {label}" for label, n in sorted(other.items()))
-        log(f"note: kept runs were made by other code ({made_at}; this checkout: {here}); "
-            f"--force runs them again with this code")  # fmt: skip
-
-
-def _identity(directory: Path) -> str | None:
-    try:
-        return rundir.read_json(directory / rundir.MANIFEST).get("identity")
-    except (OSError, ValueError):
-        return None
-
-
-def _set_aside(directory: Path, session: Path) -> None:
-    """Move an unfinished run's files out of the way before it runs again (kept under .attempts/)."""
-    if directory.exists():
-        point = directory.relative_to(session).parent
-        target = session / ".attempts" / point / f"{directory.name}-{rundir.utc_stamp()}"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        directory.rename(target)
 
 
 def run_session(
@@ -241,10 +129,10 @@ def run_session(
     else:
         release = os.uname().release
         backend_info["kernel_release"] = release
-    previous = None if force else find_resumable(results_root, scenario.name, runs, release)
+    previous = None if force else resume.find_resumable(results_root, scenario.name, runs, release)
     if previous is not None:
-        done = [r for r in runs if is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release)]
-        _note_older_code(previous, done, git)
+        done = [r for r in runs if resume.is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release)]
+        resume.note_older_code(previous, done, git, log)
         if len(done) == len(runs):
             log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
                 f"(--force runs them again in a new folder)")  # fmt: skip
@@ -263,11 +151,11 @@ def run_session(
     if backend != "vagrant":  # the lab VM compiles its own
         from testbed.guest import lossbpf
 
-        for name in sorted(set().union(*(_bpf_programs(r) for r in runs_to_do))):
+        for name in sorted(set().union(*(estimate.bpf_programs(r) for r in runs_to_do))):
             bpf_objects[name] = str(lossbpf.build(name, log=log))
     # clients are held at their first connect() by a preloaded shim (testbed.guest.launch); the lab VM builds its own
     hold_library = None if backend == "vagrant" else str(launch.build_hold_library(log=log))
-    total = sum(estimate_s(r) for r in runs_to_do) + (GUEST_BOOT_S if backend == "guest" else 0)
+    total = sum(estimate.estimate_s(r) for r in runs_to_do) + (estimate.GUEST_BOOT_S if backend == "guest" else 0)
     log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
         f"estimated {total / 60:.1f} min")  # fmt: skip
     session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
@@ -282,7 +170,7 @@ def run_session(
             log(f"took over {session}: its last writer ended without releasing it "
                 f"({folderlock.describe(lock.took_over)})")  # fmt: skip
         for r in runs_to_do:
-            _set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
+            resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
         plan = {
             "context": {
                 "git": git,
@@ -317,7 +205,7 @@ def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> dict:
         "profile": r.profile or scenario.profile,  # a suite entry's own, else the session's
         "scenario": r.scenario.model_dump(mode="json"),
         "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
-        "estimate_s": estimate_s(r),
+        "estimate_s": estimate.estimate_s(r),
     }
 
 
@@ -325,7 +213,7 @@ def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpe
                         resumed: bool) -> None:  # fmt: skip
     info = {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
             "description": scenario.description, "backend": backend_info, "git": git,
-            "started_utc": rundir.utc_iso(), "runs": _run_dirs(session, runs)}  # fmt: skip
+            "started_utc": rundir.utc_iso(), "runs": resume.run_dirs(session, runs)}  # fmt: skip
     if resumed:
         earlier = rundir.read_json(session / rundir.SESSION)
         info["started_utc"] = earlier.get("started_utc", info["started_utc"])
@@ -402,16 +290,16 @@ def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s
     plan = rundir.read_json(plan_path)
     remaining = [r for r in plan["runs"] if rundir.run_status(session / r["run_dir"]) not in ("complete", "failed")]
     for run in remaining:
-        _set_aside(session / run["run_dir"], session)
+        resume.set_aside(session / run["run_dir"], session)
     retry = plan_path.with_name("plan-second-boot.json")
     rundir.write_json_atomic(retry, {**plan, "runs": remaining})
     log(f"the guest {what} ({reason}); booting it once more for the {len(remaining)} runs not finished "
         f"(its first console: {first})")  # fmt: skip
-    return boot(retry, sum(r["estimate_s"] for r in remaining) + GUEST_BOOT_S)
+    return boot(retry, sum(r["estimate_s"] for r in remaining) + estimate.GUEST_BOOT_S)
 
 
 def _result(session: Path, runs: list[RunSpec], backend_info: dict) -> SessionResult:
-    run_dirs = [session / d for d in _run_dirs(session, runs)]
+    run_dirs = [session / d for d in resume.run_dirs(session, runs)]
     return SessionResult(session, run_dirs, {str(d): rundir.run_status(d) for d in run_dirs}, backend_info)
 
 

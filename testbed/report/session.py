@@ -31,9 +31,8 @@ import pandas as pd
 
 from analysis import claims, figures, metrics, plots
 from analysis.loaders import LoadError, load_session
-from analysis.run import (
-    RunAnalysis,
-    analyze_run,
+from analysis.run import RunAnalysis, write_text_atomic
+from testbed.report.run import (
     esc,
     fmt,
     html_page,
@@ -42,7 +41,7 @@ from analysis.run import (
     png_img,
     provenance_html,
     provenance_items,
-    write_text_atomic,
+    report_run,
 )
 from testbed.scenario.algorithms import lookup
 
@@ -91,7 +90,7 @@ def _analyze(run_dir: Path) -> RunAnalysis:
             reason="run folder missing",
         )
     try:
-        return analyze_run(run_dir)
+        return report_run(run_dir)
     except Exception as exc:  # one broken run must not take the sweep's report down with it
         last = traceback.extract_tb(exc.__traceback__)[-1]
         return RunAnalysis(
@@ -665,3 +664,15 @@ def _session_markdown(
         lines += [f"- `{_relative(a.run_dir, session_dir)}`: {p}" for a in with_problems for p in a.problems]
     lines += ["", "Full report: [report.html](report.html)", ""]
     return "\n".join(lines)
+
+
+def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, filters: dict) -> Path:
+    """A report folder for catalogued runs (``report.write_run_list``): ``write_session_report(out_dir)``
+    then analyses the stored runs again; nothing is run. Returns ``out_dir``."""
+    chosen = {k: v for k, v in filters.items() if v is not None}
+    scenarios = sorted(set(selected["scenario"].dropna()))
+    description = "runs from the catalog of " + str(Path(results_root).resolve()) + (
+        ": " + ", ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ": every run"
+    )
+    run_dirs = [Path(results_root) / r for r in selected["run_id"]]
+    return write_run_list(out_dir, run_dirs, scenarios[0] if len(scenarios) == 1 else "catalog selection", description)

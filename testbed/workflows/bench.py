@@ -117,7 +117,7 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
 
 
 def _scale_figures(run: Path, manifest: dict) -> dict:
-    from testbed.host.session import _netspec
+    from testbed.plan.estimate import netspec as _netspec
     from testbed.scenario.spec import RunSpec, Scenario
 
     spec = RunSpec(manifest["scenario"], manifest["point_id"], {}, manifest["seed"],

@@ -35,7 +35,9 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from testbed.host.session import GUEST_BOOT_S, PROJECT, estimate_s, log, run_session
+from testbed import PROJECT
+from testbed.host.session import log, run_session
+from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
 from testbed.results import rundir
 from testbed.scenario.spec import ScenarioFile, scenario_from_dict
 from testbed.scenario.suite import FlowHarm
@@ -327,7 +329,7 @@ def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, co
     from matplotlib.figure import Figure
 
     from analysis.plots import figure_png
-    from analysis.run import esc, html_page, html_table, png_img
+    from testbed.report.run import esc, html_page, html_table, png_img
     from testbed.scenario.algorithms import lookup
 
     body = [f"<h1>{esc(header)}</h1>"]

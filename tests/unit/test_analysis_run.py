@@ -11,7 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.run import analyze_run, capture_node, fmt
+from analysis.run import capture_node
+from testbed.report.run import fmt, report_run
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"
 T0 = 63.290864951
@@ -33,7 +34,7 @@ def edit_manifest(run_dir: Path, **changes) -> None:
 
 
 def test_flows_csv_has_the_connection_and_the_papers_goodput(run_dir):
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert analysis.problems == []
     flows = pd.read_csv(run_dir / "flows.csv")
     for column in [
@@ -76,7 +77,7 @@ def test_flows_csv_has_the_connection_and_the_papers_goodput(run_dir):
 
 
 def test_series_csv_is_tidy_and_on_the_runs_clock(run_dir):
-    analyze_run(run_dir)
+    report_run(run_dir)
     series = pd.read_csv(run_dir / "series.csv")
     assert list(series.columns) == ["conn", "t_s", "metric", "value"]
     assert set(series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit", "acked_mb"}
@@ -100,7 +101,7 @@ def test_series_csv_is_tidy_and_on_the_runs_clock(run_dir):
 
 
 def test_report_html_is_self_contained_with_provenance_fidelity_and_plots(run_dir):
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     page = (run_dir / "report.html").read_text()
     assert analysis.report_path == run_dir / "report.html"
     for text in [
@@ -122,7 +123,7 @@ def test_report_html_is_self_contained_with_provenance_fidelity_and_plots(run_di
 
 
 def test_post_run_check_compares_queue_drops_with_retransmissions(run_dir):
-    checks = analyze_run(run_dir).drop_checks
+    checks = report_run(run_dir).drop_checks
     assert len(checks) == 1
     check = checks.iloc[0]
     assert check["bottleneck"] == "rl/rl-eth0"
@@ -135,7 +136,7 @@ def test_post_run_check_compares_queue_drops_with_retransmissions(run_dir):
 def test_a_truncated_capture_is_reported_and_the_rest_analysed(run_dir):
     pcap = run_dir / "raw" / "rl.pcap"
     pcap.write_bytes(pcap.read_bytes()[:-50])
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert any(p.startswith("raw/rl.pcap: cut short in record 1500") for p in analysis.problems), (
         analysis.problems
     )
@@ -148,7 +149,7 @@ def test_a_truncated_capture_is_reported_and_the_rest_analysed(run_dir):
 def test_a_truncated_iperf3_json_is_reported_and_the_rest_analysed(run_dir):
     server = run_dir / "raw" / "iperf3-c0-server.json"
     server.write_text(server.read_text()[:3000])
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert any(p.startswith("raw/iperf3-c0-server.json: JSON cut short") for p in analysis.problems), (
         analysis.problems
     )
@@ -162,7 +163,7 @@ def test_a_truncated_iperf3_json_is_reported_and_the_rest_analysed(run_dir):
 
 def test_an_empty_trace_is_reported_and_the_rest_analysed(run_dir):
     (run_dir / "raw" / "tcp_probe.txt").write_text("")
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert "raw/tcp_probe.txt: no tcp_probe events (empty trace)" in analysis.problems
     assert set(analysis.series["metric"]) == {"recv_goodput_mbit"}
     row = analysis.flows.iloc[0]
@@ -174,7 +175,7 @@ def test_missing_files_leave_blanks_not_numbers(run_dir):
     (run_dir / "raw" / "rl.pcap").unlink()
     (run_dir / "raw" / "iperf3-c0-client.json").unlink()
     (run_dir / "raw" / "tc-stats.json").unlink()
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert "raw/rl.pcap: missing" in analysis.problems
     assert "raw/iperf3-c0-client.json: missing" in analysis.problems
     assert "raw/tc-stats.json: missing" in analysis.problems
@@ -191,7 +192,7 @@ def test_a_failed_run_shows_its_status_and_reason(run_dir):
     edit_manifest(run_dir, status="failed", reason="iperf3 server on r0 exited with 1")
     for name in ["rl.pcap", "iperf3-c0-server.json", "iperf3-c0-client.json"]:
         (run_dir / "raw" / name).unlink()
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert analysis.status == "failed"
     page = (run_dir / "report.html").read_text()
     assert "Status: FAILED - iperf3 server on r0 exited with 1" in page
@@ -202,14 +203,14 @@ def test_a_failed_run_shows_its_status_and_reason(run_dir):
 
 def test_a_run_still_marked_running_is_incomplete(run_dir):
     edit_manifest(run_dir, status="running")
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert analysis.status == "incomplete"
     assert any("interrupted" in p for p in analysis.problems)
 
 
 def test_no_manifest_at_all(run_dir):
     (run_dir / "manifest.json").unlink()
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert analysis.problems[0] == "manifest.json: missing"
     assert analysis.status == "unknown"
     # connections recovered from the iperf3 client files, counted in no capture (no topology known)

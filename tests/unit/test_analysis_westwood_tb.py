@@ -17,6 +17,7 @@ import pytest
 from analysis import metrics, plots
 from analysis.loaders import WESTWOOD_CONG_FIELDS, WESTWOOD_SAMPLE_FIELDS, LoadError, load_westwood_tb
 from analysis.run import FLOW_COLUMNS, analyze_run
+from testbed.report.run import report_run
 from testbed.scenario.algorithms import REGISTRY
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -230,7 +231,7 @@ def test_plots_render_in_the_registry_colour_and_survive_no_data():
 
 
 def test_analyze_run_adds_the_estimate_and_the_real_ssthresh(run_dir):
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     # the fixture has no capture, tcp_probe or tc stats: said so, and the rest analysed
     assert "raw/rl.pcap: missing" in analysis.problems
     assert not [p for p in analysis.problems if "westwood_tb" in p]
@@ -282,18 +283,18 @@ def test_the_estimate_error_is_against_the_sender_goodput(run_dir, monkeypatch):
 def test_a_broken_trace_is_reported_and_the_rest_analysed(run_dir):
     trace = run_dir / "raw" / "westwood_tb.txt"
     trace.write_text(trace.read_text()[:-30])
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert "raw/westwood_tb.txt: 1 events cut short (skipped)" in analysis.problems
     assert (analysis.series["metric"] == "bwe_mbit").sum() == 92
 
     trace.write_text("")
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert "raw/westwood_tb.txt: no westwood_tb events (empty trace)" in analysis.problems
     assert "bwe_mbit_final" not in analysis.flows.columns
     assert (run_dir / "report.html").read_text().count("data:image/png;base64,") == 4
 
     trace.unlink()
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert any(p.startswith("raw/westwood_tb.txt: missing") for p in analysis.problems), analysis.problems
 
 
@@ -301,7 +302,7 @@ def test_a_run_without_the_module_is_unchanged(tmp_path):
     run_dir = tmp_path / "default" / "seed=1"
     shutil.copytree(FIXTURES / "run-westwood", run_dir)
     assert json.loads((run_dir / "manifest.json").read_text())["connections"][0]["cc"] == "westwood"
-    analysis = analyze_run(run_dir)
+    analysis = report_run(run_dir)
     assert analysis.problems == [] and analysis.westwood_samples is None
     assert list(pd.read_csv(run_dir / "flows.csv").columns) == FLOW_COLUMNS
     assert set(analysis.series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit",

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from testbed.guest import build, launch
-from testbed.guest.traffic import Connection
+from testbed.plan.connections import Connection
 
 
 def conn(**kw) -> Connection:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.host.session import _note_older_code, find_resumable, is_done
+from testbed.plan.resume import find_resumable, is_done
+from testbed.plan.resume import note_older_code as _note_older_code
 from testbed.results import rundir
 from testbed.scenario.spec import ScenarioError, scenario_from_dict
 

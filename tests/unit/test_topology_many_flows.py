@@ -3,7 +3,7 @@
 import pytest
 
 from testbed.guest.shaping import delay_map_lines
-from testbed.guest.traffic import client_argv, plan_connections
+from testbed.plan.connections import client_argv, plan_connections
 from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES, ManyFlows, ManyFlowsParams
 from topologies.params import LinkParams

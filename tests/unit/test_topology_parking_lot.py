@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from testbed.guest.traffic import plan_connections
+from testbed.plan.connections import plan_connections
 from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES
 from topologies.parking_lot import ParkingLot, ParkingLotParams

@@ -2,7 +2,7 @@
 
 import pytest
 
-from testbed.guest.traffic import plan_connections
+from testbed.plan.connections import plan_connections
 from testbed.scenario.spec import ScenarioError, scenario_from_dict
 from topologies import TOPOLOGIES, Geo, Wireless
 from topologies.lossmodel import TimedTwoStateLoss

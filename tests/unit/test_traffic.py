@@ -1,6 +1,6 @@
 """Flows become iperf3 connections with their own ports, hosts and times."""
 
-from testbed.guest.traffic import CLIENT_PORT_BASE, SERVER_PORT_BASE, client_argv, plan_connections
+from testbed.plan.connections import CLIENT_PORT_BASE, SERVER_PORT_BASE, client_argv, plan_connections
 from testbed.scenario.spec import load_scenario_text
 from topologies import Dumbbell
 
@@ -51,7 +51,7 @@ def test_client_argv_binds_the_client_port_and_names_the_algorithm():
 
 
 def test_fixed_size_transfers_send_exactly_their_size():
-    from testbed.guest.traffic import MAX_BLOCK_BYTES, block_bytes
+    from testbed.plan.connections import MAX_BLOCK_BYTES, block_bytes
 
     for size in (2_000_000, 3_200_000, 320_000, 32_000_000, 131_073):
         block = block_bytes(size)
@@ -69,7 +69,7 @@ def test_a_window_cap_sets_the_socket_buffers_of_its_flow_only():
 
 
 def test_long_connections_report_coarser_and_the_server_waits_out_a_starved_flow():
-    from testbed.guest.traffic import report_interval_s, server_argv
+    from testbed.plan.connections import report_interval_s, server_argv
 
     assert [report_interval_s(d) for d in (2, 200, 201, 1000, 1800, 10_000, 100_000)] == [1, 1, 2, 5, 10, 50, 100]
     conn = plan()[2]

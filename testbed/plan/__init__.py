@@ -1,0 +1,1 @@
+"""What to run: the connections of a run, estimates of its wall time, what a resumed session keeps."""

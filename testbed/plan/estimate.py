@@ -1,0 +1,51 @@
+"""Estimates of a run before it runs: its network, what it needs from the kernel, its wall time.
+
+The session prints the estimate first (and its ETA as runs finish), and the remote follower gives a
+run a deadline from it (``runner.run_budget_s``).
+"""
+
+from __future__ import annotations
+
+from testbed.plan.connections import plan_connections
+from testbed.scenario.spec import RunSpec
+from topologies import TOPOLOGIES
+from topologies.netspec import NetSpec
+
+#: per-run overhead beyond its traffic (setup, fidelity probes, teardown) used for ETAs; measured ~10 s under TCG
+RUN_OVERHEAD_S = 12.0
+GUEST_BOOT_S = 30.0
+SETUP_S_PER_NODE = 2.0
+#: per connection: its addresses and delay, pings, iperf3 server and client start, results (TCG)
+SETUP_S_PER_CONNECTION = 1.0
+
+
+
+def netspec(run: RunSpec) -> NetSpec:
+    """The run's network: nodes, links, addresses and each interface's egress plan (pure)."""
+    return TOPOLOGIES[run.scenario.topology.name].from_scenario(run.scenario).netspec()
+
+
+def needs_netem(run: RunSpec) -> bool:
+    return netspec(run).needs_netem
+
+
+def bpf_programs(run: RunSpec) -> set[str]:
+    """The project's tc-BPF programs a run attaches (names of ``lossbpf.SOURCES``)."""
+    spec = netspec(run)
+    needed = {"spray"} if spec.sprayers else set()
+    if any(plan.timed_loss is not None for plan in spec.egress.values()):
+        needed.add("timed_loss")
+    if spec.needs_fq:
+        needed.add("edt_delay")
+    return needed
+
+
+def estimate_s(run: RunSpec) -> float:
+    """Expected wall time of a run: its traffic, a fixed overhead, setup + calibration per node
+    (measured ~2 s per node under TCG: a 62-node dumbbell took ~2 min before traffic), and per
+    connection (many_flows puts 210 connections on 5 nodes: 13 s of addresses and delays, 30 s of
+    calibration pings and 36 s of iperf3 client starts under TCG)."""
+    scenario = run.scenario
+    connections = len(plan_connections(scenario, TOPOLOGIES[scenario.topology.name].from_scenario(scenario)))
+    return (scenario.duration_s + RUN_OVERHEAD_S + SETUP_S_PER_NODE * len(netspec(run).nodes)
+            + SETUP_S_PER_CONNECTION * connections)  # fmt: skip

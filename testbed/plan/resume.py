@@ -1,0 +1,84 @@
+"""Resuming a session: which runs of a results folder are done, and where an older session can go on.
+
+A run is done when its manifest says complete for the same resolved scenario and seed on the same
+kernel (its ``identity``); anything else runs again, its old files set aside under ``.attempts/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+from testbed.results import rundir
+from testbed.scenario.spec import RunSpec
+
+
+def run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:
+    return [str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)) for r in runs]
+
+
+def is_done(directory: Path, run: RunSpec, release: str) -> bool:
+    """A run that need not run again: complete, of the same resolved scenario and seed, on the same kernel."""
+    try:
+        manifest = rundir.read_json(directory / rundir.MANIFEST)
+    except (OSError, ValueError):
+        return False
+    return (manifest.get("status") == "complete" and manifest.get("identity") == run.identity()
+            and manifest.get("kernel", {}).get("release") == release)  # fmt: skip
+
+
+def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str) -> Path | None:
+    """The newest session of this scenario on the same kernel that already holds some of these runs.
+
+    Resuming continues in that folder: runs complete there (same resolved scenario, seed and kernel)
+    are kept and only the others run; a sweep that gained seeds or points grows in place."""
+    for path in sorted((results_root / scenario_name).glob("*/" + rundir.SESSION), reverse=True):
+        session = path.parent
+        try:
+            info = rundir.read_json(path)
+        except (OSError, ValueError):
+            continue
+        if info.get("backend", {}).get("kernel_release") != release:
+            continue
+        if any(identity(rundir.run_dir(session, r.point_id, r.seed)) == r.identity() for r in runs):
+            return session
+    return None
+
+
+def note_older_code(session: Path, kept: list[RunSpec], git: dict, log: Callable[[str], object] = print) -> None:
+    """Say when kept runs were made by other code: resume identity is the resolved scenario, seed and
+    kernel, not the commit, so a code change alone does not rerun them (``--force`` does)."""
+
+    def label(state: dict) -> str:
+        return f"{(state.get('sha') or 'unknown')[:7]}{' (dirty)' if state.get('dirty') else ''}"
+
+    commits: dict[str, int] = {}
+    for run in kept:
+        try:
+            manifest = rundir.read_json(rundir.run_dir(session, run.point_id, run.seed) / rundir.MANIFEST)
+            made = label(manifest.get("git", {}))
+        except (OSError, ValueError):
+            continue
+        commits[made] = commits.get(made, 0) + 1
+    here = label(git)
+    other = {label: n for label, n in commits.items() if label != here}
+    if other:
+        made_at = ", ".join(f"{n} at {label}" for label, n in sorted(other.items()))
+        log(f"note: kept runs were made by other code ({made_at}; this checkout: {here}); "
+            f"--force runs them again with this code")  # fmt: skip
+
+
+def identity(directory: Path) -> str | None:
+    try:
+        return rundir.read_json(directory / rundir.MANIFEST).get("identity")
+    except (OSError, ValueError):
+        return None
+
+
+def set_aside(directory: Path, session: Path) -> None:
+    """Move an unfinished run's files out of the way before it runs again (kept under .attempts/)."""
+    if directory.exists():
+        point = directory.relative_to(session).parent
+        target = session / ".attempts" / point / f"{directory.name}-{rundir.utc_stamp()}"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        directory.rename(target)
