@@ -19,7 +19,7 @@ help:
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
 	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
 	@echo "make bench        speed and fidelity figures, printed and written to bench/"
-	@echo "make lint         ruff, yamllint, ansible-lint"
+	@echo "make lint         ruff, import contracts (import-linter), yamllint, ansible-lint"
 	@echo "make clean        remove leftovers of killed runs and caches (never results/)"
 	@echo "make kernel       a full Debian 6.1 kernel with the instrumented tcp_westwood.c, as a .deb"
 	@echo "make box          build the lab VM's Vagrant box locally (Debian 12, mmdebstrap) and add it"
@@ -60,6 +60,7 @@ bench: setup
 
 lint: setup
 	$(PY) -m ruff check testbed topologies analysis tests
+	.venv/bin/lint-imports --no-logo
 	yamllint -s -c .yamllint playbooks scenarios
 	cd playbooks && ansible-lint --offline -p host.yml site.yml
 
