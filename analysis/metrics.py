@@ -13,11 +13,13 @@ Two goodputs are used everywhere and always labelled:
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+from scipy import stats
 
 BITS_PER_BYTE = 8
 BITS_PER_MBIT = 1e6
@@ -146,58 +148,30 @@ def split_into_intervals(samples: pd.DataFrame, boundaries: Sequence[float]) -> 
 # ------------------------------------------------------------------------------ statistics across seeds
 
 
-def _incomplete_beta(a: float, b: float, x: float) -> float:
-    """Regularized incomplete beta function I_x(a, b) (continued fraction, modified Lentz)."""
-    if x <= 0:
-        return 0.0
-    if x >= 1:
-        return 1.0
-    if x > (a + 1) / (a + b + 2):
-        return 1.0 - _incomplete_beta(b, a, 1.0 - x)
-    log_front = a * math.log(x) + b * math.log1p(-x) - (math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b))
-    tiny = 1e-300
-    c, d = 1.0, 1.0 - (a + b) * x / (a + 1)
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    fraction = d
-    for m in range(1, 500):
-        for numerator in (
-            m * (b - m) * x / ((a + 2 * m - 1) * (a + 2 * m)),
-            -(a + m) * (a + b + m) * x / ((a + 2 * m) * (a + 2 * m + 1)),
-        ):
-            d = 1.0 + numerator * d
-            d = 1.0 / (d if abs(d) > tiny else tiny)
-            c = 1.0 + numerator / c
-            c = c if abs(c) > tiny else tiny
-            fraction *= c * d
-        if abs(c * d - 1.0) < 1e-15:
-            break
-    return math.exp(log_front) * fraction / a
+def _present(values: Iterable) -> np.ndarray:
+    """The numbers among ``values`` as a float array, missing ones (None/NaN) left out."""
+    numbers = np.array([_number(v) for v in values], dtype=float)
+    return numbers[~np.isnan(numbers)]
+
+
+def _quiet_ttest(test, *samples, **options):
+    """``test`` (a scipy.stats t-test) without scipy's warning about nearly identical values: those get
+    a huge t and a p near 0, as they always did here (exact ties are answered before scipy is asked)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Precision loss occurred in moment calculation", RuntimeWarning)
+        return test(*samples, **options)
 
 
 def student_t_cdf(t: float, df: float) -> float:
     """P(T <= t) for Student's t distribution with ``df`` degrees of freedom."""
-    tail = 0.5 * _incomplete_beta(df / 2, 0.5, df / (df + t * t))
-    return 1.0 - tail if t >= 0 else tail
+    return float(stats.t.cdf(t, df))
 
 
 def student_t_quantile(p: float, df: float) -> float:
     """The ``p`` quantile of Student's t with ``df`` degrees of freedom (e.g. 0.975, 2 -> 4.3027)."""
-    if not 0 < p < 1 or not df > 0:
+    if not 0 < p < 1 or not df > 0:  # scipy answers NaN or an infinity here; a caller's mistake should raise
         raise ValueError("need 0 < p < 1 and df > 0")
-    if p < 0.5:
-        return -student_t_quantile(1 - p, df)
-    low, high = 0.0, 1.0
-    while student_t_cdf(high, df) < p:
-        high *= 2
-    for _ in range(200):
-        middle = (low + high) / 2
-        if student_t_cdf(middle, df) < p:
-            low = middle
-        else:
-            high = middle
-        if high - low < 1e-12 * max(1.0, high):
-            break
-    return (low + high) / 2
+    return float(stats.t.ppf(p, df))
 
 
 @dataclass(frozen=True)
@@ -248,38 +222,55 @@ class TTest:
     se: float = math.nan
 
 
+def _mean_and_squared_se(values: np.ndarray) -> tuple[float, float]:
+    """The mean of ``values`` and its squared standard error (variance / n). numpy's mean and deviations
+    are scipy's, so both see "no spread" alike. An infinite value makes them NaN without numpy's
+    warning, as the plain-float arithmetic before scipy did."""
+    with np.errstate(invalid="ignore"):
+        return float(values.mean()), float(values.var(ddof=1)) / len(values)
+
+
+def _test_without_scipy(estimate: float, se: float, df: float) -> TTest | None:
+    """The test where scipy's answer is not ours, else None. No spread at all (se 0): p = 1 when the
+    estimate is 0, else p = 0 with t = +-inf; scipy gives t = 0/0 = NaN and p NaN for the first. An
+    infinite value (se NaN): NaN, while scipy's Welch test would put df = 1 for its undefined df."""
+    if se == 0 and estimate == 0:
+        return TTest(0.0, df, 1.0, 0.0)
+    if se == 0:
+        return TTest(math.copysign(math.inf, estimate), df, 0.0, 0.0)
+    if math.isnan(se):
+        return TTest(math.nan, df, math.nan, math.nan)
+    return None
+
+
 def welch_t_test(a: Iterable, b: Iterable) -> TTest:
     """Welch's two-sample t-test of mean(a) vs mean(b) (unequal variances, Welch-Satterthwaite degrees
     of freedom); needs two or more values on each side (else every field is NaN). Two samples with no
     spread at all: p = 1 when their means are equal, else 0."""
-    xs = [v for v in (_number(x) for x in a) if not math.isnan(v)]
-    ys = [v for v in (_number(y) for y in b) if not math.isnan(v)]
+    xs, ys = _present(a), _present(b)
     if len(xs) < 2 or len(ys) < 2:
         return TTest(math.nan, math.nan, math.nan)
-    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-    vx = sum((v - mx) ** 2 for v in xs) / (len(xs) - 1) / len(xs)
-    vy = sum((v - my) ** 2 for v in ys) / (len(ys) - 1) / len(ys)
-    if vx + vy == 0:
-        return TTest(0.0 if mx == my else math.copysign(math.inf, mx - my), math.nan, 1.0 if mx == my else 0.0, 0.0)
-    se = math.sqrt(vx + vy)
-    df = (vx + vy) ** 2 / ((vx**2 / (len(xs) - 1) if vx else 0.0) + (vy**2 / (len(ys) - 1) if vy else 0.0))
-    return TTest((mx - my) / se, df, 2 * (1 - student_t_cdf(abs((mx - my) / se), df)), se)
+    (mean_x, square_x), (mean_y, square_y) = _mean_and_squared_se(xs), _mean_and_squared_se(ys)
+    se = math.sqrt(square_x + square_y)
+    if special := _test_without_scipy(mean_x - mean_y, se, math.nan):
+        return special
+    result = _quiet_ttest(stats.ttest_ind, xs, ys, equal_var=False)
+    return TTest(float(result.statistic), float(result.df), float(result.pvalue), se)
 
 
 def paired_t_test(differences: Iterable) -> TTest:
     """The paired t-test: is the mean of the pairs' ``differences`` zero? (n - 1 degrees of freedom;
     NaN fields with fewer than two pairs). Differences with no spread: p = 1 when they are all zero,
     else 0."""
-    ds = [v for v in (_number(d) for d in differences) if not math.isnan(v)]
+    ds = _present(differences)
     if len(ds) < 2:
         return TTest(math.nan, math.nan, math.nan)
-    n = len(ds)
-    mean = sum(ds) / n
-    sd = math.sqrt(sum((d - mean) ** 2 for d in ds) / (n - 1))
-    if sd == 0:
-        return TTest(0.0 if mean == 0 else math.copysign(math.inf, mean), n - 1, 1.0 if mean == 0 else 0.0, 0.0)
-    se = sd / math.sqrt(n)
-    return TTest(mean / se, n - 1, 2 * (1 - student_t_cdf(abs(mean / se), n - 1)), se)
+    mean, square = _mean_and_squared_se(ds)
+    se = math.sqrt(square)
+    if special := _test_without_scipy(mean, se, len(ds) - 1):
+        return special
+    result = _quiet_ttest(stats.ttest_1samp, ds, 0.0)
+    return TTest(float(result.statistic), len(ds) - 1, float(result.pvalue), se)
 
 
 def group_metric(flows: pd.DataFrame, metric: str) -> float:
