@@ -18,7 +18,7 @@ SUITES = PROJECT / "scenarios" / "suites"
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from testbed.host.session import run_session
-    from testbed.scenario.spec import find_scenario, load_scenario
+    from testbed.scenario.load import find_scenario, load_scenario
     from testbed.scenario.suite import find_suite, load_suite
 
     if args.command == "suite":
@@ -144,7 +144,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from testbed.plan.estimate import estimate_s
-    from testbed.scenario.spec import find_scenario, load_scenario
+    from testbed.scenario.load import find_scenario, load_scenario
 
     total_s = 0.0
     for name in args.scenarios:
@@ -343,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.host.vagrant import VagrantError
     from testbed.host.virtme import GuestError
     from testbed.results.folderlock import FolderBusy
-    from testbed.scenario.spec import ScenarioError
+    from testbed.scenario.errors import ScenarioError
 
     args = build_parser().parse_args(argv)
     # a SIGTERM (a CI job cancelled, `kill`) tears the run down like Ctrl-C: without this Python would

@@ -35,7 +35,8 @@ from testbed.plan.connections import Connection, plan_connections
 from testbed.results import provenance, rundir
 from testbed.results.pcapfile import first_bulk_times
 from testbed.scenario.algorithms import lookup as cc_lookup
-from testbed.scenario.spec import RunSpec, Scenario
+from testbed.scenario.points import RunSpec
+from testbed.scenario.schema import Scenario
 from topologies import TOPOLOGIES
 from topologies.lossmodel import timeline
 from topologies.shaping import CONTROL_PORT_MIN
@@ -711,7 +712,7 @@ def execute_plan(plan: dict, session_dir: Path) -> int:
     Run directories in the plan are relative to ``session_dir`` (the plan's folder), so a plan
     runs wherever its session folder is: here, in a virtme-ng guest, or copied into the lab VM.
     """
-    from testbed.scenario.spec import RunSpec
+    from testbed.scenario.points import RunSpec
 
     runs = plan["runs"]
     lossbpf.use_objects(plan.get("context", {}).get("bpf_objects"))

@@ -18,7 +18,7 @@ from testbed.guest import launch, modules
 from testbed.plan import estimate, resume
 from testbed.results import folderlock, provenance, rundir
 from testbed.scenario.algorithms import lookup as cc_lookup
-from testbed.scenario.spec import RunSpec, ScenarioFile
+from testbed.scenario.points import RunSpec, ScenarioFile
 
 
 def log(message: str) -> None:

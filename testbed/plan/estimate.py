@@ -7,7 +7,7 @@ run a deadline from it (``runner.run_budget_s``).
 from __future__ import annotations
 
 from testbed.plan.connections import plan_connections
-from testbed.scenario.spec import RunSpec
+from testbed.scenario.points import RunSpec
 from topologies import TOPOLOGIES
 from topologies.netspec import NetSpec
 

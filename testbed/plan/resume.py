@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.results import rundir
-from testbed.scenario.spec import RunSpec
+from testbed.scenario.points import RunSpec
 
 
 def run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:

@@ -33,18 +33,11 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError
 
-from testbed.scenario.spec import (
-    Point,
-    Problem,
-    ScenarioError,
-    ScenarioFile,
-    compose_yaml,
-    find_scenario,
-    load_scenario,
-    read_yaml_text,
-    scenario_from_dict,
-    validation_problems,
-)
+from testbed.scenario.errors import Problem, ScenarioError
+from testbed.scenario.load import find_scenario, load_scenario, scenario_from_dict
+from testbed.scenario.messages import validation_problems
+from testbed.scenario.points import Point, ScenarioFile
+from testbed.scenario.yamlfile import compose_yaml, read_yaml_text
 from topologies.base import StrictModel
 
 

@@ -33,7 +33,7 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 from topologies.lossmodel import FourStateLoss
 from topologies.params import tcp_goodput_limit_mbit
 from topologies.shaping import LOSSY_NETEM
@@ -62,7 +62,7 @@ LOSS_MODELS = {
 
 
 def scale_points():
-    from testbed.scenario.spec import Point
+    from testbed.scenario.points import Point
 
     def point(name: str, data: dict) -> Point:
         (resolved,) = scenario_from_dict(data, name=name).points
@@ -92,7 +92,7 @@ def scale_points():
 
 def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") -> dict:
     """The scale and loss-model figures (see the module's docstring)."""
-    from testbed.scenario.spec import ScenarioFile
+    from testbed.scenario.points import ScenarioFile
 
     combined = ScenarioFile("bench-scale", PROJECT, None, "make bench: scale and loss models", scale_points())
     result = run_session(combined, kernel_version=kernel_version, results_root=out_dir / "results", force=True)
@@ -118,7 +118,8 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
 
 def _scale_figures(run: Path, manifest: dict) -> dict:
     from testbed.plan.estimate import netspec as _netspec
-    from testbed.scenario.spec import RunSpec, Scenario
+    from testbed.scenario.points import RunSpec
+    from testbed.scenario.schema import Scenario
 
     spec = RunSpec(manifest["scenario"], manifest["point_id"], {}, manifest["seed"],
                    Scenario.model_validate(manifest["resolved"]))  # fmt: skip

@@ -39,7 +39,8 @@ from testbed import PROJECT
 from testbed.host.session import log, run_session
 from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
 from testbed.results import rundir
-from testbed.scenario.spec import ScenarioFile, scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
+from testbed.scenario.points import ScenarioFile
 from testbed.scenario.suite import FlowHarm
 
 SIDES = ("baseline", "candidate")

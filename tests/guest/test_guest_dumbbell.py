@@ -10,7 +10,7 @@ import pytest
 from testbed.guest.runner import COLLECT_PHASES
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 from topologies.params import tcp_goodput_limit_mbit
 
 RATE_MBIT = 10

@@ -16,7 +16,8 @@ import pytest
 
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import Point, ScenarioFile, load_scenario, scenario_from_dict
+from testbed.scenario.load import load_scenario, scenario_from_dict
+from testbed.scenario.points import Point, ScenarioFile
 from testbed.scenario.suite import compress
 from topologies.lossmodel import FourStateLoss
 from topologies.shaping import LOSSY_NETEM

@@ -6,7 +6,7 @@ import pytest
 
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from testbed.host import kernels
 from testbed.host import virtme as guest
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 
 MSS = 1448
 MIN_CWND = 2  # the module's default min_cwnd_segs

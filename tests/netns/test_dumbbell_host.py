@@ -11,7 +11,7 @@ import pytest
 from analysis.pcap import account_pcap
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 from tests.conftest import tcptrace_connection
 from topologies.params import tcp_goodput_limit_mbit
 

@@ -10,7 +10,7 @@ from testbed.guest.network import Network
 from testbed.guest.runner import _apply_flow_options
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 from topologies.dumbbell import Dumbbell
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from analysis.run import analyze_run
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 
 
 def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):

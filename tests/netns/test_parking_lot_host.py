@@ -11,7 +11,7 @@ import json
 from analysis.run import analyze_run
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 
 
 def test_a_two_hop_parking_lot_runs_every_flow(tmp_path, clean_kernel):

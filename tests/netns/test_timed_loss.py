@@ -13,7 +13,7 @@ from testbed.guest import lossbpf
 from testbed.guest.network import Network
 from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 from topologies.lossmodel import TimedTwoStateLoss, timeline
 from topologies.netspec import LinkSpec, NetSpec
 from topologies.shaping import EgressPlan

@@ -7,7 +7,8 @@ import statistics
 
 import pytest
 
-from testbed.scenario.spec import ScenarioError, load_scenario_text
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import load_scenario_text
 from topologies.lossmodel import (
     BernoulliLoss,
     FourStateLoss,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from testbed.scenario.spec import ScenarioError
+from testbed.scenario.errors import ScenarioError
 from testbed.scenario.suite import load_suite
 from testbed.workflows import regress
 

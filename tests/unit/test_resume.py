@@ -7,7 +7,8 @@ import pytest
 from testbed.plan.resume import find_resumable, is_done
 from testbed.plan.resume import note_older_code as _note_older_code
 from testbed.results import rundir
-from testbed.scenario.spec import ScenarioError, scenario_from_dict
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import scenario_from_dict
 
 
 def sweep(ccs, seeds=(1,)):

@@ -10,17 +10,13 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from testbed.scenario import spec as scenario_module
+from testbed.scenario import profiles as profiles_module
+from testbed.scenario import sweep as sweep_module
+from testbed.scenario import yamlfile as yamlfile_module
 from testbed.scenario.algorithms import REGISTRY
-from testbed.scenario.spec import (
-    Flow,
-    Scenario,
-    ScenarioError,
-    find_scenario,
-    load_scenario,
-    load_scenario_text,
-    scenario_from_dict,
-)
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import find_scenario, load_scenario, load_scenario_text, scenario_from_dict
+from testbed.scenario.schema import Flow, Scenario
 from topologies.dumbbell import DumbbellParams
 from topologies.lossmodel import BernoulliLoss, GilbertElliottLoss, TimedTwoStateLoss
 from topologies.params import LinkParams
@@ -545,7 +541,7 @@ def test_readme_example_loads_and_documents_every_field():
 
 
 def test_module_never_executes_text():
-    source = Path(scenario_module.__file__).read_text()
+    source = Path(yamlfile_module.__file__).read_text()
     assert not re.search(r"\b(eval|exec)\s*\(", source)
     assert "yaml.load(" not in source and "FullLoader" not in source and "UnsafeLoader" not in source
 
@@ -750,18 +746,18 @@ def test_a_file_that_is_not_utf8_names_the_line(tmp_path):
 
 def test_a_recursion_past_the_bounds_is_still_a_scenario_error(monkeypatch):
     # the last resort: were the bounds lifted, the composer's RecursionError is still reported as a problem
-    monkeypatch.setattr(scenario_module, "MAX_DEPTH", 10**6)
-    monkeypatch.setattr(scenario_module, "MAX_VALUES", 10**6)
+    monkeypatch.setattr(yamlfile_module, "MAX_DEPTH", 10**6)
+    monkeypatch.setattr(yamlfile_module, "MAX_VALUES", 10**6)
     error = problems_of("a: " + "[" * 5000 + "]" * 5000 + "\n")
     assert str(error).splitlines()[0] == "test.yaml: 1 problem:"
     assert "nested more than" in str(error)
 
 
 def test_a_sweep_with_too_many_values_to_check_is_refused(monkeypatch):
-    monkeypatch.setattr(scenario_module, "MAX_SWEEP_VALUES", 100)
+    monkeypatch.setattr(sweep_module, "MAX_SWEEP_VALUES", 100)
     (problem,) = problems_of(BASE.replace("rate_mbit: 10", "rate_mbit: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]")).problems
     assert problem.line == 4
-    values = sum(1 for _ in scenario_module._paths_of(yaml.safe_load(BASE)))
+    values = sum(1 for _ in profiles_module._paths_of(yaml.safe_load(BASE)))
     assert problem.message == (
         f"the sweep has 10 points of {values} values each; at most 100 values in all are checked: "
         "sweep fewer values, or split the file"

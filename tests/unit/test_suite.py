@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario.spec import ScenarioError, load_scenario
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import compress, find_suite, load_suite
 
 PROJECT = Path(__file__).resolve().parents[2]

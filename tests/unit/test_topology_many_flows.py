@@ -4,7 +4,8 @@ import pytest
 
 from testbed.guest.shaping import delay_map_lines
 from testbed.plan.connections import client_argv, plan_connections
-from testbed.scenario.spec import ScenarioError, scenario_from_dict
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import scenario_from_dict
 from topologies import TOPOLOGIES, ManyFlows, ManyFlowsParams
 from topologies.params import LinkParams
 from topologies.shaping import DelayClass, EgressPlan, fq_tc_argv, qdisc_specs

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from testbed.scenario.spec import ScenarioError, load_scenario, scenario_from_dict
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import load_scenario, scenario_from_dict
 from tests.unit.test_topology_parking_lot import walk
 from topologies import TOPOLOGIES
 from topologies.multipath import Multipath, MultipathParams

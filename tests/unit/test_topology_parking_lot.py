@@ -8,7 +8,8 @@ import ipaddress
 import pytest
 
 from testbed.plan.connections import plan_connections
-from testbed.scenario.spec import ScenarioError, scenario_from_dict
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import scenario_from_dict
 from topologies import TOPOLOGIES
 from topologies.parking_lot import ParkingLot, ParkingLotParams
 

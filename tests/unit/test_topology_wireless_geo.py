@@ -3,7 +3,8 @@
 import pytest
 
 from testbed.plan.connections import plan_connections
-from testbed.scenario.spec import ScenarioError, scenario_from_dict
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import scenario_from_dict
 from topologies import TOPOLOGIES, Geo, Wireless
 from topologies.lossmodel import TimedTwoStateLoss
 from topologies.shaping import EgressPlan

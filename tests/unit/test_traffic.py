@@ -1,7 +1,7 @@
 """Flows become iperf3 connections with their own ports, hosts and times."""
 
 from testbed.plan.connections import CLIENT_PORT_BASE, SERVER_PORT_BASE, client_argv, plan_connections
-from testbed.scenario.spec import load_scenario_text
+from testbed.scenario.load import load_scenario_text
 from topologies import Dumbbell
 
 SCENARIO = """

@@ -26,7 +26,7 @@ from testbed.host import vagrant as vagrant_backend
 from testbed.host.session import run_session
 from testbed.report.session import write_session_report
 from testbed.results import rundir
-from testbed.scenario.spec import scenario_from_dict
+from testbed.scenario.load import scenario_from_dict
 
 PROJECT = Path(__file__).resolve().parents[2]
 URI = "qemu:///system"
