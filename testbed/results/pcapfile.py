@@ -13,7 +13,7 @@ from __future__ import annotations
 import socket
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 #: link-layer header types we decode (pcap LINKTYPE_* values)
