@@ -265,55 +265,44 @@ def estimate_png(
     fig = Figure(figsize=(9, 4))
     ax = fig.add_subplot()
     shown, note = _limited(connections)
-    plotted = False
-    for conn in shown.itertuples():
-        style = lookup(conn.cc)
-        mine = series[series["conn"] == conn.conn]
-        estimate = mine[mine["metric"] == "bwe_mbit"]
-        raw_samples = mine[mine["metric"] == "bwe_sample_mbit"]
-        if estimate.empty and raw_samples.empty:
-            continue
-        label = _connection_label(conn.conn, conn.cc)
-        ax.plot(
-            raw_samples["t_s"],
-            raw_samples["value"],
-            linestyle="none",
-            marker=".",
-            markersize=4,
-            color=style.colour,
-            alpha=0.45,
-            label=f"{label} samples",
-        )
-        ax.plot(estimate["t_s"], estimate["value"], color=style.colour, linewidth=1.5, label=f"{label} estimate")
-        received = getattr(conn, "recv_goodput_mbit", math.nan)
-        if received is not None and not pd.isna(received):
-            ax.axhline(
-                received,
-                color=style.colour,
-                linestyle="--",
-                linewidth=1,
-                label=f"{conn.conn} receiver goodput {received:.2f} Mbit/s",
-            )
-        plotted = True
-    if not plotted:
+    plotted = [_draw_estimate(ax, conn, series[series["conn"] == conn.conn]) for conn in shown.itertuples()]
+    if not any(plotted):
         _empty(ax, "no westwood_tb samples")
     else:
         limit = tcp_goodput_limit_mbit(bottleneck_rate_mbit, mss_bytes) if bottleneck_rate_mbit else math.nan
         if not math.isnan(limit):
-            ax.axhline(
-                limit,
-                color="#555555",
-                linestyle=":",
-                linewidth=1.2,
-                label=f"bottleneck goodput limit {limit:.2f} Mbit/s ({bottleneck_rate_mbit:g} x {mss_bytes:g}/1514)",
-            )
-        ax.set_xlabel("time since the run's start, s")
-        ax.set_ylabel("Mbit/s")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.grid(alpha=0.3)
+            ax.axhline(limit, color="#555555", linestyle=":", linewidth=1.2,
+                       label=f"bottleneck goodput limit {limit:.2f} Mbit/s "
+                             f"({bottleneck_rate_mbit:g} x {mss_bytes:g}/1514)")  # fmt: skip
+        _finish_time_axes(ax, "Mbit/s")
     ax.set_title("Westwood+ bandwidth estimate and samples (module trace, sender side)" + note, fontsize=10)
     return figure_png(fig)
+
+
+def _draw_estimate(ax, conn, mine: pd.DataFrame) -> bool:
+    """One connection's estimate, samples and receiver goodput; False when it has neither series."""
+    style = lookup(conn.cc)
+    estimate = mine[mine["metric"] == "bwe_mbit"]
+    raw_samples = mine[mine["metric"] == "bwe_sample_mbit"]
+    if estimate.empty and raw_samples.empty:
+        return False
+    label = _connection_label(conn.conn, conn.cc)
+    ax.plot(raw_samples["t_s"], raw_samples["value"], linestyle="none", marker=".", markersize=4,
+            color=style.colour, alpha=0.45, label=f"{label} samples")  # fmt: skip
+    ax.plot(estimate["t_s"], estimate["value"], color=style.colour, linewidth=1.5, label=f"{label} estimate")
+    received = getattr(conn, "recv_goodput_mbit", math.nan)
+    if received is not None and not pd.isna(received):
+        ax.axhline(received, color=style.colour, linestyle="--", linewidth=1,
+                   label=f"{conn.conn} receiver goodput {received:.2f} Mbit/s")  # fmt: skip
+    return True
+
+
+def _finish_time_axes(ax, ylabel: str) -> None:
+    ax.set_xlabel("time since the run's start, s")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    ax.grid(alpha=0.3)
 
 
 def real_ssthresh_png(
@@ -337,61 +326,48 @@ def real_ssthresh_png(
     plotted = False
     kinds_seen: list[str] = []
     for conn in shown.itertuples():
-        style = lookup(conn.cc)
-        mine = series[series["conn"] == conn.conn]
-        cwnd = mine[mine["metric"] == "cwnd_pkts"][["t_s", "value"]]
-        source = "tcp_probe"
-        if cwnd.empty and samples is not None and not samples.empty:
-            own = samples[samples["conn"] == conn.conn]
-            cwnd = pd.DataFrame({"t_s": own["t_s"], "value": own["cwnd"]})
-            source = "module samples"
-        ssthresh = mine[mine["metric"] == "ssthresh_pkts"].sort_values("t_s")
-        if cwnd.empty and ssthresh.empty:
+        if not _draw_cwnd_and_ssthresh(ax, conn, series[series["conn"] == conn.conn], samples):
             continue
-        if not cwnd.empty:
-            ax.step(
-                cwnd["t_s"],
-                cwnd["value"],
-                where="post",
-                color=style.colour,
-                linewidth=1,
-                label=f"{_connection_label(conn.conn, conn.cc)} cwnd ({source})",
-            )
-        if ssthresh["value"].notna().any():
-            end = max(float(ssthresh["t_s"].max()), float(cwnd["t_s"].max()) if not cwnd.empty else -math.inf)
-            x = np.append(ssthresh["t_s"].to_numpy(dtype=float), end)
-            y = np.append(ssthresh["value"].to_numpy(dtype=float), ssthresh["value"].iloc[-1])
-            ax.step(
-                x,
-                y,
-                where="post",
-                color=style.colour,
-                linewidth=1.5,
-                linestyle="--",
-                label=f"{conn.conn} {REAL_SSTHRESH_LABEL}",
-            )
         own_events = events[events["conn"] == conn.conn] if not events.empty else events
-        for kind, group in own_events.groupby("kind", sort=False):
-            y = group["cwnd_before"].where(group["cwnd_before"] > 0, group["cwnd_after"])
-            ax.plot(
-                group["t_s"],
-                y,
-                linestyle="none",
-                marker=CONGESTION_MARKERS.get(kind, "o"),
-                markersize=7,
-                markerfacecolor="none",
-                markeredgecolor="black",
-                label=kind if kind not in kinds_seen else None,
-            )
-            kinds_seen.append(kind)
+        _mark_events(ax, own_events, kinds_seen)
         plotted = True
     if not plotted:
         _empty(ax, "no cwnd or westwood_tb data")
     else:
-        ax.set_xlabel("time since the run's start, s")
-        ax.set_ylabel("packets")
-        ax.set_ylim(bottom=0)
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-        ax.grid(alpha=0.3)
+        _finish_time_axes(ax, "packets")
     ax.set_title("cwnd and the real ssthresh, congestion events marked by kind (module trace)" + note, fontsize=10)
     return figure_png(fig)
+
+
+def _draw_cwnd_and_ssthresh(ax, conn, mine: pd.DataFrame, samples: pd.DataFrame | None) -> bool:
+    """One connection's cwnd (steps) and real ssthresh (dashed steps); False when it has neither."""
+    style = lookup(conn.cc)
+    cwnd = mine[mine["metric"] == "cwnd_pkts"][["t_s", "value"]]
+    source = "tcp_probe"
+    if cwnd.empty and samples is not None and not samples.empty:
+        own = samples[samples["conn"] == conn.conn]
+        cwnd = pd.DataFrame({"t_s": own["t_s"], "value": own["cwnd"]})
+        source = "module samples"
+    ssthresh = mine[mine["metric"] == "ssthresh_pkts"].sort_values("t_s")
+    if cwnd.empty and ssthresh.empty:
+        return False
+    if not cwnd.empty:
+        ax.step(cwnd["t_s"], cwnd["value"], where="post", color=style.colour, linewidth=1,
+                label=f"{_connection_label(conn.conn, conn.cc)} cwnd ({source})")  # fmt: skip
+    if ssthresh["value"].notna().any():
+        end = max(float(ssthresh["t_s"].max()), float(cwnd["t_s"].max()) if not cwnd.empty else -math.inf)
+        x = np.append(ssthresh["t_s"].to_numpy(dtype=float), end)
+        y = np.append(ssthresh["value"].to_numpy(dtype=float), ssthresh["value"].iloc[-1])
+        ax.step(x, y, where="post", color=style.colour, linewidth=1.5, linestyle="--",
+                label=f"{conn.conn} {REAL_SSTHRESH_LABEL}")  # fmt: skip
+    return True
+
+
+def _mark_events(ax, own_events: pd.DataFrame, kinds_seen: list[str]) -> None:
+    """A marker per congestion event at the cwnd it found; each kind in the legend once."""
+    for kind, group in own_events.groupby("kind", sort=False):
+        y = group["cwnd_before"].where(group["cwnd_before"] > 0, group["cwnd_after"])
+        ax.plot(group["t_s"], y, linestyle="none", marker=CONGESTION_MARKERS.get(kind, "o"), markersize=7,
+                markerfacecolor="none", markeredgecolor="black",
+                label=kind if kind not in kinds_seen else None)  # fmt: skip
+        kinds_seen.append(kind)
