@@ -32,17 +32,9 @@ import pandas as pd
 from analysis import claims, figures, metrics, plots
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
-from testbed.report.run import (
-    esc,
-    fmt,
-    html_page,
-    html_table,
-    is_missing,
-    png_img,
-    provenance_html,
-    provenance_items,
-    report_run,
-)
+from testbed.report import pages
+from testbed.report.pages import Link, fmt, is_missing
+from testbed.report.run import provenance_items, report_run
 from testbed.scenario.algorithms import lookup
 
 SENDER_GOODPUT = "sender goodput Mbit/s (paper)"
@@ -211,15 +203,7 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
         row["cc"] = params.get("cc") if is_missing(cc) else cc
         row["direction"] = None if is_missing(direction) else direction
         row["flows"] = complete["flows"].max() if not complete.empty else math.nan
-        for column in ["goodput_mbit", "total_goodput_mbit", "recv_goodput_mbit", "retrans_ratio", "jain"]:
-            values = complete[column] if column in complete else pd.Series(dtype=float)
-            stats = metrics.seed_stats(values)
-            row[column] = stats.mean
-            row[f"{column}_min"] = stats.min
-            row[f"{column}_max"] = stats.max
-            row[f"{column}_ci_low"] = stats.ci_low
-            row[f"{column}_ci_high"] = stats.ci_high
-            row[f"{column}_n"] = stats.n
+        row |= _seed_stats(complete)
         row["runs_complete"] = int((point_runs["status"] == "complete").sum())
         row["runs_total"] = int(point_runs["seed"].nunique(dropna=False)) if not point_runs.empty else 0
         trust = [t for t in complete["trustworthy"] if t is not None and not is_missing(t)]
@@ -239,6 +223,21 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
         table = table.drop(columns="point_cc")
     table.insert(len(table.columns), "label", [_label(row, param_names) for _, row in table.iterrows()])
     return table
+
+
+def _seed_stats(complete: pd.DataFrame) -> dict:
+    """Each value column's mean, min, max, 95 % interval and count over the complete runs' seeds."""
+    row = {}
+    for column in ["goodput_mbit", "total_goodput_mbit", "recv_goodput_mbit", "retrans_ratio", "jain"]:
+        values = complete[column] if column in complete else pd.Series(dtype=float)
+        stats = metrics.seed_stats(values)
+        row[column] = stats.mean
+        row[f"{column}_min"] = stats.min
+        row[f"{column}_max"] = stats.max
+        row[f"{column}_ci_low"] = stats.ci_low
+        row[f"{column}_ci_high"] = stats.ci_high
+        row[f"{column}_n"] = stats.n
+    return row
 
 
 def _label(row: pd.Series, param_names: list[str]) -> str:
@@ -336,15 +335,6 @@ def text_table(frame: pd.DataFrame) -> str:
     return "\n".join([header, "  ".join("-" * w for w in widths)] + [line(r) for r in cells])
 
 
-def markdown_table(frame: pd.DataFrame) -> str:
-    if frame.empty:
-        return "(no runs)"
-    escape = lambda text: str(text).replace("|", "\\|")  # noqa: E731
-    lines = ["| " + " | ".join(escape(c) for c in frame.columns) + " |", "|" + "---|" * len(frame.columns)]
-    lines += ["| " + " | ".join(escape(v) for v in row) + " |" for row in frame.itertuples(index=False)]
-    return "\n".join(lines)
-
-
 def write_session_report(session_dir: Path) -> SessionReport:
     """Analyse every run of a session and write its report.html and summary.md (module doc)."""
     session_dir = Path(session_dir)
@@ -366,10 +356,6 @@ def write_session_report(session_dir: Path) -> SessionReport:
     )
     complete = sum(a.status == "complete" for a in analyses)
     heading = f"{scenario or session_dir.name}: {complete}/{len(analyses)} runs complete"
-    if table.empty:
-        summary_text = f"{heading}\nno runs found in {session_dir}" if not analyses else heading
-    else:
-        summary_text = heading + "\n" + text_table(shown)
     flows = claims.flow_rows(analyses)
     sweeps = figures.sweep_figures(flows)
     for figure, _, png in sweeps:
@@ -381,6 +367,30 @@ def write_session_report(session_dir: Path) -> SessionReport:
     except claims.ClaimsError as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []
+    summary_text = _summary_text(session_dir, heading, analyses, shown, verdicts)
+    html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
+    page = _page(session_dir, session, analyses, table, shown, problems, heading, verdicts, sweeps)
+    write_text_atomic(html_path, pages.render("session.html.j2", **page))
+    write_text_atomic(md_path, pages.render("session.md.j2", **page))
+    return SessionReport(
+        html_path=html_path,
+        md_path=md_path,
+        summary_text=summary_text,
+        table=table,
+        runs=analyses,
+        problems=problems,
+        verdicts=verdicts,
+    )
+
+
+def _summary_text(
+    session_dir: Path, heading: str, analyses: list[RunAnalysis], shown: pd.DataFrame, verdicts: list[claims.Verdict]
+) -> str:
+    """What the terminal shows: the heading, the table, the judged claims, the runs that did not complete."""
+    if shown.empty:
+        summary_text = f"{heading}\nno runs found in {session_dir}" if not analyses else heading
+    else:
+        summary_text = heading + "\n" + text_table(shown)
     if verdicts:
         counts = claims.verdict_counts(verdicts)
         summary_text += "\nthe papers' claims: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
@@ -397,22 +407,7 @@ def write_session_report(session_dir: Path) -> SessionReport:
             f"  {_relative(a.run_dir, session_dir)}: {a.status}: {a.reason or 'no reason recorded'}"
             for a in not_complete
         )
-    html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
-    write_text_atomic(
-        html_path, _session_html(session_dir, session, analyses, table, shown, problems, heading, verdicts, sweeps)
-    )
-    write_text_atomic(
-        md_path, _session_markdown(session_dir, session, analyses, shown, problems, heading, verdicts, sweeps)
-    )
-    return SessionReport(
-        html_path=html_path,
-        md_path=md_path,
-        summary_text=summary_text,
-        table=table,
-        runs=analyses,
-        problems=problems,
-        verdicts=verdicts,
-    )
+    return summary_text
 
 
 def write_run_list(out_dir: Path, run_dirs: list[Path], scenario: str, description: str) -> Path:
@@ -464,7 +459,7 @@ def _session_provenance(session: dict, analyses: list[RunAnalysis]) -> list[tupl
     return items
 
 
-def _session_html(
+def _page(
     session_dir: Path,
     session: dict,
     analyses: list[RunAnalysis],
@@ -474,77 +469,64 @@ def _session_html(
     heading: str,
     verdicts: list[claims.Verdict],
     sweeps: list,
-) -> str:
-    body = [f"<h1>Sweep report: {esc(heading)}</h1>", provenance_html(_session_provenance(session, analyses))]
-    untrusted = [a for a in analyses if a.status == "complete" and a.trustworthy is False]
-    if untrusted:
-        body.append(
-            f'<p class="banner warn">{len(untrusted)} of the complete runs failed a fidelity check '
-            "(see each run's report): their numbers may reflect the emulator rather than the algorithm.</p>"
-        )
-    if problems:
-        body.append("<ul>" + "".join(f"<li>{esc(p)}</li>" for p in problems) + "</ul>")
-    body.append("<h2>Goodput and retransmissions per point</h2>")
-    if not table.empty:
-        body.append(
-            png_img(
-                plots.point_bars_png(
-                    table,
-                    "goodput_mbit",
-                    "goodput_mbit_min",
-                    "goodput_mbit_max",
-                    plots.SENDER_GOODPUT_LABEL,
-                    "sender goodput per point (mean; whiskers: min and max over seeds)",
-                ),
-                "sender goodput per point",
-            )
-        )
-        percent = table.assign(
-            retrans_pct=table["retrans_ratio"] * 100,
-            retrans_pct_min=table["retrans_ratio_min"] * 100,
-            retrans_pct_max=table["retrans_ratio_max"] * 100,
-        )
-        body.append(
-            png_img(
-                plots.point_bars_png(
-                    percent,
-                    "retrans_pct",
-                    "retrans_pct_min",
-                    "retrans_pct_max",
-                    "retransmitted / sent bytes, %",
-                    "retransmission ratio per point (mean; whiskers: min and max)",
-                ),
-                "retransmission ratio per point",
-            )
-        )
-    body.append(
-        '<p class="note">Sender goodput = (sent - retransmitted) / transfer time (paper 000 &sect;3.1), from '
-        "the capture next to each sender; receiver goodput = bytes the iperf3 server read / its test time. "
-        "Values are the mean over seeds of complete runs, &plusmn; the half width of the 95 % Student-t "
-        "interval of the mean when there are two seeds or more. Jain index (paper 000 &sect;3.2) over the "
-        "flows of one direction, shown when points have several flows.</p>"
+) -> dict:
+    """What report.html (session.html.j2) and summary.md (session.md.j2) show, built once for both."""
+    failed = [a for a in analyses if a.status != "complete"]
+    return {
+        "title": f"Sweep {heading}",
+        "heading": heading,
+        "prov": _session_provenance(session, analyses),
+        "untrusted": sum(a.status == "complete" and a.trustworthy is False for a in analyses),
+        "problems": problems,
+        "point_plots": _point_plots(table),
+        "shown": pages.table(shown),
+        "sweeps": [_sweep(figure, fig_table, png) for figure, fig_table, png in sweeps],
+        "claims": _claims(verdicts) if verdicts else None,
+        "runs": _runs_table(analyses, session_dir),
+        "failed": [(_relative(a.run_dir, session_dir), a.status, a.reason or "no reason recorded") for a in failed],
+        # the summary lists every run's problems too; the page leaves them to each run's report
+        "all_problems": [(None, p) for p in problems]
+        + [(_relative(a.run_dir, session_dir), p) for a in analyses for p in a.problems],
+    }
+
+
+def _point_plots(table: pd.DataFrame) -> list[tuple[bytes, str]]:
+    """(PNG, alt text): sender goodput and retransmission ratio per point, whiskers from min to max seed."""
+    if table.empty:
+        return []
+    percent = table.assign(
+        retrans_pct=table["retrans_ratio"] * 100,
+        retrans_pct_min=table["retrans_ratio_min"] * 100,
+        retrans_pct_max=table["retrans_ratio_max"] * 100,
     )
-    body.append(html_table(shown))
-    if sweeps:
-        body.append("<h2>The papers' figures</h2>")
-        body.append(
-            '<p class="note">From the runs above: mean over the seeds of complete runs, whiskers from the lowest '
-            "to the highest seed; lines by algorithm, panels by the other swept parameters "
-            "(analysis/figures.py).</p>"
-        )
-        for figure, fig_table, png in sweeps:
-            body.append(png_img(png, figure.title))
-            body.append(html_table(_sweep_table(fig_table, figure)))
-    if verdicts:
-        body += _claims_html(verdicts)
-    body.append("<h2>Runs</h2>")
+    goodput = plots.point_bars_png(
+        table,
+        "goodput_mbit",
+        "goodput_mbit_min",
+        "goodput_mbit_max",
+        plots.SENDER_GOODPUT_LABEL,
+        "sender goodput per point (mean; whiskers: min and max over seeds)",
+    )
+    retrans = plots.point_bars_png(
+        percent,
+        "retrans_pct",
+        "retrans_pct_min",
+        "retrans_pct_max",
+        "retransmitted / sent bytes, %",
+        "retransmission ratio per point (mean; whiskers: min and max)",
+    )
+    return [(goodput, "sender goodput per point"), (retrans, "retransmission ratio per point")]
+
+
+def _runs_table(analyses: list[RunAnalysis], session_dir: Path) -> pages.Table:
+    """Every run with a link to its report (when it got one), its status, trust and problems."""
     runs = pd.DataFrame(
         [
             {
-                "run": f'<a href="{esc(_relative(a.run_dir / "report.html", session_dir))}">'
-                f"{esc(_relative(a.run_dir, session_dir))}</a>"
-                if a.report_path
-                else esc(_relative(a.run_dir, session_dir)),
+                "run": Link(
+                    _relative(a.run_dir, session_dir),
+                    _relative(a.run_dir / "report.html", session_dir) if a.report_path else None,
+                ),
                 "status": a.status,
                 "trustworthy": "n/a" if a.trustworthy is None else ("yes" if a.trustworthy else "no"),
                 "reason / problems": "; ".join(([a.reason] if a.reason else []) + a.problems) or "",
@@ -553,17 +535,20 @@ def _session_html(
         ],
         columns=["run", "status", "trustworthy", "reason / problems"],
     )
-    body.append(html_table(runs, raw_html={"run"}))
-    failed = [a for a in analyses if a.status != "complete"]
-    if failed:
-        body.append("<h2>Runs that did not complete</h2><ul>")
-        body += [
-            f"<li><b>{esc(_relative(a.run_dir, session_dir))}</b>: {esc(a.status)}: "
-            f"{esc(a.reason or 'no reason recorded')}</li>"
-            for a in failed
-        ]
-        body.append("</ul>")
-    return html_page(f"Sweep {heading}", body)
+    return pages.table(runs)
+
+
+def _sweep(figure, fig_table: pd.DataFrame, png: bytes) -> dict:
+    """One of the papers' figures: its plot and its numbers (the page's digits, the summary's plain values)."""
+    numbers = _sweep_table(fig_table, figure)
+    return {
+        "title": figure.title,
+        "experiment": figure.experiment,
+        "path": f"figures/{figure.experiment}-{figure.metric}-vs-{figure.x}.png",
+        "png": png,
+        "table": pages.table(numbers),
+        "md_table": pages.table(numbers, plain=True),
+    }
 
 
 def _sweep_table(table: pd.DataFrame, figure) -> pd.DataFrame:
@@ -577,8 +562,10 @@ def _sweep_table(table: pd.DataFrame, figure) -> pd.DataFrame:
 VERDICT_CLASS = {"reproduced": "good", "not reproduced": "warn", "opposite": "bad", "no data": "muted"}
 
 
-def _claims_frame(verdicts: list[claims.Verdict]) -> pd.DataFrame:
-    return pd.DataFrame(
+def _claims(verdicts: list[claims.Verdict]) -> dict:
+    """The claims' table as plain text (the summary's cells, the alignment) with each verdict's parts
+    behind its row, from which the page draws richer cells (quote, one line per condition, badge)."""
+    frame = pd.DataFrame(
         [
             {
                 "claim": f"{v.claim.id}: {v.claim.compared()}",
@@ -591,79 +578,22 @@ def _claims_frame(verdicts: list[claims.Verdict]) -> pd.DataFrame:
             for v in verdicts
         ]
     )
-
-
-def _claims_html(verdicts: list[claims.Verdict]) -> list[str]:
+    rows = pages.table(frame, plain=True)
+    rows.items = [
+        {
+            "id": v.claim.id,
+            "quote": v.claim.quote,
+            "compared": v.claim.compared(),
+            "source": v.claim.source,
+            "paper_numbers": v.claim.paper_numbers,
+            "conditions": [c.text(v.claim.metric) for c in v.conditions],
+            "measured": v.measured,
+            "css": VERDICT_CLASS.get(v.verdict, ""),
+        }
+        for v in verdicts
+    ]
     counts = claims.verdict_counts(verdicts)
-    body = [
-        "<h2>The papers' claims</h2>",
-        "<p>" + ", ".join(f"{n} {esc(v)}" for v, n in sorted(counts.items())) + ". Each verdict is computed "
-        f"from the runs above by one rule: {esc(claims.RULE)} The claims and their quotes are in "
-        "<code>analysis/claims.yaml</code>.</p>",
-    ]
-    rows = []
-    for v in verdicts:
-        css = VERDICT_CLASS.get(v.verdict, "")
-        rows.append(
-            {
-                "claim": f"<b>{esc(v.claim.id)}</b><br>&ldquo;{esc(v.claim.quote)}&rdquo;<br>"
-                f"<small>{esc(v.claim.compared())}</small>",
-                "paper": f"{esc(v.claim.source)}<br>{esc(v.claim.paper_numbers)}",
-                "measured here": "<br>".join(esc(c.text(v.claim.metric)) for c in v.conditions) or esc(v.measured),
-                "kernel, profile": esc(f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}"),
-                "verdict": f'<span class="verdict {css}">{esc(v.verdict)}</span>',
-                "note": esc(v.claim.note),
-            }
-        )
-    columns = ["claim", "paper", "measured here", "kernel, profile", "verdict", "note"]
-    body.append(html_table(pd.DataFrame(rows, columns=columns), raw_html=set(columns)))
-    return body
-
-
-def _session_markdown(
-    session_dir: Path,
-    session: dict,
-    analyses: list[RunAnalysis],
-    shown: pd.DataFrame,
-    problems: list[str],
-    heading: str,
-    verdicts: list[claims.Verdict],
-    sweeps: list,
-) -> str:
-    lines = [f"# {heading}", ""]
-    lines += [f"- **{k}**: {v}" for k, v in _session_provenance(session, analyses)]
-    lines += [
-        "",
-        "Sender goodput = (sent - retransmitted) / transfer time (paper 000 §3.1, capture next to the "
-        "sender); receiver goodput = iperf3 server. Mean over the seeds of complete runs, ± half the 95 % "
-        "Student-t interval when there are two seeds or more.",
-        "",
-    ]
-    lines.append(markdown_table(shown))
-    if sweeps:
-        lines += ["", "## The papers' figures", ""]
-        for figure, fig_table, _ in sweeps:
-            name = f"figures/{figure.experiment}-{figure.metric}-vs-{figure.x}.png"
-            lines += [f"### {figure.experiment}: {figure.title}", "", f"![{figure.title}]({name})", ""]
-            lines.append(markdown_table(_sweep_table(fig_table, figure)))
-            lines.append("")
-    if verdicts:
-        lines += ["", "## The papers' claims", "", f"Rule: {claims.RULE}", ""]
-        lines.append(markdown_table(_claims_frame(verdicts)))
-    failed = [a for a in analyses if a.status != "complete"]
-    if failed:
-        lines += ["", "## Runs that did not complete", ""]
-        lines += [
-            f"- `{_relative(a.run_dir, session_dir)}`: {a.status}: {a.reason or 'no reason recorded'}"
-            for a in failed
-        ]
-    with_problems = [a for a in analyses if a.problems]
-    if problems or with_problems:
-        lines += ["", "## Problems", ""]
-        lines += [f"- {p}" for p in problems]
-        lines += [f"- `{_relative(a.run_dir, session_dir)}`: {p}" for a in with_problems for p in a.problems]
-    lines += ["", "Full report: [report.html](report.html)", ""]
-    return "\n".join(lines)
+    return {"counts": ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), "rule": claims.RULE, "table": rows}
 
 
 def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, filters: dict) -> Path:

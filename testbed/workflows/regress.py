@@ -325,50 +325,47 @@ def _junit(path: Path, result: RegressResult, baseline: str, candidate: str, con
     ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
 
 
-def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, controls: dict) -> None:
-    import pandas as pd
+def _spread_png(chosen, metric: str) -> bytes:
+    """Every repetition of ``metric`` per point and algorithm, baseline (circles) beside candidate (triangles)."""
     from matplotlib.figure import Figure
 
     from analysis.plots import figure_png
-    from testbed.report.run import esc, html_page, html_table, png_img
     from testbed.scenario.algorithms import lookup
 
-    body = [f"<h1>{esc(header)}</h1>"]
-    if result.failures:
-        body.append('<p class="banner bad">' + "<br>".join(esc(f) for f in result.failures) + "</p>")
-    if result.controls:
-        body.append("<p>" + "<br>".join(esc(line) for line in result.controls) + "</p>")
+    groups = list(dict.fromkeys(zip(chosen["point"], chosen["cc"], strict=True)))
+    fig = Figure(figsize=(max(6, 1.1 * len(groups) + 2), 4))
+    ax = fig.add_subplot()
+    for i, (point, cc) in enumerate(groups):
+        for offset, side, marker in ((-0.15, "baseline", "o"), (0.15, "candidate", "^")):
+            values = chosen[(chosen["point"] == point) & (chosen["cc"] == cc) & (chosen["side"] == side)]["value"]
+            ax.scatter([i + offset] * len(values), values, color=lookup(cc).colour, marker=marker,
+                       alpha=0.8, label=side if i == 0 else None)  # fmt: skip
+    ax.set_xticks(range(len(groups)))
+    ax.set_xticklabels([f"{p}\n{lookup(c).label}" for p, c in groups], rotation=30, ha="right", fontsize=7)
+    ax.set_ylabel({"goodput": "sender goodput, Mbit/s", "retrans_ratio": "retransmitted / sent"}[metric])
+    ax.set_title(f"{metric}: every repetition, baseline (circles) and candidate (triangles)", fontsize=10)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, controls: dict) -> None:
+    """report.html (testbed/report/templates/regress.html.j2): failures, controls, the comparisons, the spreads."""
+    import pandas as pd
+
+    from testbed.report.pages import Badge, render, table
+
     css = {"regression": "bad", "improvement": "good", "no change": "", "too few runs": "warn"}
     rows = _rows(result.comparisons, controls)
     for row in rows:
-        kind = css.get(row["verdict"].split(" (")[0], "")
-        row["verdict"] = f'<span class="verdict {kind}">{esc(row["verdict"])}</span>'
-    body.append(
-        "<p>Change = mean(candidate) / mean(baseline) - 1; a regression needs p &lt; 0.05 and a change beyond 5 % "
-        "the bad way. <i>test</i>: paired (repetition r on both kernels shares seed r: the t-test on the pairs' "
-        "log ratios) or Welch (runs that do not pair up); <i>detectable</i> is the smallest change these "
-        "repetitions resolve at 80 % power (analysis/regression.py).</p>"
-    )
-    body.append(html_table(pd.DataFrame(rows), raw_html={"verdict"}))
+        row["verdict"] = Badge(row["verdict"], css.get(row["verdict"].split(" (")[0], ""))
     both = pd.concat([side_metrics[s].assign(side=s) for s in SIDES], ignore_index=True)
+    plots = []
     for metric in ("goodput", "retrans_ratio"):
         chosen = both[both["metric"] == metric].dropna(subset=["value"])
-        if chosen.empty:
-            continue
-        groups = list(dict.fromkeys(zip(chosen["point"], chosen["cc"], strict=True)))
-        fig = Figure(figsize=(max(6, 1.1 * len(groups) + 2), 4))
-        ax = fig.add_subplot()
-        for i, (point, cc) in enumerate(groups):
-            for offset, side, marker in ((-0.15, "baseline", "o"), (0.15, "candidate", "^")):
-                values = chosen[(chosen["point"] == point) & (chosen["cc"] == cc) & (chosen["side"] == side)]["value"]
-                ax.scatter([i + offset] * len(values), values, color=lookup(cc).colour, marker=marker,
-                           alpha=0.8, label=side if i == 0 else None)  # fmt: skip
-        ax.set_xticks(range(len(groups)))
-        ax.set_xticklabels([f"{p}\n{lookup(c).label}" for p, c in groups], rotation=30, ha="right", fontsize=7)
-        ax.set_ylabel({"goodput": "sender goodput, Mbit/s", "retrans_ratio": "retransmitted / sent"}[metric])
-        ax.set_title(f"{metric}: every repetition, baseline (circles) and candidate (triangles)", fontsize=10)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-        fig.tight_layout()
-        body.append(png_img(figure_png(fig), f"{metric} per repetition"))
-    path.write_text(html_page("regress", body))
+        if not chosen.empty:
+            plots.append((_spread_png(chosen, metric), f"{metric} per repetition"))
+    page = render("regress.html.j2", title="regress", header=header, failures=result.failures,
+                  controls=result.controls, comparisons=table(pd.DataFrame(rows)), plots=plots)  # fmt: skip
+    path.write_text(page)
