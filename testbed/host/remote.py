@@ -4,11 +4,14 @@ A virtme-ng guest (``vng ... --exec``) and the lab VM (``ssh ... python -m testb
 give the host a child process whose output carries the runner's ``[testbed]`` lines. :func:`follow`
 reads that output without blocking, writes it to a console log, passes each runner line on, and
 enforces three deadlines that hold even when nothing arrives: the runner must start, each run must
-end within its watchdog budget (plus a margin), and the whole plan within its timeout.
+end within its watchdog budget (plus a margin), and the whole plan within its timeout. Both backends
+call it through :func:`follow_plan` (the plan's run estimates set the deadlines) and report what
+:func:`plan_timing` returns.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import select
 import subprocess
@@ -143,3 +146,39 @@ def follow(
         if elapsed > timeout_s:
             raise RemoteRunnerError(f"{label} did not finish within {timeout_s:.0f} s (runs planned for less); "
                                     f"console log: {console}{console_tail(console)}")  # fmt: skip
+
+
+def follow_plan(
+    proc: subprocess.Popen,
+    log_file: BinaryIO,
+    plan_path: Path,
+    started: float,
+    *,
+    label: str,
+    start_timeout_s: float,
+    timeout_s: float,
+    echo: Callable[[str], None],
+    on_line: Callable[[str, float], None] | None = None,
+    finished: Callable[[], bool] = lambda: False,
+    shutdown_timeout_s: float = 60,
+) -> float | None:
+    """:func:`follow` for a runner executing the plan at ``plan_path``: both remote backends start it their
+    own way (``vng --exec``, ssh) and stream it here. The plan's run estimates (from ``started``, when the
+    backend began) set the silence deadlines; every runner line is echoed, then passed to ``on_line``."""
+    plan_runs = json.loads(plan_path.read_text())["runs"]
+    progress = RunnerProgress([run["estimate_s"] for run in plan_runs], started, start_timeout_s)
+
+    def line(text: str, now: float) -> None:
+        echo(text)
+        if on_line is not None:
+            on_line(text, now)
+
+    return follow(proc, log_file, progress, label=label, start_timeout_s=start_timeout_s, timeout_s=timeout_s,
+                  on_line=line, finished=finished, shutdown_timeout_s=shutdown_timeout_s)  # fmt: skip
+
+
+def plan_timing(ready_s: float | None, started: float, done: Path) -> dict:
+    """What a remote backend reports of a finished plan: seconds to the runner's first line, the wall time
+    since ``started``, and the number of runs not complete as the runner wrote to ``plan.done``."""
+    return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
+            "not_complete": int(done.read_text().strip() or 0)}  # fmt: skip

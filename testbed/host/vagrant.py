@@ -169,7 +169,7 @@ def sync_checkout() -> None:
 def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
     """Run ``session/plan.json`` in the VM and bring the session folder back; returns timings.
 
-    The runner's output is followed by :func:`remote.follow` (the same deadlines as a guest's) over
+    The runner's output is followed by :func:`remote.follow_plan` (the same deadlines as a guest's) over
     ssh with keepalives, so a VM that falls silent fails the session within ALIVE_INTERVAL_S x
     ALIVE_COUNT instead of holding it. A guardian stops the runner in the VM if this process is
     killed. A VM that stopped answering is left as it is, for the user to inspect or destroy."""
@@ -178,23 +178,18 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
     vm.copy_in(session, remote_dir)
     runner = f"testbed.guest.runner {remote_dir}/plan.json"
     command = f"cd {VM_PROJECT} && sudo {VM_PROJECT}/.venv/bin/python -m {runner}"
-    plan_runs = json.loads((session / "plan.json").read_text())["runs"]
-    progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, RUNNER_START_TIMEOUT_S)
-    watch = hostload.HostWatch([run["run_dir"] for run in plan_runs], vm.qemu_pids)
+    plan_path = session / "plan.json"
+    watch = hostload.HostWatch([run["run_dir"] for run in json.loads(plan_path.read_text())["runs"]], vm.qemu_pids)
     stop_runner = vm.argv(f"sudo pkill -TERM -f '[t]{runner[1:]}'")  # "[t]": not the shell running pkill
-
-    def line(text: str, now: float) -> None:
-        echo(text)
-        watch.on_line(text, now)
-
     log_path = session / "vm-console.log"
     with open(log_path, "wb") as log_file:
         proc = subprocess.Popen(vm.argv(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
         guard = guardian.Guard(proc.pid, stop_runner)
         try:
-            ready_s = remote.follow(proc, log_file, progress, label="the lab VM", timeout_s=timeout_s,
-                                    start_timeout_s=RUNNER_START_TIMEOUT_S, on_line=line)  # fmt: skip
+            ready_s = remote.follow_plan(proc, log_file, plan_path, started, label="the lab VM",
+                                         start_timeout_s=RUNNER_START_TIMEOUT_S, timeout_s=timeout_s, echo=echo,
+                                         on_line=watch.on_line)  # fmt: skip
         except BaseException as err:
             _stop(vm, proc, stop_runner)
             _bring_back_or_explain(vm, remote_dir, session, err)
@@ -216,8 +211,7 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
             f"{': ' + lost if lost else ''}); its output: {log_path}"
             f"{remote.console_tail(log_path, lines=10)}"
         )
-    return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
-            "not_complete": int((session / "plan.done").read_text().strip() or 0)}  # fmt: skip
+    return remote.plan_timing(ready_s, started, session / "plan.done")
 
 
 def _stop(vm: LabVM, proc: subprocess.Popen, stop_runner: list[str]) -> None:

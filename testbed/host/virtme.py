@@ -10,7 +10,6 @@ links slower and erratic (MACHINE.md): TCG guests get ``tsc=reliable``.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
@@ -112,23 +111,16 @@ def run_in_guest(
     done.unlink(missing_ok=True)
     argv = vng_argv(kernel, config, rwdirs, _runner_command(plan_path))
     started = time.monotonic()
-    plan_runs = json.loads(plan_path.read_text())["runs"]
-    progress = remote.RunnerProgress([run["estimate_s"] for run in plan_runs], started, BOOT_TIMEOUT_S)
     label = f"the guest ({kernel.release}, {config.accel})"
-
-    def line(text: str, now: float) -> None:
-        echo(text)
-        if on_line is not None:
-            on_line(text, now)
-
     with open(console_log, "wb") as log_file:
         log_file.write(("$ " + " ".join(argv) + "\n").encode())
         log_file.flush()
         proc, guard = _start_guest(argv)
         try:
-            ready_s = remote.follow(proc, log_file, progress, label=label, start_timeout_s=BOOT_TIMEOUT_S,
-                                    timeout_s=timeout_s, on_line=line, finished=done.exists,
-                                    shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)  # fmt: skip
+            ready_s = remote.follow_plan(proc, log_file, plan_path, started, label=label,
+                                         start_timeout_s=BOOT_TIMEOUT_S, timeout_s=timeout_s, echo=echo,
+                                         on_line=on_line, finished=done.exists,
+                                         shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)  # fmt: skip
             if proc.poll() is None:
                 echo(f"{label} finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
                      f"stopping it (console log: {console_log})")  # fmt: skip
@@ -145,8 +137,7 @@ def run_in_guest(
             f"{label} exited without finishing the plan (vng exit {proc.returncode}); "
             f"console log: {console_log}{console_tail(console_log)}"
         )
-    return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
-            "not_complete": int(done.read_text().strip() or 0)}  # fmt: skip
+    return remote.plan_timing(ready_s, started, done)
 
 
 #: how the follower's errors read for a guest (the session boots a guest again after the first two)

@@ -77,29 +77,29 @@ def session_with_plan(tmp_path, runs=3):
 
 
 def test_a_guest_that_does_not_boot_is_booted_once_more_with_its_first_console_kept(tmp_path):
-    from testbed.host.session import _run_in_guest
+    from testbed.host.backends import run_with_second_boot
 
     flaky, session = FlakyBoot(failures=1), session_with_plan(tmp_path)
-    assert _run_in_guest(flaky, None, None, session / "plan.json", session, 10) == {"wall_s": 1.0}
+    assert run_with_second_boot(flaky, None, None, session / "plan.json", session, 10) == {"wall_s": 1.0}
     assert flaky.calls == 2 and flaky.plans[1] == flaky.plans[0]
     assert (session / "guest-console-boot1.log").read_text() == "boot 1\n"
     assert (session / "guest-console.log").read_text() == "boot 2\n"
     with pytest.raises(guest.GuestBootError):  # twice: reported
         session = session_with_plan(tmp_path)
-        _run_in_guest(FlakyBoot(failures=2), None, None, session / "plan.json", session, 10)
+        run_with_second_boot(FlakyBoot(failures=2), None, None, session / "plan.json", session, 10)
     crashed = FlakyBoot(failures=1, error=guest.GuestError)  # the runner had started: not a boot failure
     session = session_with_plan(tmp_path)
     with pytest.raises(guest.GuestError):
-        _run_in_guest(crashed, None, None, session / "plan.json", session, 10)
+        run_with_second_boot(crashed, None, None, session / "plan.json", session, 10)
     assert crashed.calls == 1
 
 
 def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_path):
-    from testbed.host.session import _run_in_guest
+    from testbed.host.backends import run_with_second_boot
     from testbed.results import rundir
 
     hung, session = FlakyBoot(failures=1, error=guest.GuestHungError), session_with_plan(tmp_path)
-    _run_in_guest(hung, None, None, session / "plan.json", session, 10)
+    run_with_second_boot(hung, None, None, session / "plan.json", session, 10)
     # run 1 completed before the hang and is kept; run 2 (running when it hung) and run 3 run again
     assert hung.plans == [["p/seed1", "p/seed2", "p/seed3"], ["p/seed2", "p/seed3"]]
     assert [rundir.run_status(session / "p" / f"seed{i}") for i in (1, 2, 3)] == ["complete"] * 3
@@ -109,7 +109,7 @@ def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_pa
     twice = FlakyBoot(failures=2, error=guest.GuestHungError)
     session = session_with_plan(tmp_path)
     with pytest.raises(guest.GuestHungError):
-        _run_in_guest(twice, None, None, session / "plan.json", session, 10)
+        run_with_second_boot(twice, None, None, session / "plan.json", session, 10)
 
 
 def test_a_silent_guest_is_hung_only_past_the_current_runs_budget():

@@ -1,0 +1,244 @@
+"""Where a session's runs execute: one :class:`Backend` protocol, three implementations.
+
+``local`` runs the plan in this process on the running kernel, ``guest`` boots a Debian kernel under
+virtme-ng (:mod:`testbed.host.virtme`), ``vagrant`` runs it in the project's lab VM over ssh
+(:mod:`testbed.host.vagrant`). A session (:mod:`testbed.host.session`) asks its backend, in this
+order: :meth:`~Backend.prepare` (everything that can refuse: the kernel, the accelerator, the VM),
+:meth:`~Backend.describe` (what ``session.json`` and every manifest record as ``backend``),
+:meth:`~Backend.build` (what the runs need built on the host), :meth:`~Backend.execute` and
+:meth:`~Backend.close`. The two remote backends start the runner differently (``vng --exec``, ssh)
+and both follow it with :func:`testbed.host.remote.follow_plan`. What a failure means for the runs
+(marking those not finished) is the session's, the same for every backend: a backend names the
+errors that say it could not finish the plan (:attr:`~Backend.failures`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import NamedTuple, Protocol
+
+from testbed import PROJECT
+from testbed.guest import launch, modules
+from testbed.host import kernels, vagrant, virtme
+from testbed.plan import estimate, resume
+from testbed.results import rundir
+from testbed.scenario.points import RunSpec
+
+#: the backends by the name ``--backend`` takes and ``backend.kind`` records
+NAMES = ("local", "guest", "vagrant")
+
+
+class Artefacts(NamedTuple):
+    """What a plan's context points the runner at (built on the host, or None where the lab VM builds its own)."""
+
+    project_modules: dict[str, str | None]
+    bpf_objects: dict[str, str]
+    hold_library: str | None
+
+
+class Backend(Protocol):
+    #: the name ``--backend`` takes and ``backend.kind`` records
+    name: str
+    #: how messages name where the plan ran ("guest failed: ...")
+    label: str
+    #: the errors that say the backend could not finish the plan (the session marks the runs not finished)
+    failures: tuple[type[Exception], ...]
+    #: the runner runs in this process and marks its own runs when interrupted
+    runs_here: bool
+    #: added to the runs' estimate: the guest's boot
+    overhead_s: float
+
+    def prepare(self) -> str:
+        """Settle everything that can refuse before the results folder exists; returns the kernel release."""
+
+    def describe(self) -> dict:
+        """The backend as ``session.json`` and every manifest record it (after :meth:`prepare`)."""
+
+    def build(self, runs: list[RunSpec], release: str) -> Artefacts:
+        """Build what these runs need on the host (modules, BPF objects, the connect hold library)."""
+
+    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+        """Run the plan written at ``plan_path`` into ``session``; returns its timings for ``session.json``."""
+
+    def close(self) -> None:
+        """Release what :meth:`prepare` took (called however the session ends)."""
+
+
+def create(name: str, kernel_version: str | None = None, vcpus: int | None = None, log=print) -> Backend:
+    """The backend of this name; only the guest boots a kernel of the caller's choice."""
+    if name not in NAMES:
+        raise ValueError(f"unknown backend {name!r}: one of {', '.join(NAMES)}")
+    if name == GuestBackend.name:
+        return GuestBackend(kernel_version, vcpus, log)
+    if kernel_version:
+        raise ValueError(
+            "--kernel needs the guest backend (the local backend and the lab VM use their running kernel; "
+            "the lab VM's kernel is chosen with TESTBED_KERNEL at 'vagrant provision')"
+        )
+    return LabVMBackend(log) if name == LabVMBackend.name else LocalBackend(log)
+
+
+def build_on_host(runs: list[RunSpec], release: str, log=print) -> Artefacts:
+    """The project's modules for ``release``, the BPF loss programs and the connect hold library, built here."""
+    from testbed.guest import lossbpf
+
+    project_modules: dict[str, str | None] = {}
+    for module in sorted(modules.needed({f.cc for r in runs for f in r.scenario.flows})):
+        project_modules[module] = str(modules.build(release, log=log))
+    bpf_objects = {}
+    for name in sorted(set().union(*(estimate.bpf_programs(r) for r in runs))):
+        bpf_objects[name] = str(lossbpf.build(name, log=log))
+    # clients are held at their first connect() by a preloaded shim (testbed.guest.launch)
+    return Artefacts(project_modules, bpf_objects, str(launch.build_hold_library(log=log)))
+
+
+class LocalBackend:
+    """The running kernel, in this process."""
+
+    name = "local"
+    label = "local kernel"
+    failures: tuple[type[Exception], ...] = ()
+    runs_here = True
+    overhead_s = 0.0
+
+    def __init__(self, log=print) -> None:
+        self.log = log
+        self.release = ""
+
+    def prepare(self) -> str:
+        self.release = os.uname().release
+        return self.release
+
+    def describe(self) -> dict:
+        return {"kind": self.name, "kernel_release": self.release}
+
+    def build(self, runs: list[RunSpec], release: str) -> Artefacts:
+        return build_on_host(runs, release, self.log)
+
+    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+        from testbed.guest.runner import execute_plan
+
+        execute_plan(plan, session)
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+class GuestBackend:
+    """A Debian kernel booted under virtme-ng over the host's root filesystem (booted once more when it fails)."""
+
+    name = "guest"
+    label = "guest"
+    failures: tuple[type[Exception], ...] = (virtme.GuestError,)
+    runs_here = False
+    overhead_s = estimate.GUEST_BOOT_S
+
+    def __init__(self, kernel_version: str | None = None, vcpus: int | None = None, log=print) -> None:
+        self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
+        self.kernel: kernels.Kernel | None = None
+        self.config: virtme.GuestConfig | None = None
+
+    def prepare(self) -> str:
+        self.kernel = kernels.fetch(self.kernel_version, log=self.log)
+        self.config = virtme.guest_config(self.kernel, self.vcpus, log=self.log)
+        self.log(f"guest: {self.kernel.release} under {self.config.accel.upper()} with {self.config.vcpus} vCPU(s)")
+        return self.kernel.release
+
+    def describe(self) -> dict:
+        return {"kind": self.name, "tool": "virtme-ng", "kernel_package": self.kernel.source,
+                "kernel_release": self.kernel.release, **self.config.to_dict()}  # fmt: skip
+
+    def build(self, runs: list[RunSpec], release: str) -> Artefacts:
+        return build_on_host(runs, release, self.log)
+
+    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+        timing = run_with_second_boot(virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log)
+        return {"guest": timing}
+
+    def close(self) -> None:
+        pass
+
+
+class LabVMBackend:
+    """The project's lab VM (Vagrant), over ssh; it builds what the runs need itself."""
+
+    name = "vagrant"
+    label = "lab VM"
+    failures: tuple[type[Exception], ...] = (vagrant.VagrantError,)
+    runs_here = False
+    overhead_s = 0.0
+
+    def __init__(self, log=print) -> None:
+        self.log = log
+        self.vm: vagrant.LabVM | None = None
+        self.release = ""
+
+    def prepare(self) -> str:
+        self.vm = vagrant.LabVM()
+        self.vm.stop_orphan_runners(log=self.log)
+        self.release = self.vm.kernel_release()
+        self.log(f"lab VM: {self.release}; pushing this checkout (vagrant rsync)")
+        vagrant.sync_checkout()
+        return self.release
+
+    def describe(self) -> dict:
+        return {"kind": self.name, "tool": "vagrant", "kernel_release": self.release, "vm_project": vagrant.VM_PROJECT}
+
+    def build(self, runs: list[RunSpec], release: str) -> Artefacts:
+        # the host has no headers for the VM's kernel: the VM builds the modules, BPF objects and the library
+        wanted = modules.needed({f.cc for r in runs for f in r.scenario.flows})
+        return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
+
+    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+        return {"vagrant": vagrant.run_plan(self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log)}
+
+    def close(self) -> None:
+        if self.vm is not None:
+            self.vm.close()
+            self.vm = None
+
+
+def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, total_s: float, log=print) -> dict:
+    """The plan in a guest (``guest``: :mod:`testbed.host.virtme`), booted a second time for the runs
+    not finished when the first guest never reached the runner or stopped responding.
+
+    Under TCG a kernel can panic at random during boot (6.12.117+deb12 once hit an int3 oops in
+    sched_clock_cpu while the kernel patched its own code, and booted on the next try), and a guest
+    can stop altogether (once in CI: 6.1.0-56 fell silent in the middle of a run's traffic, with not
+    even the runner's watchdog printing). The first console log is kept as ``guest-console-boot1.log``;
+    the run that was going on is set aside under ``.attempts/`` and runs again; runs already complete
+    or failed are kept. A second failure is reported."""
+    console = session / "guest-console.log"
+    boot = functools.partial(_boot, guest, kernel, config, session, log)
+    try:
+        return boot(plan_path, total_s)
+    except (guest.GuestBootError, guest.GuestHungError) as err:
+        first = session / "guest-console-boot1.log"
+        if console.exists():
+            console.replace(first)
+        what = "did not boot" if isinstance(err, guest.GuestBootError) else "stopped responding"
+        reason = err.args[0].split(";")[0]
+    plan = rundir.read_json(plan_path)
+    remaining = [r for r in plan["runs"] if rundir.run_status(session / r["run_dir"]) not in ("complete", "failed")]
+    for run in remaining:
+        resume.set_aside(session / run["run_dir"], session)
+    retry = plan_path.with_name("plan-second-boot.json")
+    rundir.write_json_atomic(retry, {**plan, "runs": remaining})
+    log(f"the guest {what} ({reason}); booting it once more for the {len(remaining)} runs not finished "
+        f"(its first console: {first})")  # fmt: skip
+    return boot(retry, sum(r["estimate_s"] for r in remaining) + estimate.GUEST_BOOT_S)
+
+
+def _boot(guest, kernel, config, session: Path, log, plan: Path, estimate_s: float) -> dict:
+    """One guest for one plan, with the host's contention watched by the processes this checkout marked."""
+    from testbed.host import guardian, hostload
+
+    run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
+    ours = guardian.marker_value(str(PROJECT))
+    watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session)
+    return guest.run_in_guest(kernel, config, plan, [session], session / "guest-console.log",
+                              timeout_s=estimate_s * 3 + guest.BOOT_TIMEOUT_S, echo=log,
+                              on_line=watch.on_line)  # fmt: skip

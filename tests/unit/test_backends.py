@@ -1,0 +1,158 @@
+"""Backends behind one protocol: which one a name gives, what the lab VM leaves to the VM, how a session
+maps a backend's failure or Ctrl-C onto the runs it did not finish, and the remote runner stream."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed.host import backends, remote, session
+from testbed.plan import resume
+from testbed.results import rundir
+from testbed.scenario.load import scenario_from_dict
+
+
+def sweep(ccs, seeds=(1, 2, 3)):
+    return scenario_from_dict({
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
+        "flows": [{"cc": ccs, "rtt_ms": 20}], "duration_s": 10, "seeds": list(seeds),
+    }, name="s")  # fmt: skip
+
+
+class FakeError(Exception):
+    pass
+
+
+class FakeBackend:
+    """Runs a plan by writing its manifests: the first ``complete_first`` runs complete, then ``raise_``."""
+
+    name, label, failures, overhead_s, release = "fake", "fake VM", (FakeError,), 0.0, "6.1.0-fake"
+
+    def __init__(self, runs_here=False, complete_first=None, raise_=None, identities=None):
+        self.runs_here, self.complete_first, self.raise_ = runs_here, complete_first, raise_
+        self.identities = identities or {}  # run_dir -> identity, for a later session to resume
+        self.executed = self.closed = False
+
+    def prepare(self):
+        return self.release
+
+    def describe(self):
+        return {"kind": self.name, "kernel_release": self.release}
+
+    def build(self, runs, release):
+        return backends.Artefacts({}, {}, None)
+
+    def execute(self, plan, plan_path, session_dir, total_s):
+        self.executed = True
+        assert json.loads(plan_path.read_text())["context"]["backend"]["kind"] == "fake"
+        for run in plan["runs"][: self.complete_first]:
+            identity = self.identities.get(run["run_dir"])
+            manifest = {"status": "complete", "identity": identity, "kernel": {"release": self.release}}
+            rundir.write_json_atomic(session_dir / run["run_dir"] / rundir.MANIFEST, manifest)
+        if self.raise_ is not None:
+            raise self.raise_
+        return {"fake": {"wall_s": 1.0}}
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def use(monkeypatch):
+    """run_session on the given FakeBackend, whatever --backend says."""
+    monkeypatch.setattr(session.virtme, "stop_orphans", lambda log: [])
+
+    def use(backend):
+        monkeypatch.setattr(session.backends, "create", lambda name, kernel_version, vcpus, log: backend)
+        return backend
+
+    return use
+
+
+def statuses(result):
+    return [rundir.read_json(run / rundir.MANIFEST) for run in result.runs]
+
+
+def test_a_name_gives_its_backend_and_only_the_guest_takes_a_kernel():
+    assert isinstance(backends.create("local"), backends.LocalBackend)
+    assert isinstance(backends.create("vagrant"), backends.LabVMBackend)
+    guest = backends.create("guest", kernel_version="6.1.0-56", vcpus=1)
+    assert isinstance(guest, backends.GuestBackend) and guest.kernel_version == "6.1.0-56"
+    assert guest.overhead_s > 0 and not guest.runs_here and backends.LocalBackend.runs_here
+    for name in ("local", "vagrant"):
+        with pytest.raises(ValueError, match="--kernel needs the guest backend"):
+            backends.create(name, kernel_version="6.1.0-56")
+    with pytest.raises(ValueError, match="unknown backend"):
+        backends.create("qemu")
+
+
+def test_the_lab_vm_builds_nothing_on_the_host():
+    runs = sweep("westwood_ml").runs()
+    built = backends.LabVMBackend().build(runs, "6.1.0-41-amd64")
+    assert built == backends.Artefacts({"tcp_westwood_tb": None}, {}, None)
+
+
+def test_a_session_records_the_backend_and_its_timings_and_closes_it(tmp_path, use):
+    backend = use(FakeBackend())
+    result = session.run_session(sweep("reno"), backend="local", results_root=tmp_path)
+    assert backend.closed and [m["status"] for m in statuses(result)] == ["complete"] * 3
+    info = rundir.read_json(result.directory / rundir.SESSION)
+    assert info["backend"] == {"kind": "fake", "kernel_release": "6.1.0-fake"} == result.backend
+    assert info["timing"]["fake"] == {"wall_s": 1.0} and "runs_wall_s" in info["timing"]
+
+
+def test_a_backend_failure_marks_the_runs_it_did_not_finish(tmp_path, use, capsys):
+    backend = use(FakeBackend(complete_first=1, raise_=FakeError("the VM went away")))
+    result = session.run_session(sweep("reno"), backend="local", results_root=tmp_path)
+    assert "[testbed] fake VM failed: the VM went away" in capsys.readouterr().out
+    manifests = statuses(result)
+    assert [m["status"] for m in manifests] == ["complete", "failed", "failed"]
+    assert manifests[1]["reason"] == "the VM went away" and backend.closed
+    assert "fake" not in rundir.read_json(result.directory / rundir.SESSION)["timing"]
+
+
+def test_ctrl_c_marks_the_runs_only_when_the_runner_runs_elsewhere(tmp_path, use):
+    elsewhere = use(FakeBackend(complete_first=1, raise_=KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        session.run_session(sweep("reno"), backend="local", results_root=tmp_path / "a")
+    (folder,) = (tmp_path / "a" / "s").iterdir()
+    marked = [rundir.read_json(folder / d / rundir.MANIFEST) for d in resume.run_dirs(folder, sweep("reno").runs())[1:]]
+    assert {m["reason"] for m in marked} == {"interrupted (Ctrl-C) while the fake VM ran it; raw files kept"}
+    assert elsewhere.closed
+    use(FakeBackend(runs_here=True, complete_first=1, raise_=KeyboardInterrupt()))
+    with pytest.raises(KeyboardInterrupt):
+        session.run_session(sweep("reno"), backend="local", results_root=tmp_path / "b")
+    (folder,) = (tmp_path / "b" / "s").iterdir()
+    assert not (folder / resume.run_dirs(folder, sweep("reno").runs())[1] / rundir.MANIFEST).exists()
+
+
+def test_a_session_already_complete_runs_nothing_and_closes_the_backend(tmp_path, use, capsys):
+    runs = sweep("reno").runs()
+    identities = {str(rundir.run_dir(tmp_path, r.point_id, r.seed).relative_to(tmp_path)): r.identity() for r in runs}
+    use(FakeBackend(identities=identities))
+    first = session.run_session(sweep("reno"), backend="local", results_root=tmp_path)
+    backend = use(FakeBackend())
+    again = session.run_session(sweep("reno"), backend="local", results_root=tmp_path, vcpus=1)
+    assert again.directory == first.directory and not backend.executed and backend.closed
+    assert "all 3 runs are already complete on 6.1.0-fake" in capsys.readouterr().out
+
+
+def test_the_remote_stream_echoes_runner_lines_and_times_the_plan(tmp_path):
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"runs": [{"run_dir": "p/seed1", "estimate_s": 10}]}))
+    (tmp_path / "plan.done").write_text("1\n")
+    script = "print('kernel noise'); print('[testbed] run 1/1: p seed=1'); print('[testbed] run 1/1 complete')"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    echoed, seen, started = [], [], time.monotonic()
+    with open(tmp_path / "console.log", "wb") as log_file:
+        ready_s = remote.follow_plan(proc, log_file, plan, started, label="test", start_timeout_s=30, timeout_s=60,
+                                     echo=echoed.append, on_line=lambda text, now: seen.append(text))  # fmt: skip
+    proc.stdout.close()
+    assert echoed == seen == ["run 1/1: p seed=1", "run 1/1 complete"]
+    assert "kernel noise" in (tmp_path / "console.log").read_text()
+    timing = remote.plan_timing(ready_s, started, tmp_path / "plan.done")
+    assert timing["not_complete"] == 1 and timing["ready_s"] is not None and timing["wall_s"] >= timing["ready_s"]
