@@ -354,22 +354,25 @@ def _read(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes
                 mapped.madvise(mmap.MADV_DONTNEED, 0, release)
         tail = whole[position:size].tobytes()
         del whole, buf
-    problem = None
-    if tail:
-        if len(tail) < 16:
-            detail = f"record header has {len(tail)} of 16 bytes"
-        else:
-            caplen = struct.unpack(endian + "I", tail[8:12])[0]
-            if caplen > _MAX_RECORD:
-                detail = f"implausible record length {caplen} (corrupt file)"
-            else:
-                detail = f"record has {len(tail) - 16} of {caplen} captured bytes"
-        problem = f"{PcapTruncated(records + 1, position, detail)}; counted the {records} complete records before it"
+    problem = _tail_problem(tail, endian, records, position) if tail else None
     if account:
         arrays = {"acc": acc[:directions], "times": times[:directions]}
     else:
         arrays = {name: column[:segments] for name, column in columns.items()}
     return arrays, keys[:directions].copy(), records, problem
+
+
+def _tail_problem(tail: bytes, endian: str, records: int, position: int) -> str:
+    """What is wrong with the bytes left after the last complete record (a capture cut short)."""
+    if len(tail) < 16:
+        detail = f"record header has {len(tail)} of 16 bytes"
+    else:
+        caplen = struct.unpack(endian + "I", tail[8:12])[0]
+        if caplen > _MAX_RECORD:
+            detail = f"implausible record length {caplen} (corrupt file)"
+        else:
+            detail = f"record has {len(tail) - 16} of {caplen} captured bytes"
+    return f"{PcapTruncated(records + 1, position, detail)}; counted the {records} complete records before it"
 
 
 # ------------------------------------------------------------------------------------ accounting
