@@ -16,7 +16,9 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.guest import launch, modules
 from testbed.plan import estimate, resume
+from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import folderlock, provenance, rundir
+from testbed.results.manifest import Manifest, read_manifest, run_status, write_manifest
 from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.points import RunSpec, ScenarioFile
 
@@ -171,19 +173,12 @@ def run_session(
                 f"({folderlock.describe(lock.took_over)})")  # fmt: skip
         for r in runs_to_do:
             resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
-        plan = {
-            "context": {
-                "git": git,
-                "backend": backend_info,
-                "project_modules": project_modules,
-                "bpf_objects": bpf_objects,
-                "hold_library": hold_library,
-            },
-            "runs": [_plan_entry(r, scenario, session) for r in runs_to_do],
-        }
+        context = PlanContext(git=git, backend=backend_info, project_modules=project_modules,
+                              bpf_objects=bpf_objects, hold_library=hold_library)  # fmt: skip
+        plan = Plan(context=context, runs=[_plan_entry(r, scenario, session) for r in runs_to_do])
         _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
-        plan_path = session / "plan.json"
-        rundir.write_json_atomic(plan_path, plan)
+        plan_path = session / PLAN
+        plan.write(plan_path)
         started = time.monotonic()
         timing = _execute(backend, plan, plan_path, session, total, kernel, config, vm)
         timing["runs_wall_s"] = round(time.monotonic() - started, 2)
@@ -196,17 +191,17 @@ def run_session(
     return result
 
 
-def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> dict:
-    return {
-        "scenario_name": r.scenario_name,
-        "point_id": r.point_id,
-        "params": r.params,
-        "seed": r.seed,
-        "profile": r.profile or scenario.profile,  # a suite entry's own, else the session's
-        "scenario": r.scenario.model_dump(mode="json"),
-        "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
-        "estimate_s": estimate.estimate_s(r),
-    }
+def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> PlanRun:
+    return PlanRun(
+        scenario_name=r.scenario_name,
+        point_id=r.point_id,
+        params=r.params,
+        seed=r.seed,
+        profile=r.profile or scenario.profile,  # a suite entry's own, else the session's
+        scenario=r.scenario.model_dump(mode="json"),
+        run_dir=str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
+        estimate_s=estimate.estimate_s(r),
+    )
 
 
 def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpec], backend_info: dict, git: dict,
@@ -224,7 +219,7 @@ def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpe
     rundir.write_json_atomic(session / rundir.SESSION, info)
 
 
-def _execute(backend: str, plan: dict, plan_path: Path, session: Path, total_s: float, kernel, config, vm) -> dict:
+def _execute(backend: str, plan: Plan, plan_path: Path, session: Path, total_s: float, kernel, config, vm) -> dict:
     """Run the plan where the backend says; a backend that fails marks the runs it did not finish."""
     timing: dict = {}
     if backend == "local":
@@ -287,8 +282,9 @@ def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s
             console.replace(first)
         what = "did not boot" if isinstance(err, guest.GuestBootError) else "stopped responding"
         reason = err.args[0].split(";")[0]
+    # read as it is on disk, not as a Plan: the second plan is the first one's file with fewer runs, nothing else
     plan = rundir.read_json(plan_path)
-    remaining = [r for r in plan["runs"] if rundir.run_status(session / r["run_dir"]) not in ("complete", "failed")]
+    remaining = [r for r in plan["runs"] if run_status(session / r["run_dir"]) not in ("complete", "failed")]
     for run in remaining:
         resume.set_aside(session / run["run_dir"], session)
     retry = plan_path.with_name("plan-second-boot.json")
@@ -300,20 +296,18 @@ def _run_in_guest(guest, kernel, config, plan_path: Path, session: Path, total_s
 
 def _result(session: Path, runs: list[RunSpec], backend_info: dict) -> SessionResult:
     run_dirs = [session / d for d in resume.run_dirs(session, runs)]
-    return SessionResult(session, run_dirs, {str(d): rundir.run_status(d) for d in run_dirs}, backend_info)
+    return SessionResult(session, run_dirs, {str(d): run_status(d) for d in run_dirs}, backend_info)
 
 
-def _mark_unfinished(plan: dict, session: Path, reason: str) -> None:
+def _mark_unfinished(plan: Plan, session: Path, reason: str) -> None:
     """Give every run the guest did not finish a manifest that says why (raw files stay)."""
-    for run in plan["runs"]:
-        directory = session / run["run_dir"]
-        path = directory / rundir.MANIFEST
-        manifest = rundir.read_json(path) if path.exists() else {
-            "schema": 1, "scenario": run["scenario_name"], "point_id": run["point_id"], "params": run["params"],
-            "seed": run["seed"], "resolved": run["scenario"],
-        }  # fmt: skip
-        if manifest.get("status") in ("complete", "failed"):
+    for run in plan.runs:
+        directory = session / run.run_dir
+        started = (directory / rundir.MANIFEST).exists()
+        manifest = read_manifest(directory) if started else Manifest(
+            scenario=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed, resolved=run.scenario,
+        )  # fmt: skip
+        if manifest.status in ("complete", "failed"):
             continue
-        manifest["status"] = "incomplete" if path.exists() else "failed"
-        manifest["reason"] = reason
-        rundir.write_json_atomic(path, manifest)
+        status = "incomplete" if started else "failed"
+        write_manifest(directory, manifest.model_copy(update={"status": status, "reason": reason}))
