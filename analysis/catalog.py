@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.loaders import LoadError, load_manifest
+from testbed.results.manifest import MANIFEST, Manifest, read_manifest
+from testbed.results.rundir import LoadError
 
 CATALOG_NAME = "catalog.sqlite"
 SCHEMA_VERSION = 1
@@ -104,57 +105,48 @@ def _connect(path: Path) -> sqlite3.Connection:
 
 def run_folders(results_root: Path) -> Iterable[Path]:
     """Every run folder under the results folder: a ``seed=N`` folder holding a manifest."""
-    for manifest in sorted(Path(results_root).glob("**/seed=*/manifest.json")):
+    for manifest in sorted(Path(results_root).glob(f"**/seed=*/{MANIFEST}")):
         yield manifest.parent
 
 
 def _stamp(run_dir: Path) -> str:
     parts = []
-    for name in ("manifest.json", "flows.csv"):
+    for name in (MANIFEST, "flows.csv"):
         path = run_dir / name
         parts.append(f"{path.stat().st_mtime_ns}:{path.stat().st_size}" if path.exists() else "-")
     return "/".join(parts)
 
 
-def _get(mapping, *keys):
-    for key in keys:
-        if not isinstance(mapping, dict):
-            return None
-        mapping = mapping.get(key)
-    return mapping
-
-
-def run_row(run_id: str, manifest: dict, stamp: str) -> dict:
+def run_row(run_id: str, manifest: Manifest, stamp: str) -> dict:
     """The ``runs`` row of one manifest."""
-    trusted = _get(manifest, "fidelity", "trustworthy")
-    dirty = _get(manifest, "git", "dirty")
-    params = manifest.get("params")
+    trusted = manifest.fidelity.trustworthy if manifest.fidelity else None
+    dirty = manifest.git.dirty
     return {
         "run_id": run_id,
-        "scenario": manifest.get("scenario"),
-        "profile": manifest.get("profile"),
-        "point_id": manifest.get("point_id"),
-        "params": json.dumps(params, sort_keys=True) if isinstance(params, dict) else None,
-        "seed": manifest.get("seed"),
-        "identity": manifest.get("identity"),
-        "status": "incomplete" if manifest.get("status") == "running" else manifest.get("status"),
-        "reason": manifest.get("reason"),
-        "trustworthy": None if trusted is None else int(bool(trusted)),
-        "kernel_release": _get(manifest, "kernel", "release") or _get(manifest, "backend", "kernel_release"),
-        "kernel_version": _get(manifest, "kernel", "version"),
-        "backend": _get(manifest, "backend", "kind"),
-        "accel": _get(manifest, "backend", "accel"),
-        "git_sha": _get(manifest, "git", "sha"),
-        "git_dirty": None if dirty is None else int(bool(dirty)),
-        "started_utc": manifest.get("started_utc"),
-        "ended_utc": manifest.get("ended_utc"),
+        "scenario": manifest.scenario,
+        "profile": manifest.profile,
+        "point_id": manifest.point_id,
+        "params": None if manifest.params is None else json.dumps(manifest.params, sort_keys=True),
+        "seed": manifest.seed,
+        "identity": manifest.identity,
+        "status": manifest.run_status,
+        "reason": manifest.reason,
+        "trustworthy": None if trusted is None else int(trusted),
+        "kernel_release": manifest.kernel.release or manifest.backend.kernel_release,
+        "kernel_version": manifest.kernel.version,
+        "backend": manifest.backend.kind,
+        "accel": manifest.backend.accel,
+        "git_sha": manifest.git.sha,
+        "git_dirty": None if dirty is None else int(dirty),
+        "started_utc": manifest.started_utc,
+        "ended_utc": manifest.ended_utc,
         "stamp": stamp,
     }
 
 
 def _flows_of(run_dir: Path, problems: list[str]) -> pd.DataFrame:
     csv = run_dir / "flows.csv"
-    manifest = run_dir / "manifest.json"
+    manifest = run_dir / MANIFEST
     if not csv.exists() or csv.stat().st_mtime_ns < manifest.stat().st_mtime_ns:
         from analysis.run import analyze_run  # the analysis writes flows.csv
 
@@ -195,7 +187,7 @@ def ingest(results_root: Path, rebuild: bool = False) -> IngestResult:
                 result.unchanged += 1
                 continue
             try:
-                manifest = load_manifest(run_dir)
+                manifest = read_manifest(run_dir)
             except LoadError as exc:
                 result.problems.append(f"{exc}: not catalogued")
                 continue

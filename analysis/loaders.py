@@ -14,12 +14,12 @@ A run folder (see ARCHITECTURE.md, "Results layout")::
 
 Every loader raises :class:`LoadError` naming the file and what is wrong with it (missing, empty,
 cut short, not what it should be), so the caller can report it and go on with the other files.
-Nothing here needs root, Mininet or the testbed package: results can be analysed anywhere.
+Files are read through ``testbed.results.rundir`` (the one JSON and text reader, which raises that
+error). Nothing here needs root or a kernel: results can be analysed anywhere.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -27,58 +27,22 @@ from pathlib import Path
 
 import pandas as pd
 
+from testbed.results.rundir import MANIFEST, SESSION, LoadError, display_path, read_json, read_text
+
 #: tcp_probe's ssthresh when it was never set (TCP_INFINITE_SSTHRESH)
 INFINITE_SSTHRESH = 0x7FFFFFFF
 #: tcp_probe fields printed in hex without a 0x prefix (``%llx``)
 _BARE_HEX_FIELDS = {"sock_cookie"}
 
 
-class LoadError(Exception):
-    """A raw file could not be used; the message names the file."""
-
-    def __init__(self, path: Path | str, message: str):
-        self.path = Path(path)
-        self.message = message
-        super().__init__(f"{display_path(self.path)}: {message}")
-
-
-def display_path(path: Path) -> str:
-    """``raw/<name>`` for files in a run's raw folder, else the file name: short, but unambiguous in a run."""
-    path = Path(path)
-    return f"{path.parent.name}/{path.name}" if path.parent.name == "raw" else path.name
-
-
-def read_text(path: Path) -> str:
-    """A file's text, or :class:`LoadError` saying whether it is missing or unreadable."""
-    try:
-        return Path(path).read_text(errors="replace")
-    except FileNotFoundError:
-        raise LoadError(path, "missing") from None
-    except OSError as exc:
-        raise LoadError(path, f"unreadable ({exc.strerror})") from None
-
-
-def read_json(path: Path) -> object:
-    """A JSON file, or :class:`LoadError` saying whether it is missing, empty or cut short."""
-    path = Path(path)
-    text = read_text(path)
-    if not text.strip():
-        raise LoadError(path, "empty file")
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        if exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string"):
-            raise LoadError(
-                path, f"JSON cut short at character {exc.pos} of {len(text)} ({exc.msg})"
-            ) from None
-        raise LoadError(path, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
-
-
 def load_manifest(run_dir: Path) -> dict:
-    """The run's ``manifest.json`` as a dict (keys may be missing: a failed run has few)."""
-    data = read_json(Path(run_dir) / "manifest.json")
+    """The run's ``manifest.json`` as a dict (keys may be missing: a failed run has few). The analysis
+    reads it as data, not as :class:`testbed.results.manifest.Manifest`: a manifest whose values do not
+    fit the model still gives what it has (connections, topology) and the status reads "unknown"."""
+    path = Path(run_dir) / MANIFEST
+    data = read_json(path)
     if not isinstance(data, dict):
-        raise LoadError(Path(run_dir) / "manifest.json", "not a JSON object")
+        raise LoadError(path, "not a JSON object")
     return data
 
 
@@ -582,7 +546,8 @@ def load_udp_probe(path: Path) -> dict:
 
 def load_session(session_dir: Path) -> dict:
     """``session.json`` of a sweep."""
-    data = read_json(Path(session_dir) / "session.json")
+    path = Path(session_dir) / SESSION
+    data = read_json(path)
     if not isinstance(data, dict):
-        raise LoadError(Path(session_dir) / "session.json", "not a JSON object")
+        raise LoadError(path, "not a JSON object")
     return data

@@ -29,13 +29,12 @@ else is still analysed, and a number that cannot be computed stays empty ("n/a")
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from analysis import metrics
 from analysis.loaders import (
@@ -57,7 +56,9 @@ from analysis.loaders import (
 )
 from analysis.pcap import PcapAccounting
 from analysis.pcapfast import account_pcap_fast
+from testbed.results.manifest import MANIFEST, Manifest
 from testbed.results.pcapfile import PcapError
+from testbed.results.rundir import write_text_atomic
 from testbed.scenario.algorithms import REGISTRY
 
 FLOW_COLUMNS = [
@@ -157,12 +158,17 @@ class RunAnalysis:
         return bool(value) if value is not None else None
 
 
-def run_status(manifest: dict) -> str:
-    """The manifest's status; a run still marked ``running`` when analysed was killed: ``incomplete``."""
-    status = manifest.get("status")
-    if status == "running":
-        return "incomplete"
-    return status if isinstance(status, str) else "unknown"
+def _status(manifest: dict, problems: list[str]) -> str:
+    """The run's status by the manifest's rule (``Manifest.run_status``: a run still marked running when
+    analysed was killed, incomplete); "unknown" when there is no manifest to go on, or one that does
+    not read as a manifest (that is a problem line)."""
+    if not manifest:
+        return "unknown"
+    try:
+        return Manifest.model_validate(manifest).run_status
+    except ValidationError as exc:
+        problems.append(f"{MANIFEST}: not a manifest ({exc.error_count()} values of the wrong type): status unknown")
+        return "unknown"
 
 
 def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
@@ -178,9 +184,9 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
     except LoadError as exc:
         problems.append(str(exc))
         manifest = {}
-    status = run_status(manifest) if manifest else "unknown"
+    status = _status(manifest, problems)
     if manifest.get("status") == "running":
-        problems.append("manifest.json: status is still 'running': the run was interrupted (incomplete)")
+        problems.append(f"{MANIFEST}: status is still 'running': the run was interrupted (incomplete)")
     if not raw.is_dir():
         problems.append("raw/: missing (no raw files at all)")
 
@@ -263,7 +269,7 @@ def _connections(manifest: dict, raw: Path, problems: list[str]) -> list[dict]:
         )
     if manifest:
         problems.append(
-            "manifest.json: no connections listed"
+            f"{MANIFEST}: no connections listed"
             + (f"; took {len(found)} from the iperf3 client files (no flow or direction)" if found else "")
         )
     return found
@@ -293,12 +299,12 @@ def _t0(
         return float(t0)
     if probe is not None:
         problems.append(
-            "manifest.json: no t0_monotonic: tcp_probe times are relative to the trace's first event"
+            f"{MANIFEST}: no t0_monotonic: tcp_probe times are relative to the trace's first event"
         )
         return float(probe.events["t_mono_s"].min())
     if westwood is not None:
         problems.append(
-            "manifest.json: no t0_monotonic: westwood_tb times are relative to the trace's first event"
+            f"{MANIFEST}: no t0_monotonic: westwood_tb times are relative to the trace's first event"
         )
         return float(pd.concat([westwood.samples["t_mono_s"], westwood.events["t_mono_s"]]).min())
     return None
@@ -787,20 +793,6 @@ def _drop_verdict(
 
 
 # ---------------------------------------------------------------------------------------- writing
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``path`` through a temporary file in the same folder, so a reader never sees half a file."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as out:
-            out.write(text)
-        os.chmod(temporary, 0o644)  # mkstemp makes it private; results are meant to be shared
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
 
 
 def _write_csv(frame: pd.DataFrame, path: Path) -> None:

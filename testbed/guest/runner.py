@@ -32,7 +32,9 @@ from testbed.guest import capture, fidelity, launch, lossbpf, spray
 from testbed.guest.network import MARKER, Network, cleanup_leftovers
 from testbed.guest.shaping import set_delay, set_delays
 from testbed.plan.connections import Connection, plan_connections
+from testbed.plan.plan import Plan, PlanContext
 from testbed.results import provenance, rundir
+from testbed.results.manifest import SCHEMA_VERSION, read_manifest, write_manifest
 from testbed.results.pcapfile import first_bulk_times
 from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.points import RunSpec
@@ -414,14 +416,14 @@ def _read_sysctls(net: Network, node: str) -> dict:
     return {key: values.get(key, "").strip() or None for key in provenance.SYSCTLS}
 
 
-def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
+def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
     """Execute one run into ``directory``; returns its manifest. Never raises for a failed run."""
     raw = directory / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     scenario = spec.scenario
     run_id = f"{os.getpid()}-{time.monotonic_ns()}"
     manifest = {
-        "schema": 1,
+        "schema_version": SCHEMA_VERSION,
         "status": "running",
         "reason": None,
         "scenario": spec.scenario_name,
@@ -432,11 +434,11 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
         "identity": spec.identity(),
         "resolved": scenario.model_dump(mode="json"),
         "started_utc": rundir.utc_iso(),
-        "backend": context.get("backend", {}),
-        "git": context.get("git", {}),
+        "backend": context.backend,
+        "git": context.git,
         "kernel": provenance.kernel_info(),
     }
-    rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
+    write_manifest(directory, manifest)
     trace = module_trace = scratch = None
     dumps: list[subprocess.Popen] = []
     try:
@@ -452,8 +454,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             "capture_nodes": capture_nodes,
         }
         manifest["connections"] = [c.to_dict() for c in connections]
-        project_modules = context.get("project_modules", {})
-        project_modules = ensure_kernel_support(scenario, netspec.needs_netem, project_modules)
+        project_modules = ensure_kernel_support(scenario, netspec.needs_netem, context.project_modules)
         manifest["modules"] = {
             m: provenance.module_info(project_modules.get(m, m))
             for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
@@ -629,7 +630,7 @@ def run_one(spec: RunSpec, directory: Path, context: dict) -> dict:
             shutil.rmtree(scratch, ignore_errors=True)
         manifest["ended_utc"] = rundir.utc_iso()
         manifest["files"] = rundir.file_hashes(directory)
-        rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
+        write_manifest(directory, manifest)
     return manifest
 
 
@@ -700,49 +701,40 @@ def _connection_failures(connections: list[Connection], clients: dict, raw: Path
 
 
 def _fail_manifest(directory: Path, reason: str) -> dict:
-    manifest = rundir.read_json(directory / rundir.MANIFEST)
-    manifest.update({"status": "failed", "reason": reason, "ended_utc": rundir.utc_iso()})
-    rundir.write_json_atomic(directory / rundir.MANIFEST, manifest)
-    return manifest
+    manifest = read_manifest(directory).model_copy(update={"status": "failed", "reason": reason,
+                                                           "ended_utc": rundir.utc_iso()})  # fmt: skip
+    write_manifest(directory, manifest)
+    return manifest.to_data()
 
 
-def execute_plan(plan: dict, session_dir: Path) -> int:
+def execute_plan(plan: Plan, session_dir: Path) -> int:
     """Run every run of a plan (see :mod:`testbed.host.session`); returns the number of runs not complete.
 
     Run directories in the plan are relative to ``session_dir`` (the plan's folder), so a plan
     runs wherever its session folder is: here, in a virtme-ng guest, or copied into the lab VM.
     """
-    from testbed.scenario.points import RunSpec
-
-    runs = plan["runs"]
-    lossbpf.use_objects(plan.get("context", {}).get("bpf_objects"))
-    launch.use_hold_library(plan.get("context", {}).get("hold_library"))
+    runs = plan.runs
+    lossbpf.use_objects(plan.context.bpf_objects)
+    launch.use_hold_library(plan.context.hold_library)
     not_complete = 0
     started = time.monotonic()
     done_s = 0.0
-    total_s = sum(r["estimate_s"] for r in runs)
+    total_s = sum(r.estimate_s for r in runs)
     for i, run in enumerate(runs, 1):
-        spec = RunSpec(
-            scenario_name=run["scenario_name"],
-            point_id=run["point_id"],
-            params=run["params"],
-            seed=run["seed"],
-            scenario=Scenario.model_validate(run["scenario"]),
-            profile=run.get("profile"),
-        )
+        spec = run.spec()
         elapsed = time.monotonic() - started
         eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
         log(f"run {i}/{len(runs)}: {spec.scenario_name} {spec.point_id} seed={spec.seed} (ETA {eta / 60:.1f} min)")
-        budget_s = run_budget_s(run["estimate_s"])
+        budget_s = run_budget_s(run.estimate_s)
         try:
             with _watchdog(budget_s):
-                manifest = run_one(spec, session_dir / run["run_dir"], plan.get("context", {}))
+                manifest = run_one(spec, session_dir / run.run_dir, plan.context)
         except RunTimedOut as err:
             # fired during run_one's own cleanup: record it and clean up here
-            manifest = _fail_manifest(session_dir / run["run_dir"], str(err))
+            manifest = _fail_manifest(session_dir / run.run_dir, str(err))
             os.environ.pop(MARKER, None)
             cleanup_leftovers()
-        done_s += run["estimate_s"]
+        done_s += run.estimate_s
         if manifest["status"] != "complete":
             not_complete += 1
             log(f"run {i}/{len(runs)} {manifest['status']}: {manifest['reason']}")
@@ -804,7 +796,7 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("testbed.guest.runner: must run as root (network namespaces, qdiscs, tracing)", file=sys.stderr)
         return 2
-    plan = json.loads(args.plan.read_text())
+    plan = Plan.read(args.plan)
     try:
         failed = execute_plan(plan, args.plan.parent)
     except KeyboardInterrupt:

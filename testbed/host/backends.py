@@ -23,7 +23,9 @@ from testbed import PROJECT
 from testbed.guest import launch, modules
 from testbed.host import kernels, vagrant, virtme
 from testbed.plan import estimate, resume
+from testbed.plan.plan import Plan
 from testbed.results import rundir
+from testbed.results.manifest import run_status
 from testbed.scenario.points import RunSpec
 
 #: the backends by the name ``--backend`` takes and ``backend.kind`` records
@@ -59,7 +61,7 @@ class Backend(Protocol):
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         """Build what these runs need on the host (modules, BPF objects, the connect hold library)."""
 
-    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         """Run the plan written at ``plan_path`` into ``session``; returns its timings for ``session.json``."""
 
     def close(self) -> None:
@@ -117,7 +119,7 @@ class LocalBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return build_on_host(runs, release, self.log)
 
-    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         from testbed.guest.runner import execute_plan
 
         execute_plan(plan, session)
@@ -154,7 +156,7 @@ class GuestBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return build_on_host(runs, release, self.log)
 
-    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         timing = run_with_second_boot(virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log)
         return {"guest": timing}
 
@@ -192,7 +194,7 @@ class LabVMBackend:
         wanted = modules.needed({f.cc for r in runs for f in r.scenario.flows})
         return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
 
-    def execute(self, plan: dict, plan_path: Path, session: Path, total_s: float) -> dict:
+    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         return {"vagrant": vagrant.run_plan(self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log)}
 
     def close(self) -> None:
@@ -221,8 +223,9 @@ def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, 
             console.replace(first)
         what = "did not boot" if isinstance(err, guest.GuestBootError) else "stopped responding"
         reason = err.args[0].split(";")[0]
+    # read as it is on disk, not as a Plan: the second plan is the first one's file with fewer runs, nothing else
     plan = rundir.read_json(plan_path)
-    remaining = [r for r in plan["runs"] if rundir.run_status(session / r["run_dir"]) not in ("complete", "failed")]
+    remaining = [r for r in plan["runs"] if run_status(session / r["run_dir"]) not in ("complete", "failed")]
     for run in remaining:
         resume.set_aside(session / run["run_dir"], session)
     retry = plan_path.with_name("plan-second-boot.json")

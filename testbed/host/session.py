@@ -20,7 +20,9 @@ from testbed import PROJECT
 from testbed.host import backends, vagrant, virtme
 from testbed.host.backends import Backend
 from testbed.plan import estimate, resume
+from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import folderlock, provenance, rundir
+from testbed.results.manifest import Manifest, read_manifest, run_status, write_manifest
 from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.points import RunSpec, ScenarioFile
 
@@ -119,16 +121,9 @@ def run_session(
                     f"({folderlock.describe(lock.took_over)})")  # fmt: skip
             for r in runs_to_do:
                 resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
-            plan = {
-                "context": {
-                    "git": git,
-                    "backend": backend_info,
-                    "project_modules": project_modules,
-                    "bpf_objects": bpf_objects,
-                    "hold_library": hold_library,
-                },
-                "runs": [_plan_entry(r, scenario, session) for r in runs_to_do],
-            }
+            context = PlanContext(git=git, backend=backend_info, project_modules=project_modules,
+                                  bpf_objects=bpf_objects, hold_library=hold_library)  # fmt: skip
+            plan = Plan(context=context, runs=[_plan_entry(r, scenario, session) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, total)
     result = _result(session, runs, backend_info)
@@ -159,17 +154,17 @@ def _runs_to_resume(scenario: ScenarioFile, runs: list[RunSpec], previous: Path,
     return [r for r in runs if r not in done]
 
 
-def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> dict:
-    return {
-        "scenario_name": r.scenario_name,
-        "point_id": r.point_id,
-        "params": r.params,
-        "seed": r.seed,
-        "profile": r.profile or scenario.profile,  # a suite entry's own, else the session's
-        "scenario": r.scenario.model_dump(mode="json"),
-        "run_dir": str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
-        "estimate_s": estimate.estimate_s(r),
-    }
+def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> PlanRun:
+    return PlanRun(
+        scenario_name=r.scenario_name,
+        point_id=r.point_id,
+        params=r.params,
+        seed=r.seed,
+        profile=r.profile or scenario.profile,  # a suite entry's own, else the session's
+        scenario=r.scenario.model_dump(mode="json"),
+        run_dir=str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
+        estimate_s=estimate.estimate_s(r),
+    )
 
 
 def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpec], backend_info: dict, git: dict,
@@ -187,12 +182,12 @@ def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpe
     rundir.write_json_atomic(session / rundir.SESSION, info)
 
 
-def _execute(backend: Backend, plan: dict, session: Path, total_s: float) -> float:
+def _execute(backend: Backend, plan: Plan, session: Path, total_s: float) -> float:
     """Write the plan, run it on the backend and record its timings in ``session.json``; returns when it
     started. Whatever the backend, a failure it names (:attr:`Backend.failures`) or Ctrl-C while it runs
     the plan elsewhere marks the runs it did not finish (raw files stay)."""
-    plan_path = session / "plan.json"
-    rundir.write_json_atomic(plan_path, plan)
+    plan_path = session / PLAN
+    plan.write(plan_path)
     started = time.monotonic()
     timing: dict = {}
     try:
@@ -213,20 +208,18 @@ def _execute(backend: Backend, plan: dict, session: Path, total_s: float) -> flo
 
 def _result(session: Path, runs: list[RunSpec], backend_info: dict) -> SessionResult:
     run_dirs = [session / d for d in resume.run_dirs(session, runs)]
-    return SessionResult(session, run_dirs, {str(d): rundir.run_status(d) for d in run_dirs}, backend_info)
+    return SessionResult(session, run_dirs, {str(d): run_status(d) for d in run_dirs}, backend_info)
 
 
-def _mark_unfinished(plan: dict, session: Path, reason: str) -> None:
+def _mark_unfinished(plan: Plan, session: Path, reason: str) -> None:
     """Give every run the guest did not finish a manifest that says why (raw files stay)."""
-    for run in plan["runs"]:
-        directory = session / run["run_dir"]
-        path = directory / rundir.MANIFEST
-        manifest = rundir.read_json(path) if path.exists() else {
-            "schema": 1, "scenario": run["scenario_name"], "point_id": run["point_id"], "params": run["params"],
-            "seed": run["seed"], "resolved": run["scenario"],
-        }  # fmt: skip
-        if manifest.get("status") in ("complete", "failed"):
+    for run in plan.runs:
+        directory = session / run.run_dir
+        started = (directory / rundir.MANIFEST).exists()
+        manifest = read_manifest(directory) if started else Manifest(
+            scenario=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed, resolved=run.scenario,
+        )  # fmt: skip
+        if manifest.status in ("complete", "failed"):
             continue
-        manifest["status"] = "incomplete" if path.exists() else "failed"
-        manifest["reason"] = reason
-        rundir.write_json_atomic(path, manifest)
+        status = "incomplete" if started else "failed"
+        write_manifest(directory, manifest.model_copy(update={"status": status, "reason": reason}))

@@ -1,1 +1,2 @@
-"""What to run: the connections of a run, estimates of its wall time, what a resumed session keeps."""
+"""What to run: the plan the runner executes, the connections of a run, estimates of its wall time, what a
+resumed session keeps."""

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.results import rundir
+from testbed.results.manifest import Git, read_manifest
 from testbed.scenario.points import RunSpec
 
 
@@ -20,11 +21,10 @@ def run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:
 def is_done(directory: Path, run: RunSpec, release: str) -> bool:
     """A run that need not run again: complete, of the same resolved scenario and seed, on the same kernel."""
     try:
-        manifest = rundir.read_json(directory / rundir.MANIFEST)
-    except (OSError, ValueError):
+        manifest = read_manifest(directory)
+    except rundir.LoadError:
         return False
-    return (manifest.get("status") == "complete" and manifest.get("identity") == run.identity()
-            and manifest.get("kernel", {}).get("release") == release)  # fmt: skip
+    return manifest.status == "complete" and manifest.identity == run.identity() and manifest.kernel.release == release
 
 
 def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str) -> Path | None:
@@ -36,7 +36,7 @@ def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], 
         session = path.parent
         try:
             info = rundir.read_json(path)
-        except (OSError, ValueError):
+        except rundir.LoadError:
             continue
         if info.get("backend", {}).get("kernel_release") != release:
             continue
@@ -49,18 +49,17 @@ def note_older_code(session: Path, kept: list[RunSpec], git: dict, log: Callable
     """Say when kept runs were made by other code: resume identity is the resolved scenario, seed and
     kernel, not the commit, so a code change alone does not rerun them (``--force`` does)."""
 
-    def label(state: dict) -> str:
-        return f"{(state.get('sha') or 'unknown')[:7]}{' (dirty)' if state.get('dirty') else ''}"
+    def label(state: Git) -> str:
+        return f"{(state.sha or 'unknown')[:7]}{' (dirty)' if state.dirty else ''}"
 
     commits: dict[str, int] = {}
     for run in kept:
         try:
-            manifest = rundir.read_json(rundir.run_dir(session, run.point_id, run.seed) / rundir.MANIFEST)
-            made = label(manifest.get("git", {}))
-        except (OSError, ValueError):
+            made = label(read_manifest(rundir.run_dir(session, run.point_id, run.seed)).git)
+        except rundir.LoadError:
             continue
         commits[made] = commits.get(made, 0) + 1
-    here = label(git)
+    here = label(Git.model_validate(git))
     other = {label: n for label, n in commits.items() if label != here}
     if other:
         made_at = ", ".join(f"{n} at {label}" for label, n in sorted(other.items()))
@@ -70,8 +69,8 @@ def note_older_code(session: Path, kept: list[RunSpec], git: dict, log: Callable
 
 def identity(directory: Path) -> str | None:
     try:
-        return rundir.read_json(directory / rundir.MANIFEST).get("identity")
-    except (OSError, ValueError):
+        return read_manifest(directory).identity
+    except rundir.LoadError:
         return None
 
 

@@ -10,9 +10,11 @@
             raw/                                         iperf3 JSON, tcp_probe trace, pcaps, tc -s, ping
             flows.csv, series.csv, report.html           written by analysis
 
-A run's manifest is written first with ``status: running``; a run that is killed keeps that
-status and the next look at it reads "incomplete". Every JSON write goes to a temporary file
-and is renamed into place.
+A run's manifest (its model: :mod:`testbed.results.manifest`) is written first with ``status: running``;
+a run that is killed keeps that status and the next look at it reads "incomplete". This module holds
+the one reader and the one writer of the folder's JSON and text files: every write goes to a
+temporary file in the same folder, is flushed to disk and renamed into place (a reader never sees
+half a file, a crash never leaves one); every read that fails raises :class:`LoadError` naming the file.
 """
 
 from __future__ import annotations
@@ -20,8 +22,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 MANIFEST = "manifest.json"
 SESSION = "session.json"
@@ -44,20 +48,66 @@ def run_dir(session: Path, point_id: str, seed: int) -> Path:
     return session / point_id / f"seed={seed}"
 
 
-def write_json_atomic(path: Path, data: object) -> None:
+class LoadError(ValueError):
+    """A file of a results folder could not be used; the message names the file and what is wrong."""
+
+    def __init__(self, path: Path | str, message: str):
+        self.path = Path(path)
+        self.message = message
+        super().__init__(f"{display_path(self.path)}: {message}")
+
+
+def display_path(path: Path) -> str:
+    """``raw/<name>`` for files in a run's raw folder, else the file name: short, but unambiguous in a run."""
+    path = Path(path)
+    return f"{path.parent.name}/{path.name}" if path.parent.name == "raw" else path.name
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` through a temporary file in the same folder, flushed to disk before it is renamed
+    into place: a reader never sees half a file, and a guest that dies right after keeps a whole one."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=False, default=str)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, 0o644)  # mkstemp makes it private; results are meant to be shared
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
 
 
-def read_json(path: Path) -> dict:
-    with open(path) as f:
-        return json.load(f)
+def write_json_atomic(path: Path, data: object) -> None:
+    """``data`` as indented JSON, written by :func:`write_text_atomic` (what JSON lacks is written as text)."""
+    write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
+
+
+def read_text(path: Path) -> str:
+    """A file's text, or :class:`LoadError` saying whether it is missing or unreadable."""
+    try:
+        return Path(path).read_text(errors="replace")
+    except FileNotFoundError:
+        raise LoadError(path, "missing") from None
+    except OSError as exc:
+        raise LoadError(path, f"unreadable ({exc.strerror})") from None
+
+
+def read_json(path: Path) -> Any:
+    """A JSON file, or :class:`LoadError` saying whether it is missing, empty, cut short or not JSON."""
+    path = Path(path)
+    text = read_text(path)
+    if not text.strip():
+        raise LoadError(path, "empty file")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        if exc.pos >= len(text.rstrip()) - 1 or exc.msg.startswith("Unterminated string"):
+            raise LoadError(path, f"JSON cut short at character {exc.pos} of {len(text)} ({exc.msg})") from None
+        raise LoadError(path, f"not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
 
 
 def sha256_file(path: Path) -> str:
@@ -75,15 +125,3 @@ def file_hashes(directory: Path) -> dict[str, str]:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
     }
-
-
-def run_status(directory: Path) -> str:
-    """complete / failed / incomplete (a run still marked running after its process ended) / missing."""
-    path = directory / MANIFEST
-    if not path.exists():
-        return "missing"
-    try:
-        status = read_json(path).get("status", "incomplete")
-    except (OSError, ValueError):
-        return "incomplete"
-    return "incomplete" if status == "running" else status

@@ -33,6 +33,7 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.host.session import run_session
 from testbed.results import rundir
+from testbed.results.manifest import Manifest, read_manifest
 from testbed.scenario.load import scenario_from_dict
 from topologies.lossmodel import FourStateLoss
 from topologies.params import tcp_goodput_limit_mbit
@@ -98,12 +99,12 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
     result = run_session(combined, kernel_version=kernel_version, results_root=out_dir / "results", force=True)
     figures: dict = {"status": "complete" if not result.failed else "incomplete", "runs": {}}
     for run in result.runs:
-        manifest = rundir.read_json(run / rundir.MANIFEST)
-        timing = manifest.get("timing", {})
-        entry = {"status": manifest.get("status"), "reason": manifest.get("reason"),
+        manifest = read_manifest(run)
+        timing = manifest.timing
+        entry = {"status": manifest.status, "reason": manifest.reason,
                  "nodes": None, "setup_s": timing.get("setup_s"), "fidelity_check_s": timing.get("fidelity_check_s"),
                  "run_dir": str(run)}  # fmt: skip
-        if manifest.get("status") == "complete":
+        if manifest.status == "complete":
             entry.update(_scale_figures(run, manifest))
         figures["runs"][run.parent.name] = entry
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -116,17 +117,17 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
     return figures
 
 
-def _scale_figures(run: Path, manifest: dict) -> dict:
+def _scale_figures(run: Path, manifest: Manifest) -> dict:
     from testbed.plan.estimate import netspec as _netspec
     from testbed.scenario.points import RunSpec
     from testbed.scenario.schema import Scenario
 
-    spec = RunSpec(manifest["scenario"], manifest["point_id"], {}, manifest["seed"],
-                   Scenario.model_validate(manifest["resolved"]))  # fmt: skip
+    spec = RunSpec(manifest.scenario, manifest.point_id, {}, manifest.seed,
+                   Scenario.model_validate(manifest.resolved))  # fmt: skip
     out: dict = {"nodes": len(_netspec(spec).nodes)}
     name = run.parent.name
     if name == "many-flows":
-        forward = [c for c in manifest["connections"] if c["direction"] == "forward"]
+        forward = [c for c in manifest.connections or [] if c["direction"] == "forward"]
         received, starts, ends = 0, [], []
         for c in forward:
             server = json.loads((run / "raw" / f"iperf3-{c['id']}-server.json").read_text())
@@ -135,19 +136,19 @@ def _scale_figures(run: Path, manifest: dict) -> dict:
             ends.append(starts[-1] + server["end"]["sum_received"]["seconds"])
         # over the time the forward flows actually ran (first start to last end), not the nominal 30 s
         window_s = max(ends) - min(starts)
-        traffic_s = manifest.get("timing", {}).get("traffic_s", SCALE_DURATION_S)
+        traffic_s = manifest.timing.get("traffic_s", SCALE_DURATION_S)
         out["forward_goodput_mbit"] = round(received * 8 / 1e6 / window_s, 3)
         out["flows_window_s"] = round(window_s, 1)
         out["utilization_pct_of_tcp_limit"] = round(
             100 * received * 8 / 1e6 / window_s / tcp_goodput_limit_mbit(RATE_MBIT), 1)
         out["traffic_wall_s"] = traffic_s
-        lag = manifest.get("timing", {}).get("data_start_lag_s") or {}
+        lag = manifest.timing.get("data_start_lag_s") or {}
         out["data_start_lag_s"] = [min(lag.values()), max(lag.values())] if lag else None
-        rtt = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("base RTT")]
+        rtt = [c for c in manifest.fidelity.checks if c["name"].startswith("base RTT")]
         out["rtt_checks_ok"] = f"{sum(c['ok'] for c in rtt)}/{len(rtt)}"
         out["rtt_max_abs_error_ms"] = round(max(abs(c["measured"] - c["expected"]) for c in rtt if c["measured"]), 2)
     elif name.startswith("loss-"):
-        label = manifest["resolved"]["description"]
+        label = manifest.resolved["description"]
         loss, expected = LOSS_MODELS[label]
         out["model"] = label
         if "timed_two_state" in label:
@@ -186,21 +187,21 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
     wall_s = time.monotonic() - started
 
     (run,) = result.runs
-    manifest = rundir.read_json(run / rundir.MANIFEST)
+    manifest = read_manifest(run)
     session = rundir.read_json(result.directory / rundir.SESSION)
-    timing = manifest.get("timing", {})
+    timing = manifest.timing
     guest_timing = session.get("timing", {}).get("guest", {})
     server = json.loads((run / "raw" / "iperf3-c0-server.json").read_text())
     steady = [i["sum"]["bits_per_second"] / 1e6 for i in server["intervals"] if i["sum"]["start"] >= STEADY_FROM_S]
-    checks = {c["name"]: c for c in manifest.get("fidelity", {}).get("checks", [])}
+    checks = {c["name"]: c for c in (manifest.fidelity.checks if manifest.fidelity else [])}
     rtt = checks.get("base RTT pair 0", {})
     rate = checks.get("bottleneck rate forward", {})
     limit = tcp_goodput_limit_mbit(RATE_MBIT)
     figures = {
-        "status": manifest.get("status"),
-        "backend": manifest.get("backend", {}).get("kind"),
-        "accel": manifest.get("backend", {}).get("accel", "none (local kernel)"),
-        "kernel": manifest.get("kernel", {}).get("release"),
+        "status": manifest.status,
+        "backend": manifest.backend.kind,
+        "accel": manifest.backend.accel or "none (local kernel)",  # the local backend records none
+        "kernel": manifest.kernel.release,
         "command_to_guest_ready_s": guest_timing.get("ready_s"),
         "wall_s": round(wall_s, 1),
         "traffic_s": DURATION_S,
@@ -311,7 +312,7 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
     )
     result = run_session(scenario, backend="local", results_root=out_dir / "results")
     (run,) = result.runs
-    manifest = rundir.read_json(run / rundir.MANIFEST)
+    manifest = read_manifest(run)
     pcap = run / "raw" / "rl.pcap"
     tcptrace = [_timed(["tcptrace", "-l", "-n", str(pcap)]) for _ in range(PCAP_REPEATS)]
     python = sys.executable
@@ -320,7 +321,7 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
     ours = json.loads(fast[0][2])
     theirs_output = tcptrace[0][2]
     differences = {}
-    for conn in manifest["connections"]:
+    for conn in manifest.connections or []:
         theirs = tcptrace_connection(theirs_output, conn["client_port"])
         mine = ours["directions"][f"{conn['sender_ip']}:{conn['client_port']}"]
         for label, name in TCPTRACE_FIELDS.items():
@@ -331,7 +332,7 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
     best_tcptrace = min(t[0] for t in tcptrace)
     best_fast = min(t[0] for t in fast)
     figures = {
-        "status": manifest.get("status"),
+        "status": manifest.status,
         "capture": str(pcap),
         "capture_mb": round(pcap.stat().st_size / 1e6, 1),
         "records": ours["records"],

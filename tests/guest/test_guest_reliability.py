@@ -16,6 +16,7 @@ import yaml
 from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.host import guardian, hostload
 from testbed.results import rundir
+from testbed.results.manifest import run_status
 from tests.conftest import PROJECT
 
 SCENARIO = {
@@ -85,7 +86,7 @@ def test_a_killed_controller_leaves_no_guest_and_a_contended_run_is_untrustworth
     assert "resuming" in out and "0 of 2 runs complete" in out, out[-3000:]
     (session,) = (tmp_path / "results" / "reliability").iterdir()
     (attempt,) = (session / ".attempts" / "default").iterdir()  # the killed run 1, kept
-    assert attempt.name.startswith("seed=1-") and rundir.run_status(attempt) == "incomplete"
+    assert attempt.name.startswith("seed=1-") and run_status(attempt) == "incomplete"
     assert (attempt / "raw").is_dir()
     quiet, hogged = (rundir.read_json(session / "default" / f"seed={s}" / rundir.MANIFEST) for s in (1, 2))
     assert quiet["status"] == "complete", quiet.get("reason")

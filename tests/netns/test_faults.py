@@ -17,6 +17,7 @@ import yaml
 from testbed.guest.network import MARKER, _marked_pids
 from testbed.host.session import run_session
 from testbed.results import rundir
+from testbed.results.manifest import run_status
 from tests.conftest import PROJECT, leftovers
 from tests.netns.test_dumbbell_host import host_scenario
 
@@ -113,7 +114,7 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_start(tmp_path, clean_kernel)
     proc.kill()
     proc.wait(timeout=30)
     assert leftovers(), "a SIGKILLed run leaves processes and namespaces (this is what cleanup is for)"
-    assert rundir.run_status(_run_dir(tmp_path)) == "incomplete"
+    assert run_status(_run_dir(tmp_path)) == "incomplete"
     out = subprocess.run([sys.executable, "-m", "testbed.cli", "cleanup"], cwd=PROJECT, capture_output=True,
                          text=True, env={k: v for k, v in os.environ.items() if k != MARKER})  # fmt: skip
     assert out.returncode == 0, out.stderr
@@ -160,4 +161,4 @@ def test_a_second_writer_of_a_results_folder_is_refused_and_moves_nothing(tmp_pa
     assert rundir.read_json(running / "manifest.json")["status"] == "running"  # the first writer's, untouched
     first.send_signal(signal.SIGINT)
     first.wait(timeout=60)
-    assert rundir.run_status(running) == "incomplete"
+    assert run_status(running) == "incomplete"

@@ -49,10 +49,10 @@ class FakeBackend:
     def execute(self, plan, plan_path, session_dir, total_s):
         self.executed = True
         assert json.loads(plan_path.read_text())["context"]["backend"]["kind"] == "fake"
-        for run in plan["runs"][: self.complete_first]:
-            identity = self.identities.get(run["run_dir"])
+        for run in plan.runs[: self.complete_first]:
+            identity = self.identities.get(run.run_dir)
             manifest = {"status": "complete", "identity": identity, "kernel": {"release": self.release}}
-            rundir.write_json_atomic(session_dir / run["run_dir"] / rundir.MANIFEST, manifest)
+            rundir.write_json_atomic(session_dir / run.run_dir / rundir.MANIFEST, manifest)
         if self.raise_ is not None:
             raise self.raise_
         return {"fake": {"wall_s": 1.0}}

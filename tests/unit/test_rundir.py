@@ -3,6 +3,7 @@
 import json
 
 from testbed.results import rundir
+from testbed.results.manifest import run_status
 
 
 def test_layout(tmp_path):
@@ -21,13 +22,13 @@ def test_atomic_write_leaves_no_temporary(tmp_path):
 
 
 def test_status_of_a_run(tmp_path):
-    assert rundir.run_status(tmp_path) == "missing"
+    assert run_status(tmp_path) == "missing"
     rundir.write_json_atomic(tmp_path / "manifest.json", {"status": "running"})
-    assert rundir.run_status(tmp_path) == "incomplete"  # its process is gone
+    assert run_status(tmp_path) == "incomplete"  # its process is gone
     rundir.write_json_atomic(tmp_path / "manifest.json", {"status": "failed", "reason": "x"})
-    assert rundir.run_status(tmp_path) == "failed"
+    assert run_status(tmp_path) == "failed"
     (tmp_path / "manifest.json").write_text("{cut")
-    assert rundir.run_status(tmp_path) == "incomplete"
+    assert run_status(tmp_path) == "incomplete"
 
 
 def test_file_hashes_cover_raw_files_but_not_the_manifest(tmp_path):

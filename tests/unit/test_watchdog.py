@@ -96,13 +96,13 @@ def test_a_guest_that_does_not_boot_is_booted_once_more_with_its_first_console_k
 
 def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_path):
     from testbed.host.backends import run_with_second_boot
-    from testbed.results import rundir
+    from testbed.results.manifest import run_status
 
     hung, session = FlakyBoot(failures=1, error=guest.GuestHungError), session_with_plan(tmp_path)
     run_with_second_boot(hung, None, None, session / "plan.json", session, 10)
     # run 1 completed before the hang and is kept; run 2 (running when it hung) and run 3 run again
     assert hung.plans == [["p/seed1", "p/seed2", "p/seed3"], ["p/seed2", "p/seed3"]]
-    assert [rundir.run_status(session / "p" / f"seed{i}") for i in (1, 2, 3)] == ["complete"] * 3
+    assert [run_status(session / "p" / f"seed{i}") for i in (1, 2, 3)] == ["complete"] * 3
     (aside,) = (session / ".attempts" / "p").iterdir()
     assert aside.name.startswith("seed2-") and json.loads((aside / "manifest.json").read_text())["status"] == "running"
     assert (session / "guest-console-boot1.log").read_text() == "boot 1\n"

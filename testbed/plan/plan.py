@@ -1,0 +1,85 @@
+"""The plan (``plan.json``): what the runner executes, written by the host's session, read where the runs go.
+
+A plan is the runs still to do, each with its resolved scenario and the folder it writes into
+(relative to the plan's folder, so the plan runs wherever its session folder is: here, in a
+virtme-ng guest, or copied into the lab VM), and the context every run shares: the checkout's git
+state, the backend, the project's modules, the compiled BPF objects and the hold library.
+
+The file keeps the keys it had before it was typed, plus ``schema_version``: a lab VM running an
+older checkout reads a new plan, and this one reads plans without a version (version 1).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from testbed.results.rundir import LoadError, read_json, write_json_atomic
+from testbed.scenario.points import RunSpec
+from testbed.scenario.schema import Scenario
+
+SCHEMA_VERSION = 1
+#: the plan's file in a session folder
+PLAN = "plan.json"
+
+
+class PlanRun(BaseModel):
+    """One run of a plan."""
+
+    model_config = ConfigDict(extra="allow")
+
+    scenario_name: str
+    point_id: str
+    params: dict[str, Any]
+    seed: int
+    profile: str | None = None
+    scenario: dict[str, Any]  # the resolved scenario as JSON data (Scenario.model_dump(mode="json"))
+    run_dir: str  # relative to the plan's folder
+    estimate_s: float
+
+    def spec(self) -> RunSpec:
+        """The run as the runner executes it."""
+        return RunSpec(scenario_name=self.scenario_name, point_id=self.point_id, params=self.params, seed=self.seed,
+                       scenario=Scenario.model_validate(self.scenario), profile=self.profile)  # fmt: skip
+
+
+class PlanContext(BaseModel):
+    """What every run of a plan shares."""
+
+    model_config = ConfigDict(extra="allow")
+
+    git: dict[str, Any] = Field(default_factory=dict)
+    backend: dict[str, Any] = Field(default_factory=dict)
+    #: module name -> .ko path, or None: build it where the runs go (the lab VM)
+    project_modules: dict[str, str | None] = Field(default_factory=dict)
+    #: BPF program name -> compiled object; empty: build them where the runs go
+    bpf_objects: dict[str, str] = Field(default_factory=dict)
+    #: the shim that holds clients at their first connect(); None: build it where the runs go
+    hold_library: str | None = None
+
+
+class Plan(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+    schema_version: int = SCHEMA_VERSION
+    context: PlanContext = Field(default_factory=PlanContext)
+    runs: list[PlanRun]
+
+    def write(self, path: Path) -> None:
+        """Write the plan atomically (the guest or the lab VM may read it at any time after)."""
+        write_json_atomic(path, self.model_dump(mode="json"))
+
+    @classmethod
+    def read(cls, path: Path) -> Plan:
+        """The plan in ``path``; :class:`LoadError` naming the file when it is not one."""
+        data = read_json(path)
+        try:
+            return cls.model_validate(data)
+        except ValueError as exc:  # pydantic's ValidationError is a ValueError
+            raise LoadError(path, f"not a plan: {exc}") from None
+
+    def with_runs(self, runs: list[PlanRun]) -> Plan:
+        """The same plan for only these runs."""
+        return self.model_copy(update={"runs": runs})
