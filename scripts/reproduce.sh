@@ -6,19 +6,22 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-quick}
 testbed=.venv/bin/testbed
+python=.venv/bin/python
 mapfile -t names < <(ls scenarios/*.yaml | xargs -n1 basename | sed 's/\.yaml$//' | grep -vx default)
 echo "== reproduce: ${#names[@]} experiments, profile $profile"
 $testbed check --profile "$profile" "${names[@]}" | grep -E '(: ok |^total:)' || exit 2
 status=0
 failed=()
 sessions=()
-log=$(mktemp)
-trap 'rm -f "$log"' EXIT
+done_file=$(mktemp)
+trap 'rm -f "$done_file"' EXIT
 for i in "${!names[@]}"; do
   name=${names[$i]}
   echo "== reproduce: experiment $((i + 1))/${#names[@]}: $name"
-  $testbed run "$name" --profile "$profile" ${TESTBED_ARGS:-} | tee "$log"
-  rc=${PIPESTATUS[0]}
+  rm -f "$done_file"
+  # the session's folder and report come back in --done-file (JSON: testbed.plan.progress.SessionDone)
+  $testbed run "$name" --profile "$profile" --done-file "$done_file" ${TESTBED_ARGS:-}
+  rc=$?
   if [ "$rc" -eq 130 ]; then  # Ctrl-C or SIGTERM: stop here (the runs done so far are kept; run again to resume)
     echo "== reproduce: interrupted during $name"
     exit 130
@@ -26,7 +29,10 @@ for i in "${!names[@]}"; do
     status=1
     failed+=("$name")
   fi
-  report=$(sed -n 's/^report: //p' "$log" | tail -1)
+  report=""
+  if [ -s "$done_file" ]; then
+    report=$($python -c 'import json, sys; print(json.load(open(sys.argv[1]))["report"] or "")' "$done_file")
+  fi
   [ -n "$report" ] && sessions+=("$(dirname "$report")")
 done
 if [ ${#failed[@]} -gt 0 ]; then

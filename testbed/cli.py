@@ -7,11 +7,14 @@ command itself could not start (bad scenario, unknown kernel, missing tool).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import logging
 import signal
 import sys
 from pathlib import Path
 
 from testbed import PROJECT
+from testbed.plan import progress
 
 SUITES = PROJECT / "scenarios" / "suites"
 
@@ -34,12 +37,23 @@ def _cmd_run(args: argparse.Namespace) -> int:
         vcpus=args.cpus,
         force=args.force,
     )
-    if not args.no_report:
-        _report(result.directory)
+    report = None if args.no_report else _report(result.directory)
+    if args.done_file:
+        _write_done(args.done_file, result, report)
     _catalog(args.results)
     for run in result.failed:
         print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def _write_done(path: Path, result, report: Path | None) -> None:
+    """The session's end for scripts (``make reproduce``): its folder and report, as JSON."""
+    from testbed.plan.progress import SessionDone
+    from testbed.results import rundir
+
+    done = SessionDone(session=str(result.directory), report=str(report) if report else None,
+                       complete=len(result.runs) - len(result.failed), total=len(result.runs))  # fmt: skip
+    rundir.write_json_atomic(path, done.model_dump(mode="json"))
 
 
 def _reason(run_dir: Path) -> str:
@@ -51,12 +65,13 @@ def _reason(run_dir: Path) -> str:
         return "no manifest"
 
 
-def _report(session: Path) -> None:
+def _report(session: Path) -> Path:
     from testbed.report.session import write_session_report
 
     result = write_session_report(session)
     print(result.summary_text)
     print(f"report: {result.html_path}")
+    return result.html_path
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -217,6 +232,11 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
     parser.add_argument(
+        "--done-file", type=Path, metavar="FILE",
+        help="when the session ends, write its folder and report path to FILE as JSON (for scripts: "
+             "testbed.plan.progress.SessionDone)",
+    )  # fmt: skip
+    parser.add_argument(
         "--force", action="store_true",
         help="run every run again in a new results folder; without it, a scenario run again on the same kernel "
              "resumes its newest results folder: complete runs are kept, failed and incomplete ones run again",
@@ -232,23 +252,25 @@ def _selection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, action="append", help="run only this seed of the profile (repeatable)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="testbed", description="Real-kernel testbed for TCP congestion control.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_run(sub) -> None:
     run = sub.add_parser("run", help="run a scenario (every point and seed) and write its report")
     run.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
     run.add_argument("--profile", help="profile of the scenario file (e.g. quick, full); default: quick if it has one")
     _selection_options(run)
     _run_options(run)
+    run.set_defaults(func=_cmd_run)
+
+
+def _add_suite(sub) -> None:
     suite = sub.add_parser(
         "suite", help="run a suite (chosen points of several experiments, one session) and write its report"
     )
     suite.add_argument("suite", help="suite name in scenarios/suites/ (e.g. default) or a path to a .yaml file")
     _run_options(suite)
-    run.set_defaults(func=_cmd_run)
     suite.set_defaults(func=_cmd_run)
 
+
+def _add_report(sub) -> None:
     report = sub.add_parser(
         "report", help="(re)analyse a session folder and write its report; several: one combined report (--out)"
     )
@@ -256,6 +278,8 @@ def build_parser() -> argparse.ArgumentParser:
     report.add_argument("--out", type=Path, help="write the report of every run of the sessions into this folder")
     report.set_defaults(func=_cmd_report)
 
+
+def _add_results(sub) -> None:
     results = sub.add_parser(
         "results",
         help="list and filter every run under the results folder (the catalog, results/catalog.sqlite)",
@@ -278,6 +302,8 @@ def build_parser() -> argparse.ArgumentParser:
     results.add_argument("--no-update", action="store_true", help="query the catalog as it is")
     results.set_defaults(func=_cmd_results)
 
+
+def _add_regress(sub) -> None:
     from analysis.regression import DEFAULT_REPEAT
 
     regress = sub.add_parser(
@@ -305,16 +331,22 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     regress.set_defaults(func=_cmd_regress)
 
+
+def _add_check(sub) -> None:
     check = sub.add_parser("check", help="validate scenario files and list their points")
     check.add_argument("scenarios", nargs="+")
     check.add_argument("--profile", help="profile of the scenario files (e.g. quick, full); default: quick if any")
     _selection_options(check)
     check.set_defaults(func=_cmd_check)
 
+
+def _add_kernels(sub) -> None:
     kern = sub.add_parser("kernels", help="list guest kernels (default, cached, downloadable) or fetch one")
     kern.add_argument("--fetch", metavar="VERSION", help="download and unpack a kernel into the cache")
     kern.set_defaults(func=_cmd_kernels)
 
+
+def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="speed and fidelity figures of this machine (printed, written to bench/)")
     bench.add_argument("--kernel", help="guest kernel, as for run")
     bench.add_argument(
@@ -325,10 +357,36 @@ def build_parser() -> argparse.ArgumentParser:
     )  # fmt: skip
     bench.set_defaults(func=_cmd_bench)
 
+
+def _add_cleanup(sub) -> None:
     clean = sub.add_parser("cleanup", help="stop guests and lab-VM runners left by killed controllers; remove "
                            "processes, interfaces and trace instances left by killed runs")
     clean.set_defaults(func=_cmd_cleanup)
+
+
+#: the subcommands in the order --help lists them
+SUBCOMMANDS = (_add_run, _add_suite, _add_report, _add_results, _add_regress, _add_check, _add_kernels, _add_bench,
+               _add_cleanup)  # fmt: skip
+#: the subcommands that run sessions: the ones a progress bar follows on a terminal
+SESSION_COMMANDS = {"run", "suite", "regress", "bench"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="testbed", description="Real-kernel testbed for TCP congestion control.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in SUBCOMMANDS:
+        add(sub)
     return parser
+
+
+def _progress_bar(command: str) -> contextlib.AbstractContextManager:
+    """A progress bar while a command that runs sessions runs on a terminal; plain log lines otherwise."""
+    if command in SESSION_COMMANDS:
+        from testbed.host import progressbar
+
+        if progressbar.wanted():
+            return progressbar.shown(logging.getLogger("testbed"))
+    return contextlib.nullcontext()
 
 
 def _terminate(signum, frame) -> None:
@@ -346,13 +404,15 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.scenario.errors import ScenarioError
 
     args = build_parser().parse_args(argv)
+    progress.configure_logging()
     # a SIGTERM (a CI job cancelled, `kill`) tears the run down like Ctrl-C: without this Python would
     # die at once and leave the guest, its namespaces and iperf3 processes behind
     signal.signal(signal.SIGTERM, _terminate)
     if args.command == "check":
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `testbed check ... | head` ends quietly
     try:
-        return args.func(args)
+        with _progress_bar(args.command):
+            return args.func(args)
     except (
         ScenarioError,
         KernelError,

@@ -1,14 +1,30 @@
-"""Shared test helpers: leftover detection for the tiers that touch the kernel."""
+"""Shared test helpers: leftover detection for the tiers that touch the kernel; the testbed's logging as its
+commands set it up."""
 
 from __future__ import annotations
 
+import logging
 import subprocess
 from pathlib import Path
+
+import pytest
 
 from analysis.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - the tests' tcptrace reader
 from testbed.guest import launch
 from testbed.guest.capture import INSTANCES, TRACEFS
 from testbed.guest.network import INTF_PATTERN, _marked_pids
+from testbed.plan.progress import configure_logging
+
+
+@pytest.fixture(autouse=True)
+def testbed_logging():
+    """Status lines as ``testbed`` and the runner print them (``[testbed] ...`` on stdout), for tests that call
+    the session or the runner directly. Every test: import-linter's CLI (test_layout) runs
+    logging.config.dictConfig, which disables every logger that exists by then."""
+    for name, logger in logging.root.manager.loggerDict.items():
+        if name.startswith("testbed") and isinstance(logger, logging.Logger):
+            logger.disabled = False
+    configure_logging()
 
 
 def leftovers() -> list[str]:

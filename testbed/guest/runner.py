@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import faulthandler
 import json
+import logging
 import os
 import shutil
 import signal
@@ -31,6 +32,7 @@ from pathlib import Path
 from testbed.guest import capture, fidelity, launch, lossbpf, spray
 from testbed.guest.network import MARKER, Network, cleanup_leftovers
 from testbed.guest.shaping import set_delay, set_delays
+from testbed.plan import progress
 from testbed.plan.connections import Connection, plan_connections
 from testbed.plan.plan import Plan, PlanContext
 from testbed.results import provenance, rundir
@@ -92,13 +94,12 @@ class RunTimedOut(RunFailed):
     """The run watchdog fired: something in the run blocked far beyond its time budget."""
 
 
-#: the lines around a run's traffic, for the host's contention check (testbed.host.hostload)
-TRAFFIC_BEGINS = "traffic window begins"
-TRAFFIC_ENDS = "traffic window ends"
+_logger = logging.getLogger(__name__)
 
 
 def log(message: str) -> None:
-    print(f"[testbed] {message}", flush=True)
+    """A status line on the console (``[testbed] ...`` once :func:`main` configured logging)."""
+    _logger.info(message)
 
 
 def available_ccs() -> list[str]:
@@ -526,7 +527,8 @@ def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
             lossbpf.start(channels, round(t0 * 1e9))
             sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in sprayers]
             cpu_before = fidelity.cpu_times()
-            log(f"  {TRAFFIC_BEGINS}")  # the host samples its own load from here to TRAFFIC_ENDS (hostload)
+            # the host samples its own load from here to the window's end (hostload)
+            log(progress.format_line(progress.TrafficWindow(edge="begins")))
             pending = sorted(connections, key=lambda c: c.start_s - lead[c.id])
             deadline = t0 + max(c.stop_s for c in connections) + grace_s
             release_lag: dict[str, float] = {}
@@ -551,9 +553,8 @@ def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
                         f"their planned stop (counted from their actual start); iperf3 hung or the guest is too slow"
                     )
                 if now >= t0 and now - last_progress >= 10:
-                    log(
-                        f"  traffic t={now - t0:5.1f} s of {scenario.duration_s:g} s, {len(running)} connections active"
-                    )
+                    log(progress.format_line(progress.TrafficTick(t_s=now - t0, duration_s=scenario.duration_s,
+                                                                  active=len(running))))  # fmt: skip
                     last_progress = now
                 time.sleep(0.05)
             manifest["timing"]["traffic_s"] = round(time.monotonic() - t0, 3)
@@ -561,7 +562,7 @@ def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
             t_teardown = time.monotonic()
             last[0] = t_teardown
             cpu_after = fidelity.cpu_times()
-            log(f"  {TRAFFIC_ENDS}")
+            log(progress.format_line(progress.TrafficWindow(edge="ends")))
             report.checks.append(fidelity.cpu_check(fidelity.busy_pct(cpu_before, cpu_after)))
             for proc in servers.values():
                 try:
@@ -724,7 +725,8 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
         spec = run.spec()
         elapsed = time.monotonic() - started
         eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
-        log(f"run {i}/{len(runs)}: {spec.scenario_name} {spec.point_id} seed={spec.seed} (ETA {eta / 60:.1f} min)")
+        log(progress.format_line(progress.RunStarted(index=i, total=len(runs), scenario=spec.scenario_name,
+                                                     point_id=spec.point_id, seed=spec.seed, eta_s=eta)))  # fmt: skip
         budget_s = run_budget_s(run.estimate_s)
         try:
             with _watchdog(budget_s):
@@ -737,9 +739,8 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
         done_s += run.estimate_s
         if manifest["status"] != "complete":
             not_complete += 1
-            log(f"run {i}/{len(runs)} {manifest['status']}: {manifest['reason']}")
-        else:
-            log(f"run {i}/{len(runs)} complete")
+        log(progress.format_line(progress.RunEnded(index=i, total=len(runs), status=manifest["status"],
+                                                   reason=manifest.get("reason"))))  # fmt: skip
     return not_complete
 
 
@@ -792,6 +793,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.guest.runner", description=__doc__.splitlines()[0])
     parser.add_argument("plan", type=Path, help="plan JSON written by `testbed run`")
     args = parser.parse_args(argv)
+    progress.configure_logging()
     signal.signal(signal.SIGTERM, _interrupt)
     if os.geteuid() != 0:
         print("testbed.guest.runner: must run as root (network namespaces, qdiscs, tracing)", file=sys.stderr)

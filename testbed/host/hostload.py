@@ -1,16 +1,16 @@
 """The host is part of the experiment: what it gave the guest's vCPUs during each run's traffic.
 
-An emulated link is only as good as the CPU time its emulator gets. A guest under TCG competing
-with a CPU hog, or with a second guest, sends slower and later than asked, and checks inside the
-guest cannot see why. So the controller reads, from the host side, at the start and the end of
-each run's traffic (the runner prints both): the host's CPU time and steal (``/proc/stat``), the CPU
-time of the guest's own processes and the run-queue wait of its vCPU threads
-(``/proc/<pid>/task/*/schedstat``: how long they were runnable but not running), its load average,
-and any qemu process that is not this guest's. What the host's CPUs did for others than the guest
-is the contention; the vCPUs' wait is reported beside it but not judged, because a busy guest's
-vCPU threads also wait for each other and for qemu's main loop on a 2-core host (measured here:
-18 % on a quiet host, 43 % with a hog). :func:`fidelity.host_check` judges the summary; the
-controller adds it to the run's manifest.
+An emulated link is only as good as the CPU time its emulator gets. A guest under TCG competing with
+a CPU hog, or with a second guest, sends slower and later than asked, and checks inside the guest
+cannot see why. So the controller reads, from the host side, at the start and the end of each run's
+traffic (the runner logs both: :class:`testbed.plan.progress.TrafficWindow`): the host's CPU time
+and steal (``/proc/stat``), the CPU time of the guest's own processes and the run-queue wait of its
+vCPU threads (``/proc/<pid>/task/*/schedstat``: how long they were runnable but not running), its
+load average, and any qemu process that is not this guest's. What the host's CPUs did for others
+than the guest is the contention; the vCPUs' wait is reported beside it but not judged, because a
+busy guest's vCPU threads also wait for each other and for qemu's main loop on a 2-core host
+(measured here: 18 % on a quiet host, 43 % with a hog). :func:`fidelity.host_check` judges the
+summary; the controller adds it to the run's manifest.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed.guest import fidelity
-from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
-from testbed.host import guardian, remote
+from testbed.host import guardian
+from testbed.plan import progress
 
 
 @dataclass(frozen=True)
@@ -155,14 +155,14 @@ class HostWatch:
         self.summaries: dict[str, HostSummary] = {}
 
     def on_line(self, text: str, now: float) -> None:
-        match = remote.RUN_LINE.match(text)
-        if match and match.group(3) == ":":
-            self.current, self.before = int(match.group(1)) - 1, None
-        elif match and self.session is not None and self.current is not None:
+        event = progress.parse_line(text)
+        if isinstance(event, progress.RunStarted):
+            self.current, self.before = event.index - 1, None
+        elif isinstance(event, progress.RunEnded) and self.session is not None and self.current is not None:
             self.apply(self.session, self._run_dir())
-        elif text.strip() == TRAFFIC_BEGINS:
+        elif isinstance(event, progress.TrafficWindow) and event.edge == "begins":
             self.before = snapshot(self.own())
-        elif text.strip() == TRAFFIC_ENDS and self.before is not None and self._run_dir():
+        elif isinstance(event, progress.TrafficWindow) and self.before is not None and self._run_dir():
             self.summaries[self._run_dir()] = summarize(self.before, snapshot(self.own()))
             self.before = None
 

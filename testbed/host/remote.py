@@ -1,8 +1,9 @@
 """Following the runner from the host: one implementation for every backend that runs it elsewhere.
 
 A virtme-ng guest (``vng ... --exec``) and the lab VM (``ssh ... python -m testbed.guest.runner``) both
-give the host a child process whose output carries the runner's ``[testbed]`` lines. :func:`follow`
-reads that output without blocking, writes it to a console log, passes each runner line on, and
+give the host a child process whose output carries the runner's ``[testbed]`` lines
+(:mod:`testbed.plan.progress` writes and reads them). :func:`follow` reads that output without
+blocking, writes it to a console log, passes each runner line on, and
 enforces three deadlines that hold even when nothing arrives: the runner must start, each run must
 end within its watchdog budget (plus a margin), and the whole plan within its timeout. Both backends
 call it through :func:`follow_plan` (the plan's run estimates set the deadlines) and report what
@@ -12,7 +13,6 @@ call it through :func:`follow_plan` (the plan's run estimates set the deadlines)
 from __future__ import annotations
 
 import json
-import re
 import select
 import subprocess
 import time
@@ -20,15 +20,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from testbed.plan import progress as events
+
 #: how long past a run's watchdog budget (or after a run ended) the runner may stay silent before the
 #: remote side is declared hung: the runner's own watchdog reports a stuck run within its budget, so only a
 #: guest that stopped altogether (seen once in CI under TCG: no output for 30 min, not even the
 #: watchdog's stack dump) stays silent this long
 HANG_MARGIN_S = 120
-#: the runner's progress lines: "run 3/15: ..." starts a run, "run 3/15 complete" (or failed: ...) ends it
-RUN_LINE = re.compile(r"^run (\d+)/(\d+)(:| )")
-#: what marks a runner line in the output (the rest is the kernel's console, ssh's messages)
-TAG = "[testbed]"
 
 
 class RemoteRunnerError(Exception):
@@ -58,14 +56,12 @@ class RunnerProgress:
         self.expect_by = started + start_timeout_s + HANG_MARGIN_S
 
     def line(self, text: str, now: float) -> None:
-        match = RUN_LINE.match(text)
-        if not match:
-            return
-        index = int(match.group(1)) - 1
-        if match.group(3) == ":" and 0 <= index < len(self.budgets_s):
-            self.current = index
-            self.expect_by = now + self.budgets_s[index] + HANG_MARGIN_S
-        else:
+        """Take a runner line (without its tag): a run that starts or ends moves the deadline."""
+        event = events.parse_line(text)
+        if isinstance(event, events.RunStarted) and 0 <= event.index - 1 < len(self.budgets_s):
+            self.current = event.index - 1
+            self.expect_by = now + self.budgets_s[self.current] + HANG_MARGIN_S
+        elif isinstance(event, (events.RunStarted, events.RunEnded)):
             self.current = None
             self.expect_by = now + HANG_MARGIN_S
 
@@ -120,10 +116,9 @@ def follow(
             log_file.flush()
             *lines, buffer = (buffer + chunk).split(b"\n")
             for line in lines:
-                text = line.decode(errors="replace")
-                if TAG in text:
+                message = events.message_of(line.decode(errors="replace"))
+                if message is not None:
                     ready_s = ready_s if ready_s is not None else round(now - started, 2)
-                    message = text[text.index(TAG) + len(TAG) + 1 :]
                     progress.line(message, now)
                     on_line(message, now)
         elif readable or proc.poll() is not None:  # end of file: the process closed its output

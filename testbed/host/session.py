@@ -11,6 +11,7 @@ written from the run folders afterwards (:mod:`testbed.report.session`).
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -19,16 +20,20 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.host import backends, vagrant, virtme
 from testbed.host.backends import Backend
-from testbed.plan import estimate, resume
+from testbed.plan import estimate, progress, resume
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import folderlock, provenance, rundir
 from testbed.results.manifest import Manifest, read_manifest, run_status, write_manifest
 from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.points import RunSpec, ScenarioFile
 
+_logger = logging.getLogger(__name__)
+
 
 def log(message: str) -> None:
-    print(f"[testbed] {message}", flush=True)
+    """A status line (``[testbed] ...`` on stdout once the CLI configured logging); also what the runner's
+    lines from a guest or the lab VM are passed on with."""
+    _logger.info(message)
 
 
 @dataclass
@@ -112,8 +117,8 @@ def run_session(
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
         total = sum(estimate.estimate_s(r) for r in runs_to_do) + chosen.overhead_s
-        log(f"{scenario.name} ({scenario.profile or 'no'} profile): {len(runs_to_do)} runs, "
-            f"estimated {total / 60:.1f} min")  # fmt: skip
+        log(progress.format_line(progress.SessionPlanned(name=scenario.name, profile=scenario.profile,
+                                                         runs=len(runs_to_do), estimate_s=total)))  # fmt: skip
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
         with folderlock.acquire(session) as lock:
             if lock.took_over:

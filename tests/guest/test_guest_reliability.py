@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.host import guardian, hostload
+from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 from testbed.results.manifest import run_status
 from tests.conftest import PROJECT

@@ -6,8 +6,8 @@ from __future__ import annotations
 import os
 
 from testbed.guest import fidelity
-from testbed.guest.runner import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.host import hostload
+from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 
 TICK = os.sysconf("SC_CLK_TCK")
