@@ -12,9 +12,13 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from testbed import PROJECT
 from testbed.plan import progress
+
+if TYPE_CHECKING:
+    from testbed.host.session import SessionResult
 
 SUITES = PROJECT / "scenarios" / "suites"
 
@@ -46,12 +50,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 1 if result.failed else 0
 
 
-def _write_done(path: Path, result, report: Path | None) -> None:
+def _write_done(path: Path, result: SessionResult, report: Path | None) -> None:
     """The session's end for scripts (``make reproduce``): its folder and report, as JSON."""
-    from testbed.plan.progress import SessionDone
     from testbed.results import rundir
 
-    done = SessionDone(session=str(result.directory), report=str(report) if report else None,
+    done = progress.SessionDone(session=str(result.directory), report=str(report) if report else None,
                        complete=len(result.runs) - len(result.failed), total=len(result.runs))  # fmt: skip
     rundir.write_json_atomic(path, done.model_dump(mode="json"))
 
