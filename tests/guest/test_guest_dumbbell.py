@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from testbed.guest.runner import COLLECT_PHASES
+from testbed.guest.run import COLLECT_PHASES
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict

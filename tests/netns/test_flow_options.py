@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 import subprocess
 
+from testbed.guest.collect import apply_flow_options as _apply_flow_options
 from testbed.guest.network import Network
-from testbed.guest.runner import _apply_flow_options
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict

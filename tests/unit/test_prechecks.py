@@ -14,7 +14,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from testbed.guest import runner
+from testbed.guest import calibrate as calibration
+from testbed.guest import probes as probing
 from topologies.netspec import Probe
 
 
@@ -37,12 +38,12 @@ def calibrate(monkeypatch, measurements: dict[int, list[float]]):
     """Run the calibration with pair -> successive ping minima; returns (records, checks, applied delays)."""
     rounds = {pair: iter(values) for pair, values in measurements.items()}
     applied = []
-    monkeypatch.setattr(runner, "_ping_pairs",
+    monkeypatch.setattr(calibration, "ping_pairs",
                         lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
-    monkeypatch.setattr(runner, "set_delay", lambda path, intf, delay_ms, *cls: applied.append((intf, delay_ms)))
+    monkeypatch.setattr(calibration, "set_delay", lambda path, intf, delay_ms, *cls: applied.append((intf, delay_ms)))
     net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
     connections = [SimpleNamespace(pair=pair) for pair in measurements]
-    records, checks = runner._calibrate_delays(net, Topology(), connections)
+    records, checks = calibration.calibrate_delays(net, Topology(), connections)
     return records, checks, applied
 
 
@@ -66,7 +67,7 @@ def test_a_lower_excess_lowers_the_delay_again(monkeypatch):
 
 def test_a_pair_changed_in_the_last_round_is_pinged_once_more(monkeypatch):
     records, checks, applied = calibrate(monkeypatch, {0: [106.0, 98.0, 99.0, 100.3]})
-    assert len(applied) == runner.CALIBRATION_ROUNDS
+    assert len(applied) == calibration.CALIBRATION_ROUNDS
     assert "100.3/" in checks[0]
 
 
@@ -81,7 +82,7 @@ def test_a_pair_whose_check_would_miss_is_measured_again(monkeypatch):
 
 def test_a_pair_that_keeps_missing_is_measured_a_bounded_number_of_times_and_its_lowest_counts(monkeypatch):
     records, checks, applied = calibrate(monkeypatch, {0: [103.0, 102.9, 102.6, 104.0, 99.0]})
-    assert runner.RTT_RECHECK_ROUNDS == 2
+    assert calibration.RTT_RECHECK_ROUNDS == 2
     assert "102.6/" in checks[0] and records[0]["check_rounds"] == 3
 
 
@@ -93,10 +94,11 @@ def test_per_destination_delays_are_set_per_interface_in_one_call_each_round(mon
 
     rounds = {0: iter([104.0, 100.0]), 1: iter([102.0, 100.0]), 2: iter([100.1])}
     calls = []
-    monkeypatch.setattr(runner, "_ping_pairs", lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})
-    monkeypatch.setattr(runner, "set_delays", lambda path, intf, delays: calls.append((path, intf, delays)))
+    monkeypatch.setattr(calibration, "ping_pairs",
+                        lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
+    monkeypatch.setattr(calibration, "set_delays", lambda path, intf, delays: calls.append((path, intf, delays)))
     net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
-    runner._calibrate_delays(net, PerDestination(), [SimpleNamespace(pair=p) for p in (0, 1, 2)])
+    calibration.calibrate_delays(net, PerDestination(), [SimpleNamespace(pair=p) for p in (0, 1, 2)])
     # round 1 lowers pairs 0 and 1 (pair 2 is within the threshold), round 2 changes nothing
     assert calls == [
         ("/proc/dl", "dl-eth1", {"10.2.0.1": pytest.approx(48.0), "10.2.1.1": pytest.approx(49.0)}),
@@ -112,11 +114,11 @@ def udp_server_json(rates_mbit: list[float]) -> str:
 def probe(monkeypatch, tmp_path, results: list[str], probes) -> tuple[list, list[str]]:
     """Run the rate probes with scripted server outputs; returns (rate checks, files written)."""
     outputs = iter(results)
-    monkeypatch.setattr(runner, "_udp_probe", lambda net, topology, p: ("{}", next(outputs)))
-    monkeypatch.setattr(runner.time, "sleep", lambda s: None)
+    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p: ("{}", next(outputs)))
+    monkeypatch.setattr(probing.time, "sleep", lambda s: None)
     topology = SimpleNamespace(probes=lambda: probes, base_rtt_ms=lambda pair: 100.0)
     connections = [SimpleNamespace(direction="forward")]
-    report = runner._probe_paths(None, topology, connections, tmp_path, pings={})
+    report = probing.probe_paths(None, topology, connections, tmp_path, pings={})
     return report.checks, sorted(p.name for p in tmp_path.iterdir())
 
 

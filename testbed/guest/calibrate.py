@@ -1,0 +1,140 @@
+"""Delay calibration before traffic: each pair's idle RTT measured with ping, and its netem delay
+corrected for the emulator's own latency, so that the base RTT is the one the scenario asked for."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from testbed.guest import fidelity
+from testbed.guest.network import Network
+from testbed.guest.shaping import set_delay, set_delays
+from testbed.plan.connections import Connection
+
+PING_COUNT = 10
+
+
+#: seconds between pings (10 in a second: the min over more samples reads the emulator's least latency)
+PING_INTERVAL_S = 0.1
+
+
+#: a pair whose idle RTT misses the configured one by more than this gets its netem delay corrected
+CALIBRATION_THRESHOLD_MS = 0.25
+
+
+#: at most this many rounds of measure-and-correct per pair
+CALIBRATION_ROUNDS = 3
+
+
+#: a pair whose base RTT check would fail is measured again this many more rounds at most (its lowest counts)
+RTT_RECHECK_ROUNDS = 2
+
+
+def ping_pairs(net: Network, connections: list[Connection]) -> dict[int, str]:
+    """ping output per topology pair (sender to receiver of its first connection), all pairs at once.
+
+    Started from each sender's shell in the background (a fork there costs far less than a process
+    started from the runner, which matters with hundreds of pairs under TCG), from the sender's
+    address: on a host with one address per flow, that selects the flow's path."""
+    first: dict[int, Connection] = {}
+    for c in connections:
+        first.setdefault(c.pair, c)
+    ping = f"ping -n -q -c {PING_COUNT} -i {PING_INTERVAL_S}"
+    with tempfile.TemporaryDirectory(prefix="cc-testbed-ping-") as tmp:
+        scripts: dict[str, list[str]] = {}
+        for pair, c in first.items():
+            line = f"{ping} -I {c.sender_ip} {c.receiver_ip} > {tmp}/{pair}.txt 2>&1 &"
+            scripts.setdefault(c.sender, []).append(line)
+        for node, lines in scripts.items():  # a script, not one long line: a shell's tty takes 4095 bytes a line
+            Path(tmp, f"{node}.sh").write_text("\n".join([*lines, "wait", ""]))
+        net.cmd_each({node: f"sh {tmp}/{node}.sh" for node in scripts})
+        return {pair: Path(tmp, f"{pair}.txt").read_text(errors="replace") for pair in first}
+
+
+def calibrate_delays(net: Network, topology, connections: list[Connection]) -> tuple[list[dict], dict[int, str]]:
+    """Correct each pair's netem delay for the emulator's own latency, measured idle.
+
+    Forwarding and netem's timers add latency of their own (about 1.5-4 ms per round trip in a
+    TCG guest, depending on the netem stages on the path; ~0.05 ms with KVM): the pair's one-way
+    delay is lowered by half that excess. The excess varies from one round of pings to the next
+    (a busy moment adds 2 ms to every ping of a round), and it only ever adds, so the estimate is
+    the smallest excess seen so far: a round that reads high changes nothing, one that reads lower
+    lowers the delay and is measured again (up to CALIBRATION_ROUNDS rounds).
+
+    Returns the record per pair and, per pair, the ping output for its fidelity check: of the rounds
+    measured at the pair's final delay, the one with the lowest minimum (the base RTT is the least
+    latency the path shows). A pair changed in the last round is pinged once more for it, and a pair
+    whose check would miss its tolerance (a TCG stall delays every ping of a round: 261.9 ms against
+    250 once, after rounds of 252.5 and 249.7) gets up to RTT_RECHECK_ROUNDS more rounds.
+    """
+    adjustable = hasattr(topology, "delay_egress")
+    records: dict[int, dict] = {}
+    at_final: dict[int, list[str]] = {}  # per pair, the ping outputs measured at its current delay
+    pending = connections
+    for _ in range(CALIBRATION_ROUNDS if adjustable else 1):
+        changed = _calibration_round(net, topology, pending, records, at_final, adjustable)
+        pending = [c for c in connections if c.pair in changed]
+        if not pending:
+            break
+    _recheck(net, topology, connections, pending, at_final)
+    for pair, record in records.items():
+        record["check_rounds"] = len(at_final[pair])
+    return [records[pair] for pair in sorted(records)], {pair: lowest_ping(outs) for pair, outs in at_final.items()}
+
+
+def _calibration_round(net: Network, topology, pending: list[Connection], records: dict[int, dict],
+                       at_final: dict[int, list[str]], adjustable: bool) -> set[int]:  # fmt: skip
+    """One round of pings for the pairs of ``pending``; corrects the delays that read off and returns
+    the pairs it changed (their pings so far no longer count for the check)."""
+    changed = set()
+    per_destination: dict[tuple[str, str], dict[str, float]] = {}  # set together, one bpftool per interface
+    for pair, out in ping_pairs(net, pending).items():
+        at_final.setdefault(pair, []).append(out)
+        configured, nominal = topology.base_rtt_ms(pair), topology.one_way_delay_ms(pair)
+        summary = fidelity.parse_ping(out)
+        if summary is None or not adjustable or configured <= 0:
+            continue
+        record = records.setdefault(pair, {"pair": pair, "configured_rtt_ms": configured, "measured_min_rtt_ms": [],
+                                           "one_way_netem_delay_ms": nominal, "excess_ms": None})  # fmt: skip
+        applied = record["one_way_netem_delay_ms"]
+        record["measured_min_rtt_ms"].append(summary["min_ms"])
+        excess = summary["min_ms"] - (configured + 2 * (applied - nominal))
+        record["excess_ms"] = round(excess if record["excess_ms"] is None else min(record["excess_ms"], excess), 3)
+        target = max(0.0, nominal - record["excess_ms"] / 2)
+        if abs(summary["min_ms"] - configured) <= CALIBRATION_THRESHOLD_MS or abs(target - applied) < 0.01:
+            continue
+        for node, intf, *dst in topology.delay_egress(pair):
+            if dst:
+                per_destination.setdefault((node, intf), {})[dst[0]] = target
+            else:
+                set_delay(net.netns_path(node), intf, target)
+        record["one_way_netem_delay_ms"] = round(target, 3)
+        at_final[pair] = []
+        changed.add(pair)
+    for (node, intf), delays in per_destination.items():
+        set_delays(net.netns_path(node), intf, delays)
+    return changed
+
+
+def _recheck(net: Network, topology, connections: list[Connection], pending: list[Connection],
+             at_final: dict[int, list[str]]) -> None:  # fmt: skip
+    """Ping the pairs changed in the last round once more, then the pairs whose check would miss its
+    tolerance again, up to RTT_RECHECK_ROUNDS times (their lowest round counts)."""
+    for recheck in range(RTT_RECHECK_ROUNDS + 1):
+        for pair, out in (ping_pairs(net, pending) if pending else {}).items():
+            at_final[pair].append(out)
+        missing = {pair for pair, outs in at_final.items()
+                   if not fidelity.rtt_check("", lowest_ping(outs), topology.base_rtt_ms(pair)).ok}  # fmt: skip
+        if not missing or recheck == RTT_RECHECK_ROUNDS:
+            break
+        pending = [c for c in connections if c.pair in missing]
+
+
+def lowest_ping(outputs: list[str]) -> str:
+    """The ping output with the lowest minimum RTT (one without replies only if no other has any)."""
+
+    def minimum(out: str) -> float:
+        summary = fidelity.parse_ping(out)
+        return float("inf") if summary is None else summary["min_ms"]
+
+    return min(outputs, key=minimum)

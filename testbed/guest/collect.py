@@ -1,0 +1,131 @@
+"""Around the traffic: per-flow options on the hosts before it, and what is read after it (qdisc
+statistics, sysctls, loss channels, sprayers, iperf3's own verdict per connection)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from testbed.guest import fidelity, lossbpf, spray
+from testbed.guest.netnsutil import iproute
+from testbed.guest.network import Network
+from testbed.plan.connections import Connection
+from testbed.results import provenance, rundir
+from testbed.scenario.points import RunSpec
+from testbed.scenario.schema import Scenario
+from topologies.lossmodel import timeline
+
+
+def apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
+    """Per-flow TCP options, set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
+    receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
+    ``initcwnd`` on the sender). A host is shared by the flows of one pair: they get the union."""
+    routes: dict[str, dict[str, int]] = {}
+    no_sack: set[str] = set()
+    for flow, pairs in zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True):
+        for pair in pairs:
+            sender, receiver = (e.node for e in topology.endpoints(pair, flow.direction))
+            if not flow.delayed_ack:
+                routes.setdefault(receiver, {})["quickack"] = 1
+            if flow.initcwnd_segs:
+                routes.setdefault(sender, {})["initcwnd"] = flow.initcwnd_segs
+            if not flow.sack:
+                no_sack.update((sender, receiver))
+    for node, metrics in sorted(routes.items()):
+        with iproute(net.netns_path(node)) as ns:
+            for dst, gateway in net.spec.routes.get(node, []):
+                ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, metrics=metrics)
+    for node in sorted(no_sack):
+        net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
+    return {"route_metrics": routes, "sack_off": sorted(no_sack)}
+
+
+def tc_stats(net: Network) -> dict:
+    """``tc -s -j qdisc show`` of every interface as ``{"node/intf": [qdisc, ...]}``; one call per node,
+    all nodes at once (a shell round trip costs ~0.2 s in a TCG guest; a 60-node topology has 120
+    interfaces)."""
+    stats = {}
+    for node, out in net.cmd_all("tc -s -j qdisc show").items():
+        try:
+            qdiscs = json.loads(out)
+        except ValueError:
+            qdiscs = None
+        for intf in net.spec.interfaces(node):
+            if qdiscs is None:
+                stats[f"{node}/{intf}"] = {"unparsed": out}
+            else:
+                stats[f"{node}/{intf}"] = [q for q in qdiscs if q.get("dev") == intf]
+    return stats
+
+
+def read_sysctls(net: Network, node: str) -> dict:
+    # one shell round trip for all keys (each costs ~0.1 s in a TCG guest)
+    script = "; ".join(f'echo "{key}=$(sysctl -n {key} 2>/dev/null)"' for key in provenance.SYSCTLS)
+    values = dict(line.split("=", 1) for line in net.cmd(node, script).splitlines() if "=" in line)
+    return {key: values.get(key, "").strip() or None for key in provenance.SYSCTLS}
+
+
+def load_loss_channels(net: Network, spec: RunSpec, horizon_s: float) -> list[lossbpf.Channel]:
+    """Load every timed two-state loss channel of the topology with its timeline from the run's seed.
+
+    Channel k (interfaces in sorted order) uses stream k of the seed: independent channels, the
+    same ones again for the same seed."""
+    timed = sorted((key, plan.timed_loss) for key, plan in net.spec.egress.items() if plan.timed_loss is not None)
+    channels = []
+    for stream, ((node, intf), model) in enumerate(timed):
+        channel = lossbpf.Channel(node, intf, net.netns_path(node), model, stream)
+        channel.load(spec.seed, timeline(model, spec.seed, horizon_s, stream))
+        channels.append(channel)
+    return channels
+
+
+def read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidelity.FidelityReport) -> list[dict]:
+    """Write each channel's realized timeline to raw/loss-<node>-<intf>.json; summaries for the manifest."""
+    summaries = []
+    for channel in channels:
+        data = channel.read()
+        rundir.write_json_atomic(raw / f"loss-{channel.node}-{channel.ifname}.json", data)
+        for kind, total in data["per_state"].items():
+            report.checks.append(fidelity.loss_check(f"loss {kind} {channel.node}/{channel.ifname}", total["seen"],
+                                                     total["dropped"], total["configured_loss_pct"]))  # fmt: skip
+        summaries.append({key: data[key] for key in ("node", "interface", "stream", "packets_seen", "per_state")})
+    return summaries
+
+
+def read_sprayers(sprayers, before: list[list[int]], tc_stats: dict, report: fidelity.FidelityReport) -> list[dict]:
+    """Packets each sprayer put on each path during traffic (its own counters) and what each path's
+    queue sent over the whole run (tc); the check: every path carried traffic, in equal turns."""
+    records = []
+    for (sprayer, maps), first in zip(sprayers, before, strict=True):
+        counts = [end - start for end, start in zip(spray.sent(maps, len(first)), first, strict=True)]
+        interfaces = [sprayer.intf] + [intf for intf, _ in sprayer.paths]
+        queue_sent = []
+        for intf in interfaces:
+            qdiscs = tc_stats.get(f"{sprayer.node}/{intf}") or []
+            roots = [q for q in qdiscs if isinstance(q, dict) and q.get("root")]
+            queue_sent.append(roots[0].get("packets") if roots else None)
+        ok = min(counts) > 0 and max(counts) - min(counts) <= 1 and all(n for n in queue_sent)
+        detail = (f"{sprayer.direction} packets per path during traffic {counts}, sent by each path's queue "
+                  f"(whole run) {queue_sent}")  # fmt: skip
+        report.checks.append(fidelity.Check(f"spray {sprayer.node}", ok, float(sum(counts)), None, detail))
+        records.append({"node": sprayer.node, "direction": sprayer.direction, "interfaces": interfaces,
+                        "sprayed_packets": counts, "queue_sent_packets": queue_sent})  # fmt: skip
+    return records
+
+
+def connection_failures(connections: list[Connection], clients: dict, raw: Path) -> list[str]:
+    failures = []
+    for c in connections:
+        proc = clients.get(c.id)
+        text = (raw / f"iperf3-{c.id}-client.json").read_text(errors="replace")
+        error = None
+        try:
+            error = json.loads(text).get("error")
+        except ValueError:
+            error = f"output is not JSON: {text.strip()[:200]!r}"
+        if proc is not None and proc.returncode != 0 or error:
+            failures.append(
+                f"connection {c.id} ({c.cc} {c.sender}->{c.receiver}) failed: iperf3 exit "
+                f"{proc.returncode if proc else 'not started'}: {error or 'no error text'}"
+            )
+    return failures

@@ -1,0 +1,357 @@
+"""One run, as phases: prepare, build the network, calibrate and probe, capture, traffic, collect, write.
+
+:func:`run_one` reads as the list of phases; each phase is a function of the run's :class:`RunState`
+(what the phases share: the manifest being written, the network, the processes started). A failing
+phase fails the run with its reason, keeps the raw files, and the plan goes on with the next run;
+Ctrl-C / SIGTERM mark it ``incomplete``; whatever happens the topology is torn down and the
+manifest written (``_finish``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from testbed.guest import calibrate, capture, clients, collect, fidelity, launch, lossbpf, probes, spray
+from testbed.guest.console import log
+from testbed.guest.errors import RunFailed
+from testbed.guest.kernel import ensure_kernel_support
+from testbed.guest.network import Network, cleanup_leftovers
+from testbed.plan import progress
+from testbed.plan.connections import Connection, plan_connections
+from testbed.plan.plan import PlanContext
+from testbed.results import provenance, rundir
+from testbed.results.manifest import SCHEMA_VERSION, write_manifest
+from testbed.scenario.algorithms import lookup as cc_lookup
+from testbed.scenario.points import RunSpec
+from topologies import TOPOLOGIES
+from topologies.shaping import CONTROL_PORT_MIN
+
+#: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
+#: next (the papers' labs); the ephemeral ports of iperf3's control connections (topologies.shaping.CONTROL_PORT_MIN)
+HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535"}
+#: the steps after the traffic, each named on the console when done: a guest that falls silent after
+#: the traffic (twice on record under TCG, without even the watchdog's stack dump) shows how far it got
+COLLECT_PHASES = ("servers_exit", "traces_stop", "tcpdump_stop", "data_starts", "tc_stats", "bpf_counters",
+                  "network_down")  # fmt: skip
+#: seconds between the runner's "traffic t=..." lines
+TRAFFIC_PROGRESS_S = 10
+
+
+@dataclass
+class RunState:
+    """What the phases of one run share."""
+
+    spec: RunSpec
+    directory: Path
+    context: PlanContext
+    manifest: dict
+    topology: object = None
+    netspec: object = None
+    connections: list[Connection] = field(default_factory=list)
+    capture_nodes: list[str] = field(default_factory=list)
+    uses_project_module: bool = False
+    trace: object = None
+    module_trace: object = None
+    dumps: list[subprocess.Popen] = field(default_factory=list)
+    scratch: Path | None = None
+    phases: dict[str, float] = field(default_factory=dict)
+    last: float = 0.0  # when the phase being timed began
+    t_setup: float = 0.0
+    t_teardown: float = 0.0
+
+    @property
+    def raw(self) -> Path:
+        return self.directory / "raw"
+
+    def mark(self, phase: str) -> None:
+        """Seconds spent in each phase, for the manifest (where time goes)."""
+        now = time.monotonic()
+        self.phases[phase] = round(now - self.last, 3)
+        self.last = now
+        if phase in COLLECT_PHASES:
+            log(f"  collected: {phase} in {self.phases[phase]:.1f} s")
+
+
+@dataclass
+class Traffic:
+    """The processes and the schedule of a run's traffic."""
+
+    servers: dict[str, subprocess.Popen]
+    clients: dict[str, subprocess.Popen]
+    channels: list[lossbpf.Channel]
+    sprayers: list
+    lead: dict[str, float]
+    grace_s: float
+    t0: float
+    t0_unix: float
+
+
+def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
+    """Execute one run into ``directory``; returns its manifest. Never raises for a failed run."""
+    state = _start(spec, directory, context)
+    manifest = state.manifest
+    try:
+        _prepare(state)
+        with Network(state.netspec, f"{os.getpid()}-{time.monotonic_ns()}", host_sysctls=HOST_SYSCTLS) as net:
+            state.mark("network_up")
+            sprayers = _configure_hosts(state, net)
+            report = _calibrate_and_probe(state, net)
+            _start_captures(state, net)
+            traffic = _start_traffic(state, net, sprayers)
+            failures = _traffic_and_collect(state, net, traffic, report)
+            state.last = time.monotonic()
+        state.mark("network_down")
+        manifest["timing"]["collect_teardown_s"] = round(time.monotonic() - state.t_teardown, 3)
+        if failures:
+            raise RunFailed("; ".join(failures))
+        manifest["status"] = "complete"
+    except KeyboardInterrupt:
+        manifest["status"] = "incomplete"
+        manifest["reason"] = "interrupted (Ctrl-C or SIGTERM); raw files kept"
+        raise
+    except RunFailed as err:
+        manifest["status"] = "failed"
+        manifest["reason"] = str(err)
+    except Exception as err:  # noqa: BLE001 - any failure is recorded in the manifest, not lost
+        manifest["status"] = "failed"
+        manifest["reason"] = f"{type(err).__name__}: {err}"
+        (state.raw / "runner-traceback.txt").write_text(traceback.format_exc())
+    finally:
+        _finish(state)
+    return manifest
+
+
+def _start(spec: RunSpec, directory: Path, context: PlanContext) -> RunState:
+    """The run's folder and its first manifest, ``running``: a run killed from here on is seen as such."""
+    (directory / "raw").mkdir(parents=True, exist_ok=True)
+    manifest = {
+        "schema_version": SCHEMA_VERSION,
+        "status": "running",
+        "reason": None,
+        "scenario": spec.scenario_name,
+        "profile": spec.profile,
+        "point_id": spec.point_id,
+        "params": spec.params,
+        "seed": spec.seed,
+        "identity": spec.identity(),
+        "resolved": spec.scenario.model_dump(mode="json"),
+        "started_utc": rundir.utc_iso(),
+        "backend": context.backend,
+        "git": context.git,
+        "kernel": provenance.kernel_info(),
+    }
+    write_manifest(directory, manifest)
+    return RunState(spec, directory, context, manifest)
+
+
+def _prepare(state: RunState) -> None:
+    """The topology and its connections, the kernel modules loaded, the tools' versions; leftovers gone."""
+    scenario, manifest = state.spec.scenario, state.manifest
+    state.topology = TOPOLOGIES[scenario.topology.name].from_scenario(scenario)
+    state.netspec = netspec = state.topology.netspec()
+    state.connections = connections = plan_connections(scenario, state.topology)
+    # capture where senders' packets enter the network, before any queue can drop them
+    state.capture_nodes = sorted({c.capture_node for c in connections})
+    manifest["topology"] = {
+        "name": scenario.topology.name,
+        "queue_pkts": getattr(state.topology, "queue_pkts", None),
+        "bottlenecks": [b.__dict__ for b in netspec.bottlenecks],
+        "capture_nodes": state.capture_nodes,
+    }
+    manifest["connections"] = [c.to_dict() for c in connections]
+    project_modules = ensure_kernel_support(scenario, netspec.needs_netem, state.context.project_modules)
+    manifest["modules"] = {
+        m: provenance.module_info(project_modules.get(m, m))
+        for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
+                        | ({"sch_netem", "sch_prio"} if netspec.needs_netem else set()) | {"sch_htb"}
+                        | ({"sch_fq"} if netspec.needs_fq else set()))
+    }  # fmt: skip
+    state.uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
+    manifest["tools"] = provenance.tool_versions()
+    cleanup_leftovers()
+    state.t_setup = state.last = time.monotonic()
+
+
+def _configure_hosts(state: RunState, net: Network) -> list:
+    """Per-flow TCP options and the sender's sysctls recorded; the multipath sprayers loaded."""
+    manifest = state.manifest
+    manifest["host_options"] = collect.apply_flow_options(net, state.topology, state.spec.scenario)
+    manifest["sysctls"] = collect.read_sysctls(net, state.connections[0].sender)
+    sprayers = [(s, spray.setup(net.netns_path(s.node), s)) for s in state.netspec.sprayers]
+    state.mark("options_sysctls_sprayers")
+    manifest["timing"] = {"setup_s": round(time.monotonic() - state.t_setup, 3), "phases_s": state.phases}
+    return sprayers
+
+
+def _calibrate_and_probe(state: RunState, net: Network) -> fidelity.FidelityReport:
+    """Delays corrected for the emulator's latency, then the base RTT and rate checks before traffic."""
+    manifest, t_check = state.manifest, time.monotonic()
+    manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, state.connections)
+    state.mark("delay_calibration")
+    report = probes.probe_paths(net, state.topology, state.connections, state.raw, pings)
+    state.mark("rtt_rate_probes")
+    manifest["timing"]["fidelity_check_s"] = round(time.monotonic() - t_check, 3)
+    for check in report.checks:
+        log(f"  fidelity: {check.name}: {'ok' if check.ok else 'OFF'}: {check.detail}")
+    return report
+
+
+def _start_captures(state: RunState, net: Network) -> None:
+    """tcp_probe (and the module's trace) and one tcpdump per capture node, open before any traffic."""
+    raw, ports = state.raw, [c.client_port for c in state.connections]
+    state.trace = capture.tcp_probe_trace(raw / "tcp_probe.txt", ports)
+    state.trace.start()
+    if state.uses_project_module:
+        state.module_trace = capture.module_trace(raw / "westwood_tb.txt", ports)
+        state.module_trace.start()
+    for node in state.capture_nodes:
+        # tcpdump writes the pcap itself (-w); its log ends with its own drop counts
+        argv = capture.tcpdump_argv(raw / f"{node}.pcap", state.netspec.capture_filters.get(node, "tcp"))
+        state.dumps.append(net.popen(node, argv, output=raw / f"tcpdump-{node}.log"))
+    for node, proc in zip(state.capture_nodes, state.dumps, strict=True):  # no traffic before every capture is open
+        problem = capture.wait_tcpdump_listening(proc, raw / f"tcpdump-{node}.log")
+        if problem:
+            raise RunFailed(f"the capture on {node} did not start: {problem}")
+    state.mark("captures_ready")
+
+
+def _start_traffic(state: RunState, net: Network, sprayers: list) -> Traffic:
+    """Servers listening, clients started and held, loss channels armed; the schedule's time zero."""
+    raw, connections, scenario = state.raw, state.connections, state.spec.scenario
+    state.scratch = scratch = launch.make_scratch()
+    servers = {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
+                               output=raw / f"iperf3-{c.id}-server.json") for c in connections}  # fmt: skip
+    held = clients.prestart_clients(net, connections, raw, scratch)
+    state.mark("clients_prestart")
+    time.sleep(0.5)
+    grace_s = clients.CLIENT_GRACE_S + clients.CLIENT_GRACE_S_PER_CONNECTION * len(connections)
+    channels = collect.load_loss_channels(net, state.spec, scenario.duration_s + grace_s)
+    # a client is continued ahead of its start time by its set-up time (launch.release_lead_s), so that
+    # its data leaves on schedule; the schedule's zero leaves room for the earliest
+    setup_rtt = getattr(state.topology, "setup_rtt_ms", None)
+    lead = {c.id: launch.release_lead_s(c, setup_rtt(c.pair) if setup_rtt else None) for c in connections}
+    t0 = time.monotonic() + max([clients.START_DELAY_S] + [lead[c.id] - c.start_s for c in connections])
+    t0_unix = time.time() + (t0 - time.monotonic())  # the captures' clock
+    state.manifest["t0_monotonic"] = t0
+    state.manifest["t0_unix_s"] = t0_unix
+    lossbpf.start(channels, round(t0 * 1e9))
+    return Traffic(servers, held, channels, sprayers, lead, grace_s, t0, t0_unix)
+
+
+def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
+                         report: fidelity.FidelityReport) -> list[str]:  # fmt: skip
+    """The traffic window (the host samples its own load between its two lines), then the collection;
+    returns the connections that failed."""
+    sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in traffic.sprayers]
+    cpu_before = fidelity.cpu_times()
+    # the host samples its own load from here to the window's end (hostload)
+    log(progress.format_line(progress.TrafficWindow(edge="begins")))
+    release_lag = _release_and_wait(state, traffic)
+    state.manifest["timing"]["traffic_s"] = round(time.monotonic() - traffic.t0, 3)
+    state.manifest["timing"]["client_release_lag_s"] = release_lag
+    state.t_teardown = state.last = time.monotonic()
+    cpu_after = fidelity.cpu_times()
+    log(progress.format_line(progress.TrafficWindow(edge="ends")))
+    report.checks.append(fidelity.cpu_check(fidelity.busy_pct(cpu_before, cpu_after)))
+    _collect_captures(state, traffic, report)
+    tc_stats = collect.tc_stats(net)
+    rundir.write_json_atomic(state.raw / "tc-stats.json", tc_stats)
+    state.mark("tc_stats")
+    state.manifest["spray"] = collect.read_sprayers(traffic.sprayers, sprayed_before, tc_stats, report)
+    state.manifest["loss_channels"] = collect.read_loss_channels(traffic.channels, state.raw, report)
+    state.mark("bpf_counters")
+    state.manifest["fidelity"] = report.to_dict()
+    return collect.connection_failures(state.connections, traffic.clients, state.raw)
+
+
+def _release_and_wait(state: RunState, traffic: Traffic) -> dict[str, float]:
+    """Continue each held client at its start time (less its set-up lead) and wait for all to end.
+
+    A late client still runs its whole duration, so its own deadline moves; how late its data started
+    is a fidelity check (from the captures, in the collection). Returns each client's release lag."""
+    connections, lead, t0 = state.connections, traffic.lead, traffic.t0
+    pending = sorted(connections, key=lambda c: c.start_s - lead[c.id])
+    deadline = t0 + max(c.stop_s for c in connections) + traffic.grace_s
+    release_lag: dict[str, float] = {}
+    last_progress = 0.0
+    while True:
+        now = time.monotonic()
+        while pending and now >= t0 + pending[0].start_s - lead[pending[0].id]:
+            c = pending.pop(0)
+            traffic.clients[c.id].send_signal(signal.SIGCONT)
+            started = time.monotonic()
+            release_lag[c.id] = round(started - (t0 + c.start_s - lead[c.id]), 3)
+            deadline = max(deadline, started + c.duration_s + traffic.grace_s)
+            now = time.monotonic()
+        running = [c.id for c in connections if c.id in release_lag and traffic.clients[c.id].poll() is None]
+        if not pending and not running:
+            return release_lag
+        if now > deadline:
+            raise RunFailed(
+                f"connections {', '.join(running)} still running {traffic.grace_s:g} s after "
+                f"their planned stop (counted from their actual start); iperf3 hung or the guest is too slow"
+            )
+        if now >= t0 and now - last_progress >= TRAFFIC_PROGRESS_S:
+            tick = progress.TrafficTick(t_s=now - t0, duration_s=state.spec.scenario.duration_s, active=len(running))
+            log(progress.format_line(tick))
+            last_progress = now
+        time.sleep(0.05)
+
+
+def _collect_captures(state: RunState, traffic: Traffic, report: fidelity.FidelityReport) -> None:
+    """Servers ended, traces and tcpdumps stopped with their loss counts, data start times read."""
+    manifest, raw = state.manifest, state.raw
+    for proc in traffic.servers.values():
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    state.mark("servers_exit")
+    manifest["capture"] = {"tcp_probe": state.trace.stop()}
+    state.trace = None
+    if state.module_trace is not None:
+        manifest["capture"]["westwood_tb"] = state.module_trace.stop()
+        state.module_trace = None
+    if manifest["capture"]["tcp_probe"]["lost"]:
+        report.checks.append(fidelity.Check("tcp_probe events", False, manifest["capture"]["tcp_probe"]["lost"],
+                                            0, "ring buffer lost events"))  # fmt: skip
+    state.mark("traces_stop")
+    for proc in state.dumps:
+        capture.stop_tcpdump(proc)
+    state.mark("tcpdump_stop")
+    manifest["capture"]["pcap"] = {
+        node: capture.tcpdump_stats((raw / f"tcpdump-{node}.log").read_text(errors="replace"))
+        for node in state.capture_nodes
+    }
+    for node, stats in manifest["capture"]["pcap"].items():
+        report.checks.append(fidelity.capture_check(node, stats))
+    start_lag, unread = clients.data_starts(state.connections, raw, traffic.t0_unix)
+    manifest["timing"]["data_start_lag_s"] = start_lag
+    report.checks.append(fidelity.start_lag_check(state.connections, start_lag, unread))
+    state.mark("data_starts")
+
+
+def _finish(state: RunState) -> None:
+    """Whatever happened: traces and captures stopped, scratch removed, the manifest written with the
+    sha256 of every file."""
+    for leftover_trace in (state.trace, state.module_trace):
+        if leftover_trace is not None:
+            try:
+                leftover_trace.stop()
+            except Exception:  # noqa: BLE001 - the run's own error is what gets reported
+                for name in capture.INSTANCES:
+                    capture.remove_instance(name)
+    for proc in state.dumps:
+        capture.stop_tcpdump(proc)
+    if state.scratch is not None:
+        shutil.rmtree(state.scratch, ignore_errors=True)
+    state.manifest["ended_utc"] = rundir.utc_iso()
+    state.manifest["files"] = rundir.file_hashes(state.directory)
+    write_manifest(state.directory, state.manifest)
