@@ -4,11 +4,12 @@
 
     results/<scenario>/<UTC time>-<git sha7>/            a sweep ("session")
         session.json                                     what was asked, on which kernel and backend
-        report.html, summary.md                          the sweep report (written by analysis)
+        report.html, summary.md                          the sweep report (testbed.report.session)
         <point>/seed=<n>/                                one run
             manifest.json                                provenance, status, fidelity, sha256 of every file
             raw/                                         iperf3 JSON, tcp_probe trace, pcaps, tc -s, ping
-            flows.csv, series.csv, report.html           written by analysis
+            flows.csv, series.csv                        analysis.run
+            report.html                                  testbed.report.run
 
 A run's manifest (its model: :mod:`testbed.results.manifest`) is written first with ``status: running``;
 a run that is killed keeps that status and the next look at it reads "incomplete". This module holds
