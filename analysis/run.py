@@ -179,6 +179,41 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         raise FileNotFoundError(f"{run_dir}: no such run folder")
     raw = run_dir / "raw"
     problems: list[str] = []
+    manifest, status = _manifest_of(run_dir, raw, problems)
+    connections = _connections(manifest, raw, problems)
+    probe = _load_probe(raw, connections, problems)
+    westwood = _load_westwood(raw, manifest, connections, problems)
+    captures = _captures(raw, manifest, connections, problems)
+    t0 = _t0(manifest, probe, problems, westwood)
+    parts = _Parts()
+    for conn in connections:
+        parts.add(conn, manifest, raw, captures, probe, westwood, t0, problems)
+    flows = _flows_frame(parts.rows)
+    if westwood is not None:
+        flows = _add_estimate_columns(flows, connections, parts.westwood_samples)
+    series = _concat(parts.series, SERIES_COLUMNS)
+    series = series.sort_values(["conn", "metric", "t_s"], kind="stable").reset_index(drop=True)
+    analysis = RunAnalysis(run_dir=run_dir, manifest=manifest, flows=flows, series=series, problems=problems,
+                           status=status, reason=manifest.get("reason"))  # fmt: skip
+    if westwood is not None:
+        analysis.westwood_samples = _concat_frames(parts.westwood_samples, westwood.samples)
+        analysis.congestion_events = _congestion_table(
+            _concat_frames(parts.westwood_events, westwood.events), analysis.westwood_samples, mss_bytes(manifest)
+        )
+    if not flows.empty:
+        analysis.flow_totals = metrics.flow_totals(flows)
+        analysis.jain = metrics.jain_by_direction(analysis.flow_totals)
+    analysis.intervals = _interval_goodput(parts.interval_samples, manifest, connections)
+    analysis.drop_checks = _drop_checks(raw, manifest, flows, problems)
+    if write:
+        _write_csv(flows, run_dir / "flows.csv")
+        _write_csv(series, run_dir / "series.csv")
+    return analysis
+
+
+def _manifest_of(run_dir: Path, raw: Path, problems: list[str]) -> tuple[dict, str]:
+    """The manifest as data (empty when it cannot be read) and the run's status; what is wrong goes to
+    ``problems``."""
     try:
         manifest = load_manifest(run_dir)
     except LoadError as exc:
@@ -189,56 +224,33 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         problems.append(f"{MANIFEST}: status is still 'running': the run was interrupted (incomplete)")
     if not raw.is_dir():
         problems.append("raw/: missing (no raw files at all)")
+    return manifest, status
 
-    connections = _connections(manifest, raw, problems)
-    probe = _load_probe(raw, connections, problems)
-    westwood = _load_westwood(raw, manifest, connections, problems)
-    captures = _captures(raw, manifest, connections, problems)
-    rows, series_parts, interval_samples = [], [], []
-    westwood_samples, westwood_events = [], []
-    t0 = _t0(manifest, probe, problems, westwood)
-    for conn in connections:
+
+@dataclass
+class _Parts:
+    """What each connection adds to the run's tables, gathered connection by connection."""
+
+    rows: list[dict] = field(default_factory=list)
+    series: list[pd.DataFrame] = field(default_factory=list)
+    interval_samples: list[pd.DataFrame] = field(default_factory=list)
+    westwood_samples: list[pd.DataFrame] = field(default_factory=list)
+    westwood_events: list[pd.DataFrame] = field(default_factory=list)
+
+    def add(self, conn: dict, manifest: dict, raw: Path, captures: dict, probe: TcpProbeTrace | None,
+            westwood: WestwoodTrace | None, t0: float | None, problems: list[str]) -> None:  # fmt: skip
         node = capture_node(conn, manifest, raw)
         row, samples = _connection_row(conn, raw, node, captures.get(node) if node else None, probe, problems)
-        rows.append(row)
-        interval_samples.append(samples)
+        self.rows.append(row)
+        self.interval_samples.append(samples)
         if probe is not None:
-            series_parts.append(_probe_series(conn, probe, t0))
-        series_parts.append(_goodput_series(samples))
+            self.series.append(_probe_series(conn, probe, t0))
+        self.series.append(_goodput_series(samples))
         if westwood is not None:
             own_samples, own_events = _westwood_of(conn, westwood, t0, problems)
-            westwood_samples.append(own_samples)
-            westwood_events.append(own_events)
-            series_parts.append(_westwood_series(conn, own_samples, own_events))
-    flows = _flows_frame(rows)
-    if westwood is not None:
-        flows = _add_estimate_columns(flows, connections, westwood_samples)
-    series = _concat(series_parts, SERIES_COLUMNS)
-    series = series.sort_values(["conn", "metric", "t_s"], kind="stable").reset_index(drop=True)
-
-    analysis = RunAnalysis(
-        run_dir=run_dir,
-        manifest=manifest,
-        flows=flows,
-        series=series,
-        problems=problems,
-        status=status,
-        reason=manifest.get("reason"),
-    )
-    if westwood is not None:
-        analysis.westwood_samples = _concat_frames(westwood_samples, westwood.samples)
-        analysis.congestion_events = _congestion_table(
-            _concat_frames(westwood_events, westwood.events), analysis.westwood_samples, mss_bytes(manifest)
-        )
-    if not flows.empty:
-        analysis.flow_totals = metrics.flow_totals(flows)
-        analysis.jain = metrics.jain_by_direction(analysis.flow_totals)
-    analysis.intervals = _interval_goodput(interval_samples, manifest, connections)
-    analysis.drop_checks = _drop_checks(raw, manifest, flows, problems)
-    if write:
-        _write_csv(flows, run_dir / "flows.csv")
-        _write_csv(series, run_dir / "series.csv")
-    return analysis
+            self.westwood_samples.append(own_samples)
+            self.westwood_events.append(own_events)
+            self.series.append(_westwood_series(conn, own_samples, own_events))
 
 
 # ------------------------------------------------------------------------------------- gathering
@@ -375,6 +387,11 @@ def _nan(value) -> float:
     return math.nan if value is None else float(value)
 
 
+#: the manifest's fields of a connection that flows.csv repeats
+CONNECTION_FIELDS = ["flow", "replica", "period", "pair", "cc", "direction", "sender", "receiver", "start_s", "stop_s",
+                     "base_rtt_ms"]  # fmt: skip
+
+
 def _connection_row(
     conn: dict,
     raw: Path,
@@ -383,31 +400,27 @@ def _connection_row(
     probe: TcpProbeTrace | None,
     problems: list[str],
 ) -> tuple[dict, pd.DataFrame]:
+    """One connection's row of flows.csv (sender side from the capture, receiver side from iperf3, the
+    mean RTT) and its receiver's interval samples."""
+    row = {name: conn.get(name) for name in CONNECTION_FIELDS}
+    row["conn"] = conn["id"]
+    row.update(_sender_side(conn, node, capture, problems))
+    server = _load_iperf3(raw / f"iperf3-{conn['id']}-server.json", problems)
+    client = _load_iperf3(raw / f"iperf3-{conn['id']}-client.json", problems)
+    row.update(_receiver_side(server, client))
+    if client is not None:
+        row["iperf3_retransmits"] = client.totals.get("retransmits")
+    row.update(_mean_rtt(conn, probe, client, problems))
+    return row, _receiver_samples(conn, server)
+
+
+def _sender_side(conn: dict, node: str | None, capture: PcapAccounting | None, problems: list[str]) -> dict:
+    """What the capture next to the sender counted: sent, retransmitted and unique bytes, goodput."""
     conn_id = conn["id"]
-    row = {
-        name: conn.get(name)
-        for name in [
-            "flow",
-            "replica",
-            "period",
-            "pair",
-            "cc",
-            "direction",
-            "sender",
-            "receiver",
-            "start_s",
-            "stop_s",
-            "base_rtt_ms",
-        ]
-    }
-    row["conn"] = conn_id
-    # sender side: the capture next to the sender
-    row["capture"] = f"{node}.pcap" if node else None
+    row: dict = {"capture": f"{node}.pcap" if node else None}
     direction = None
     if node is None:
-        problems.append(
-            f"{conn_id}: no capture to count it in (cannot tell which router is next to its sender)"
-        )
+        problems.append(f"{conn_id}: no capture to count it in (cannot tell which router is next to its sender)")
     if capture is not None:
         direction = capture.direction(
             conn.get("sender_ip"), conn.get("client_port"), conn.get("receiver_ip"), conn.get("server_port")
@@ -420,63 +433,50 @@ def _connection_row(
             )
             direction = None
     if direction is not None:
-        row.update(
-            sent_pkts=direction.data_pkts,
-            sent_bytes=direction.data_bytes,
-            retrans_pkts=direction.rexmit_pkts,
-            retrans_bytes=direction.rexmit_bytes,
-            unique_bytes=direction.unique_bytes,
-            transfer_s=direction.transfer_s,
-        )
-    row["goodput_mbit"] = metrics.goodput_mbit(
-        row.get("sent_bytes"), row.get("retrans_bytes"), row.get("transfer_s")
-    )
+        row.update(sent_pkts=direction.data_pkts, sent_bytes=direction.data_bytes, retrans_pkts=direction.rexmit_pkts,
+                   retrans_bytes=direction.rexmit_bytes, unique_bytes=direction.unique_bytes,
+                   transfer_s=direction.transfer_s)  # fmt: skip
+    row["goodput_mbit"] = metrics.goodput_mbit(row.get("sent_bytes"), row.get("retrans_bytes"), row.get("transfer_s"))
     row["retrans_ratio"] = metrics.retransmission_ratio(row.get("retrans_bytes"), row.get("sent_bytes"))
+    return row
 
-    # receiver side: the iperf3 server
-    server = _load_iperf3(raw / f"iperf3-{conn_id}-server.json", problems)
-    client = _load_iperf3(raw / f"iperf3-{conn_id}-client.json", problems)
-    samples = pd.DataFrame(columns=["conn", "t_start_s", "t_end_s", "bytes"])
+
+def _receiver_side(server: Iperf3Result | None, client: Iperf3Result | None) -> dict:
+    """Bytes received and their time, from the iperf3 server (else the server's report the client got)."""
+    row: dict = {}
     if server is not None and "received_bytes" in server.totals:
-        row.update(
-            recv_bytes=server.totals["received_bytes"],
-            recv_s=server.totals.get("received_s"),
-            recv_source="iperf3 server",
-        )
+        row.update(recv_bytes=server.totals["received_bytes"], recv_s=server.totals.get("received_s"),
+                   recv_source="iperf3 server")  # fmt: skip
     elif client is not None and "received_bytes" in client.totals:
         # the client's end section carries the server's own totals, sent back at the end of the test
-        row.update(
-            recv_bytes=client.totals["received_bytes"],
-            recv_s=client.totals.get("received_s"),
-            recv_source="iperf3 client (server's report)",
-        )
+        row.update(recv_bytes=client.totals["received_bytes"], recv_s=client.totals.get("received_s"),
+                   recv_source="iperf3 client (server's report)")  # fmt: skip
     row["recv_goodput_mbit"] = metrics.receiver_goodput_mbit(row.get("recv_bytes"), row.get("recv_s"))
-    if server is not None and not server.intervals.empty:
-        offset = _nan(conn.get("start_s"))
-        offset = 0.0 if math.isnan(offset) else offset
-        samples = pd.DataFrame(
-            {
-                "conn": conn_id,
-                "t_start_s": server.intervals["start_s"] + offset,
-                "t_end_s": server.intervals["end_s"] + offset,
-                "bytes": server.intervals["bytes"],
-            }
-        )
-    if client is not None:
-        row["iperf3_retransmits"] = client.totals.get("retransmits")
+    return row
 
-    # mean RTT: the sender kernel's srtt at every ACK (tcp_probe), else iperf3's mean of its samples
+
+def _receiver_samples(conn: dict, server: Iperf3Result | None) -> pd.DataFrame:
+    """The server's interval byte counts on the run's clock (the connection's start + iperf3's own)."""
+    if server is None or server.intervals.empty:
+        return pd.DataFrame(columns=["conn", "t_start_s", "t_end_s", "bytes"])
+    offset = _nan(conn.get("start_s"))
+    offset = 0.0 if math.isnan(offset) else offset
+    intervals = server.intervals
+    return pd.DataFrame({"conn": conn["id"], "t_start_s": intervals["start_s"] + offset,
+                         "t_end_s": intervals["end_s"] + offset, "bytes": intervals["bytes"]})  # fmt: skip
+
+
+def _mean_rtt(conn: dict, probe: TcpProbeTrace | None, client: Iperf3Result | None, problems: list[str]) -> dict:
+    """The sender kernel's srtt at every ACK (tcp_probe), else iperf3's mean of its samples."""
     events = _probe_events(conn, probe)
     if events is not None and events.empty:
-        problems.append(
-            f"raw/tcp_probe.txt: no events of {conn_id} "
-            f"(source {conn.get('sender_ip')}:{conn.get('client_port')})"
-        )
+        problems.append(f"raw/tcp_probe.txt: no events of {conn['id']} "
+                        f"(source {conn.get('sender_ip')}:{conn.get('client_port')})")  # fmt: skip
     if events is not None and not events.empty and "srtt" in events:
-        row.update(mean_rtt_ms=float(events["srtt"].mean()) / 1000, mean_rtt_source="tcp_probe srtt")
-    elif client is not None and "mean_rtt_ms" in client.totals:
-        row.update(mean_rtt_ms=client.totals["mean_rtt_ms"], mean_rtt_source="iperf3 mean_rtt")
-    return row, samples
+        return {"mean_rtt_ms": float(events["srtt"].mean()) / 1000, "mean_rtt_source": "tcp_probe srtt"}
+    if client is not None and "mean_rtt_ms" in client.totals:
+        return {"mean_rtt_ms": client.totals["mean_rtt_ms"], "mean_rtt_source": "iperf3 mean_rtt"}
+    return {}
 
 
 def _probe_events(conn: dict, probe: TcpProbeTrace | None) -> pd.DataFrame | None:

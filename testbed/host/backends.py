@@ -20,8 +20,9 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from testbed import PROJECT
-from testbed.guest import launch, modules
-from testbed.host import kernels, vagrant, virtme
+from testbed.guest import launch, lossbpf, modules
+from testbed.guest.runner import execute_plan
+from testbed.host import guardian, hostload, kernels, vagrant, virtme
 from testbed.plan import estimate, resume
 from testbed.plan.plan import Plan
 from testbed.results import rundir
@@ -84,7 +85,6 @@ def create(name: str, kernel_version: str | None = None, vcpus: int | None = Non
 
 def build_on_host(runs: list[RunSpec], release: str, log=print) -> Artefacts:
     """The project's modules for ``release``, the BPF loss programs and the connect hold library, built here."""
-    from testbed.guest import lossbpf
 
     project_modules: dict[str, str | None] = {}
     for module in sorted(modules.needed({f.cc for r in runs for f in r.scenario.flows})):
@@ -120,7 +120,6 @@ class LocalBackend:
         return build_on_host(runs, release, self.log)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        from testbed.guest.runner import execute_plan
 
         execute_plan(plan, session)
         return {}
@@ -237,7 +236,6 @@ def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, 
 
 def _boot(guest, kernel, config, session: Path, log, plan: Path, estimate_s: float) -> dict:
     """One guest for one plan, with the host's contention watched by the processes this checkout marked."""
-    from testbed.host import guardian, hostload
 
     run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
     ours = guardian.marker_value(str(PROJECT))

@@ -24,6 +24,7 @@ from pathlib import Path
 from testbed.guest import fidelity
 from testbed.host import guardian
 from testbed.plan import progress
+from testbed.results import rundir
 
 
 @dataclass(frozen=True)
@@ -185,7 +186,6 @@ def marked_processes(marker: str) -> set[int]:
 
 
 def amend_manifest(directory: Path, summary: HostSummary) -> None:
-    from testbed.results import rundir
 
     path = directory / rundir.MANIFEST
     try:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from testbed.guest.runner import run_budget_s
 from testbed.plan import progress as events
 
 #: how long past a run's watchdog budget (or after a run ended) the runner may stay silent before the
@@ -49,7 +50,6 @@ class RunnerProgress:
     HANG_MARGIN_S, the remote side is hung."""
 
     def __init__(self, estimates_s: list[float], started: float, start_timeout_s: float):
-        from testbed.guest.runner import run_budget_s
 
         self.budgets_s = [run_budget_s(e) for e in estimates_s]
         self.current: int | None = None

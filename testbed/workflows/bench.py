@@ -26,15 +26,24 @@ Printed and written to ``bench/bench-<UTC time>.json`` (and ``bench/scale-<UTC t
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
+from analysis.pcap import TCPTRACE_FIELDS, tcptrace_connection
 from testbed import PROJECT
 from testbed.host.session import run_session
+from testbed.plan.estimate import netspec as _netspec
+from testbed.report.session import write_session_report
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest
 from testbed.scenario.load import scenario_from_dict
+from testbed.scenario.points import Point, RunSpec, ScenarioFile
+from testbed.scenario.schema import Scenario
 from topologies.lossmodel import FourStateLoss
 from topologies.params import tcp_goodput_limit_mbit
 from topologies.shaping import LOSSY_NETEM
@@ -63,7 +72,6 @@ LOSS_MODELS = {
 
 
 def scale_points():
-    from testbed.scenario.points import Point
 
     def point(name: str, data: dict) -> Point:
         (resolved,) = scenario_from_dict(data, name=name).points
@@ -93,7 +101,6 @@ def scale_points():
 
 def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") -> dict:
     """The scale and loss-model figures (see the module's docstring)."""
-    from testbed.scenario.points import ScenarioFile
 
     combined = ScenarioFile("bench-scale", PROJECT, None, "make bench: scale and loss models", scale_points())
     result = run_session(combined, kernel_version=kernel_version, results_root=out_dir / "results", force=True)
@@ -118,9 +125,6 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
 
 
 def _scale_figures(run: Path, manifest: Manifest) -> dict:
-    from testbed.plan.estimate import netspec as _netspec
-    from testbed.scenario.points import RunSpec
-    from testbed.scenario.schema import Scenario
 
     spec = RunSpec(manifest.scenario, manifest.point_id, {}, manifest.seed,
                    Scenario.model_validate(manifest.resolved))  # fmt: skip
@@ -180,15 +184,19 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
     started = time.monotonic()
     result = run_session(scenario, kernel_version=kernel_version, results_root=out_dir / "results")
     runs_done = time.monotonic()
-    from testbed.report.session import write_session_report
 
     write_session_report(result.directory)
     analysis_s = time.monotonic() - runs_done
     wall_s = time.monotonic() - started
 
     (run,) = result.runs
+    figures = _basic_figures(run, rundir.read_json(result.directory / rundir.SESSION), wall_s, analysis_s)
+    return _write_figures(out_dir, "bench", figures)
+
+
+def _basic_figures(run: Path, session: dict, wall_s: float, analysis_s: float) -> dict:
+    """Where the basic run's time went and how close its emulation came (module doc)."""
     manifest = read_manifest(run)
-    session = rundir.read_json(result.directory / rundir.SESSION)
     timing = manifest.timing
     guest_timing = session.get("timing", {}).get("guest", {})
     server = json.loads((run / "raw" / "iperf3-c0-server.json").read_text())
@@ -197,7 +205,7 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
     rtt = checks.get("base RTT pair 0", {})
     rate = checks.get("bottleneck rate forward", {})
     limit = tcp_goodput_limit_mbit(RATE_MBIT)
-    figures = {
+    return {
         "status": manifest.status,
         "backend": manifest.backend.kind,
         "accel": manifest.backend.accel or "none (local kernel)",  # the local backend records none
@@ -225,11 +233,16 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
         else None,
         "run_dir": str(run),
     }
+
+
+def _write_figures(out_dir: Path, prefix: str, figures: dict, quiet: tuple[str, ...] = ()) -> dict:
+    """Print the figures (but the ``quiet`` keys) and write them to ``out_dir/<prefix>-<UTC time>.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"bench-{rundir.utc_stamp()}.json"
+    path = out_dir / f"{prefix}-{rundir.utc_stamp()}.json"
     rundir.write_json_atomic(path, figures)
     for key, value in figures.items():
-        print(f"{key:32} {value}")
+        if key not in quiet:
+            print(f"{key:32} {value}")
     print(f"written: {path}")
     return figures
 
@@ -260,8 +273,6 @@ print(json.dumps({"s": elapsed, "again_s": again, "rss_mb": resource.getrusage(r
 def _timed(command: list[str]) -> tuple[float, float, str]:
     """Wall time, the child's peak RSS (MB: the kernel's VmHWM of the child after exec, read until it
     exits; wait4's ru_maxrss would count the forked Python before exec) and its output."""
-    import subprocess
-    import tempfile
 
     peak_kb = 0
     with tempfile.TemporaryFile(mode="w+") as out:
@@ -293,11 +304,6 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
     time (Python, numpy, pandas and numba start included), the first analysis in it (numba's compiled
     code loaded from its cache, or compiled on the very first use), and the same capture once more
     in it (what each further capture of a report costs)."""
-    import shutil
-    import subprocess
-    import sys
-
-    from analysis.pcap import TCPTRACE_FIELDS, tcptrace_connection
 
     if shutil.which("tcptrace") is None:
         raise ValueError("tcptrace is not installed: run 'make setup'")
@@ -318,20 +324,19 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
     python = sys.executable
     fast = [_timed([python, "-c", _TIMED_ANALYSIS, "fast", str(pcap)]) for _ in range(PCAP_REPEATS)]
     streaming = _timed([python, "-c", _TIMED_ANALYSIS, "streaming", str(pcap)])
+    figures = _pcap_figures(manifest, pcap, tcptrace, fast, streaming)
+    _write_figures(out_dir, "pcap", figures, quiet=("differences",))
+    subprocess.run(["rm", "-f", str(pcap)], check=False)  # a hundred MB: the figures are what is kept
+    return figures
+
+
+def _pcap_figures(manifest, pcap: Path, tcptrace: list, fast: list, streaming: tuple) -> dict:
+    """Best times, peak memory and the largest per-flow difference from tcptrace (bench_pcap's doc)."""
     ours = json.loads(fast[0][2])
-    theirs_output = tcptrace[0][2]
-    differences = {}
-    for conn in manifest.connections or []:
-        theirs = tcptrace_connection(theirs_output, conn["client_port"])
-        mine = ours["directions"][f"{conn['sender_ip']}:{conn['client_port']}"]
-        for label, name in TCPTRACE_FIELDS.items():
-            reference = theirs[label]
-            differences[f"{conn['id']} {label}"] = (
-                0.0 if mine[name] == reference else abs(mine[name] - reference) / max(abs(reference), 1e-9)
-            )
+    differences = _tcptrace_differences(manifest, ours, tcptrace[0][2])
     best_tcptrace = min(t[0] for t in tcptrace)
     best_fast = min(t[0] for t in fast)
-    figures = {
+    return {
         "status": manifest.status,
         "capture": str(pcap),
         "capture_mb": round(pcap.stat().st_size / 1e6, 1),
@@ -348,12 +353,18 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
         "largest_relative_difference": max(differences.values()) if differences else None,
         "differences": {k: round(v, 6) for k, v in differences.items()},
     }
-    out_dir.mkdir(parents=True, exist_ok=True)
-    path = out_dir / f"pcap-{rundir.utc_stamp()}.json"
-    rundir.write_json_atomic(path, figures)
-    for key, value in figures.items():
-        if key != "differences":
-            print(f"{key:32} {value}")
-    print(f"written: {path}")
-    subprocess.run(["rm", "-f", str(pcap)], check=False)  # a hundred MB: the figures are what is kept
-    return figures
+
+
+def _tcptrace_differences(manifest, ours: dict, tcptrace_output: str) -> dict[str, float]:
+    """Per connection and tcptrace field, the relative difference between our count and tcptrace's."""
+
+    differences = {}
+    for conn in manifest.connections or []:
+        theirs = tcptrace_connection(tcptrace_output, conn["client_port"])
+        mine = ours["directions"][f"{conn['sender_ip']}:{conn['client_port']}"]
+        for label, name in TCPTRACE_FIELDS.items():
+            reference = theirs[label]
+            differences[f"{conn['id']} {label}"] = (
+                0.0 if mine[name] == reference else abs(mine[name] - reference) / max(abs(reference), 1e-9)
+            )
+    return differences

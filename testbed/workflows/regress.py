@@ -35,10 +35,19 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis import claims, regression
+from analysis.plots import figure_png
 from testbed import PROJECT
+from testbed.host import kernels
 from testbed.host.session import log, run_session
 from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
+from testbed.report.pages import Badge, render, table
+from testbed.report.session import text_table, write_session_report
 from testbed.results import rundir
+from testbed.scenario.algorithms import lookup
 from testbed.scenario.load import scenario_from_dict
 from testbed.scenario.points import ScenarioFile
 from testbed.scenario.suite import FlowHarm
@@ -120,7 +129,6 @@ def regress(
     vcpus: int | None = None,
 ) -> RegressResult:
     """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc)."""
-    from testbed.host import kernels
 
     if repeat < 2:
         raise ValueError(f"--repeat {repeat}: a comparison needs at least 2 repetitions per kernel (default 5)")
@@ -152,10 +160,7 @@ def regress(
 
 def _side_metrics(session_dirs: set[Path]):
     """Analyse every run of a side: (run_metrics frame, {point: [statuses]})."""
-    import pandas as pd
 
-    from analysis import claims, regression
-    from testbed.report.session import write_session_report
 
     frames, statuses = [], {}
     for session in sorted(session_dirs):
@@ -200,10 +205,8 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     """Compare the two sides' runs and write the outputs (module doc). ``controls``: the suite's
     positive controls, point id -> the options their candidate runs had; ``control_bases``: control
     -> the point whose baseline runs are the control's baseline (the baseline did not run it)."""
-    import pandas as pd
 
     controls = controls or {}
-    from analysis import regression
 
     result = RegressResult(directory)
     side_metrics, side_status = {}, {}
@@ -281,9 +284,7 @@ def _rows(comparisons, controls: dict) -> list[dict]:
 
 
 def _table(comparisons, controls: dict) -> str:
-    import pandas as pd
 
-    from testbed.report.session import text_table
 
     return text_table(pd.DataFrame(_rows(comparisons, controls))) if comparisons else "(nothing to compare)"
 
@@ -327,10 +328,7 @@ def _junit(path: Path, result: RegressResult, baseline: str, candidate: str, con
 
 def _spread_png(chosen, metric: str) -> bytes:
     """Every repetition of ``metric`` per point and algorithm, baseline (circles) beside candidate (triangles)."""
-    from matplotlib.figure import Figure
 
-    from analysis.plots import figure_png
-    from testbed.scenario.algorithms import lookup
 
     groups = list(dict.fromkeys(zip(chosen["point"], chosen["cc"], strict=True)))
     fig = Figure(figsize=(max(6, 1.1 * len(groups) + 2), 4))
@@ -352,9 +350,7 @@ def _spread_png(chosen, metric: str) -> bytes:
 
 def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, controls: dict) -> None:
     """report.html (testbed/report/templates/regress.html.j2): failures, controls, the comparisons, the spreads."""
-    import pandas as pd
 
-    from testbed.report.pages import Badge, render, table
 
     css = {"regression": "bad", "improvement": "good", "no change": "", "too few runs": "warn"}
     rows = _rows(result.comparisons, controls)
