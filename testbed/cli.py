@@ -2,6 +2,9 @@
 
 Exit status: 0 when every run completed, 1 when a run failed or was incomplete, 2 when the
 command itself could not start (bad scenario, unknown kernel, missing tool).
+
+Each subcommand imports what it needs inside its function: ``testbed --help`` and shell completion
+must answer at once, without loading pandas, matplotlib or pyroute2.
 """
 
 from __future__ import annotations
