@@ -191,7 +191,7 @@ def bench(kernel_version: str | None = None, out_dir: Path = PROJECT / "bench") 
 
     (run,) = result.runs
     figures = _basic_figures(run, rundir.read_json(result.directory / rundir.SESSION), wall_s, analysis_s)
-    return _write_figures(out_dir, "bench", figures)
+    return write_figures(out_dir, "bench", figures)
 
 
 def _basic_figures(run: Path, session: dict, wall_s: float, analysis_s: float) -> dict:
@@ -235,7 +235,7 @@ def _basic_figures(run: Path, session: dict, wall_s: float, analysis_s: float) -
     }
 
 
-def _write_figures(out_dir: Path, prefix: str, figures: dict, quiet: tuple[str, ...] = ()) -> dict:
+def write_figures(out_dir: Path, prefix: str, figures: dict, quiet: tuple[str, ...] = ()) -> dict:
     """Print the figures (but the ``quiet`` keys) and write them to ``out_dir/<prefix>-<UTC time>.json``."""
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"{prefix}-{rundir.utc_stamp()}.json"
@@ -325,7 +325,7 @@ def bench_pcap(out_dir: Path = PROJECT / "bench") -> dict:
     fast = [_timed([python, "-c", _TIMED_ANALYSIS, "fast", str(pcap)]) for _ in range(PCAP_REPEATS)]
     streaming = _timed([python, "-c", _TIMED_ANALYSIS, "streaming", str(pcap)])
     figures = _pcap_figures(manifest, pcap, tcptrace, fast, streaming)
-    _write_figures(out_dir, "pcap", figures, quiet=("differences",))
+    write_figures(out_dir, "pcap", figures, quiet=("differences",))
     subprocess.run(["rm", "-f", str(pcap)], check=False)  # a hundred MB: the figures are what is kept
     return figures
 
