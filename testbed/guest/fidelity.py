@@ -8,6 +8,7 @@ links down). A run whose checks fail is kept but marked untrustworthy, with the 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 from dataclasses import asdict, dataclass, field
@@ -200,3 +201,59 @@ def loss_check(name: str, seen: int, dropped: int, configured_pct: float) -> Che
     tolerance = 100 * LOSS_SIGMAS * (p * (1 - p) / seen) ** 0.5 + LOSS_TOLERANCE_PP
     detail = f"{realized:.2f} % of {seen} packets lost, configured {configured_pct:g} % (tolerance ±{tolerance:.2f} pp)"
     return Check(name, abs(realized - configured_pct) <= tolerance, round(realized, 4), configured_pct, detail)
+
+
+#: a sampling interval counts as backlogged when the queue held at least this many packets at both ends
+BUSY_QUEUE_PKTS = 2
+#: the passive rate check decides from this much backlogged time (10 intervals at 10 Hz)
+PASSIVE_MIN_BUSY_S = 1.0
+#: the busiest stretch of this length is compared with the rate when the queue never stood
+PEAK_WINDOW_S = 1.0
+
+
+def passive_rate_check(name: str, samples: list[tuple[float, int, int]], rate_mbit: float) -> Check | None:
+    """The link's rate read from its queue's own counters during the run (``queues.QueueSampler``).
+
+    ``samples``: (monotonic s, bytes dequeued so far, packets queued) of one bottleneck's root qdisc.
+    While the queue holds packets the link sends at its rate, so over the intervals that were
+    backlogged at both ends the dequeue rate is the emulated rate (Ethernet bytes, as HTB counts
+    them): within RATE_TOLERANCE_FRACTION of the configured rate, or the run is untrustworthy.
+    A queue that never stood (no backlogged interval) never limited the traffic: the check then
+    only asks that its busiest second stayed within the rate (a shaper that does not shape fails).
+    None when the queue stood for less than PASSIVE_MIN_BUSY_S: too little to decide; an active
+    probe must (``probes``)."""
+    busy_bytes, busy_s = 0, 0.0
+    for (t1, b1, q1), (t2, b2, q2) in itertools.pairwise(samples):
+        if t2 > t1 and q1 >= BUSY_QUEUE_PKTS and q2 >= BUSY_QUEUE_PKTS:
+            busy_bytes += b2 - b1
+            busy_s += t2 - t1
+    if busy_s >= PASSIVE_MIN_BUSY_S:
+        measured = busy_bytes * 8 / busy_s / 1e6
+        error = measured / rate_mbit - 1
+        detail = (f"dequeued {measured:.3f} Mbit/s while backlogged ({busy_s:.1f} s of the run) vs {rate_mbit:g} "
+                  f"configured ({error:+.1%})")  # fmt: skip
+        return Check(name, abs(error) <= RATE_TOLERANCE_FRACTION, round(measured, 4), rate_mbit, detail)
+    if busy_s > 0:
+        return None
+    peak = _peak_rate_mbit(samples)
+    ok = peak is None or peak <= rate_mbit * (1 + RATE_TOLERANCE_FRACTION)
+    shown = "no traffic" if peak is None else f"its busiest second carried {peak:.3f} Mbit/s"
+    detail = f"the queue never stood (the link did not limit the traffic); {shown}, configured {rate_mbit:g}"
+    return Check(name, ok, None if peak is None else round(peak, 4), rate_mbit, detail)
+
+
+def _peak_rate_mbit(samples: list[tuple[float, int, int]]) -> float | None:
+    """The highest dequeue rate over PEAK_WINDOW_S (or the whole sampling, if shorter)."""
+    if len(samples) < 2:
+        return None
+    peak, j = 0.0, 0
+    for i, (t1, b1, _) in enumerate(samples):
+        j = max(j, i + 1)
+        while j < len(samples) - 1 and samples[j][0] - t1 < PEAK_WINDOW_S:
+            j += 1
+        if j >= len(samples):
+            break
+        t2, b2, _ = samples[j]
+        if t2 > t1 and (t2 - t1 >= PEAK_WINDOW_S or i == 0):
+            peak = max(peak, (b2 - b1) * 8 / (t2 - t1) / 1e6)
+    return peak

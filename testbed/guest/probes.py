@@ -1,5 +1,6 @@
-"""Fidelity probes before traffic: each pair's base RTT (from the calibration's pings) and a UDP
-rate probe of each bottleneck direction that carries flows."""
+"""Fidelity of the paths: each pair's base RTT (from the calibration's pings, before traffic) and
+each bottleneck's rate, read passively from its queue during the traffic, or, where the traffic never
+kept the queue backlogged long enough to tell, under a UDP probe after it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.guest import fidelity
+from testbed.guest import fidelity, queues
 from testbed.guest.network import Network
 from testbed.plan.connections import Connection
 
@@ -26,44 +27,92 @@ UDP_PROBE_ATTEMPTS = 2
 UDP_PROBE_SLACK_S = 12.0
 
 
-def probe_paths(net: Network, topology, connections: list[Connection], raw: Path,
-                 pings: dict[int, str]) -> fidelity.FidelityReport:  # fmt: skip
-    """The fidelity checks before traffic: each pair's base RTT from ``pings`` (the calibration's
-    last measurement), then one UDP rate probe per topology probe in a direction that has flows."""
-    report = fidelity.FidelityReport()
+def rtt_checks(topology, raw: Path, pings: dict[int, str]) -> list[fidelity.Check]:
+    """Each pair's base RTT from ``pings`` (the calibration's last measurement), its output kept in ``raw``."""
+    checks = []
     for pair, out in sorted(pings.items()):
         (raw / f"ping-pair{pair}.txt").write_text(out)
-        report.checks.append(fidelity.rtt_check(f"base RTT pair {pair}", out, topology.base_rtt_ms(pair)))
+        checks.append(fidelity.rtt_check(f"base RTT pair {pair}", out, topology.base_rtt_ms(pair)))
+    return checks
+
+
+def rate_checks(net: Network, topology, netspec, connections: list[Connection], raw: Path,
+                samples: list[queues.QueueSample]) -> list[fidelity.Check]:  # fmt: skip
+    """The rate of every bottleneck in a direction that has flows, read passively from its queue
+    during the traffic (``samples``); where that cannot decide, from its queue under a UDP probe."""
     directions = {c.direction for c in connections}
-    probes = [probe for probe in topology.probes() if probe.direction in directions]
-    for index, probe in enumerate(probes):
-        # a second probe in one direction (another path of the topology) is named by its pair
-        first = all(p.direction != probe.direction for p in probes[:index])
-        label = probe.direction if first else f"{probe.direction}-pair{probe.pair}"
-        expected = fidelity.expected_udp_rate_mbit(probe.rate_mbit, probe.loss_pct)
-        attempts = []
-        for attempt in range(1, UDP_PROBE_ATTEMPTS + 1):
-            client_out, server_out = udp_probe(net, topology, probe)
-            measured = fidelity.udp_steady_rate_mbit(server_out)
-            attempts.append(measured)
-            final = fidelity.rate_check("", measured, expected).ok or attempt == UDP_PROBE_ATTEMPTS
-            prefix = f"udp-probe-{label}" if final else f"udp-probe-{label}-attempt{attempt}"
-            (raw / f"{prefix}-client.json").write_text(client_out)
-            (raw / f"{prefix}-server.json").write_text(server_out)
-            # let the probe's standing queue drain before the next probe or TCP
-            time.sleep((probe.queue_pkts or 100) * 1514 * 8 / (probe.rate_mbit * 1e6) + 0.5)
-            if final:
-                break
-        check = fidelity.rate_check(f"bottleneck rate {label.replace('-pair', ' pair ')}", measured, expected)
-        if len(attempts) > 1:
-            shown = ", ".join("no result" if m is None else f"{m:.3f}" for m in attempts[:-1])
-            check = replace(check, detail=f"{check.detail}; attempt {len(attempts)} (before: {shown})")
-        report.checks.append(check)
-    return report
+    bottlenecks = [b for b in netspec.bottlenecks if b.direction in directions]
+    per_direction = {d: sum(b.direction == d for b in bottlenecks) for d in directions}
+    checks, undecided = [], []
+    for b in bottlenecks:
+        name = f"bottleneck rate {b.direction}" + (f" {b.node}/{b.intf}" if per_direction[b.direction] > 1 else "")
+        check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
+        if check is None:
+            undecided.append((name, b))
+        else:
+            checks.append(check)
+    for direction in sorted({b.direction for _, b in undecided}):
+        todo = [(name, b) for name, b in undecided if b.direction == direction]
+        probes = [p for p in topology.probes() if p.direction == direction]
+        checks += probe_direction(net, topology, probes, todo, raw)
+    return checks
+
+
+def _series(samples: list[queues.QueueSample], bottleneck) -> list[tuple[float, int, int]]:
+    return [(s.t_s, s.bytes, s.backlog_pkts) for s in samples if (s.node, s.intf) == (bottleneck.node, bottleneck.intf)]
+
+
+def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path) -> list[fidelity.Check]:
+    """Fill the direction's queues with UDP (each probe of the topology in turn, its send rate raised
+    by the loss before the queue) and read each bottleneck of ``todo`` from its queue as during
+    traffic; a bottleneck that still cannot be read gets the probe's received rate instead (the
+    first probe's, the one over the first pair)."""
+    sampler = queues.QueueSampler([(b.node, b.intf) for _, b in todo], net.netns_path)
+    sampler.start()
+    try:
+        received = [active_rate_check(net, topology, probe, probes, index, raw) for index, probe in enumerate(probes)]
+    finally:
+        samples = sampler.stop()
+    checks = []
+    for name, b in todo:
+        check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
+        if check is not None and check.measured is not None and "never stood" not in check.detail:
+            checks.append(replace(check, detail=f"under a UDP probe: {check.detail}"))
+        elif received:
+            checks.append(replace(received[0], name=name))
+    return checks
+
+
+def active_rate_check(net: Network, topology, probe, probes: list, index: int, raw: Path) -> fidelity.Check:
+    """One UDP rate probe of the topology (its received rate against the rate less the loss), run once
+    more when it reads off; both attempts recorded."""
+    # a second probe in one direction (another path of the topology) is named by its pair
+    first = all(p.direction != probe.direction for p in probes[:index])
+    label = probe.direction if first else f"{probe.direction}-pair{probe.pair}"
+    expected = fidelity.expected_udp_rate_mbit(probe.rate_mbit, probe.loss_pct)
+    attempts = []
+    for attempt in range(1, UDP_PROBE_ATTEMPTS + 1):
+        client_out, server_out = udp_probe(net, topology, probe)
+        measured = fidelity.udp_steady_rate_mbit(server_out)
+        attempts.append(measured)
+        final = fidelity.rate_check("", measured, expected).ok or attempt == UDP_PROBE_ATTEMPTS
+        prefix = f"udp-probe-{label}" if final else f"udp-probe-{label}-attempt{attempt}"
+        (raw / f"{prefix}-client.json").write_text(client_out)
+        (raw / f"{prefix}-server.json").write_text(server_out)
+        # let the probe's standing queue drain before the next probe
+        time.sleep((probe.queue_pkts or 100) * 1514 * 8 / (probe.rate_mbit * 1e6) + 0.5)
+        if final:
+            break
+    check = fidelity.rate_check(f"bottleneck rate {label.replace('-pair', ' pair ')}", measured, expected)
+    if len(attempts) > 1:
+        shown = ", ".join("no result" if m is None else f"{m:.3f}" for m in attempts[:-1])
+        check = replace(check, detail=f"{check.detail}; attempt {len(attempts)} (before: {shown})")
+    return check
 
 
 def udp_probe(net: Network, topology, probe) -> tuple[str, str]:
-    """One UDP rate probe (iperf3 -u at 1.2 x the rate for UDP_PROBE_S); the client's and server's JSON.
+    """One UDP rate probe (iperf3 -u at 1.2 x the rate, more by the loss a lossy link takes before its
+    queue, for UDP_PROBE_S); the client's and server's JSON.
 
     iperf3 3.12 starts a UDP test with one datagram each way and no retry: on a lossy link that
     handshake is lost now and then, and the client would wait 30 s. It gets UDP_PROBE_S + twice the
@@ -72,10 +121,12 @@ def udp_probe(net: Network, topology, probe) -> tuple[str, str]:
     server = net.popen(receiver.node, ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
                        stdout=subprocess.PIPE)  # fmt: skip
     time.sleep(0.5)
+    # sent at 1.2 x the rate, raised by a loss the link may take before its queue
+    send_mbit = probe.rate_mbit * 1.2 / (1 - min(probe.loss_pct, 90) / 100)
     client = net.popen(
         sender.node,
         ["iperf3", "-c", receiver.ip, "-B", sender.ip, "-p", str(UDP_PROBE_PORT), "-u",
-         "-b", f"{probe.rate_mbit * 1.2:.3f}M", "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
+         "-b", f"{send_mbit:.3f}M", "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
         stdout=subprocess.PIPE,
     )  # fmt: skip
     outputs = []

@@ -1,4 +1,4 @@
-"""One run, as phases: prepare, build the network, calibrate and probe, capture, traffic, collect, write.
+"""One run, as phases: prepare, build the network, calibrate, capture, traffic, collect and check, write.
 
 :func:`run_one` reads as the list of phases; each phase is a function of the run's :class:`RunState`
 (what the phases share: the manifest being written, the network, the processes started). A failing
@@ -18,7 +18,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.guest import calibrate, capture, clients, collect, fidelity, launch, lossbpf, probes, spray
+from testbed.guest import calibrate, capture, clients, collect, fidelity, launch, lossbpf, probes, queues, spray
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.guest.kernel import ensure_kernel_support
@@ -38,8 +38,8 @@ from topologies.shaping import CONTROL_PORT_MIN
 HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535"}
 #: the steps after the traffic, each named on the console when done: a guest that falls silent after
 #: the traffic (twice on record under TCG, without even the watchdog's stack dump) shows how far it got
-COLLECT_PHASES = ("servers_exit", "traces_stop", "tcpdump_stop", "data_starts", "tc_stats", "bpf_counters",
-                  "network_down")  # fmt: skip
+COLLECT_PHASES = ("queues_stop", "servers_exit", "traces_stop", "tcpdump_stop", "data_starts", "rate_checks",
+                  "tc_stats", "bpf_counters", "network_down")  # fmt: skip
 #: seconds between the runner's "traffic t=..." lines
 TRAFFIC_PROGRESS_S = 10
 
@@ -59,6 +59,7 @@ class RunState:
     uses_project_module: bool = False
     trace: object = None
     module_trace: object = None
+    sampler: queues.QueueSampler | None = None
     dumps: list[subprocess.Popen] = field(default_factory=list)
     scratch: Path | None = None
     phases: dict[str, float] = field(default_factory=dict)
@@ -102,7 +103,7 @@ def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
         with Network(state.netspec, f"{os.getpid()}-{time.monotonic_ns()}", host_sysctls=HOST_SYSCTLS) as net:
             state.mark("network_up")
             sprayers = _configure_hosts(state, net)
-            report = _calibrate_and_probe(state, net)
+            report = _calibrate(state, net)
             _start_captures(state, net)
             traffic = _start_traffic(state, net, sprayers)
             failures = _traffic_and_collect(state, net, traffic, report)
@@ -190,17 +191,22 @@ def _configure_hosts(state: RunState, net: Network) -> list:
     return sprayers
 
 
-def _calibrate_and_probe(state: RunState, net: Network) -> fidelity.FidelityReport:
-    """Delays corrected for the emulator's latency, then the base RTT and rate checks before traffic."""
+def _calibrate(state: RunState, net: Network) -> fidelity.FidelityReport:
+    """Delays corrected for the emulator's latency, then the base RTT checks before traffic (the rate
+    checks read the queues during the traffic: ``_check_rates``)."""
     manifest, t_check = state.manifest, time.monotonic()
-    manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, state.connections)
+    manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, state.connections,
+                                                                      shape=repr(state.netspec))  # fmt: skip
+    report = fidelity.FidelityReport(probes.rtt_checks(state.topology, state.raw, pings))
     state.mark("delay_calibration")
-    report = probes.probe_paths(net, state.topology, state.connections, state.raw, pings)
-    state.mark("rtt_rate_probes")
     manifest["timing"]["fidelity_check_s"] = round(time.monotonic() - t_check, 3)
-    for check in report.checks:
-        log(f"  fidelity: {check.name}: {'ok' if check.ok else 'OFF'}: {check.detail}")
+    _log_checks(report.checks)
     return report
+
+
+def _log_checks(checks: list[fidelity.Check]) -> None:
+    for check in checks:
+        log(f"  fidelity: {check.name}: {'ok' if check.ok else 'OFF'}: {check.detail}")
 
 
 def _start_captures(state: RunState, net: Network) -> None:
@@ -219,6 +225,8 @@ def _start_captures(state: RunState, net: Network) -> None:
         problem = capture.wait_tcpdump_listening(proc, raw / f"tcpdump-{node}.log")
         if problem:
             raise RunFailed(f"the capture on {node} did not start: {problem}")
+    state.sampler = queues.QueueSampler([(b.node, b.intf) for b in state.netspec.bottlenecks], net.netns_path)
+    state.sampler.start()
     state.mark("captures_ready")
 
 
@@ -260,7 +268,9 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     cpu_after = fidelity.cpu_times()
     log(progress.format_line(progress.TrafficWindow(edge="ends")))
     report.checks.append(fidelity.cpu_check(fidelity.busy_pct(cpu_before, cpu_after)))
+    samples = _stop_sampler(state, traffic.t0)
     _collect_captures(state, traffic, report)
+    _check_rates(state, net, samples, report)
     tc_stats = collect.tc_stats(net)
     rundir.write_json_atomic(state.raw / "tc-stats.json", tc_stats)
     state.mark("tc_stats")
@@ -269,6 +279,26 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     state.mark("bpf_counters")
     state.manifest["fidelity"] = report.to_dict()
     return collect.connection_failures(state.connections, traffic.clients, state.raw)
+
+
+def _stop_sampler(state: RunState, t0: float) -> list[queues.QueueSample]:
+    """The queues' samples of the traffic window, written to ``raw/queues.csv``."""
+    samples = state.sampler.stop()
+    if state.sampler.error:
+        log(f"  queue sampling stopped early: {state.sampler.error}")
+    state.sampler = None
+    queues.write_csv(state.raw / "queues.csv", samples, t0)
+    state.mark("queues_stop")
+    return samples
+
+
+def _check_rates(state: RunState, net: Network, samples: list[queues.QueueSample],
+                 report: fidelity.FidelityReport) -> None:  # fmt: skip
+    """Each bottleneck's rate from its queue during the traffic (a UDP probe only where it cannot tell)."""
+    checks = probes.rate_checks(net, state.topology, state.netspec, state.connections, state.raw, samples)
+    _log_checks(checks)
+    report.checks += checks
+    state.mark("rate_checks")
 
 
 def _release_and_wait(state: RunState, traffic: Traffic) -> dict[str, float]:
@@ -339,8 +369,10 @@ def _collect_captures(state: RunState, traffic: Traffic, report: fidelity.Fideli
 
 
 def _finish(state: RunState) -> None:
-    """Whatever happened: traces and captures stopped, scratch removed, the manifest written with the
-    sha256 of every file."""
+    """Whatever happened: traces, queue sampling and captures stopped, scratch removed, the manifest
+    written with the sha256 of every file."""
+    if state.sampler is not None:
+        state.sampler.stop()
     for leftover_trace in (state.trace, state.module_trace):
         if leftover_trace is not None:
             try:

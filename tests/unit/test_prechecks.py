@@ -117,9 +117,8 @@ def probe(monkeypatch, tmp_path, results: list[str], probes) -> tuple[list, list
     monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p: ("{}", next(outputs)))
     monkeypatch.setattr(probing.time, "sleep", lambda s: None)
     topology = SimpleNamespace(probes=lambda: probes, base_rtt_ms=lambda pair: 100.0)
-    connections = [SimpleNamespace(direction="forward")]
-    report = probing.probe_paths(None, topology, connections, tmp_path, pings={})
-    return report.checks, sorted(p.name for p in tmp_path.iterdir())
+    checks = [probing.active_rate_check(None, topology, p, probes, index, tmp_path) for index, p in enumerate(probes)]
+    return checks, sorted(p.name for p in tmp_path.iterdir())
 
 
 def test_a_probe_that_reads_off_is_run_once_more_and_both_are_recorded(monkeypatch, tmp_path):
@@ -142,3 +141,24 @@ def test_a_second_probe_in_one_direction_is_named_by_its_pair(monkeypatch, tmp_p
                           [Probe("forward", 0, 10, 100), Probe("forward", 1, 10, 100)])  # fmt: skip
     assert [c.name for c in checks] == ["bottleneck rate forward", "bottleneck rate forward pair 1"]
     assert "udp-probe-forward-pair1-server.json" in files and "udp-probe-forward-server.json" in files
+
+
+def test_rate_checks_probe_only_the_bottlenecks_their_traffic_could_not_decide(monkeypatch, tmp_path):
+    from testbed.guest import queues
+    from topologies.netspec import Bottleneck
+
+    busy, idle = Bottleneck("r1", "r1-eth1", 2.0, 20, "forward"), Bottleneck("r2", "r2-eth0", 2.0, 20, "reverse")
+    unused = Bottleneck("r3", "r3-eth0", 2.0, 20, "other")
+
+    def samples(b, backlogs):
+        return [queues.QueueSample(i / 10, b.node, b.intf, 25_000 * i, i, 0, 0, 0, q) for i, q in enumerate(backlogs)]
+
+    taken = samples(busy, [5] * 30) + samples(idle, [5, 5, 0] + [0] * 27)
+    probed = []
+    monkeypatch.setattr(probing, "probe_direction", lambda net, topo, probes, todo, raw: probed.append(todo) or [])
+    netspec = SimpleNamespace(bottlenecks=[busy, idle, unused])
+    topology = SimpleNamespace(probes=lambda: [])
+    connections = [SimpleNamespace(direction="forward"), SimpleNamespace(direction="reverse")]
+    checks = probing.rate_checks(None, topology, netspec, connections, tmp_path, taken)
+    assert [c.name for c in checks] == ["bottleneck rate forward"] and checks[0].ok
+    assert [[name for name, _ in todo] for todo in probed] == [["bottleneck rate reverse"]]

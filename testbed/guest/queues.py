@@ -1,0 +1,125 @@
+"""The bottleneck queues over time: each shaped link's root qdisc sampled over netlink during traffic.
+
+One thread polls every bottleneck's root qdisc (``netspec.bottlenecks``) at ``SAMPLE_HZ``: bytes and
+packets dequeued, drops, overlimits, backlog in bytes and packets. One netlink dump per node per
+tick, over sockets opened once in each node's namespace (``netnsutil.iproute``), so a tick costs a
+few system calls, not a process (``tc -s`` would cost ~0.1 s per call in a TCG guest).
+
+The samples are the run's ``raw/queues.csv`` and what the passive rate check reads
+(:func:`testbed.guest.fidelity.passive_rate_check`): while a queue holds packets, the link sends at
+its rate, so its dequeue rate over backlogged intervals *is* the emulated rate, measured with the
+run's own traffic whatever the loss after it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import threading
+import time
+from dataclasses import astuple, dataclass, fields
+from pathlib import Path
+
+from testbed.guest.netnsutil import iproute
+
+SAMPLE_HZ = 10.0
+TC_H_ROOT = 0xFFFFFFFF
+
+
+@dataclass(frozen=True)
+class QueueSample:
+    """One reading of one bottleneck's root qdisc (counters cumulative since the qdisc was made)."""
+
+    t_s: float  # monotonic seconds
+    node: str
+    intf: str
+    bytes: int  # dequeued (sent on the link)
+    packets: int
+    drops: int
+    overlimits: int
+    backlog_bytes: int
+    backlog_pkts: int
+
+
+def _root_stats(message) -> tuple[int, ...] | None:
+    """(bytes, packets, drops, overlimits, backlog bytes, backlog packets) of a qdisc message."""
+    stats2 = message.get_attr("TCA_STATS2")
+    if stats2 is None:
+        return None
+    basic, queue = stats2.get_attr("TCA_STATS_BASIC"), stats2.get_attr("TCA_STATS_QUEUE")
+    if basic is None or queue is None:
+        return None
+    return basic["bytes"], basic["packets"], queue["drops"], queue["overlimits"], queue["backlog"], queue["qlen"]
+
+
+class QueueSampler:
+    """Samples the root qdisc of each ``(node, intf)`` at ``hz`` in a thread, from :meth:`start` to :meth:`stop`."""
+
+    def __init__(self, links: list[tuple[str, str]], netns_path, hz: float = SAMPLE_HZ):
+        self.links = links
+        self.netns_path = netns_path  # node -> "/proc/<pid>/ns/net"
+        self.period_s = 1.0 / hz
+        self.samples: list[QueueSample] = []
+        self.error: str | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="queue-sampler", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        # the sockets are opened, used and closed in this thread: pyroute2 (0.9) gives each thread its
+        # own netlink socket, made where that thread is, so one opened by another thread is no use here
+        with contextlib.ExitStack() as stack:
+            try:
+                self._open(stack)
+            except Exception as err:  # noqa: BLE001 - recorded; the rate checks then have no samples
+                self.error = f"{type(err).__name__}: {err}"
+                return
+            next_tick = time.monotonic()
+            while not self._stop.is_set():
+                try:
+                    self._sample_once()
+                except Exception as err:  # noqa: BLE001 - recorded; the samples so far are kept
+                    self.error = f"{type(err).__name__}: {err}"
+                    return
+                next_tick += self.period_s
+                self._stop.wait(max(0.0, next_tick - time.monotonic()))
+
+    def _open(self, stack: contextlib.ExitStack) -> None:
+        """Per node: its netlink socket, and the sampled interfaces by index."""
+        self._nodes: dict[str, tuple[object, dict[int, str]]] = {}
+        for node, intf in self.links:
+            if node not in self._nodes:
+                self._nodes[node] = (stack.enter_context(iproute(self.netns_path(node))), {})
+            ns, intfs = self._nodes[node]
+            intfs[ns.link_lookup(ifname=intf)[0]] = intf
+
+    def _sample_once(self) -> None:
+        for node, (ns, intfs) in self._nodes.items():
+            messages = ns.get_qdiscs()
+            now = time.monotonic()
+            for message in messages:
+                intf = intfs.get(message["index"])
+                if intf is None or message["parent"] != TC_H_ROOT:
+                    continue
+                stats = _root_stats(message)
+                if stats is not None:
+                    self.samples.append(QueueSample(now, node, intf, *stats))
+
+    def stop(self) -> list[QueueSample]:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        return self.samples
+
+
+def write_csv(path: Path, samples: list[QueueSample], t0: float) -> None:
+    """The samples as CSV, time relative to the traffic's zero ``t0`` (monotonic)."""
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["t_s"] + [f.name for f in fields(QueueSample)][1:])
+        for sample in samples:
+            row = astuple(sample)
+            writer.writerow([f"{row[0] - t0:.4f}", *row[1:]])
