@@ -1,9 +1,11 @@
 """The papers' claims and their verdicts, computed from the runs (issue 6's reproduction report).
 
 A claim (``analysis/claims.yaml``, one entry per claim the papers state) compares one metric of two
-groups of flows: side ``a`` and side ``b``, each chosen by algorithm and, where needed, by the flow's
-index in the scenario (the parking lot's C1 is flow 0) and by whether another algorithm shares the
-run (paper 001's friendliness: Reno with Westwood+ vs Reno with Reno). Runs are paired by their
+groups of flows: side ``a`` and side ``b``, each chosen by algorithm (``westwood`` takes the flows of
+``westwood_ml`` too, the same algorithm instrumented: the registry's ``algorithm``; ``westwood_paper``
+is another algorithm) and, where needed, by the flow's index in the scenario (the parking lot's C1 is
+flow 0) and by whether another algorithm shares the run (paper 001's friendliness: Reno with
+Westwood+ vs Reno with Reno). Runs are paired by their
 **condition**: experiment, profile and swept parameters other than the algorithms (``cc``,
 ``flows.1.cc``, ...), so Westwood+ at Bad = 10 ms is compared with New Reno at Bad = 10 ms.
 
@@ -52,6 +54,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from analysis import metrics
+from testbed.scenario.algorithms import algorithm_of, is_cc_param
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
 #: a difference counts above this with two runs or more per side (and p < ALPHA) ...
@@ -188,12 +191,9 @@ def flow_rows(analyses) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def _is_cc_key(key: str) -> bool:
-    return key == "cc" or key.endswith(".cc")
-
-
 def condition_of(experiment, profile, params: dict, ignoring=()) -> tuple:
-    kept = ((k, repr(v)) for k, v in params.items() if not _is_cc_key(k) and k not in ignoring)
+    """What runs are paired by: experiment, profile and params but the algorithms (and ``ignoring``)."""
+    kept = ((k, repr(v)) for k, v in params.items() if not is_cc_param(k) and k not in ignoring)
     return (experiment, profile, tuple(sorted(kept)))
 
 
@@ -206,7 +206,7 @@ def _matches_point(claim: Claim, params: dict, profile) -> bool:
     if claim.profiles is not None and profile not in claim.profiles:
         return False
     for key, values in claim.where.items():
-        if key not in params or params[key] not in values:
+        if key not in params or not any(_same_param(key, params[key], value) for value in values):
             return False
     for key, limit in claim.below.items():
         value = params.get(key)
@@ -215,17 +215,28 @@ def _matches_point(claim: Claim, params: dict, profile) -> bool:
     return True
 
 
+def _same_param(key: str, value, wanted) -> bool:
+    """A parameter's value is the wanted one; an algorithm parameter's by algorithm (westwood_ml is westwood)."""
+    if is_cc_param(key) and isinstance(value, str) and isinstance(wanted, str):
+        return algorithm_of(value) == algorithm_of(wanted)
+    return value == wanted
+
+
 def side_value(run_flows: pd.DataFrame, side: Side, metric: str) -> float:
-    """The metric of a side's flows in one run (module doc); NaN when the run has none of them."""
+    """The metric of a side's flows in one run (module doc); NaN when the run has none of them.
+
+    Flows are matched by algorithm, not kernel name (``algorithm_of``): a side ``cc: westwood`` takes
+    the instrumented ``westwood_ml`` flows too, never ``westwood_paper``'s (the papers' variant)."""
     params = run_flows["params"].iloc[0]
-    if any(params.get(k) != v for k, v in side.params.items()):
+    if any(not _same_param(k, params.get(k), v) for k, v in side.params.items()):
         return math.nan
-    forward_ccs = set(run_flows.loc[run_flows["direction"] == "forward", "cc"])
-    if side.with_cc and side.with_cc not in forward_ccs:
+    algorithms = run_flows["cc"].map(algorithm_of)
+    forward_algorithms = set(algorithms[run_flows["direction"] == "forward"])
+    if side.with_cc and algorithm_of(side.with_cc) not in forward_algorithms:
         return math.nan
-    if side.without_cc and side.without_cc in forward_ccs:
+    if side.without_cc and algorithm_of(side.without_cc) in forward_algorithms:
         return math.nan
-    chosen = run_flows[(run_flows["cc"] == side.cc) & (run_flows["direction"] == side.direction)]
+    chosen = run_flows[(algorithms == algorithm_of(side.cc)) & (run_flows["direction"] == side.direction)]
     if side.flow is not None:
         chosen = chosen[chosen["flow"] == side.flow]
     return metrics.group_metric(chosen, metric)

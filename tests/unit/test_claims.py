@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pandas as pd
 import pytest
 
@@ -151,3 +153,41 @@ def test_receiver_goodput_judges_what_was_delivered():
     assert claims.judge(_claim(), flows).verdict == "not reproduced"
     verdict = claims.judge(_claim(metric="recv_goodput"), flows)
     assert verdict.verdict == "reproduced" and "1.5 vs 1 Mbit/s" in verdict.measured
+
+
+def test_a_westwood_side_takes_the_instrumented_westwood_ml_but_not_the_papers_variant():
+    gain = {(1, "reno"): [1.0, 1.1, 0.9]}
+    instrumented = claims.judge(_claim(), _flows({(1, "westwood_ml"): [2.0, 2.1, 1.9], **gain}))
+    assert instrumented.verdict == "reproduced"
+    assert "loss_pct=1: 2 vs 1 Mbit/s (+100%, 3 vs 3 runs" in instrumented.measured
+    variant = claims.judge(_claim(), _flows({(1, "westwood_paper"): [2.0, 2.1, 1.9], **gain}))
+    assert variant.verdict == "no data"
+    # and a side naming westwood_paper does not take mainline Westwood+'s flows
+    paper = _claim(a={"cc": "westwood_paper"})
+    assert claims.judge(paper, _flows({(1, "westwood"): [2.0, 2.1, 1.9], **gain})).verdict == "no data"
+
+
+def _run(westwood_cc: str) -> pd.DataFrame:
+    """One run: a Westwood-like flow of ``westwood_cc`` (3 Mbit/s) beside a reno flow (1 Mbit/s)."""
+    return pd.DataFrame(
+        [
+            {"params": {"flows.0.cc": westwood_cc}, "flow": flow, "cc": cc, "direction": "forward", "goodput_mbit": g}
+            for flow, cc, g in ((0, westwood_cc, 3.0), (1, "reno", 1.0))
+        ]
+    )
+
+
+def test_with_cc_without_cc_and_side_params_match_by_algorithm():
+    with_westwood = claims.Side(cc="reno", with_cc="westwood")
+    without_westwood = claims.Side(cc="reno", without_cc="westwood")
+    assert claims.side_value(_run("westwood_ml"), with_westwood, "goodput") == 1.0
+    assert math.isnan(claims.side_value(_run("westwood_ml"), without_westwood, "goodput"))
+    assert math.isnan(claims.side_value(_run("westwood_paper"), with_westwood, "goodput"))
+    assert claims.side_value(_run("westwood_paper"), without_westwood, "goodput") == 1.0
+    by_param = claims.Side(cc="westwood", params={"flows.0.cc": "westwood"})
+    assert claims.side_value(_run("westwood_ml"), by_param, "goodput") == 3.0
+    assert math.isnan(claims.side_value(_run("westwood_paper"), by_param, "goodput"))
+    # the algorithm parameters stay out of the condition: westwood_ml runs pair with reno runs
+    assert claims.condition_of("e", "quick", {"loss_pct": 5, "cc": "westwood_ml"}) == claims.condition_of(
+        "e", "quick", {"loss_pct": 5, "cc": "reno"}
+    )

@@ -22,8 +22,8 @@ def write(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def test_the_default_suite_holds_one_point_of_every_experiment():
-    suite = load_suite(find_suite("default", SUITES), SCENARIOS)
+def test_the_tour_suite_holds_one_point_of_every_experiment():
+    suite = load_suite(find_suite("tour", SUITES), SCENARIOS)
     experiments = sorted(p.stem for p in SCENARIOS.glob("*.yaml") if p.stem != "default")
     assert sorted(point.scenario_name for point in suite.points) == experiments
     for point in suite.points:
@@ -153,3 +153,106 @@ def test_a_suite_lists_at_most_200_experiments(tmp_path):
     path = write(tmp_path, "experiments:\n" + "  - scenario: regression/upload\n" * 201)
     with pytest.raises(ScenarioError, match="line 1, experiments: too many items: at most 200, got 201"):
         load_suite(path, SCENARIOS)
+
+
+def test_the_default_suite_runs_three_comparisons_with_westwood_as_westwood_ml():
+    suite = load_suite(find_suite("default", SUITES), SCENARIOS)
+    assert [point.point_id for point in suite.points] == [
+        "mobile-bernoulli.loss_pct=5,cc=westwood_ml",
+        "mobile-bernoulli.loss_pct=5,cc=reno",
+        "wireless-gilbert.bad_s=0.1,cc=westwood_ml",
+        "wireless-gilbert.bad_s=0.1,cc=reno",
+        "lab-vs-cubic.loss_pct=5,cc=westwood_ml,rtt_ms=0",
+        "lab-vs-cubic.loss_pct=5,cc=cubic,rtt_ms=0",
+    ]
+    for point in suite.points:
+        assert point.scenario.seeds == [1, 2, 3] and point.scenario.duration_s == 10
+        assert "westwood" not in {flow.cc for flow in point.scenario.flows}
+        assert point.params["cc"] == point.scenario.flows[0].cc
+    # 18 runs of 10 s: a session of about 5 min at ~5 s of overhead per run
+    assert len(suite.runs()) == 18
+
+
+def test_run_as_maps_the_flows_and_shows_it_in_params_and_id_also_when_no_swept_cc_shows_it(tmp_path):
+    path = write(
+        tmp_path,
+        "run_as: {westwood: westwood_ml}\nexperiments:\n"
+        '  - {scenario: parking-lot, point: "hops=3,cc=westwood"}\n'
+        '  - {scenario: parking-lot, point: "hops=3,cc=reno"}\n'
+        "  - {scenario: pipe-size}\n",
+    )
+    mapped, unmapped, fixed = load_suite(path, SCENARIOS).points
+    assert mapped.point_id == "parking-lot.hops=3,cc=westwood_ml" and mapped.params["cc"] == "westwood_ml"
+    assert mapped.runs()[0].params["cc"] == "westwood_ml"
+    assert mapped.scenario.flows[0].cc == "westwood_ml"
+    assert unmapped.point_id == "parking-lot.hops=3,cc=reno" and "westwood" not in str(unmapped.params)
+    # pipe-size's westwood flow is not swept: a run_as.cc parameter says what ran
+    assert {flow.cc for flow in fixed.scenario.flows} == {"westwood_ml", "reno"}
+    assert fixed.params["run_as.cc"] == "westwood_ml" and fixed.point_id.endswith(",run_as.cc=westwood_ml")
+
+
+def test_run_as_names_an_unknown_algorithm_with_its_line_and_the_valid_ones(tmp_path):
+    path = write(tmp_path, "run_as:\n  westwood: westwod_ml\nexperiments:\n  - scenario: regression/upload\n")
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    (problem,) = str(error.value).splitlines()[1:]
+    assert problem.startswith("  line 2, run_as.westwood: 'westwod_ml' is not a known congestion-control algorithm")
+    assert "valid: westwood, reno, cubic" in problem and "westwood_ml" in problem
+    assert "did you mean 'westwood_ml'" in problem
+    path = write(tmp_path, "run_as: {vegass: reno}\nexperiments:\n  - scenario: regression/upload\n")
+    with pytest.raises(ScenarioError, match="line 1, run_as.vegass: 'vegass' is not a known"):
+        load_suite(path, SCENARIOS)
+
+
+def test_point_ids_are_the_files_own_ids_mapped_after_selection(tmp_path):
+    path = write(
+        tmp_path,
+        'run_as: {westwood: westwood_ml}\nexperiments:\n  - {scenario: parking-lot, point: "hops=3,cc=westwood_ml"}\n',
+    )
+    with pytest.raises(
+        ScenarioError, match="'hops=3,cc=westwood_ml' is not a point of parking-lot.*hops=3,cc=westwood"
+    ):
+        load_suite(path, SCENARIOS)
+
+
+def test_run_as_that_makes_two_points_one_is_an_error(tmp_path):
+    path = write(
+        tmp_path,
+        "run_as: {westwood: westwood_ml}\nexperiments:\n"
+        '  - {scenario: regression/dumbbell, points: ["cc=westwood", "cc=westwood_ml"]}\n',
+    )
+    message = r"line 3, experiments\[0\]: dumbbell.cc=westwood_ml is already in the suite"
+    with pytest.raises(ScenarioError, match=message):
+        load_suite(path, SCENARIOS)
+
+
+def test_points_lists_several_points_and_an_entry_overrides_seeds_and_traffic(tmp_path):
+    path = write(
+        tmp_path,
+        "traffic_s: 15\nseeds: [1]\nexperiments:\n"
+        "  - scenario: mobile-bernoulli\n    points:\n      - loss_pct=5,cc=westwood\n      - loss_pct=5,cc=reno\n"
+        "    seeds: [4, 5]\n    traffic_s: 8\n"
+        '  - {scenario: parking-lot, point: "hops=3,cc=westwood"}\n',
+    )
+    westwood, reno, other = load_suite(path, SCENARIOS).points
+    assert [westwood.point_id, reno.point_id] == [
+        "mobile-bernoulli.loss_pct=5,cc=westwood",
+        "mobile-bernoulli.loss_pct=5,cc=reno",
+    ]
+    assert westwood.scenario.seeds == reno.scenario.seeds == [4, 5]
+    assert westwood.scenario.duration_s == reno.scenario.duration_s == 8
+    assert (other.scenario.seeds, other.scenario.duration_s) == ([1], 15)
+
+
+def test_point_and_points_together_is_an_error_and_a_bad_id_in_points_is_named(tmp_path):
+    path = write(
+        tmp_path,
+        "experiments:\n"
+        '  - {scenario: parking-lot, point: "hops=3,cc=reno", points: ["hops=3,cc=westwood"]}\n'
+        '  - {scenario: parking-lot, points: ["hops=3,cc=reno", "hops=9,cc=reno"]}\n',
+    )
+    with pytest.raises(ScenarioError) as error:
+        load_suite(path, SCENARIOS)
+    lines = str(error.value).splitlines()
+    assert lines[1] == "  line 2, experiments[0]: give point or points, not both"
+    assert lines[2].startswith("  line 3, experiments[1].points: 'hops=9,cc=reno' is not a point of parking-lot")
