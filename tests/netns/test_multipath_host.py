@@ -32,8 +32,10 @@ def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
         assert all(n > 1000 for n in spray["queue_sent_packets"]), spray
     checks = {c["name"]: c for c in manifest["fidelity"]["checks"]}
     assert checks["spray rl"]["ok"] and checks["spray rr"]["ok"]
-    # sprayed, the UDP probe fills all three 10 Mbit/s paths (verdicts are asserted in the guest tier)
-    assert checks["bottleneck rate forward"]["measured"] > 20, checks["bottleneck rate forward"]
+    # sprayed, the flows fill all three 10 Mbit/s paths: each path's queue is read on its own (passively,
+    # from its dequeue rate; verdicts are asserted in the guest tier)
+    forward = [c for name, c in checks.items() if name.startswith("bottleneck rate forward ")]
+    assert len(forward) == 3 and all(c["measured"] > 5 for c in forward), forward
     flows = analyze_run(run).flows
     assert set(flows["conn"]) == {"c0", "c1"}
     assert (flows["goodput_mbit"] > 10).all(), flows[["conn", "goodput_mbit"]]

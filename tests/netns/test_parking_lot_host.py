@@ -29,10 +29,10 @@ def test_a_two_hop_parking_lot_runs_every_flow(tmp_path, clean_kernel):
     manifest = rundir.read_json(run / "manifest.json")
     assert manifest["status"] == "complete", manifest.get("reason")
     assert {c["capture_node"] for c in manifest["connections"]} == {"p0", "p1", "p2"}
-    # the probe through every hop ran both ways (its verdict is asserted in the guest tier: on this
-    # shared 2-core host one probe in ~10 read low while the others read within 0.3 %)
+    # every hop's queue was read in the directions with flows (its verdict is asserted in the guest tier:
+    # this shared 2-core host is no faithful emulator)
     rates = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
-    assert len(rates) == 2 and all(c["measured"] > 5 for c in rates), rates
+    assert len(rates) >= 2 and all(c["measured"] is not None and c["measured"] > 5 for c in rates), rates
     # every connection moved data; C1 crosses both hops' queues against a cross flow on each, the
     # parking lot's starvation the papers study: in 5 s it received 1.5-3.9 MB here and 0.46 MB once in CI
     for c in manifest["connections"]:

@@ -125,23 +125,24 @@ def test_traffic_waits_for_tcpdump_to_listen_and_says_why_it_did_not(tmp_path, s
 
 
 def _queue(rate_mbit: float, seconds: float, backlog: int, hz: float = 10.0, start_bytes: int = 0):
-    """Samples of a queue dequeuing at rate_mbit with `backlog` packets standing."""
+    """Samples of a queue dequeuing at rate_mbit with `backlog` bytes standing."""
     step = 1 / hz
     return [(i * step, start_bytes + round(rate_mbit * 1e6 / 8 * i * step), backlog)
             for i in range(round(seconds * hz) + 1)]  # fmt: skip
 
 
 def test_passive_rate_reads_the_dequeue_rate_while_backlogged():
-    check = fidelity.passive_rate_check("bottleneck rate forward", _queue(2.0, 5, backlog=10), 2.0)
+    check = fidelity.passive_rate_check("bottleneck rate forward", _queue(2.0, 5, backlog=30_000), 2.0)
     assert check.ok and check.measured == pytest.approx(2.0, rel=1e-3)
-    slow = fidelity.passive_rate_check("bottleneck rate forward", _queue(1.8, 5, backlog=10), 2.0)
+    slow = fidelity.passive_rate_check("bottleneck rate forward", _queue(1.8, 5, backlog=30_000), 2.0)
     assert not slow.ok and "-10.0%" in slow.detail
 
 
-def test_passive_rate_counts_only_intervals_backlogged_at_both_ends():
-    # 3 s backlogged at 2 Mbit/s, then 3 s with the queue empty at 0.5 Mbit/s: the empty part does not count
-    busy = _queue(2.0, 3, backlog=5)
-    idle = [(t + 3.1, b + busy[-1][1], 0) for t, b, _ in _queue(0.5, 3, backlog=0)]
+def test_passive_rate_counts_only_intervals_busy_all_along():
+    # 3 s with more queued than a 0.1 s interval sends (25 kB at 2 Mbit/s), then 3 s with a queue of a few
+    # packets (it may drain between samples) at 0.5 Mbit/s: only the first part counts
+    busy = _queue(2.0, 3, backlog=30_000)
+    idle = [(t + 3.1, b + busy[-1][1] + 25_000, 3000) for t, b, _ in _queue(0.5, 3, backlog=0)]
     check = fidelity.passive_rate_check("r", busy + idle, 2.0)
     assert check.ok and check.measured == pytest.approx(2.0, rel=1e-3)
 
@@ -149,10 +150,10 @@ def test_passive_rate_counts_only_intervals_backlogged_at_both_ends():
 def test_a_queue_that_never_stood_is_checked_against_its_peak():
     never = fidelity.passive_rate_check("r", _queue(1.2, 5, backlog=0), 2.0)
     assert never.ok and "never stood" in never.detail
-    unshaped = fidelity.passive_rate_check("r", _queue(3.0, 5, backlog=1), 2.0)
+    unshaped = fidelity.passive_rate_check("r", _queue(3.0, 5, backlog=0), 2.0)
     assert not unshaped.ok and "busiest second carried 3.000" in unshaped.detail
 
 
 def test_a_queue_that_stood_too_briefly_cannot_decide():
-    samples = _queue(2.0, 0.5, backlog=5) + [(0.6 + t, b, 0) for t, b, _ in _queue(1.0, 3, backlog=0)]
+    samples = _queue(2.0, 0.5, backlog=30_000) + [(0.6 + t, b, 0) for t, b, _ in _queue(1.0, 3, backlog=0)]
     assert fidelity.passive_rate_check("r", samples, 2.0) is None

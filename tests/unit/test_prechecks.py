@@ -151,9 +151,11 @@ def test_rate_checks_probe_only_the_bottlenecks_their_traffic_could_not_decide(m
     unused = Bottleneck("r3", "r3-eth0", 2.0, 20, "other")
 
     def samples(b, backlogs):
-        return [queues.QueueSample(i / 10, b.node, b.intf, 25_000 * i, i, 0, 0, 0, q) for i, q in enumerate(backlogs)]
+        return [queues.QueueSample(i / 10, b.node, b.intf, 25_000 * i, i, 0, 0, q, q // 1514)
+                for i, q in enumerate(backlogs)]  # fmt: skip
 
-    taken = samples(busy, [5] * 30) + samples(idle, [5, 5, 0] + [0] * 27)
+    # 2 Mbit/s sends 25 kB in 0.1 s: a queue of 30 kB keeps the link busy, one that stood 0.2 s cannot tell
+    taken = samples(busy, [30_000] * 30) + samples(idle, [30_000, 30_000, 0] + [0] * 27)
     probed = []
     monkeypatch.setattr(probing, "probe_direction", lambda net, topo, probes, todo, raw: probed.append(todo) or [])
     netspec = SimpleNamespace(bottlenecks=[busy, idle, unused])
