@@ -20,6 +20,7 @@ Jain's index over them, ``retrans_ratio`` their retransmitted / sent bytes in %,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -62,6 +63,9 @@ FIGURES = [
     SweepFigure("pipe-size", "goodput", "rate_mbit", "goodput vs bottleneck rate = pipe size (000 §4, Figs 33-38)"),
     SweepFigure("pipe-size", "retrans_ratio", "rate_mbit", "retransmission ratio vs pipe size (000 §4, Fig. 34)"),
 ]
+
+#: draws a figure's table (a cache may stand in for :func:`sweep_png`)
+Draw = Callable[[pd.DataFrame, SweepFigure], bytes]
 
 YLABELS = {
     "goodput": "sender goodput, Mbit/s",
@@ -157,9 +161,10 @@ def sweep_png(table: pd.DataFrame, figure: SweepFigure) -> bytes:
     return figure_png(fig)
 
 
-def sweep_figures(flows: pd.DataFrame) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
+def sweep_figures(flows: pd.DataFrame, draw: Draw | None = None) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
     """Every figure of ``FIGURES`` whose experiment ran in ``flows`` with its x parameter swept over two
-    values or more: (figure, its table, PNG)."""
+    values or more: (figure, its table, PNG drawn by ``draw(table, figure)``, :func:`sweep_png` by default)."""
+    draw = draw or sweep_png
     out = []
     if flows.empty:
         return out
@@ -167,7 +172,7 @@ def sweep_figures(flows: pd.DataFrame) -> list[tuple[SweepFigure, pd.DataFrame, 
         table = summary(run_values(flows, figure))
         if table.empty or table["x"].nunique() < 2:
             continue
-        out.append((figure, table, sweep_png(table, figure)))
+        out.append((figure, table, draw(table, figure)))
     return out
 
 
@@ -184,10 +189,11 @@ def swept_parameters(flows: pd.DataFrame, experiment: str) -> list[str]:
     return [key for key, seen in values.items() if len(seen) > 1 and numeric[key]]
 
 
-def experiment_figures(flows: pd.DataFrame) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
+def experiment_figures(flows: pd.DataFrame, draw: Draw | None = None) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
     """:func:`sweep_figures`, and for each experiment that got none of them but swept a parameter, its sender
     goodput against that parameter (the first swept; the others become panels), one line per algorithm."""
-    out = sweep_figures(flows)
+    draw = draw or sweep_png
+    out = sweep_figures(flows, draw)
     if flows.empty:
         return out
     drawn = {figure.experiment for figure, _, _ in out}
@@ -199,5 +205,5 @@ def experiment_figures(flows: pd.DataFrame) -> list[tuple[SweepFigure, pd.DataFr
         table = summary(run_values(flows, figure))
         if table.empty or table["x"].nunique() < 2:
             continue
-        out.append((figure, table, sweep_png(table, figure)))
+        out.append((figure, table, draw(table, figure)))
     return out

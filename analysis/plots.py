@@ -293,6 +293,9 @@ def trace_comparison_png(traces: list[tuple[str, str, pd.DataFrame]], title: str
         ssthresh = thin(real if real["value"].notna().any() else series[series["metric"] == "ssthresh_current_pkts"])
         if ssthresh["value"].notna().any():
             name = "ssthresh (real)" if real["value"].notna().any() else "ssthresh_current"
+            # the value each event left holds until the next one: drawn to the end of the connection's data
+            end = pd.DataFrame({"t_s": [series["t_s"].max()], "value": [ssthresh["value"].iloc[-1]]})
+            ssthresh = pd.concat([ssthresh[["t_s", "value"]], end], ignore_index=True)
             top.step(ssthresh["t_s"], ssthresh["value"], where="post", color=style.colour, linewidth=1.2,
                      linestyle="--" if name == "ssthresh (real)" else ":", label=f"{label} {name}")  # fmt: skip
         estimate = thin(series[series["metric"] == "bwe_mbit"])

@@ -13,12 +13,16 @@ and an entry counts only while the outputs it stands for (the run's ``report.htm
 ``series.csv``) still have the modification times they had when it was stored. Anything else (a
 raw file rewritten, the manifest amended, a new version of the analysis, an output deleted or
 rewritten by someone else) is a miss, and the run is analysed again.
+
+The session's own figures (:func:`figure`) are stored under the hash of the data they draw and the code,
+so a figure is drawn again exactly when what it shows changes.
 """
 
 from __future__ import annotations
 
 import hashlib
 import pickle
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -101,3 +105,22 @@ def store(session_dir: Path, run_dir: Path, result: RunAnalysis, key: str) -> No
     temporary = path.with_suffix(".tmp")
     temporary.write_bytes(pickle.dumps(_Entry(key, outputs, result), protocol=pickle.HIGHEST_PROTOCOL))
     temporary.replace(path)
+
+
+def figure(session_dir: Path, draw: Callable[[], bytes], *inputs) -> bytes:
+    """A session figure's PNG, drawn by ``draw()`` unless one drawn from the same ``inputs`` (the data it shows,
+    its title) by the same code is stored: the file name is the hash of both, so changed data is never stale."""
+    digest = hashlib.sha256(code_version().encode())
+    for part in inputs:
+        digest.update(pickle.dumps(part, protocol=pickle.HIGHEST_PROTOCOL))
+    path = Path(session_dir) / CACHE_DIR / f"figure-{digest.hexdigest()[:32]}.png"
+    try:
+        return path.read_bytes()
+    except OSError:
+        pass
+    png = draw()
+    path.parent.mkdir(exist_ok=True)
+    temporary = path.with_suffix(".tmp")
+    temporary.write_bytes(png)
+    temporary.replace(path)
+    return png

@@ -1,12 +1,21 @@
 """The sweep ("session") report: every run analysed, every point summarised across its seeds.
 
 ``write_session_report(session_dir)`` analyses each run listed in ``session.json`` (run.py writes
-each run's flows.csv, series.csv and report.html), then writes into the session folder:
+each run's flows.csv, series.csv and report.html; a run whose inputs did not change since the last
+report comes from ``.report-cache/``, cache.py, and the others are analysed two at a time), then
+writes into the session folder, the answers first:
 
-* ``report.html``: provenance, sender goodput per point (bars coloured by algorithm, whiskers from
-  the lowest to the highest seed), retransmission ratio per point, the table, links to every run's
-  report, and the runs that did not complete with their reasons;
-* ``summary.md``: the same table and failures as Markdown.
+* ``report.html``: the papers' claims about the experiments that ran and their verdicts (measured
+  numbers of both sides beside the paper's, the note beside a claim not reproduced), provenance, then
+  one section per experiment with its own figures only (goodput against its swept parameter per
+  algorithm, else bars per algorithm; cwnd, ssthresh and Westwood+'s estimate over time when its runs
+  have the module trace) and its rows of the table, links to every run's report, and the runs that did
+  not complete with their reasons;
+* ``summary.md``: the claims' lines of the terminal summary, the table, the experiments' figures
+  (``figures/*.png``) and the failures as Markdown.
+
+``summary_text`` (what ``testbed report`` prints) starts with "k of n claims reproduced here; m not
+(...)", one entry per judged claim, then the table and the runs that did not complete.
 
 The table has one row per point and algorithm (per point when each point runs one algorithm, as
 in a cc x loss sweep; a point that mixes algorithms, e.g. 5 Westwood+ and 5 Reno flows, gets one
@@ -28,6 +37,7 @@ import textwrap
 import traceback
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -381,13 +391,15 @@ def write_session_report(session_dir: Path) -> SessionReport:
     complete = sum(a.status == "complete" for a in analyses)
     heading = f"{scenario or session_dir.name}: {complete}/{len(analyses)} runs complete"
     flows = claims.flow_rows(analyses)
-    sweeps = figures.experiment_figures(flows)
+    sweeps = figures.experiment_figures(
+        flows, lambda t, f: cache.figure(session_dir, lambda: figures.sweep_png(t, f), "sweep", t, f)
+    )
     try:
         verdicts = claims.verdicts(analyses, flows=flows)
     except claims.ClaimsError as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []
-    sections = _experiment_sections(table, shown, analyses, sweeps, scenario)
+    sections = _experiment_sections(session_dir, table, shown, analyses, sweeps, scenario)
     _write_figures(session_dir, sections)
     summary_text = _summary_text(session_dir, heading, analyses, shown, verdicts)
     html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
@@ -563,7 +575,12 @@ def _experiment_of(analysis: RunAnalysis, default: str | None) -> str:
 
 
 def _experiment_sections(
-    table: pd.DataFrame, shown: pd.DataFrame, analyses: list[RunAnalysis], sweeps: list, scenario: str | None
+    session_dir: Path,
+    table: pd.DataFrame,
+    shown: pd.DataFrame,
+    analyses: list[RunAnalysis],
+    sweeps: list,
+    scenario: str | None,
 ) -> list[dict]:
     """One section per experiment, in the table's order: its rows of the table, its own figures (goodput
     against its swept parameter, else bars per algorithm) and, when its runs have the module trace, cwnd,
@@ -572,14 +589,16 @@ def _experiment_sections(
         return []
     if "experiment" in table:
         names = table["experiment"].where(table["experiment"].notna(), UNKNOWN_EXPERIMENT)
-    else:  # one experiment: the table leaves its name out
-        names = pd.Series([scenario or UNKNOWN_EXPERIMENT] * len(table), index=table.index)
+    else:  # one experiment: the table leaves its name out; the runs' manifests name it
+        ran = list(dict.fromkeys(_experiment_of(a, scenario) for a in analyses if a.manifest))
+        single = ran[0] if len(ran) == 1 else (scenario or UNKNOWN_EXPERIMENT)
+        names = pd.Series([single] * len(table), index=table.index)
     sections = []
     for name in dict.fromkeys(names):
         mask = (names == name).to_numpy()
         rows, own_shown = table[mask], shown[mask].drop(columns=["experiment"], errors="ignore")
         own_sweeps = [_sweep(figure, fig_table, png) for figure, fig_table, png in sweeps if figure.experiment == name]
-        own_runs = [a for a in analyses if _experiment_of(a, scenario) == name]
+        own_runs = [a for a in analyses if _experiment_of(a, scenario) == name] if "experiment" in table else analyses
         sections.append(
             {
                 "name": name,
@@ -587,8 +606,8 @@ def _experiment_sections(
                 "shown": pages.table(own_shown),
                 "md_shown": pages.table(own_shown, plain=True),
                 "sweeps": own_sweeps,
-                "bars": [] if own_sweeps else _experiment_bars(rows, name),
-                "trace": _trace_figure(own_runs, name),
+                "bars": [] if own_sweeps else _experiment_bars(session_dir, rows, name),
+                "trace": _trace_figure(session_dir, own_runs, name),
             }
         )
     return sections
@@ -611,7 +630,7 @@ def _bar_label(row: pd.Series, several_points: bool) -> str:
     return "\n".join(parts)
 
 
-def _experiment_bars(rows: pd.DataFrame, name: str) -> list[dict]:
+def _experiment_bars(session_dir: Path, rows: pd.DataFrame, name: str) -> list[dict]:
     """(figure file, PNG, alt text) of one experiment's sender goodput and retransmission ratio per algorithm,
     whiskers from the lowest to the highest seed."""
     several = rows["point_id"].nunique() > 1
@@ -622,22 +641,15 @@ def _experiment_bars(rows: pd.DataFrame, name: str) -> list[dict]:
         retrans_pct_max=rows["retrans_ratio_max"] * 100,
     )
     whiskers = "(mean; whiskers: min and max over seeds)"
-    goodput = plots.point_bars_png(
-        bars,
-        "goodput_mbit",
-        "goodput_mbit_min",
-        "goodput_mbit_max",
-        plots.SENDER_GOODPUT_LABEL,
-        f"{name}: sender goodput {whiskers}",
-    )
-    retrans = plots.point_bars_png(
-        bars,
-        "retrans_pct",
-        "retrans_pct_min",
-        "retrans_pct_max",
-        "retransmitted / sent bytes, %",
-        f"{name}: retransmission ratio {whiskers}",
-    )
+    drawn = []
+    for value, ylabel, title in [
+        ("goodput_mbit", plots.SENDER_GOODPUT_LABEL, f"{name}: sender goodput {whiskers}"),
+        ("retrans_pct", "retransmitted / sent bytes, %", f"{name}: retransmission ratio {whiskers}"),
+    ]:
+        shown = bars[["label", "cc", value, f"{value}_min", f"{value}_max"]]
+        draw = partial(plots.point_bars_png, shown, value, f"{value}_min", f"{value}_max", ylabel, title)
+        drawn.append(cache.figure(session_dir, draw, "bars", shown, ylabel, title))
+    goodput, retrans = drawn
     slug = _slug(name)
     return [
         {"path": f"figures/{slug}-goodput-bars.png", "png": goodput, "alt": f"{name}: sender goodput per algorithm"},
@@ -649,7 +661,7 @@ def _experiment_bars(rows: pd.DataFrame, name: str) -> list[dict]:
 MAX_TRACES = 6
 
 
-def _trace_figure(runs: list[RunAnalysis], name: str) -> dict | None:
+def _trace_figure(session_dir: Path, runs: list[RunAnalysis], name: str) -> dict | None:
     """cwnd, ssthresh and Westwood+'s estimate over time for the algorithms an experiment compares, when one
     of its complete runs has the module trace: per (point, algorithm), the first forward connection of the
     lowest seed."""
@@ -665,10 +677,23 @@ def _trace_figure(runs: list[RunAnalysis], name: str) -> dict | None:
                 continue
             several = len({p for p, _ in chosen} | {key[0]}) > 1
             label = lookup(conn.cc).label + (f" ({key[0]})" if several else "")
-            chosen[key] = (label, conn.cc, run.series[run.series["conn"] == conn.conn])
+            chosen[key] = (label, conn.cc, _conn_series(run, conn.conn))
     title = f"{name}: cwnd, ssthresh and bandwidth estimate (first connection of each algorithm, lowest seed)"
-    png = plots.trace_comparison_png(list(chosen.values()), title)
+    traces = list(chosen.values())
+    png = cache.figure(session_dir, partial(plots.trace_comparison_png, traces, title), "trace", traces, title)
     return {"path": f"figures/{_slug(name)}-trace.png", "png": png, "alt": title}
+
+
+def _conn_series(run: RunAnalysis, conn: str) -> pd.DataFrame:
+    """A connection's series; without tcp_probe's cwnd, the module samples' cwnd (one per sampling window),
+    as the run's page draws it."""
+    series = run.series[run.series["conn"] == conn]
+    samples = run.westwood_samples
+    if (series["metric"] == "cwnd_pkts").any() or samples is None or samples.empty or "cwnd" not in samples:
+        return series
+    own = samples[samples["conn"] == conn]
+    cwnd = pd.DataFrame({"conn": conn, "t_s": own["t_s"], "metric": "cwnd_pkts", "value": own["cwnd"]})
+    return pd.concat([series, cwnd], ignore_index=True)
 
 
 def _write_figures(session_dir: Path, sections: list[dict]) -> None:
@@ -745,6 +770,7 @@ def _claims(verdicts: list[claims.Verdict]) -> dict:
         columns=["claim", "verdict", "measured here", "paper", "why it may differ", "kernel, profile"],
     )
     rows = pages.table(frame, plain=True)
+    rows.right = [False] * len(rows.columns)  # prose, even where it starts with a figure number
     rows.items = [
         {
             "id": v.claim.id,

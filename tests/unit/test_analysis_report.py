@@ -354,3 +354,35 @@ def test_a_second_report_reuses_unchanged_runs_and_redoes_changed_ones(tmp_path,
     (session / "p" / "seed=1" / "report.html").unlink()
     write_session_report(session)
     assert analysed == ["seed=2", "seed=1"] and (session / "p" / "seed=1" / "report.html").exists()
+
+
+def test_a_session_figure_is_drawn_again_exactly_when_its_data_change(tmp_path):
+    import pandas as pd
+
+    from testbed.report import cache
+
+    calls = []
+
+    def draw(tag):
+        return lambda: calls.append(tag) or tag.encode()
+
+    table = pd.DataFrame({"x": [1, 2], "v": [2.0, 3.0]})
+    assert cache.figure(tmp_path, draw("a"), "bars", table, "title") == b"a"
+    assert cache.figure(tmp_path, draw("b"), "bars", table.copy(), "title") == b"a"  # same data: the stored one
+    assert cache.figure(tmp_path, draw("c"), "bars", table.assign(v=[2.0, 3.5]), "title") == b"c"
+    assert cache.figure(tmp_path, draw("d"), "bars", table, "another title") == b"d"
+    assert calls == ["a", "c", "d"]
+
+
+def test_an_experiment_with_the_module_trace_gets_cwnd_ssthresh_and_estimate_over_time(tmp_path):
+    session = tmp_path / "traced"
+    session.mkdir()
+    shutil.copytree(FIXTURES / "westwood_tb", session / "cc=westwood_paper" / "seed=1")
+    write_session(session, ["cc=westwood_paper/seed=1"])
+    report = write_session_report(session)
+    assert report.runs[0].westwood_samples is not None
+    trace = session / "figures" / "wpaper-trace.png"
+    assert trace.read_bytes().startswith(b"\x89PNG")
+    html = report.html_path.read_text()
+    assert 'alt="wpaper: cwnd, ssthresh and bandwidth estimate' in html
+    assert "figures/wpaper-trace.png" in report.md_path.read_text()
