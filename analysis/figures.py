@@ -6,7 +6,9 @@ flows it is about (the parking lot's C1 and the wireless TCP1 are flow 0), the x
 paper's figure numbers. Each figure is drawn from ``claims.flow_rows`` (one row per flow of every
 complete run); other swept parameters (the number of paths, the RTT) become panels, and the lines
 are the algorithm of the flows plotted. A figure whose parameter was not swept in the session (a
-suite's single point) is left out: bars per point are in the report already.
+suite's single point) is left out: the report draws bars per algorithm for it instead.
+``experiment_figures`` adds, for an experiment that ``FIGURES`` does not name (or whose named
+parameters were not the ones swept), the sender goodput against its first swept parameter.
 
 Metrics of one run, before the seeds are combined (the same as analysis/claims.py):
 ``goodput`` the mean sender goodput of the chosen flows, ``total_goodput`` their sum, ``jain``
@@ -18,6 +20,7 @@ Jain's index over them, ``retrans_ratio`` their retransmitted / sent bytes in %,
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import pandas as pd
@@ -42,10 +45,15 @@ FIGURES = [
     SweepFigure("rtt-fairness", "total_goodput", "count", "total goodput vs M (000 Fig. 12)"),
     SweepFigure("rtt-fairness", "jain", "count", "Jain's fairness index vs M (000 Fig. 13)"),
     SweepFigure("parking-lot", "goodput", "hops", "C1 goodput vs hops (000 Figs 18, 20, 22, 24)", flow=0),
-    SweepFigure("parking-lot", "c1_plus_cross", "hops", "total goodput (C1 + mean forward cross) vs hops "
-                "(000 Figs 19, 21, 23, 25)"),  # fmt: skip
-    SweepFigure("wireless-gilbert", "goodput", "bad_s", "TCP1 goodput vs Bad duration (000 Figs 27, 30)",
-                flow=0, log_x=True),  # fmt: skip
+    SweepFigure(
+        "parking-lot",
+        "c1_plus_cross",
+        "hops",
+        "total goodput (C1 + mean forward cross) vs hops (000 Figs 19, 21, 23, 25)",
+    ),  # fmt: skip
+    SweepFigure(
+        "wireless-gilbert", "goodput", "bad_s", "TCP1 goodput vs Bad duration (000 Figs 27, 30)", flow=0, log_x=True
+    ),  # fmt: skip
     SweepFigure("geo-satellite", "goodput", "bad_s", "goodput vs Bad duration (000 Fig. 32)", log_x=True),
     SweepFigure("mobile-bernoulli", "goodput", "loss_pct", "throughput vs loss rate (001 Figs 3, 7)", flow=0),
     SweepFigure("mobile-burst", "goodput", "bad_loss_pct", "throughput vs Bad-state loss (001 Figs 6, 8)", flow=0),
@@ -55,6 +63,9 @@ FIGURES = [
     SweepFigure("pipe-size", "goodput", "rate_mbit", "goodput vs bottleneck rate = pipe size (000 §4, Figs 33-38)"),
     SweepFigure("pipe-size", "retrans_ratio", "rate_mbit", "retransmission ratio vs pipe size (000 §4, Fig. 34)"),
 ]
+
+#: draws a figure's table (a cache may stand in for :func:`sweep_png`)
+Draw = Callable[[pd.DataFrame, SweepFigure], bytes]
 
 YLABELS = {
     "goodput": "sender goodput, Mbit/s",
@@ -150,9 +161,10 @@ def sweep_png(table: pd.DataFrame, figure: SweepFigure) -> bytes:
     return figure_png(fig)
 
 
-def sweep_figures(flows: pd.DataFrame) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
+def sweep_figures(flows: pd.DataFrame, draw: Draw | None = None) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
     """Every figure of ``FIGURES`` whose experiment ran in ``flows`` with its x parameter swept over two
-    values or more: (figure, its table, PNG)."""
+    values or more: (figure, its table, PNG drawn by ``draw(table, figure)``, :func:`sweep_png` by default)."""
+    draw = draw or sweep_png
     out = []
     if flows.empty:
         return out
@@ -160,5 +172,38 @@ def sweep_figures(flows: pd.DataFrame) -> list[tuple[SweepFigure, pd.DataFrame, 
         table = summary(run_values(flows, figure))
         if table.empty or table["x"].nunique() < 2:
             continue
-        out.append((figure, table, sweep_png(table, figure)))
+        out.append((figure, table, draw(table, figure)))
+    return out
+
+
+def swept_parameters(flows: pd.DataFrame, experiment: str) -> list[str]:
+    """The numeric parameters of ``experiment`` (not the algorithms) that took two values or more in ``flows``."""
+    own = flows[flows["experiment"] == experiment]
+    values: dict[str, set] = {}
+    numeric: dict[str, bool] = {}
+    for params in own["params"]:
+        for key, value in params.items():
+            if not _is_cc_key(key):
+                values.setdefault(key, set()).add(repr(value))
+                numeric[key] = numeric.get(key, True) and isinstance(value, int | float) and not isinstance(value, bool)
+    return [key for key, seen in values.items() if len(seen) > 1 and numeric[key]]
+
+
+def experiment_figures(flows: pd.DataFrame, draw: Draw | None = None) -> list[tuple[SweepFigure, pd.DataFrame, bytes]]:
+    """:func:`sweep_figures`, and for each experiment that got none of them but swept a parameter, its sender
+    goodput against that parameter (the first swept; the others become panels), one line per algorithm."""
+    draw = draw or sweep_png
+    out = sweep_figures(flows, draw)
+    if flows.empty:
+        return out
+    drawn = {figure.experiment for figure, _, _ in out}
+    for experiment in dict.fromkeys(flows["experiment"].dropna()):
+        swept = swept_parameters(flows, experiment)
+        if experiment in drawn or not swept:
+            continue
+        figure = SweepFigure(experiment, "goodput", swept[0], f"sender goodput vs {swept[0]}")
+        table = summary(run_values(flows, figure))
+        if table.empty or table["x"].nunique() < 2:
+            continue
+        out.append((figure, table, draw(table, figure)))
     return out

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import math
+import textwrap
 
 import numpy as np
 import pandas as pd
@@ -204,10 +205,28 @@ def interval_goodput_png(intervals: pd.DataFrame, connections: pd.DataFrame) -> 
     return figure_png(fig)
 
 
+#: a bar's label is wrapped at this many characters per line
+BAR_LABEL_WIDTH = 14
+
+
+def _bar_layout(labels: list[str]) -> tuple[float, list[str], int]:
+    """(figure width in inches, wrapped labels, tick rotation): a bar gets room for its label's longest line
+    (about 0.09 inch per character at 8 pt) so labels sit side by side; past 12 bars they are tilted."""
+    wrapped = ["\n".join(textwrap.fill(line, BAR_LABEL_WIDTH) for line in str(label).splitlines()) for label in labels]
+    longest = max((len(line) for label in wrapped for line in label.splitlines()), default=1)
+    per_bar = max(0.7, 0.09 * longest + 0.2)
+    rotation = 30 if len(labels) > 12 else 0
+    if rotation:
+        per_bar = 0.45
+    return max(4.5, per_bar * len(labels) + 2.5), wrapped, rotation
+
+
 def point_bars_png(table: pd.DataFrame, value: str, low: str, high: str, ylabel: str, title: str) -> bytes:
     """One bar per table row (``label`` column), coloured by its ``cc``, with whiskers from ``low`` to
-    ``high`` (min and max across seeds). Rows without a value get no bar and an "n/a" mark."""
-    fig = Figure(figsize=(max(6.0, 0.6 * len(table) + 2), 4))
+    ``high`` (min and max across seeds). Rows without a value get no bar and an "n/a" mark. The figure's
+    width grows with the number of bars and their labels (wrapped, tilted past 12 bars) so they do not overlap."""
+    width, labels, rotation = _bar_layout(list(table["label"]) if "label" in table else [])
+    fig = Figure(figsize=(width, 4))
     ax = fig.add_subplot()
     if table.empty:
         _empty(ax, "no complete runs")
@@ -216,9 +235,7 @@ def point_bars_png(table: pd.DataFrame, value: str, low: str, high: str, ylabel:
     heights = pd.to_numeric(table[value], errors="coerce").to_numpy(dtype=float)
     lows = pd.to_numeric(table[low], errors="coerce").to_numpy(dtype=float)
     highs = pd.to_numeric(table[high], errors="coerce").to_numpy(dtype=float)
-    colours = [
-        lookup(cc).colour if isinstance(cc, str) and "+" not in cc else "#7f7f7f" for cc in table["cc"]
-    ]
+    colours = [lookup(cc).colour if isinstance(cc, str) and "+" not in cc else "#7f7f7f" for cc in table["cc"]]
     ax.bar(x, np.nan_to_num(heights), color=colours, edgecolor="black", linewidth=0.5)
     for i, (height, lo, hi) in enumerate(zip(heights, lows, highs, strict=True)):
         if math.isnan(height):
@@ -226,13 +243,8 @@ def point_bars_png(table: pd.DataFrame, value: str, low: str, high: str, ylabel:
         elif not math.isnan(lo) and not math.isnan(hi) and hi > lo:
             ax.errorbar(i, height, yerr=[[height - lo], [hi - height]], color="black", capsize=4, linewidth=1)
     ax.set_xticks(x)
-    # labels are short lines (one per parameter); tilt them only when the bars are crowded
-    crowded = (
-        len(table) * max(len(line) for label in table["label"] for line in str(label).splitlines()) > 110
-    )
-    ax.set_xticklabels(
-        table["label"], rotation=30 if crowded else 0, ha="right" if crowded else "center", fontsize=8
-    )
+    ax.set_xticklabels(labels, rotation=rotation, ha="right" if rotation else "center", fontsize=8)
+    ax.set_xlim(-0.6, len(table) - 0.4)
     ax.set_ylabel(ylabel)
     ax.set_title(title, fontsize=10)
     ax.grid(axis="y", alpha=0.3)
@@ -249,6 +261,53 @@ def point_bars_png(table: pd.DataFrame, value: str, low: str, high: str, ylabel:
             loc="upper left",
             bbox_to_anchor=(1.0, 1.0),
         )
+    return figure_png(fig)
+
+
+#: a time series longer than this is thinned (every k-th point) before it is drawn: the figure is a few hundred
+#: pixels wide, and drawing every ACK of a long run costs seconds
+MAX_POINTS_DRAWN = 4000
+
+
+def thin(frame: pd.DataFrame, limit: int = MAX_POINTS_DRAWN) -> pd.DataFrame:
+    """Every k-th row of ``frame`` (and its last) so that at most about ``limit`` rows are left."""
+    if len(frame) <= limit:
+        return frame
+    step = math.ceil(len(frame) / limit)
+    return pd.concat([frame.iloc[::step], frame.iloc[[-1]]])
+
+
+def trace_comparison_png(traces: list[tuple[str, str, pd.DataFrame]], title: str) -> bytes:
+    """The algorithms of one experiment side by side over time: ``traces`` are (label, cc, series of one
+    connection: ``t_s``, ``metric``, ``value``). Top: cwnd (solid) and ssthresh, the real one from the module
+    trace (``ssthresh_pkts``, dashed) where the connection has it, else tcp_probe's ``ssthresh_current_pkts``
+    (dotted); bottom: Westwood+'s bandwidth estimate (``bwe_mbit``), for the connections that have one."""
+    fig = Figure(figsize=(9, 5.6))
+    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    for label, cc, series in traces:
+        style = lookup(cc)
+        cwnd = thin(series[series["metric"] == "cwnd_pkts"])
+        if not cwnd.empty:
+            top.step(cwnd["t_s"], cwnd["value"], where="post", color=style.colour, linewidth=1, label=f"{label} cwnd")
+        real = series[series["metric"] == "ssthresh_pkts"]
+        ssthresh = thin(real if real["value"].notna().any() else series[series["metric"] == "ssthresh_current_pkts"])
+        if ssthresh["value"].notna().any():
+            name = "ssthresh (real)" if real["value"].notna().any() else "ssthresh_current"
+            # the value each event left holds until the next one: drawn to the end of the connection's data
+            end = pd.DataFrame({"t_s": [series["t_s"].max()], "value": [ssthresh["value"].iloc[-1]]})
+            ssthresh = pd.concat([ssthresh[["t_s", "value"]], end], ignore_index=True)
+            top.step(ssthresh["t_s"], ssthresh["value"], where="post", color=style.colour, linewidth=1.2,
+                     linestyle="--" if name == "ssthresh (real)" else ":", label=f"{label} {name}")  # fmt: skip
+        estimate = thin(series[series["metric"] == "bwe_mbit"])
+        if not estimate.empty:
+            bottom.plot(estimate["t_s"], estimate["value"], color=style.colour, linewidth=1.3, label=f"{label} BWE")
+    for ax, ylabel in ((top, "packets"), (bottom, "bandwidth estimate, Mbit/s")):
+        if ax.get_legend_handles_labels()[0]:
+            _finish_time_axes(ax, ylabel)
+        else:
+            _empty(ax, "no data (tcp_probe or westwood_tb)")
+    top.set_xlabel("")
+    top.set_title(title, fontsize=10)
     return figure_png(fig)
 
 

@@ -1,12 +1,21 @@
 """The sweep ("session") report: every run analysed, every point summarised across its seeds.
 
 ``write_session_report(session_dir)`` analyses each run listed in ``session.json`` (run.py writes
-each run's flows.csv, series.csv and report.html), then writes into the session folder:
+each run's flows.csv, series.csv and report.html; a run whose inputs did not change since the last
+report comes from ``.report-cache/``, cache.py, and the others are analysed two at a time), then
+writes into the session folder, the answers first:
 
-* ``report.html``: provenance, sender goodput per point (bars coloured by algorithm, whiskers from
-  the lowest to the highest seed), retransmission ratio per point, the table, links to every run's
-  report, and the runs that did not complete with their reasons;
-* ``summary.md``: the same table and failures as Markdown.
+* ``report.html``: the papers' claims about the experiments that ran and their verdicts (measured
+  numbers of both sides beside the paper's, the note beside a claim not reproduced), provenance, then
+  one section per experiment with its own figures only (goodput against its swept parameter per
+  algorithm, else bars per algorithm; cwnd, ssthresh and Westwood+'s estimate over time when its runs
+  have the module trace) and its rows of the table, links to every run's report, and the runs that did
+  not complete with their reasons;
+* ``summary.md``: the claims' lines of the terminal summary, the table, the experiments' figures
+  (``figures/*.png``) and the failures as Markdown.
+
+``summary_text`` (what ``testbed report`` prints) starts with "k of n claims reproduced here; m not
+(...)", one entry per judged claim, then the table and the runs that did not complete.
 
 The table has one row per point and algorithm (per point when each point runs one algorithm, as
 in a cc x loss sweep; a point that mixes algorithms, e.g. 5 Westwood+ and 5 Reno flows, gets one
@@ -22,9 +31,13 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
+import textwrap
 import traceback
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import pandas as pd
@@ -32,13 +45,15 @@ import pandas as pd
 from analysis import claims, figures, metrics, plots
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
-from testbed.report import pages
+from testbed.report import cache, pages
 from testbed.report.pages import Link, fmt, is_missing
 from testbed.report.run import provenance_items, report_run
 from testbed.scenario.algorithms import lookup
 
 SENDER_GOODPUT = "sender goodput Mbit/s (paper)"
 RECEIVER_GOODPUT = "receiver goodput Mbit/s (iperf3)"
+#: the machine's cores are shared with the guests and other work: two processes at most
+MAX_WORKERS = 2
 
 
 @dataclass
@@ -90,12 +105,41 @@ def _analyze(run_dir: Path) -> RunAnalysis:
             manifest={},
             flows=pd.DataFrame(),
             series=pd.DataFrame(),
-            problems=[
-                f"analysis failed: {type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"
-            ],
+            problems=[f"analysis failed: {type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"],
             status="unanalysed",
             reason=f"analysis failed: {exc}",
         )
+
+
+def _analyze_keyed(run_dir: Path) -> tuple[RunAnalysis, str | None]:
+    """A run's analysis and the inputs' key taken before it ran (None for a missing folder)."""
+    key = cache.inputs_key(run_dir) if run_dir.is_dir() else None
+    return _analyze(run_dir), key
+
+
+def analyze_runs(session_dir: Path, run_dirs: list[Path]) -> list[RunAnalysis]:
+    """Every run's analysis: from the cache when its inputs are unchanged (testbed/report/cache.py), the others
+    analysed in parallel, one process per core (each run's capture parsing and figures are independent)."""
+    results: dict[int, RunAnalysis] = {}
+    todo = []
+    for index, run_dir in enumerate(run_dirs):
+        cached = cache.load(session_dir, run_dir) if run_dir.is_dir() else None
+        if cached is not None:
+            results[index] = cached
+        else:
+            todo.append(index)
+    workers = min(len(todo), os.cpu_count() or 1, MAX_WORKERS)
+    if workers > 1:
+        # fork: the workers start with the modules already imported (pandas, matplotlib) instead of in a second
+        with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            done = list(pool.map(_analyze_keyed, [run_dirs[i] for i in todo]))
+    else:
+        done = [_analyze_keyed(run_dirs[i]) for i in todo]
+    for index, (result, key) in zip(todo, done, strict=True):
+        results[index] = result
+        if key is not None:
+            cache.store(session_dir, run_dirs[index], result, key)
+    return [results[i] for i in range(len(run_dirs))]
 
 
 def _point_id(analysis: RunAnalysis, session_dir: Path) -> str:
@@ -185,9 +229,7 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
     has_data = run_rows[~status_only]["point_id"].unique()
     grouped = run_rows[~(status_only & run_rows["point_id"].isin(has_data))]
     rows = []
-    for (point_id, direction, cc), group in grouped.groupby(
-        ["point_id", "direction", "cc"], sort=False, dropna=False
-    ):
+    for (point_id, direction, cc), group in grouped.groupby(["point_id", "direction", "cc"], sort=False, dropna=False):
         params = next((p for p in group["params"] if p), {})
         complete = group[group["status"] == "complete"]
         point_runs = run_rows[run_rows["point_id"] == point_id].drop_duplicates(subset=["seed", "status"])
@@ -213,9 +255,7 @@ def aggregate_points(run_rows: pd.DataFrame) -> pd.DataFrame:
         rows.append(row)
     table = pd.DataFrame(rows)
     order_keys = ["experiment"] + [n for n in param_names if n != "cc"] + ["point", "point_cc", "cc", "direction"]
-    table["_order"] = [
-        tuple(_sort_value(row[k]) for k in order_keys if k in table) for _, row in table.iterrows()
-    ]
+    table["_order"] = [tuple(_sort_value(row[k]) for k in order_keys if k in table) for _, row in table.iterrows()]
     table = table.sort_values("_order", kind="stable").drop(columns="_order").reset_index(drop=True)
     if table["direction"].isin(["forward"]).all() or table["direction"].isna().all():
         table = table.drop(columns="direction")
@@ -299,9 +339,7 @@ def display_table(table: pd.DataFrame) -> pd.DataFrame:
         out["flows"] = [fmt(v) for v in table["flows"]]
     out[SENDER_GOODPUT] = [_value_text(r, "goodput_mbit") for _, r in table.iterrows()]
     if multi_flow:
-        out["total sender goodput Mbit/s"] = [
-            _value_text(r, "total_goodput_mbit") for _, r in table.iterrows()
-        ]
+        out["total sender goodput Mbit/s"] = [_value_text(r, "total_goodput_mbit") for _, r in table.iterrows()]
     out[RECEIVER_GOODPUT] = [_value_text(r, "recv_goodput_mbit") for _, r in table.iterrows()]
     out["retrans %"] = [_value_text(r, "retrans_ratio", 100) for _, r in table.iterrows()]
     if show_jain:
@@ -327,9 +365,7 @@ def text_table(frame: pd.DataFrame) -> str:
         return bool(text) and (text[0].isdigit() or text[0] in "-+.") or text == "n/a"
 
     def line(values: list[str]) -> str:
-        return "  ".join(
-            v.rjust(w) if right(v) else v.ljust(w) for v, w in zip(values, widths, strict=True)
-        ).rstrip()
+        return "  ".join(v.rjust(w) if right(v) else v.ljust(w) for v, w in zip(values, widths, strict=True)).rstrip()
 
     header = "  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)).rstrip()
     return "\n".join([header, "  ".join("-" * w for w in widths)] + [line(r) for r in cells])
@@ -345,31 +381,30 @@ def write_session_report(session_dir: Path) -> SessionReport:
         problems.append(str(exc))
         session = {}
     run_dirs = session_run_dirs(session_dir, session, problems)
-    analyses = [_analyze(d) for d in run_dirs]
+    analyses = analyze_runs(session_dir, run_dirs)
     run_rows = []
     for analysis in analyses:
         run_rows += run_group_rows(analysis, _point_id(analysis, session_dir))
     table = aggregate_points(pd.DataFrame(run_rows))
     shown = display_table(table)
-    scenario = session.get("scenario") or next(
-        (a.manifest.get("scenario") for a in analyses if a.manifest), None
-    )
+    scenario = session.get("scenario") or next((a.manifest.get("scenario") for a in analyses if a.manifest), None)
     complete = sum(a.status == "complete" for a in analyses)
     heading = f"{scenario or session_dir.name}: {complete}/{len(analyses)} runs complete"
     flows = claims.flow_rows(analyses)
-    sweeps = figures.sweep_figures(flows)
-    for figure, _, png in sweeps:
-        path = session_dir / "figures" / f"{figure.experiment}-{figure.metric}-vs-{figure.x}.png"
-        path.parent.mkdir(exist_ok=True)
-        path.write_bytes(png)
+    sweeps = figures.experiment_figures(
+        flows, lambda t, f: cache.figure(session_dir, lambda: figures.sweep_png(t, f), "sweep", t, f)
+    )
     try:
         verdicts = claims.verdicts(analyses, flows=flows)
     except claims.ClaimsError as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []
+    sections = _experiment_sections(session_dir, table, shown, analyses, sweeps, scenario)
+    _write_figures(session_dir, sections)
     summary_text = _summary_text(session_dir, heading, analyses, shown, verdicts)
     html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
-    page = _page(session_dir, session, analyses, table, shown, problems, heading, verdicts, sweeps)
+    page = _page(session_dir, session, analyses, shown, problems, heading, verdicts, sections)
+    page["summary_claims"] = _claims_lines(verdicts)
     write_text_atomic(html_path, pages.render("session.html.j2", **page))
     write_text_atomic(md_path, pages.render("session.md.j2", **page))
     return SessionReport(
@@ -383,31 +418,74 @@ def write_session_report(session_dir: Path) -> SessionReport:
     )
 
 
+#: the terminal's width the summary is written for (claims and notes are wrapped to it)
+TERMINAL_COLUMNS = 100
+
+
+def _claims_headline(verdicts: list[claims.Verdict]) -> str:
+    """'k of n claims reproduced here; m not (j opposite, i not reproduced)', the claims without data apart."""
+    judged = [v for v in verdicts if v.verdict != "no data"]
+    counts = claims.verdict_counts(judged)
+    reproduced = counts.pop("reproduced", 0)
+    text = f"{reproduced} of {len(judged)} claims reproduced here"
+    if judged:
+        text += f"; {len(judged) - reproduced} not"
+        if counts:
+            text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + ")"
+    missing = len(verdicts) - len(judged)
+    if missing:
+        text += (f"; {missing} more about these experiments compare runs this session did not make "
+                 "(no data; make reproduce runs their comparisons)")  # fmt: skip
+    return text
+
+
+def _claims_lines(verdicts: list[claims.Verdict]) -> list[str]:
+    """The summary's claims, verdict first: the headline, then per judged claim its verdict and the measured
+    numbers of both sides per condition, the comparison, the paper's numbers and, when not reproduced, the note."""
+    if not verdicts:
+        return []
+    lines = [_claims_headline(verdicts)]
+    order = {"opposite": 0, "not reproduced": 1, "reproduced": 2}
+    judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: order.get(v.verdict, 3))
+    for v in judged:
+        texts = [c.text(v.claim.metric) for c in v.conditions] or [v.measured]
+        lines.append(f"  {v.claim.id}: {v.verdict}: {texts[0]}")
+        lines += [f"      {text}" for text in texts[1:]]
+        lines.append(f"      compared: {v.claim.compared()}")
+        lines.append(f"      paper ({v.claim.source}): {v.claim.paper_numbers}")
+        if v.verdict != "reproduced" and v.claim.note:
+            lines.append(f"      note: {v.claim.note}")
+    return lines
+
+
+def _wrapped(lines: list[str], width: int = TERMINAL_COLUMNS) -> list[str]:
+    """Each line cut at ``width`` columns, continuation lines indented under the text they continue."""
+    out = []
+    for line in lines:
+        indent = " " * (len(line) - len(line.lstrip()) + 4)
+        out += textwrap.wrap(line, width, subsequent_indent=indent, break_on_hyphens=False) or [""]
+    return out
+
+
 def _summary_text(
     session_dir: Path, heading: str, analyses: list[RunAnalysis], shown: pd.DataFrame, verdicts: list[claims.Verdict]
 ) -> str:
-    """What the terminal shows: the heading, the table, the judged claims, the runs that did not complete."""
-    if shown.empty:
-        summary_text = f"{heading}\nno runs found in {session_dir}" if not analyses else heading
-    else:
-        summary_text = heading + "\n" + text_table(shown)
+    """What the terminal shows, the answer first: the heading, the claims' verdicts (:func:`_claims_lines`,
+    wrapped to 100 columns), the table, the runs that did not complete."""
+    lines = [heading] + _wrapped(_claims_lines(verdicts))
     if verdicts:
-        counts = claims.verdict_counts(verdicts)
-        summary_text += "\nthe papers' claims: " + ", ".join(f"{n} {v}" for v, n in sorted(counts.items()))
-        judged = [v for v in verdicts if v.verdict != "no data"]
-        summary_text += "".join(f"\n  {v.claim.id}: {v.verdict}: {v.measured}" for v in judged)
-        if len(judged) < len(verdicts):
-            summary_text += (
-                f"\n  {len(verdicts) - len(judged)} claims about these experiments compare runs this session did not "
-                "make (no data; make reproduce runs their comparisons)"
-            )
+        lines.append("")
+    if shown.empty:
+        if not analyses:
+            lines.append(f"no runs found in {session_dir}")
+    else:
+        lines += text_table(shown).splitlines()
     not_complete = [a for a in analyses if a.status != "complete"]
     if not_complete:
-        summary_text += "\nnot complete:\n" + "\n".join(
-            f"  {_relative(a.run_dir, session_dir)}: {a.status}: {a.reason or 'no reason recorded'}"
-            for a in not_complete
-        )
-    return summary_text
+        lines.append("not complete:")
+        lines += [f"  {_relative(a.run_dir, session_dir)}: {a.status}: {a.reason or 'no reason recorded'}"
+                  for a in not_complete]  # fmt: skip
+    return "\n".join(lines)
 
 
 def write_run_list(out_dir: Path, run_dirs: list[Path], scenario: str, description: str) -> Path:
@@ -463,12 +541,11 @@ def _page(
     session_dir: Path,
     session: dict,
     analyses: list[RunAnalysis],
-    table: pd.DataFrame,
     shown: pd.DataFrame,
     problems: list[str],
     heading: str,
     verdicts: list[claims.Verdict],
-    sweeps: list,
+    sections: list[dict],
 ) -> dict:
     """What report.html (session.html.j2) and summary.md (session.md.j2) show, built once for both."""
     failed = [a for a in analyses if a.status != "complete"]
@@ -478,9 +555,8 @@ def _page(
         "prov": _session_provenance(session, analyses),
         "untrusted": sum(a.status == "complete" and a.trustworthy is False for a in analyses),
         "problems": problems,
-        "point_plots": _point_plots(table),
         "shown": pages.table(shown),
-        "sweeps": [_sweep(figure, fig_table, png) for figure, fig_table, png in sweeps],
+        "sections": sections,
         "claims": _claims(verdicts) if verdicts else None,
         "runs": _runs_table(analyses, session_dir),
         "failed": [(_relative(a.run_dir, session_dir), a.status, a.reason or "no reason recorded") for a in failed],
@@ -490,32 +566,143 @@ def _page(
     }
 
 
-def _point_plots(table: pd.DataFrame) -> list[tuple[bytes, str]]:
-    """(PNG, alt text): sender goodput and retransmission ratio per point, whiskers from min to max seed."""
+UNKNOWN_EXPERIMENT = "(no manifest)"
+
+
+def _experiment_of(analysis: RunAnalysis, default: str | None) -> str:
+    scenario = analysis.manifest.get("scenario")
+    return scenario if isinstance(scenario, str) and scenario else (default or UNKNOWN_EXPERIMENT)
+
+
+def _experiment_sections(
+    session_dir: Path,
+    table: pd.DataFrame,
+    shown: pd.DataFrame,
+    analyses: list[RunAnalysis],
+    sweeps: list,
+    scenario: str | None,
+) -> list[dict]:
+    """One section per experiment, in the table's order: its rows of the table, its own figures (goodput
+    against its swept parameter, else bars per algorithm) and, when its runs have the module trace, cwnd,
+    ssthresh and bandwidth estimate over time of the algorithms compared. No figure mixes experiments."""
     if table.empty:
         return []
-    percent = table.assign(
-        retrans_pct=table["retrans_ratio"] * 100,
-        retrans_pct_min=table["retrans_ratio_min"] * 100,
-        retrans_pct_max=table["retrans_ratio_max"] * 100,
+    if "experiment" in table:
+        names = table["experiment"].where(table["experiment"].notna(), UNKNOWN_EXPERIMENT)
+    else:  # one experiment: the table leaves its name out; the runs' manifests name it
+        ran = list(dict.fromkeys(_experiment_of(a, scenario) for a in analyses if a.manifest))
+        single = ran[0] if len(ran) == 1 else (scenario or UNKNOWN_EXPERIMENT)
+        names = pd.Series([single] * len(table), index=table.index)
+    sections = []
+    for name in dict.fromkeys(names):
+        mask = (names == name).to_numpy()
+        rows, own_shown = table[mask], shown[mask].drop(columns=["experiment"], errors="ignore")
+        own_sweeps = [_sweep(figure, fig_table, png) for figure, fig_table, png in sweeps if figure.experiment == name]
+        own_runs = [a for a in analyses if _experiment_of(a, scenario) == name] if "experiment" in table else analyses
+        sections.append(
+            {
+                "name": name,
+                "slug": _slug(name),
+                "shown": pages.table(own_shown),
+                "md_shown": pages.table(own_shown, plain=True),
+                "sweeps": own_sweeps,
+                "bars": [] if own_sweeps else _experiment_bars(session_dir, rows, name),
+                "trace": _trace_figure(session_dir, own_runs, name),
+            }
+        )
+    return sections
+
+
+def _slug(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "experiment"
+
+
+def _bar_label(row: pd.Series, several_points: bool) -> str:
+    """A bar's label: the algorithm, its direction when reverse, the point when the experiment has several."""
+    cc = row.get("cc")
+    parts = [lookup(cc).label if isinstance(cc, str) and "+" not in cc else str(cc)]
+    if isinstance(row.get("direction"), str) and row["direction"] != "forward":
+        parts.append(row["direction"])
+    if several_points:
+        point = row.get("point") if isinstance(row.get("point"), str) else None
+        point = point or "\n".join(line for line in str(row["label"]).splitlines() if line not in parts)
+        parts.insert(0, point)
+    return "\n".join(parts)
+
+
+def _experiment_bars(session_dir: Path, rows: pd.DataFrame, name: str) -> list[dict]:
+    """(figure file, PNG, alt text) of one experiment's sender goodput and retransmission ratio per algorithm,
+    whiskers from the lowest to the highest seed."""
+    several = rows["point_id"].nunique() > 1
+    bars = rows.assign(
+        label=[_bar_label(row, several) for _, row in rows.iterrows()],
+        retrans_pct=rows["retrans_ratio"] * 100,
+        retrans_pct_min=rows["retrans_ratio_min"] * 100,
+        retrans_pct_max=rows["retrans_ratio_max"] * 100,
     )
-    goodput = plots.point_bars_png(
-        table,
-        "goodput_mbit",
-        "goodput_mbit_min",
-        "goodput_mbit_max",
-        plots.SENDER_GOODPUT_LABEL,
-        "sender goodput per point (mean; whiskers: min and max over seeds)",
-    )
-    retrans = plots.point_bars_png(
-        percent,
-        "retrans_pct",
-        "retrans_pct_min",
-        "retrans_pct_max",
-        "retransmitted / sent bytes, %",
-        "retransmission ratio per point (mean; whiskers: min and max)",
-    )
-    return [(goodput, "sender goodput per point"), (retrans, "retransmission ratio per point")]
+    whiskers = "(mean; whiskers: min and max over seeds)"
+    drawn = []
+    for value, ylabel, title in [
+        ("goodput_mbit", plots.SENDER_GOODPUT_LABEL, f"{name}: sender goodput {whiskers}"),
+        ("retrans_pct", "retransmitted / sent bytes, %", f"{name}: retransmission ratio {whiskers}"),
+    ]:
+        shown = bars[["label", "cc", value, f"{value}_min", f"{value}_max"]]
+        draw = partial(plots.point_bars_png, shown, value, f"{value}_min", f"{value}_max", ylabel, title)
+        drawn.append(cache.figure(session_dir, draw, "bars", shown, ylabel, title))
+    goodput, retrans = drawn
+    slug = _slug(name)
+    return [
+        {"path": f"figures/{slug}-goodput-bars.png", "png": goodput, "alt": f"{name}: sender goodput per algorithm"},
+        {"path": f"figures/{slug}-retrans-bars.png", "png": retrans, "alt": f"{name}: retransmission ratio"},
+    ]
+
+
+#: lines in one experiment's trace figure (one per point and algorithm, lowest seed)
+MAX_TRACES = 6
+
+
+def _trace_figure(session_dir: Path, runs: list[RunAnalysis], name: str) -> dict | None:
+    """cwnd, ssthresh and Westwood+'s estimate over time for the algorithms an experiment compares, when one
+    of its complete runs has the module trace: per (point, algorithm), the first forward connection of the
+    lowest seed."""
+    complete = [a for a in runs if a.status == "complete" and not a.flows.empty and not a.series.empty]
+    if not any(a.westwood_samples is not None for a in complete):
+        return None
+    chosen: dict[tuple, tuple[str, str, pd.DataFrame]] = {}
+    for run in sorted(complete, key=lambda a: _sort_value(a.manifest.get("seed"))):
+        forward = run.flows[run.flows["direction"] == "forward"] if "direction" in run.flows else run.flows
+        for conn in forward.itertuples():
+            key = (run.manifest.get("point_id"), conn.cc)
+            if key in chosen or len(chosen) >= MAX_TRACES or not isinstance(conn.cc, str):
+                continue
+            several = len({p for p, _ in chosen} | {key[0]}) > 1
+            label = lookup(conn.cc).label + (f" ({key[0]})" if several else "")
+            chosen[key] = (label, conn.cc, _conn_series(run, conn.conn))
+    title = f"{name}: cwnd, ssthresh and bandwidth estimate (first connection of each algorithm, lowest seed)"
+    traces = list(chosen.values())
+    png = cache.figure(session_dir, partial(plots.trace_comparison_png, traces, title), "trace", traces, title)
+    return {"path": f"figures/{_slug(name)}-trace.png", "png": png, "alt": title}
+
+
+def _conn_series(run: RunAnalysis, conn: str) -> pd.DataFrame:
+    """A connection's series; without tcp_probe's cwnd, the module samples' cwnd (one per sampling window),
+    as the run's page draws it."""
+    series = run.series[run.series["conn"] == conn]
+    samples = run.westwood_samples
+    if (series["metric"] == "cwnd_pkts").any() or samples is None or samples.empty or "cwnd" not in samples:
+        return series
+    own = samples[samples["conn"] == conn]
+    cwnd = pd.DataFrame({"conn": conn, "t_s": own["t_s"], "metric": "cwnd_pkts", "value": own["cwnd"]})
+    return pd.concat([series, cwnd], ignore_index=True)
+
+
+def _write_figures(session_dir: Path, sections: list[dict]) -> None:
+    """Every section's figures as files too (summary.md links them)."""
+    for section in sections:
+        for figure in [*section["sweeps"], *section["bars"], *([section["trace"]] if section["trace"] else [])]:
+            path = session_dir / figure["path"]
+            path.parent.mkdir(exist_ok=True)
+            path.write_bytes(figure["png"])
 
 
 def _runs_table(analyses: list[RunAnalysis], session_dir: Path) -> pages.Table:
@@ -563,22 +750,27 @@ VERDICT_CLASS = {"reproduced": "good", "not reproduced": "warn", "opposite": "ba
 
 
 def _claims(verdicts: list[claims.Verdict]) -> dict:
-    """The claims' table as plain text (the summary's cells, the alignment) with each verdict's parts
-    behind its row, from which the page draws richer cells (quote, one line per condition, badge)."""
+    """The judged claims' table as plain text (the summary's cells, the alignment) with each verdict's parts
+    behind its row, from which the page draws richer cells (quote, one line per condition, badge); the note
+    (why modern Linux may differ) stands beside the claims not reproduced. Claims without data are listed apart."""
+    order = {"opposite": 0, "not reproduced": 1, "reproduced": 2}
+    judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: order.get(v.verdict, 3))
     frame = pd.DataFrame(
         [
             {
                 "claim": f"{v.claim.id}: {v.claim.compared()}",
-                "paper": f"{v.claim.source}: {v.claim.paper_numbers}",
-                "measured here": v.measured,
-                "kernel, profile": f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}",
                 "verdict": v.verdict,
-                "note": v.claim.note,
+                "measured here": v.measured,
+                "paper": f"{v.claim.source}: {v.claim.paper_numbers}",
+                "why it may differ": v.claim.note if v.verdict != "reproduced" else "",
+                "kernel, profile": f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}",
             }
-            for v in verdicts
-        ]
+            for v in judged
+        ],
+        columns=["claim", "verdict", "measured here", "paper", "why it may differ", "kernel, profile"],
     )
     rows = pages.table(frame, plain=True)
+    rows.right = [False] * len(rows.columns)  # prose, even where it starts with a figure number
     rows.items = [
         {
             "id": v.claim.id,
@@ -590,10 +782,10 @@ def _claims(verdicts: list[claims.Verdict]) -> dict:
             "measured": v.measured,
             "css": VERDICT_CLASS.get(v.verdict, ""),
         }
-        for v in verdicts
+        for v in judged
     ]
-    counts = claims.verdict_counts(verdicts)
-    return {"counts": ", ".join(f"{n} {v}" for v, n in sorted(counts.items())), "rule": claims.RULE, "table": rows}
+    no_data = [(v.claim.id, v.claim.compared(), v.measured) for v in verdicts if v.verdict == "no data"]
+    return {"headline": _claims_headline(verdicts), "rule": claims.RULE, "table": rows, "no_data": no_data}
 
 
 def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, filters: dict) -> Path:
@@ -601,8 +793,10 @@ def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, f
     then analyses the stored runs again; nothing is run. Returns ``out_dir``."""
     chosen = {k: v for k, v in filters.items() if v is not None}
     scenarios = sorted(set(selected["scenario"].dropna()))
-    description = "runs from the catalog of " + str(Path(results_root).resolve()) + (
-        ": " + ", ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ": every run"
+    description = (
+        "runs from the catalog of "
+        + str(Path(results_root).resolve())
+        + (": " + ", ".join(f"{k}={v}" for k, v in chosen.items()) if chosen else ": every run")
     )
     run_dirs = [Path(results_root) / r for r in selected["run_id"]]
     return write_run_list(out_dir, run_dirs, scenarios[0] if len(scenarios) == 1 else "catalog selection", description)

@@ -268,3 +268,121 @@ def test_the_report_judges_the_papers_claims_from_the_runs(tmp_path):
     html = report.html_path.read_text()
     assert "The papers&#x27; claims" in html or "The papers' claims" in html
     assert "In both cases the average estimated troughput was about 9500 Kbits/s." in html
+
+
+def _set_scenario(session: Path, relative: str, scenario: str) -> None:
+    manifest_path = session / relative / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest.update(scenario=scenario, profile="quick")
+    manifest_path.write_text(json.dumps(manifest))
+
+
+def test_each_experiment_gets_its_own_section_and_figures(tmp_path):
+    session = tmp_path / "suite"
+    session.mkdir()
+    runs = []
+    for scenario, cc in [("exp-one", "westwood"), ("exp-one", "reno"), ("exp-two", "cubic")]:
+        relative = add_run(session, f"{scenario}.cc={cc}", 1, {"cc": cc}, cc=cc)
+        _set_scenario(session, relative, scenario)
+        runs.append(relative)
+    write_session(session, runs)
+    report = write_session_report(session)
+    html = report.html_path.read_text()
+    assert html.count("<h2 id=") == 2
+    one, two = html.index('<h2 id="exp-one">'), html.index('<h2 id="exp-two">')
+    assert one < two
+    # each section's table has its own experiment's algorithms only
+    first, second = html[one:two], html[two : html.index("<h2>Runs</h2>")]
+    assert ">reno<" in first and ">westwood<" in first and ">cubic<" not in first
+    assert ">cubic<" in second and ">reno<" not in second and ">westwood<" not in second
+    assert first.count("data:image/png") == 2 and second.count("data:image/png") == 2
+    # one bar chart per experiment, none mixes them
+    figures = sorted(p.name for p in (session / "figures").iterdir())
+    assert figures == ["exp-one-goodput-bars.png", "exp-one-retrans-bars.png",
+                       "exp-two-goodput-bars.png", "exp-two-retrans-bars.png"]  # fmt: skip
+    assert (session / "figures" / "exp-two-goodput-bars.png").read_bytes().startswith(b"\x89PNG")
+    assert "figures/exp-one-goodput-bars.png" in report.md_path.read_text()
+
+
+def test_the_summary_leads_with_the_verdicts(tmp_path):
+    session = tmp_path / "lab-vs-cubic" / "s"
+    session.mkdir(parents=True)
+    runs = []
+    for cc in ("westwood", "cubic"):
+        params = {"loss_pct": 0, "cc": cc, "rtt_ms": 0}
+        relative = add_run(session, f"lab-vs-cubic.loss_pct=0,cc={cc},rtt_ms=0", 1, params=params, cc=cc)
+        _set_scenario(session, relative, "lab-vs-cubic")
+        runs.append(relative)
+    write_session(session, runs)
+    report = write_session_report(session)
+    lines = report.summary_text.splitlines()
+    assert lines[1].startswith("1 of 1 claims reproduced here; 0 not;")
+    assert "no data" in " ".join(lines[1:3])
+    claim = next(i for i, line in enumerate(lines) if "lab-westwood-like-cubic-clean-path: reproduced:" in line)
+    header = next(i for i, line in enumerate(lines) if "sender goodput Mbit/s (paper)" in line)
+    assert claim < header  # the answer before the table
+    block = "\n".join(lines[claim:header])
+    assert "6.82 vs 6.82 Mbit/s" in block and "paper (003 §4.1): both ~9.5 Mbit/s" in block
+    assert all(len(line) <= 100 for line in lines[:header])
+    # the Markdown summary has the same lines
+    assert lines[claim] in report.md_path.read_text()
+
+
+def test_a_second_report_reuses_unchanged_runs_and_redoes_changed_ones(tmp_path, monkeypatch):
+    from testbed.report import session as session_module
+
+    session = tmp_path / "cached"
+    session.mkdir()
+    write_session(session, [add_run(session, "p", 1), add_run(session, "p", 2)])
+    first = write_session_report(session)
+    analysed = []
+    original = session_module._analyze
+    monkeypatch.setattr(session_module, "_analyze", lambda d: analysed.append(d.name) or original(d))
+    monkeypatch.setattr(session_module, "MAX_WORKERS", 1)
+    second = write_session_report(session)
+    assert analysed == []  # nothing changed: both runs from the cache
+    assert second.table.equals(first.table)
+    # a raw file rewritten: that run (only) is analysed again, and its new numbers show
+    server = session / "p" / "seed=2" / "raw" / "iperf3-c0-server.json"
+    data = json.loads(server.read_text())
+    data["end"]["sum_received"]["bytes"] = round(data["end"]["sum_received"]["bytes"] * 0.5)
+    server.write_text(json.dumps(data))
+    third = write_session_report(session)
+    assert analysed == ["seed=2"]
+    assert third.table.iloc[0]["recv_goodput_mbit_min"] == pytest.approx(0.5 * RECV_GOODPUT, rel=1e-4)
+    # a deleted output (the run's page) is written again
+    (session / "p" / "seed=1" / "report.html").unlink()
+    write_session_report(session)
+    assert analysed == ["seed=2", "seed=1"] and (session / "p" / "seed=1" / "report.html").exists()
+
+
+def test_a_session_figure_is_drawn_again_exactly_when_its_data_change(tmp_path):
+    import pandas as pd
+
+    from testbed.report import cache
+
+    calls = []
+
+    def draw(tag):
+        return lambda: calls.append(tag) or tag.encode()
+
+    table = pd.DataFrame({"x": [1, 2], "v": [2.0, 3.0]})
+    assert cache.figure(tmp_path, draw("a"), "bars", table, "title") == b"a"
+    assert cache.figure(tmp_path, draw("b"), "bars", table.copy(), "title") == b"a"  # same data: the stored one
+    assert cache.figure(tmp_path, draw("c"), "bars", table.assign(v=[2.0, 3.5]), "title") == b"c"
+    assert cache.figure(tmp_path, draw("d"), "bars", table, "another title") == b"d"
+    assert calls == ["a", "c", "d"]
+
+
+def test_an_experiment_with_the_module_trace_gets_cwnd_ssthresh_and_estimate_over_time(tmp_path):
+    session = tmp_path / "traced"
+    session.mkdir()
+    shutil.copytree(FIXTURES / "westwood_tb", session / "cc=westwood_paper" / "seed=1")
+    write_session(session, ["cc=westwood_paper/seed=1"])
+    report = write_session_report(session)
+    assert report.runs[0].westwood_samples is not None
+    trace = session / "figures" / "wpaper-trace.png"
+    assert trace.read_bytes().startswith(b"\x89PNG")
+    html = report.html_path.read_text()
+    assert 'alt="wpaper: cwnd, ssthresh and bandwidth estimate' in html
+    assert "figures/wpaper-trace.png" in report.md_path.read_text()
