@@ -59,7 +59,8 @@ def rate_checks(net: Network, topology, netspec, connections: list[Connection], 
 
 
 def _series(samples: list[queues.QueueSample], bottleneck) -> list[tuple[float, int, int]]:
-    return [(s.t_s, s.bytes, s.backlog_bytes) for s in samples if (s.node, s.intf) == (bottleneck.node, bottleneck.intf)]
+    link = (bottleneck.node, bottleneck.intf)
+    return [(s.t_s, s.bytes, s.backlog_bytes) for s in samples if (s.node, s.intf) == link]
 
 
 def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path) -> list[fidelity.Check]:
