@@ -18,6 +18,12 @@ PING_COUNT = 10
 PING_INTERVAL_S = 0.1
 
 
+#: a network calibrated before is only checked: this many pings this far apart (s) per round (root may
+#: ping faster than every 0.2 s); a round that misses is repeated as after a calibration
+CHECK_PING_COUNT = 5
+CHECK_PING_INTERVAL_S = 0.05
+
+
 #: a pair whose idle RTT misses the configured one by more than this gets its netem delay corrected
 CALIBRATION_THRESHOLD_MS = 0.25
 
@@ -30,7 +36,8 @@ CALIBRATION_ROUNDS = 3
 RTT_RECHECK_ROUNDS = 2
 
 
-def ping_pairs(net: Network, connections: list[Connection]) -> dict[int, str]:
+def ping_pairs(net: Network, connections: list[Connection], count: int = PING_COUNT,
+               interval_s: float = PING_INTERVAL_S) -> dict[int, str]:  # fmt: skip
     """ping output per topology pair (sender to receiver of its first connection), all pairs at once.
 
     Started from each sender's shell in the background (a fork there costs far less than a process
@@ -39,7 +46,7 @@ def ping_pairs(net: Network, connections: list[Connection]) -> dict[int, str]:
     first: dict[int, Connection] = {}
     for c in connections:
         first.setdefault(c.pair, c)
-    ping = f"ping -n -q -c {PING_COUNT} -i {PING_INTERVAL_S}"
+    ping = f"ping -n -q -c {count} -i {interval_s}"
     with tempfile.TemporaryDirectory(prefix="cc-testbed-ping-") as tmp:
         scripts: dict[str, list[str]] = {}
         for pair, c in first.items():
@@ -111,7 +118,8 @@ def reuse_calibration(net: Network, topology, connections: list[Connection],
     for (node, intf), delays in per_destination.items():
         set_delays(net.netns_path(node), intf, delays)
     at_final: dict[int, list[str]] = {}
-    _recheck(net, topology, connections, connections, at_final)
+    _recheck(net, topology, connections, connections, at_final,
+             pings={"count": CHECK_PING_COUNT, "interval_s": CHECK_PING_INTERVAL_S})
     records = [{**calibrated[pair], "reused": True, "check_rounds": len(at_final.get(pair, []))}
                for pair in sorted(calibrated)]  # fmt: skip
     return records, {pair: lowest_ping(outs) for pair, outs in at_final.items()}
@@ -152,11 +160,11 @@ def _calibration_round(net: Network, topology, pending: list[Connection], record
 
 
 def _recheck(net: Network, topology, connections: list[Connection], pending: list[Connection],
-             at_final: dict[int, list[str]]) -> None:  # fmt: skip
+             at_final: dict[int, list[str]], pings: dict | None = None) -> None:  # fmt: skip
     """Ping the pairs changed in the last round once more, then the pairs whose check would miss its
     tolerance again, up to RTT_RECHECK_ROUNDS times (their lowest round counts)."""
     for recheck in range(RTT_RECHECK_ROUNDS + 1):
-        for pair, out in (ping_pairs(net, pending) if pending else {}).items():
+        for pair, out in (ping_pairs(net, pending, **(pings or {})) if pending else {}).items():
             at_final.setdefault(pair, []).append(out)
         missing = {pair for pair, outs in at_final.items()
                    if not fidelity.rtt_check("", lowest_ping(outs), topology.base_rtt_ms(pair)).ok}  # fmt: skip

@@ -22,6 +22,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,7 @@ DROP_BITS_WORDS = 16_384
 TOOLS = ("clang", "tc", "bpftool")
 #: the objects this process attaches (set from the plan when the host built them); missing = build here
 _objects: dict[str, Path] = {}
+_objects_lock = threading.Lock()
 
 
 class LossChannelError(RuntimeError):
@@ -80,9 +82,10 @@ def use_objects(paths: dict[str, str] | None) -> None:
 
 
 def object_path(name: str = PROGRAM) -> Path:
-    if name not in _objects or not _objects[name].exists():
-        _objects[name] = build(name)
-    return _objects[name]
+    with _objects_lock:  # nodes are configured from several threads (network.Network.start)
+        if name not in _objects or not _objects[name].exists():
+            _objects[name] = build(name)
+        return _objects[name]
 
 
 def attach(netns_path: str, ifname: str, name: str = PROGRAM) -> None:
@@ -112,11 +115,8 @@ def program_maps(netns_path: str, ifname: str, name: str = PROGRAM, where: str =
     if not ids:
         raise LossChannelError(f"no {name} program on {where or ifname} egress ({out.stderr.strip()})")
     prog = _bpftool("prog", "show", "id", str(ids[0]))
-    maps = {}
-    for map_id in prog.get("map_ids", []):
-        info = _bpftool("map", "show", "id", str(map_id))
-        maps[info["name"]] = map_id
-    return maps
+    names = {info["id"]: info.get("name") for info in _bpftool("map", "show")}  # one process, not one per map
+    return {names[map_id]: map_id for map_id in prog.get("map_ids", []) if map_id in names}
 
 
 def lookup(map_id: int, keys) -> list[dict]:

@@ -124,8 +124,10 @@ class Network:
         # loopback, addresses and routes come up over netlink in _configure_node.
         for name in self.spec.nodes:
             self.nodes[name].sendCmd(self._shell_setup(name))
-        for name in self.spec.nodes:
-            self._configure_node(name)
+        # the nodes' netlink work and qdisc/BPF processes side by side: each thread enters one node's
+        # namespace and makes its own socket there (netnsutil), and mostly waits on the kernel
+        with ThreadPoolExecutor(max_workers=NODE_START_THREADS) as pool:
+            list(pool.map(self._configure_node, self.spec.nodes))
         for name in self.spec.nodes:
             self.nodes[name].waitOutput()
 

@@ -236,9 +236,9 @@ def _start_traffic(state: RunState, net: Network, sprayers: list) -> Traffic:
     state.scratch = scratch = launch.make_scratch()
     servers = {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
                                output=raw / f"iperf3-{c.id}-server.json") for c in connections}  # fmt: skip
+    # the servers, started first, listen long before the clients are continued (START_DELAY_S from now at least)
     held = clients.prestart_clients(net, connections, raw, scratch)
     state.mark("clients_prestart")
-    time.sleep(0.5)
     grace_s = clients.CLIENT_GRACE_S + clients.CLIENT_GRACE_S_PER_CONNECTION * len(connections)
     channels = collect.load_loss_channels(net, state.spec, scenario.duration_s + grace_s)
     # a client is continued ahead of its start time by its set-up time (launch.release_lead_s), so that

@@ -164,3 +164,24 @@ def test_rate_checks_probe_only_the_bottlenecks_their_traffic_could_not_decide(m
     checks = probing.rate_checks(None, topology, netspec, connections, tmp_path, taken)
     assert [c.name for c in checks] == ["bottleneck rate forward"] and checks[0].ok
     assert [[name for name, _ in todo] for todo in probed] == [["bottleneck rate reverse"]]
+
+
+def test_a_shape_calibrated_before_gets_its_delays_and_is_only_checked(monkeypatch):
+    minima = iter([102.8, 100.2, 100.3])  # calibrate: 102.8 -> 48.6 ms, 100.2 at 48.6; then the reuse's check
+    calls, applied = [], []
+
+    def pings(net, conns, **kwargs):
+        calls.append(kwargs)
+        return {c.pair: ping(next(minima)) for c in conns}
+
+    monkeypatch.setattr(calibration, "ping_pairs", pings)
+    monkeypatch.setattr(calibration, "set_delay", lambda path, intf, delay_ms: applied.append((intf, delay_ms)))
+    monkeypatch.setattr(calibration, "_CALIBRATED", {})
+    net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
+    first, _ = calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a")
+    calls.clear()
+    records, checks = calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a")
+    assert applied == [("l0-eth0", pytest.approx(48.6)), ("l0-eth0", pytest.approx(48.6))]
+    assert calls == [{"count": calibration.CHECK_PING_COUNT, "interval_s": calibration.CHECK_PING_INTERVAL_S}]
+    assert records[0]["reused"] and records[0]["one_way_netem_delay_ms"] == first[0]["one_way_netem_delay_ms"]
+    assert "100.3/" in checks[0]
