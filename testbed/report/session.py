@@ -117,6 +117,16 @@ def _analyze_keyed(run_dir: Path) -> tuple[RunAnalysis, str | None]:
     return _analyze(run_dir), key
 
 
+def analyze_into_cache(session_dir: Path, run_dir: Path) -> None:
+    """What :func:`analyze_runs` does for one run it does not find in the cache, done ahead of it (its
+    outputs written, the analysis stored): the report then finds it there (testbed/report/ahead.py)."""
+    if cache.load(session_dir, run_dir) is not None:
+        return
+    result, key = _analyze_keyed(run_dir)
+    if key is not None:
+        cache.store(session_dir, run_dir, result, key)
+
+
 def analyze_runs(session_dir: Path, run_dirs: list[Path]) -> list[RunAnalysis]:
     """Every run's analysis: from the cache when its inputs are unchanged (testbed/report/cache.py), the others
     analysed in parallel, one process per core (each run's capture parsing and figures are independent)."""
