@@ -8,8 +8,11 @@ lines (its :meth:`~AheadAnalysis.observer` is a :data:`testbed.host.remote.Obser
 backend because the host does not import the report) and gives each run that ended complete or failed to
 one worker process, which analyses the runs one at a time exactly as the report would
 (:func:`~testbed.report.session.analyze_into_cache`: flows.csv, series.csv, report.html and the cache
-entry). The report then finds them in the cache; a run changed afterwards is a miss and is analysed
-again, so the report is the one it would be without this.
+entry). When its queue is empty it also draws the session's figures over the runs it has
+(:func:`~testbed.report.session.draw_figures_ahead`): those of an experiment whose runs have all ended
+are the report's. The report then finds runs and figures in the cache; a run changed afterwards is a
+miss and is analysed again, and a figure is stored under the hash of what it shows, so the report is
+the one it would be without this.
 
 The host's own load during a run's traffic is part of the experiment (:mod:`testbed.host.hostload`
 judges it), so the worker is niced and stopped (SIGSTOP) from each "traffic window begins" line to the
@@ -29,10 +32,11 @@ import ctypes
 import functools
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from testbed import PROJECT
@@ -136,13 +140,35 @@ class AheadAnalysis:
 
 
 def main(argv: list[str]) -> int:
-    """The worker: analyse each run named on stdin (``{"session": ..., "run": ...}``), one at a time."""
+    """The worker: analyse each run named on stdin (``{"session": ..., "run": ...}``), one at a time, and
+    the session's figures over the runs so far whenever no further run is waiting."""
     _end_with(int(argv[0]))
     os.nice(NICENESS)
-    for line in sys.stdin:
-        job = json.loads(line)
-        _analyze(Path(job["session"]), Path(job["run"]))
+    ended: dict[Path, list[Path]] = {}
+    for job, more in _jobs(sys.stdin.fileno()):
+        session, run_dir = Path(job["session"]), Path(job["run"])
+        ended.setdefault(session, []).append(run_dir)
+        _ahead_of_report("analyze_into_cache", session, run_dir)
+        if not more:
+            _ahead_of_report("draw_figures_ahead", session, ended[session])
     return 0
+
+
+def _jobs(fd: int) -> Iterator[tuple[dict, bool]]:
+    """Each job line on ``fd`` and whether another one is already there (read unbuffered: a buffered
+    reader would hide the lines it read ahead), until the end of input."""
+    pending, eof = b"", False
+    while True:
+        while b"\n" not in pending and not eof:
+            chunk = os.read(fd, 65536)
+            pending, eof = pending + chunk, not chunk
+        if b"\n" not in pending:
+            return
+        line, _, pending = pending.partition(b"\n")
+        if not eof and select.select([fd], [], [], 0)[0]:
+            chunk = os.read(fd, 65536)
+            pending, eof = pending + chunk, not chunk
+        yield json.loads(line), b"\n" in pending
 
 
 def _end_with(parent: int) -> None:
@@ -153,14 +179,15 @@ def _end_with(parent: int) -> None:
         sys.exit(0)
 
 
-def _analyze(session: Path, run_dir: Path) -> None:
+def _ahead_of_report(step: str, session: Path, what) -> None:
+    """One of the report's steps done ahead (``step``: a function of :mod:`testbed.report.session`)."""
     # imported at the first run (pandas, matplotlib, numba: seconds): a worker given no run costs nothing
-    from testbed.report.session import analyze_into_cache
+    from testbed.report import session as session_report
 
     try:
-        analyze_into_cache(session, run_dir)
-    except Exception as exc:  # the report analyses this run itself
-        print(f"analysis ahead of the report: {run_dir}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        getattr(session_report, step)(session, what)
+    except Exception as exc:  # the report does it itself
+        print(f"analysis ahead of the report: {step} {what}: {type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from testbed.plan import progress
 from testbed.report import ahead, cache
 from testbed.report import session as session_report
 from testbed.report.ahead import AheadAnalysis
-
 from tests.unit.test_analysis_report import add_run, write_session
 
 
@@ -79,10 +78,11 @@ def test_an_ended_run_is_analysed_ahead_and_the_report_finds_it_the_same(tmp_pat
         assert cache.load(session, session / run) is not None and (session / run / "report.html").exists()
     expected = session_report.write_session_report(cold)
 
-    def no_analysis(run_dir):
-        raise AssertionError(f"{run_dir} analysed again: the cache was missed")
+    def no_work(*args):
+        raise AssertionError("analysed or drawn again: the cache was missed")
 
-    monkeypatch.setattr(session_report, "_analyze_keyed", no_analysis)
+    monkeypatch.setattr(session_report, "_analyze_keyed", no_work)
+    monkeypatch.setattr(session_report.plots, "point_bars_png", no_work)  # the experiment's bars: drawn ahead
     report = session_report.write_session_report(session)
     assert report.summary_text == expected.summary_text
     assert report.html_path.read_text() == expected.html_path.read_text()
@@ -152,3 +152,15 @@ def test_the_worker_is_niced_and_idle_until_given_a_run(tmp_path):
         assert wait_for(lambda: state(pid) == "S")  # waiting for a run on its stdin
         assert early.finish()
     assert early.proc.returncode == 0
+
+
+def test_the_worker_reads_its_jobs_knowing_whether_another_one_waits():
+    read, write = os.pipe()
+    os.write(write, b'{"run": 1}\n{"run": 2}\n{"run"')
+    jobs = ahead._jobs(read)
+    assert next(jobs) == ({"run": 1}, True)
+    assert next(jobs) == ({"run": 2}, False)  # the third is not whole yet
+    os.write(write, b': 3}\n')
+    os.close(write)
+    assert list(jobs) == [({"run": 3}, False)]
+    os.close(read)
