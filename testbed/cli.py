@@ -22,6 +22,7 @@ from testbed.plan import progress
 
 if TYPE_CHECKING:
     from testbed.host.session import SessionResult
+    from testbed.report.ahead import AheadAnalysis
 
 SUITES = PROJECT / "scenarios" / "suites"
 
@@ -36,15 +37,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
         scenario = scenario.select(args.only or (), args.seed or ())
-    result = run_session(
-        scenario,
-        backend=args.backend,
-        kernel_version=args.kernel,
-        results_root=args.results,
-        vcpus=args.cpus,
-        force=args.force,
-    )
-    report = None if args.no_report else _report(result.directory)
+    with _ahead(not args.no_report) as ahead:
+        result = run_session(
+            scenario,
+            backend=args.backend,
+            kernel_version=args.kernel,
+            results_root=args.results,
+            vcpus=args.cpus,
+            force=args.force,
+            observers=[ahead.observer] if ahead else [],
+        )
+        report = None if args.no_report else _report(result.directory, ahead)
     if args.done_file:
         _write_done(args.done_file, result, report)
     _catalog(args.results)
@@ -71,9 +74,20 @@ def _reason(run_dir: Path) -> str:
         return "no manifest"
 
 
-def _report(session: Path) -> Path:
+def _ahead(wanted: bool) -> contextlib.AbstractContextManager:
+    """The runs analysed while the session runs (testbed/report/ahead.py), for the report after it."""
+    if not wanted:
+        return contextlib.nullcontext(None)
+    from testbed.report.ahead import AheadAnalysis
+
+    return AheadAnalysis()
+
+
+def _report(session: Path, ahead: AheadAnalysis | None = None) -> Path:
     from testbed.report.session import write_session_report
 
+    if ahead is not None:
+        ahead.finish()  # its runs are then in the report's cache
     result = write_session_report(session)
     print(result.summary_text)
     print(f"report: {result.html_path}")

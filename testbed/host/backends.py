@@ -7,7 +7,11 @@ order: :meth:`~Backend.prepare` (everything that can refuse: the kernel, the acc
 :meth:`~Backend.describe` (what ``session.json`` and every manifest record as ``backend``),
 :meth:`~Backend.build` (what the runs need built on the host), :meth:`~Backend.execute` and
 :meth:`~Backend.close`. The two remote backends start the runner differently (``vng --exec``, ssh)
-and both follow it with :func:`testbed.host.remote.follow_plan`. What a failure means for the runs
+and both follow it with :func:`testbed.host.remote.follow_plan`; each runner line goes to the host's
+contention watch (:mod:`testbed.host.hostload`), then to the session's observers
+(:data:`testbed.host.remote.Observer`: the report's analysis ahead, handed down as a callable because
+the host does not import the report). The local backend runs the plan in this process: it has no
+lines to pass on and ignores its observers. What a failure means for the runs
 (marking those not finished) is the session's, the same for every backend: a backend names the
 errors that say it could not finish the plan (:attr:`~Backend.failures`).
 """
@@ -23,6 +27,7 @@ from testbed import PROJECT
 from testbed.guest import launch, lossbpf, modules
 from testbed.guest.runner import execute_plan
 from testbed.host import guardian, hostload, kernels, vagrant, virtme
+from testbed.host.remote import Observer, with_observers
 from testbed.plan import estimate, resume
 from testbed.plan.plan import Plan
 from testbed.results import rundir
@@ -52,6 +57,8 @@ class Backend(Protocol):
     runs_here: bool
     #: added to the runs' estimate: the guest's boot
     overhead_s: float
+    #: set by the session before :meth:`execute`: told the runner's lines after the host's watch
+    observers: tuple[Observer, ...]
 
     def prepare(self) -> str:
         """Settle everything that can refuse before the results folder exists; returns the kernel release."""
@@ -104,6 +111,7 @@ class LocalBackend:
     failures: tuple[type[Exception], ...] = ()
     runs_here = True
     overhead_s = 0.0
+    observers: tuple[Observer, ...] = ()  # ignored: the runner runs in this process, it has no lines to follow
 
     def __init__(self, log=print) -> None:
         self.log = log
@@ -136,6 +144,7 @@ class GuestBackend:
     failures: tuple[type[Exception], ...] = (virtme.GuestError,)
     runs_here = False
     overhead_s = estimate.GUEST_BOOT_S
+    observers: tuple[Observer, ...] = ()
 
     def __init__(self, kernel_version: str | None = None, vcpus: int | None = None, log=print) -> None:
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
@@ -156,7 +165,8 @@ class GuestBackend:
         return build_on_host(runs, release, self.log)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        timing = run_with_second_boot(virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log)
+        timing = run_with_second_boot(virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log,
+                                      observers=self.observers)  # fmt: skip
         return {"guest": timing}
 
     def close(self) -> None:
@@ -171,6 +181,7 @@ class LabVMBackend:
     failures: tuple[type[Exception], ...] = (vagrant.VagrantError,)
     runs_here = False
     overhead_s = 0.0
+    observers: tuple[Observer, ...] = ()  # told the lines, but the run folders come back only at the end
 
     def __init__(self, log=print) -> None:
         self.log = log
@@ -194,7 +205,9 @@ class LabVMBackend:
         return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        return {"vagrant": vagrant.run_plan(self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log)}
+        timing = vagrant.run_plan(self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log,
+                                  observers=self.observers)  # fmt: skip
+        return {"vagrant": timing}
 
     def close(self) -> None:
         if self.vm is not None:
@@ -202,7 +215,8 @@ class LabVMBackend:
             self.vm = None
 
 
-def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, total_s: float, log=print) -> dict:
+def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, total_s: float, log=print,
+                         observers: tuple[Observer, ...] = ()) -> dict:  # fmt: skip
     """The plan in a guest (``guest``: :mod:`testbed.host.virtme`), booted a second time for the runs
     not finished when the first guest never reached the runner or stopped responding.
 
@@ -213,7 +227,7 @@ def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, 
     the run that was going on is set aside under ``.attempts/`` and runs again; runs already complete
     or failed are kept. A second failure is reported."""
     console = session / "guest-console.log"
-    boot = functools.partial(_boot, guest, kernel, config, session, log)
+    boot = functools.partial(_boot, guest, kernel, config, session, log, observers)
     try:
         return boot(plan_path, total_s)
     except (guest.GuestBootError, guest.GuestHungError) as err:
@@ -234,7 +248,8 @@ def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, 
     return boot(retry, sum(r["estimate_s"] for r in remaining) + estimate.GUEST_BOOT_S)
 
 
-def _boot(guest, kernel, config, session: Path, log, plan: Path, estimate_s: float) -> dict:
+def _boot(guest, kernel, config, session: Path, log, observers: tuple[Observer, ...], plan: Path,
+          estimate_s: float) -> dict:  # fmt: skip
     """One guest for one plan, with the host's contention watched by the processes this checkout marked."""
 
     run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
@@ -242,4 +257,4 @@ def _boot(guest, kernel, config, session: Path, log, plan: Path, estimate_s: flo
     watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session)
     return guest.run_in_guest(kernel, config, plan, [session], session / "guest-console.log",
                               timeout_s=estimate_s * 3 + guest.BOOT_TIMEOUT_S, echo=log,
-                              on_line=watch.on_line)  # fmt: skip
+                              on_line=with_observers(watch.on_line, observers, session, run_dirs))  # fmt: skip

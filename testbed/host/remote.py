@@ -7,7 +7,8 @@ blocking, writes it to a console log, passes each runner line on, and
 enforces three deadlines that hold even when nothing arrives: the runner must start, each run must
 end within its watchdog budget (plus a margin), and the whole plan within its timeout. Both backends
 call it through :func:`follow_plan` (the plan's run estimates set the deadlines) and report what
-:func:`plan_timing` returns.
+:func:`plan_timing` returns. Besides the host's own watch, a session may hand its backend
+:data:`Observer` s for the runner's lines (:func:`with_observers`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import json
 import select
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,6 +29,12 @@ from testbed.plan import progress as events
 #: guest that stopped altogether (seen once in CI under TCG: no output for 30 min, not even the
 #: watchdog's stack dump) stays silent this long
 HANG_MARGIN_S = 120
+
+#: what follows a plan's runner lines besides the host's watch (the report's analysis ahead, which the host
+#: cannot import, so it comes down as a callable): called with the session folder and the plan's run folders
+#: (relative, in plan order: a ``RunEnded`` line's index points into them) when the runner starts, it returns
+#: the ``on_line(text, now)`` each line then goes to
+Observer = Callable[[Path, list[str]], Callable[[str, float], None]]
 
 
 class RemoteRunnerError(Exception):
@@ -170,6 +177,21 @@ def follow_plan(
 
     return follow(proc, log_file, progress, label=label, start_timeout_s=start_timeout_s, timeout_s=timeout_s,
                   on_line=line, finished=finished, shutdown_timeout_s=shutdown_timeout_s)  # fmt: skip
+
+
+def with_observers(on_line: Callable[[str, float], None], observers: Sequence[Observer], session: Path,
+                   run_dirs: list[str]) -> Callable[[str, float], None]:  # fmt: skip
+    """One ``on_line`` for a plan's runner lines: the host's watch (``on_line``) first, so that a run's
+    manifest has its host figures when its end line reaches an observer that reads the folder, then each
+    observer, bound to ``session`` and the plan's ``run_dirs``."""
+    followers = [observer(session, run_dirs) for observer in observers]
+
+    def line(text: str, now: float) -> None:
+        on_line(text, now)
+        for follower in followers:
+            follower(text, now)
+
+    return line
 
 
 def plan_timing(ready_s: float | None, started: float, done: Path) -> dict:

@@ -14,12 +14,14 @@ import contextlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import PROJECT
 from testbed.host import backends, vagrant, virtme
 from testbed.host.backends import Backend
+from testbed.host.remote import Observer
 from testbed.plan import estimate, progress, resume
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import folderlock, provenance, rundir
@@ -99,14 +101,18 @@ def run_session(
     results_root: Path = PROJECT / "results",
     vcpus: int | None = None,
     force: bool = False,
+    observers: Sequence[Observer] = (),
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
-    ``backend`` is ``auto`` (:func:`choose_backend`) or a name in :data:`backends.NAMES`."""
+    ``backend`` is ``auto`` (:func:`choose_backend`) or a name in :data:`backends.NAMES`. ``observers``
+    follow the runner's lines where the plan runs elsewhere (:data:`remote.Observer`: the report's analysis
+    ahead); the local backend runs it in this process and has none to give them."""
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
     chosen = _open_backend(backend, runs, kernel_version, vcpus)
+    chosen.observers = tuple(observers)
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
         release = chosen.prepare()

@@ -16,6 +16,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from testbed import PROJECT
@@ -166,20 +167,25 @@ def sync_checkout() -> None:
         raise VagrantError(f"'vagrant rsync' failed: {(out.stderr or out.stdout).strip()[-300:]}")
 
 
-def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
+def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print,
+             observers: Sequence[remote.Observer] = ()) -> dict:  # fmt: skip
     """Run ``session/plan.json`` in the VM and bring the session folder back; returns timings.
 
     The runner's output is followed by :func:`remote.follow_plan` (the same deadlines as a guest's) over
     ssh with keepalives, so a VM that falls silent fails the session within ALIVE_INTERVAL_S x
     ALIVE_COUNT instead of holding it. A guardian stops the runner in the VM if this process is
-    killed. A VM that stopped answering is left as it is, for the user to inspect or destroy."""
+    killed. A VM that stopped answering is left as it is, for the user to inspect or destroy.
+    ``observers`` are told the runner's lines too, but the run folders are here only once the session is
+    back: an observer must look at a folder's manifest before it reads it."""
     remote_dir = f"{VM_SESSIONS}/{session.name}"
     started = time.monotonic()
     vm.copy_in(session, remote_dir)
     runner = f"testbed.guest.runner {remote_dir}/plan.json"
     command = f"cd {VM_PROJECT} && sudo {VM_PROJECT}/.venv/bin/python -m {runner}"
     plan_path = session / "plan.json"
-    watch = hostload.HostWatch([run["run_dir"] for run in json.loads(plan_path.read_text())["runs"]], vm.qemu_pids)
+    run_dirs = [run["run_dir"] for run in json.loads(plan_path.read_text())["runs"]]
+    watch = hostload.HostWatch(run_dirs, vm.qemu_pids)
+    on_line = remote.with_observers(watch.on_line, observers, session, run_dirs)
     stop_runner = vm.argv(f"sudo pkill -TERM -f '[t]{runner[1:]}'")  # "[t]": not the shell running pkill
     log_path = session / "vm-console.log"
     with open(log_path, "wb") as log_file:
@@ -189,7 +195,7 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print) -> dict:
         try:
             ready_s = remote.follow_plan(proc, log_file, plan_path, started, label="the lab VM",
                                          start_timeout_s=RUNNER_START_TIMEOUT_S, timeout_s=timeout_s, echo=echo,
-                                         on_line=watch.on_line)  # fmt: skip
+                                         on_line=on_line)  # fmt: skip
         except BaseException as err:
             _stop(vm, proc, stop_runner)
             _bring_back_or_explain(vm, remote_dir, session, err)

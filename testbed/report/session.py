@@ -117,6 +117,16 @@ def _analyze_keyed(run_dir: Path) -> tuple[RunAnalysis, str | None]:
     return _analyze(run_dir), key
 
 
+def analyze_into_cache(session_dir: Path, run_dir: Path) -> None:
+    """What :func:`analyze_runs` does for one run it does not find in the cache, done ahead of it (its
+    outputs written, the analysis stored): the report then finds it there (testbed/report/ahead.py)."""
+    if cache.load(session_dir, run_dir) is not None:
+        return
+    result, key = _analyze_keyed(run_dir)
+    if key is not None:
+        cache.store(session_dir, run_dir, result, key)
+
+
 def analyze_runs(session_dir: Path, run_dirs: list[Path]) -> list[RunAnalysis]:
     """Every run's analysis: from the cache when its inputs are unchanged (testbed/report/cache.py), the others
     analysed in parallel, one process per core (each run's capture parsing and figures are independent)."""
@@ -382,24 +392,15 @@ def write_session_report(session_dir: Path) -> SessionReport:
         session = {}
     run_dirs = session_run_dirs(session_dir, session, problems)
     analyses = analyze_runs(session_dir, run_dirs)
-    run_rows = []
-    for analysis in analyses:
-        run_rows += run_group_rows(analysis, _point_id(analysis, session_dir))
-    table = aggregate_points(pd.DataFrame(run_rows))
-    shown = display_table(table)
     scenario = session.get("scenario") or next((a.manifest.get("scenario") for a in analyses if a.manifest), None)
     complete = sum(a.status == "complete" for a in analyses)
     heading = f"{scenario or session_dir.name}: {complete}/{len(analyses)} runs complete"
-    flows = claims.flow_rows(analyses)
-    sweeps = figures.experiment_figures(
-        flows, lambda t, f: cache.figure(session_dir, lambda: figures.sweep_png(t, f), "sweep", t, f)
-    )
+    table, shown, flows, sections = _tables_and_figures(session_dir, analyses, scenario)
     try:
         verdicts = claims.verdicts(analyses, flows=flows)
     except claims.ClaimsError as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []
-    sections = _experiment_sections(session_dir, table, shown, analyses, sweeps, scenario)
     _write_figures(session_dir, sections)
     summary_text = _summary_text(session_dir, heading, analyses, shown, verdicts)
     html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
@@ -416,6 +417,37 @@ def write_session_report(session_dir: Path) -> SessionReport:
         problems=problems,
         verdicts=verdicts,
     )
+
+
+def _tables_and_figures(
+    session_dir: Path, analyses: list[RunAnalysis], scenario: str | None
+) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame, list[dict]]:
+    """The table (one row per point and algorithm), as shown, the flows' rows and the experiments' sections
+    with their figures (drawn, or from the figure cache)."""
+    run_rows = []
+    for analysis in analyses:
+        run_rows += run_group_rows(analysis, _point_id(analysis, session_dir))
+    table = aggregate_points(pd.DataFrame(run_rows))
+    shown = display_table(table)
+    flows = claims.flow_rows(analyses)
+    sweeps = figures.experiment_figures(
+        flows, lambda t, f: cache.figure(session_dir, lambda: figures.sweep_png(t, f), "sweep", t, f)
+    )
+    return table, shown, flows, _experiment_sections(session_dir, table, shown, analyses, sweeps, scenario)
+
+
+def draw_figures_ahead(session_dir: Path, run_dirs: list[Path]) -> None:
+    """The session's figures over these finished runs (their analyses from the cache) into the figure cache,
+    ahead of the report (testbed/report/ahead.py): an experiment whose runs are all among them gets the
+    figures the report will draw (each is stored under the hash of what it shows, so no other is reused)."""
+    analyses = [a for a in (cache.load(session_dir, d) for d in run_dirs) if a is not None]
+    if analyses:
+        try:
+            session = load_session(session_dir)
+        except LoadError:
+            session = {}
+        scenario = session.get("scenario") or next((a.manifest.get("scenario") for a in analyses if a.manifest), None)
+        _tables_and_figures(session_dir, analyses, scenario)
 
 
 #: the terminal's width the summary is written for (claims and notes are wrapped to it)
@@ -646,7 +678,8 @@ def _experiment_bars(session_dir: Path, rows: pd.DataFrame, name: str) -> list[d
         ("goodput_mbit", plots.SENDER_GOODPUT_LABEL, f"{name}: sender goodput {whiskers}"),
         ("retrans_pct", "retransmitted / sent bytes, %", f"{name}: retransmission ratio {whiskers}"),
     ]:
-        shown = bars[["label", "cc", value, f"{value}_min", f"{value}_max"]]
+        # without the session table's index: an experiment's rows then hash alike whatever other runs it holds
+        shown = bars[["label", "cc", value, f"{value}_min", f"{value}_max"]].reset_index(drop=True)
         draw = partial(plots.point_bars_png, shown, value, f"{value}_min", f"{value}_max", ylabel, title)
         drawn.append(cache.figure(session_dir, draw, "bars", shown, ylabel, title))
     goodput, retrans = drawn

@@ -1,9 +1,10 @@
 """``testbed bench --part experiment``: where ``make experiment``'s time goes, and how much of it is trusted.
 
-Runs the default suite as ``make experiment`` does (a new session, the same backend choice), writes
-its report, then reads every run's manifest:
+Runs the default suite as ``make experiment`` does (a new session, the same backend choice, the runs
+analysed while it runs: testbed/report/ahead.py), writes its report, then reads every run's manifest:
 
-* the session's wall time, the guest's boot to the runner's first line, the report's time;
+* the session's wall time, the guest's boot to the runner's first line, the report's time (from the
+  last run's end: what the analysis ahead had left, then the report);
 * per run, its overhead: wall time (manifest start to end) minus its traffic, with the median and the
   largest over the runs, and the same for every phase the runner times (``timing.phases_s``: network
   up, delay calibration, probes, captures, client start, collection steps, teardown); what no phase
@@ -22,6 +23,7 @@ from pathlib import Path
 
 from testbed import PROJECT
 from testbed.host.session import SessionResult, run_session
+from testbed.report.ahead import AheadAnalysis
 from testbed.report.session import SessionReport, write_session_report
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest
@@ -36,9 +38,12 @@ def bench_experiment(kernel_version: str | None = None, out_dir: Path = PROJECT 
     """Run the default suite in a new session and measure it (module doc)."""
     suite = load_suite(find_suite(SUITE, PROJECT / "scenarios" / "suites"), PROJECT / "scenarios")
     started = time.monotonic()
-    result = run_session(suite, kernel_version=kernel_version, results_root=out_dir / "results", force=True)
-    runs_done = time.monotonic()
-    report = write_session_report(result.directory)
+    with AheadAnalysis() as ahead:  # the runs analysed while the session runs: the report finds them cached
+        result = run_session(suite, kernel_version=kernel_version, results_root=out_dir / "results", force=True,
+                             observers=[ahead.observer])  # fmt: skip
+        runs_done = time.monotonic()
+        ahead.finish()  # counted in the report's time: it is time after the last run
+        report = write_session_report(result.directory)
     figures = experiment_figures(result, report, wall_s=time.monotonic() - started,
                                  report_s=time.monotonic() - runs_done)  # fmt: skip
     return write_figures(out_dir, "experiment", figures)

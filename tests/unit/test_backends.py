@@ -156,3 +156,43 @@ def test_the_remote_stream_echoes_runner_lines_and_times_the_plan(tmp_path):
     assert "kernel noise" in (tmp_path / "console.log").read_text()
     timing = remote.plan_timing(ready_s, started, tmp_path / "plan.done")
     assert timing["not_complete"] == 1 and timing["ready_s"] is not None and timing["wall_s"] >= timing["ready_s"]
+
+
+def test_a_session_hands_its_observers_to_the_backend(tmp_path, use):
+    backend = use(FakeBackend())
+
+    def observer(session_dir, run_dirs):
+        return lambda text, now: None
+
+    session.run_session(sweep("reno"), backend="local", results_root=tmp_path, observers=[observer])
+    assert backend.observers == (observer,)
+
+
+class LinesGuest:
+    """Stands in for testbed.host.virtme: its run_in_guest says each run of the plan started and ended."""
+
+    BOOT_TIMEOUT_S = 1
+    GuestBootError = GuestHungError = FakeError
+
+    def run_in_guest(self, kernel, config, plan_path, rwdirs, console_log, timeout_s, echo, on_line=None):
+        runs = json.loads(plan_path.read_text())["runs"]
+        for index, _ in enumerate(runs, 1):
+            on_line(f"run {index}/{len(runs)}: s p seed={index} (ETA 1.0 min)", 0.0)
+            on_line(f"run {index}/{len(runs)} complete", 1.0)
+        return {"wall_s": 1.0}
+
+
+def test_observers_follow_the_guests_lines_after_the_hosts_watch(tmp_path, monkeypatch):
+    plan = {"context": {}, "runs": [{"run_dir": f"p/seed={i}", "estimate_s": 10} for i in (1, 2)]}
+    (tmp_path / "plan.json").write_text(json.dumps(plan))
+    seen = []
+    monkeypatch.setattr(backends.hostload.HostWatch, "on_line", lambda watch, text, now: seen.append(("watch", text)))
+
+    def observer(session_dir, run_dirs):
+        assert session_dir == tmp_path and run_dirs == ["p/seed=1", "p/seed=2"]
+        return lambda text, now: seen.append(("observer", text))
+
+    backends.run_with_second_boot(LinesGuest(), None, None, tmp_path / "plan.json", tmp_path, 10,
+                                  observers=(observer,))  # fmt: skip
+    assert len(seen) == 8 and [who for who, _ in seen] == ["watch", "observer"] * 4
+    assert [text for who, text in seen if who == "observer"] == [text for who, text in seen if who == "watch"]
