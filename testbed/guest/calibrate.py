@@ -3,6 +3,7 @@ corrected for the emulator's own latency, so that the base RTT is the one the sc
 
 from __future__ import annotations
 
+import math
 import tempfile
 from pathlib import Path
 
@@ -28,6 +29,13 @@ CHECK_PING_INTERVAL_S = 0.05
 CALIBRATION_THRESHOLD_MS = 0.25
 
 
+#: an excess above this is no emulator latency (1.5-4 ms per round trip under TCG) but a stall: once,
+#: the first round after a network came up read 331 ms against 124 ms and lowered a 62 ms delay to 0
+MAX_EXCESS_MS = 20.0
+#: the least one-way delay a correction sets
+MIN_DELAY_MS = 0.001
+
+
 #: at most this many rounds of measure-and-correct per pair
 CALIBRATION_ROUNDS = 3
 
@@ -46,11 +54,14 @@ def ping_pairs(net: Network, connections: list[Connection], count: int = PING_CO
     first: dict[int, Connection] = {}
     for c in connections:
         first.setdefault(c.pair, c)
+    # -W: how long ping waits for a reply still missing after its last request (default 10 s: on a lossy
+    # path 4 rounds in 6 took 10 s more); three base RTTs, at least 1 s, cover every reply that comes
     ping = f"ping -n -q -c {count} -i {interval_s}"
     with tempfile.TemporaryDirectory(prefix="cc-testbed-ping-") as tmp:
         scripts: dict[str, list[str]] = {}
         for pair, c in first.items():
-            line = f"{ping} -I {c.sender_ip} {c.receiver_ip} > {tmp}/{pair}.txt 2>&1 &"
+            wait_s = max(1, math.ceil(3 * c.base_rtt_ms / 1000))
+            line = f"{ping} -W {wait_s} -I {c.sender_ip} {c.receiver_ip} > {tmp}/{pair}.txt 2>&1 &"
             scripts.setdefault(c.sender, []).append(line)
         for node, lines in scripts.items():  # a script, not one long line: a shell's tty takes 4095 bytes a line
             Path(tmp, f"{node}.sh").write_text("\n".join([*lines, "wait", ""]))
@@ -142,8 +153,13 @@ def _calibration_round(net: Network, topology, pending: list[Connection], record
         applied = record["one_way_netem_delay_ms"]
         record["measured_min_rtt_ms"].append(summary["min_ms"])
         excess = summary["min_ms"] - (configured + 2 * (applied - nominal))
+        if excess > MAX_EXCESS_MS:  # a stall of the emulator, not its latency: measured again, nothing corrected
+            at_final[pair].pop()
+            changed.add(pair)
+            continue
         record["excess_ms"] = round(excess if record["excess_ms"] is None else min(record["excess_ms"], excess), 3)
-        target = max(0.0, nominal - record["excess_ms"] / 2)
+        # never 0: a netem of delay 0 is an empty plan, which `set_delay` would not install
+        target = max(MIN_DELAY_MS, nominal - record["excess_ms"] / 2)
         if abs(summary["min_ms"] - configured) <= CALIBRATION_THRESHOLD_MS or abs(target - applied) < 0.01:
             continue
         for node, intf, *dst in topology.delay_egress(pair):

@@ -185,3 +185,9 @@ def test_a_shape_calibrated_before_gets_its_delays_and_is_only_checked(monkeypat
     assert calls == [{"count": calibration.CHECK_PING_COUNT, "interval_s": calibration.CHECK_PING_INTERVAL_S}]
     assert records[0]["reused"] and records[0]["one_way_netem_delay_ms"] == first[0]["one_way_netem_delay_ms"]
     assert "100.3/" in checks[0]
+
+
+def test_a_round_far_above_the_configured_rtt_is_a_stall_and_corrects_nothing(monkeypatch):
+    records, checks, applied = calibrate(monkeypatch, {0: [331.3, 101.0, 100.1]})
+    assert applied == [("l0-eth0", pytest.approx(49.5))]  # from the 101.0 round only
+    assert records[0]["excess_ms"] == pytest.approx(1.0)
