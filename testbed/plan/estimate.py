@@ -11,10 +11,12 @@ from testbed.scenario.points import RunSpec
 from topologies import TOPOLOGIES
 from topologies.netspec import NetSpec
 
-#: per-run overhead beyond its traffic (setup, fidelity probes, teardown) used for ETAs; measured ~10 s under TCG
-RUN_OVERHEAD_S = 12.0
-GUEST_BOOT_S = 30.0
-SETUP_S_PER_NODE = 2.0
+#: per-run overhead beyond its traffic and its nodes (calibration, captures, checks, collection) used for ETAs;
+#: with SETUP_S_PER_NODE, the default suite's runs measured 6.7-27.7 s (median 9.9) beyond their traffic under TCG
+RUN_OVERHEAD_S = 6.0
+#: from the command to the guest runner's first line: 13.2 s measured under TCG
+GUEST_BOOT_S = 15.0
+SETUP_S_PER_NODE = 0.5
 #: per connection: its addresses and delay, pings, iperf3 server and client start, results (TCG)
 SETUP_S_PER_CONNECTION = 1.0
 
