@@ -105,9 +105,10 @@ class AheadAnalysis:
             self.paused = False
 
     def _signal(self, signum: int) -> None:
+        # the whole process group (the worker leads its own session): a process it starts is stopped too
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(self.proc.pid, signum)
+                os.killpg(self.proc.pid, signum)
 
     def finish(self, timeout_s: float = FINISH_TIMEOUT_S) -> bool:
         """Let the worker (continued if stopped) analyse what it was given and end, for ``timeout_s`` at
@@ -129,7 +130,8 @@ class AheadAnalysis:
         if self.proc is None:
             return
         if self.proc.poll() is None:
-            self.proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         self._close_queue()
         self.paused = False
