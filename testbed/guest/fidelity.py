@@ -215,19 +215,23 @@ def passive_rate_check(name: str, samples: list[tuple[float, int, int]], rate_mb
     ``samples``: (monotonic s, bytes dequeued so far, bytes queued) of one bottleneck's root qdisc.
     An interval whose queue held more bytes at its start than the link sent during it was busy all
     along (the packets queued at its start were never all sent, so the link never waited for one),
-    and over such intervals the dequeue rate is the emulated rate (Ethernet bytes, as HTB counts them):
+    and over such intervals, the first of each busy stretch left out (HTB may spend its burst of
+    saved tokens there), the dequeue rate is the emulated rate (Ethernet bytes, as HTB counts them):
     within RATE_TOLERANCE_FRACTION of the configured rate, or the run is untrustworthy. (A queue merely
     non-empty at both ends may have drained in between: that read 7.5 % low at 10 Mbit/s here.)
     A queue that never stood (never held a packet at two samples in a row) never limited the traffic:
     the check then only asks that its busiest second stayed within the rate (a shaper that does not
     shape fails). None otherwise, when the link was provably busy for less than PASSIVE_MIN_BUSY_S:
     too little to decide; an active probe must (``probes``)."""
-    busy_bytes, busy_s, stood = 0, 0.0, False
+    busy_bytes, busy_s, stood, was_busy = 0, 0.0, False, False
     for (t1, b1, q1), (t2, b2, q2) in itertools.pairwise(samples):
         stood = stood or (q1 > 0 and q2 > 0)
-        if t2 > t1 and q1 > b2 - b1:
+        busy = t2 > t1 and q1 > b2 - b1
+        # not the first interval of a busy stretch: HTB may spend its burst of saved tokens there
+        if busy and was_busy:
             busy_bytes += b2 - b1
             busy_s += t2 - t1
+        was_busy = busy
     if busy_s >= PASSIVE_MIN_BUSY_S:
         measured = busy_bytes * 8 / busy_s / 1e6
         error = measured / rate_mbit - 1

@@ -40,7 +40,10 @@ def rtt_checks(topology, raw: Path, pings: dict[int, str]) -> list[fidelity.Chec
 def rate_checks(net: Network, topology, netspec, connections: list[Connection], raw: Path,
                 samples: list[queues.QueueSample]) -> list[fidelity.Check]:  # fmt: skip
     """The rate of every bottleneck in a direction that has flows, read passively from its queue
-    during the traffic (``samples``); where that cannot decide, from its queue under a UDP probe."""
+    during the traffic (``samples``); where that cannot decide, or reads off, from its queue under a
+    UDP probe after the traffic. A passive reading alone never fails a run: read at 10 Hz by a thread
+    of a busy guest, a short backlogged stretch read -7.5 % and +16 % on one 10 Mbit/s link here
+    (late samples, HTB's burst at a stretch's start), while the probe keeps the queue full for seconds."""
     directions = {c.direction for c in connections}
     bottlenecks = [b for b in netspec.bottlenecks if b.direction in directions]
     per_direction = {d: sum(b.direction == d for b in bottlenecks) for d in directions}
@@ -48,12 +51,12 @@ def rate_checks(net: Network, topology, netspec, connections: list[Connection], 
     for b in bottlenecks:
         name = f"bottleneck rate {b.direction}" + (f" {b.node}/{b.intf}" if per_direction[b.direction] > 1 else "")
         check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
-        if check is None:
-            undecided.append((name, b))
-        else:
+        if check is not None and check.ok:
             checks.append(check)
-    for direction in sorted({b.direction for _, b in undecided}):
-        todo = [(name, b) for name, b in undecided if b.direction == direction]
+        else:
+            undecided.append((name, b, check))
+    for direction in sorted({b.direction for _, b, _ in undecided}):
+        todo = [(name, b, passive) for name, b, passive in undecided if b.direction == direction]
         probes = [p for p in topology.probes() if p.direction == direction]
         checks += probe_direction(net, topology, probes, todo, raw)
     return checks
@@ -66,22 +69,27 @@ def _series(samples: list[queues.QueueSample], bottleneck) -> list[tuple[float, 
 
 def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path) -> list[fidelity.Check]:
     """Fill the direction's queues with UDP (each probe of the topology in turn, its send rate raised
-    by the loss before the queue) and read each bottleneck of ``todo`` from its queue as during
-    traffic; a bottleneck that still cannot be read gets the probe's received rate instead (the
-    first probe's, the one over the first pair)."""
-    sampler = queues.QueueSampler([(b.node, b.intf) for _, b in todo], net.netns_path)
+    by the loss before the queue) and read each bottleneck of ``todo`` (name, bottleneck, its passive
+    check or None) from its queue as during traffic; a bottleneck that still cannot be read gets the
+    probe's received rate instead (the first probe's, the one over the first pair)."""
+    sampler = queues.QueueSampler([(b.node, b.intf) for _, b, _ in todo], net.netns_path)
     sampler.start()
     try:
         received = [active_rate_check(net, topology, probe, probes, index, raw) for index, probe in enumerate(probes)]
     finally:
         samples = sampler.stop()
     checks = []
-    for name, b in todo:
+    for name, b, passive in todo:
         check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
         if check is not None and check.measured is not None and "never stood" not in check.detail:
-            checks.append(replace(check, detail=f"under a UDP probe: {check.detail}"))
+            check = replace(check, detail=f"under a UDP probe: {check.detail}")
         elif received:
-            checks.append(replace(received[0], name=name))
+            check = replace(received[0], name=name)
+        else:
+            continue
+        if passive is not None:  # what the traffic showed, kept beside the verdict
+            check = replace(check, detail=f"{check.detail}; during the traffic: {passive.detail}")
+        checks.append(check)
     return checks
 
 

@@ -163,7 +163,7 @@ def test_rate_checks_probe_only_the_bottlenecks_their_traffic_could_not_decide(m
     connections = [SimpleNamespace(direction="forward"), SimpleNamespace(direction="reverse")]
     checks = probing.rate_checks(None, topology, netspec, connections, tmp_path, taken)
     assert [c.name for c in checks] == ["bottleneck rate forward"] and checks[0].ok
-    assert [[name for name, _ in todo] for todo in probed] == [["bottleneck rate reverse"]]
+    assert [[name for name, _, _ in todo] for todo in probed] == [["bottleneck rate reverse"]]
 
 
 def test_a_shape_calibrated_before_gets_its_delays_and_is_only_checked(monkeypatch):
@@ -191,3 +191,18 @@ def test_a_round_far_above_the_configured_rtt_is_a_stall_and_corrects_nothing(mo
     records, checks, applied = calibrate(monkeypatch, {0: [331.3, 101.0, 100.1]})
     assert applied == [("l0-eth0", pytest.approx(49.5))]  # from the 101.0 round only
     assert records[0]["excess_ms"] == pytest.approx(1.0)
+
+
+def test_a_passive_reading_that_is_off_is_checked_again_under_a_probe(monkeypatch, tmp_path):
+    from testbed.guest import queues
+    from topologies.netspec import Bottleneck
+
+    link = Bottleneck("r1", "r1-eth1", 2.0, 20, "forward")
+    # 1.8 Mbit/s (22.5 kB per 0.1 s) with 30 kB queued: read 10 % low during the traffic
+    slow = [queues.QueueSample(i / 10, "r1", "r1-eth1", 22_500 * i, i, 0, 0, 30_000, 20) for i in range(30)]
+    probed = []
+    monkeypatch.setattr(probing, "probe_direction", lambda net, topo, probes, todo, raw: probed.append(todo) or [])
+    probing.rate_checks(None, SimpleNamespace(probes=lambda: []), SimpleNamespace(bottlenecks=[link]),
+                        [SimpleNamespace(direction="forward")], tmp_path, slow)  # fmt: skip
+    ((name, bottleneck, passive),) = probed[0]
+    assert name == "bottleneck rate forward" and not passive.ok and "-10.0%" in passive.detail
