@@ -9,6 +9,8 @@ A run folder (see ARCHITECTURE.md, "Results layout")::
     raw/westwood_tb.txt           ftrace text of our module's westwood_tb events (runs of westwood_ml/_paper)
     raw/<router>.pcap             tcpdump -i any -Q in on each router, headers only (see pcap.py)
     raw/tc-stats.json             tc -s -j qdisc show, per "node/intf", after the run
+    raw/tc-stats-before.json      the same counters as the run before it left them, when the run
+                                  used a network kept from that run (testbed.guest.keeper)
     raw/ping-pair<i>.txt          ping summary of the pre-traffic RTT probe
     raw/udp-probe-<dir>[-client|-server].json  the pre-traffic UDP rate probe (iperf3 -u -J)
 
@@ -433,9 +435,27 @@ _TC_COLUMNS = [
 ]
 
 
-def load_tc_stats(path: Path) -> pd.DataFrame:
-    """``tc -s -j qdisc show`` per ``"node/intf"``: one row per qdisc (columns in ``_TC_COLUMNS``)."""
-    path = Path(path)
+#: the counters of ``tc -s`` (they count on from the qdisc's creation; backlog and qlen are levels)
+TC_COUNTERS = ["bytes", "packets", "drops", "overlimits", "requeues"]
+_TC_KEY = ["node", "intf", "kind", "handle", "parent"]
+
+
+def load_tc_stats(path: Path, before: Path | None = None) -> pd.DataFrame:
+    """``tc -s -j qdisc show`` per ``"node/intf"``: one row per qdisc (columns in ``_TC_COLUMNS``).
+
+    ``before``: the counters at the run's start (present when the run used a network kept from an
+    earlier run), subtracted from the counters so that they count this run only."""
+    frame = _tc_frame(Path(path))
+    if before is None or not Path(before).exists():
+        return frame
+    start = _tc_frame(Path(before))[_TC_KEY + TC_COUNTERS].drop_duplicates(_TC_KEY)
+    merged = frame.merge(start, on=_TC_KEY, how="left", suffixes=("", "_before"))
+    for name in TC_COUNTERS:
+        frame[name] = (merged[name] - merged[f"{name}_before"].fillna(0)).to_numpy()
+    return frame
+
+
+def _tc_frame(path: Path) -> pd.DataFrame:
     data = read_json(path)
     if not isinstance(data, dict):
         raise LoadError(path, "expected an object of 'node/intf' -> list of qdiscs")

@@ -716,7 +716,7 @@ def _drop_checks(raw: Path, manifest: dict, flows: pd.DataFrame, problems: list[
     if not bottlenecks:
         return pd.DataFrame(columns=DROP_CHECK_COLUMNS)
     try:
-        tc = load_tc_stats(raw / "tc-stats.json")
+        tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
     except LoadError as exc:
         problems.append(str(exc))
         tc = None

@@ -45,6 +45,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             results_root=args.results,
             vcpus=args.cpus,
             force=args.force,
+            keep_networks=not args.fresh_networks,
             observers=[ahead.observer] if ahead else [],
         )
         report = None if args.no_report else _report(result.directory, ahead)
@@ -259,6 +260,12 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--done-file", type=Path, metavar="FILE",
         help="when the session ends, write its folder and report path to FILE as JSON (for scripts: "
              "testbed.plan.progress.SessionDone)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--fresh-networks", action="store_true",
+        help="build every run's network anew; by default a run whose network would be the same as the run "
+             "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
+             "uses that network, kept for it (docs/fidelity.md)",
     )  # fmt: skip
     parser.add_argument(
         "--force", action="store_true",

@@ -75,11 +75,11 @@ def ping_pairs(net: Network, connections: list[Connection], count: int = PING_CO
 _CALIBRATED: dict[str, dict[int, dict]] = {}
 
 
-def calibrate_delays(net: Network, topology, connections: list[Connection],
-                     shape: str | None = None) -> tuple[list[dict], dict[int, str]]:  # fmt: skip
+def calibrate_delays(net: Network, topology, connections: list[Connection], shape: str | None = None,
+                     delays_set: bool = False) -> tuple[list[dict], dict[int, str]]:  # fmt: skip
     """Correct each pair's netem delay for the emulator's own latency, measured idle; a ``shape``
     (the network's description) calibrated before in this process gets its delays again and is only
-    checked (:func:`reuse_calibration`).
+    checked (:func:`reuse_calibration`; ``delays_set``: the network was kept from a run that set them).
 
     Forwarding and netem's timers add latency of their own (about 1.5-4 ms per round trip in a
     TCG guest, depending on the netem stages on the path; ~0.05 ms with KVM): the pair's one-way
@@ -95,7 +95,7 @@ def calibrate_delays(net: Network, topology, connections: list[Connection],
     250 once, after rounds of 252.5 and 249.7) gets up to RTT_RECHECK_ROUNDS more rounds.
     """
     if shape is not None and shape in _CALIBRATED:
-        return reuse_calibration(net, topology, connections, _CALIBRATED[shape])
+        return reuse_calibration(net, topology, connections, _CALIBRATED[shape], delays_set)
     adjustable = hasattr(topology, "delay_egress")
     records: dict[int, dict] = {}
     at_final: dict[int, list[str]] = {}  # per pair, the ping outputs measured at its current delay
@@ -113,13 +113,14 @@ def calibrate_delays(net: Network, topology, connections: list[Connection],
     return [records[pair] for pair in sorted(records)], {pair: lowest_ping(outs) for pair, outs in at_final.items()}
 
 
-def reuse_calibration(net: Network, topology, connections: list[Connection],
-                      calibrated: dict[int, dict]) -> tuple[list[dict], dict[int, str]]:  # fmt: skip
-    """Set the delays an earlier run of the same shape calibrated, then measure each pair's base RTT
-    for its check (rounds again for a pair that misses its tolerance, as after a calibration)."""
+def reuse_calibration(net: Network, topology, connections: list[Connection], calibrated: dict[int, dict],
+                      delays_set: bool = False) -> tuple[list[dict], dict[int, str]]:  # fmt: skip
+    """Set the delays an earlier run of the same shape calibrated (unless ``delays_set``), then measure
+    each pair's base RTT for its check (rounds again for a pair that misses its tolerance, as after a
+    calibration)."""
     per_destination: dict[tuple[str, str], dict[str, float]] = {}
     for pair, record in calibrated.items():
-        if record["one_way_netem_delay_ms"] == topology.one_way_delay_ms(pair):
+        if delays_set or record["one_way_netem_delay_ms"] == topology.one_way_delay_ms(pair):
             continue
         for node, intf, *dst in topology.delay_egress(pair):
             if dst:

@@ -25,8 +25,13 @@ CLIENT_GRACE_S_PER_CONNECTION = 0.1
 CLIENT_PRESTART_TIMEOUT_S = 600.0
 
 
-#: traffic starts at least this long after the schedule is computed (servers listening, captures on)
-START_DELAY_S = 1.0
+#: traffic starts at least this long after the schedule is computed, once every server listens (the
+#: loss channels are armed in between); it was a fixed 1 s that also covered the servers' start
+START_DELAY_S = 0.3
+
+
+#: every iperf3 server must listen within this long of its start
+SERVER_LISTEN_TIMEOUT_S = 30.0
 
 
 #: iperf3's cookie, the first thing a client sends on a data connection: a larger segment starts the data
@@ -55,6 +60,32 @@ def prestart_clients(net: Network, connections: list[Connection], raw: Path,
                                 f"the guest?")  # fmt: skip
             time.sleep(0.01)
     return clients
+
+
+def wait_listening(servers: dict[str, subprocess.Popen], ports: dict[str, int], raw: Path) -> None:
+    """Return once every server listens on its port (read from ``/proc/<pid>/net/tcp*``, its own
+    namespace's sockets: no process started per check); RunFailed naming the one that does not."""
+    deadline = time.monotonic() + SERVER_LISTEN_TIMEOUT_S
+    for cid, proc in servers.items():
+        while not _listening(proc.pid, ports[cid]):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                output = (raw / f"iperf3-{cid}-server.json").read_text(errors="replace").strip()[-300:]
+                raise RunFailed(f"the iperf3 server of {cid} did not listen on port {ports[cid]} (exit status "
+                                f"{proc.poll()}; its output: {output!r})")  # fmt: skip
+            time.sleep(0.01)
+
+
+def _listening(pid: int, port: int) -> bool:
+    needle = f":{port:04X} "
+    for table in ("tcp6", "tcp"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        # columns: sl local_address rem_address st ...; st 0A is LISTEN
+        if any(needle in f"{fields[1]} " and fields[3] == "0A" for fields in (line.split() for line in lines)):
+            return True
+    return False
 
 
 def data_starts(connections: list[Connection], raw: Path, t0_unix: float) -> tuple[dict[str, float], list[str]]:

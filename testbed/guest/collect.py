@@ -17,8 +17,8 @@ from testbed.scenario.schema import Scenario
 from topologies.lossmodel import timeline
 
 
-def apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
-    """Per-flow TCP options, set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
+def flow_options(topology, scenario: Scenario) -> dict:
+    """Per-flow TCP options, as set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
     receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
     ``initcwnd`` on the sender). A host is shared by the flows of one pair: they get the union."""
     routes: dict[str, dict[str, int]] = {}
@@ -32,13 +32,18 @@ def apply_flow_options(net: Network, topology, scenario: Scenario) -> dict:
                 routes.setdefault(sender, {})["initcwnd"] = flow.initcwnd_segs
             if not flow.sack:
                 no_sack.update((sender, receiver))
-    for node, metrics in sorted(routes.items()):
+    return {"route_metrics": dict(sorted(routes.items())), "sack_off": sorted(no_sack)}
+
+
+def apply_flow_options(net: Network, options: dict) -> dict:
+    """Set :func:`flow_options` on the hosts; returns them (for the manifest)."""
+    for node, metrics in options["route_metrics"].items():
         with iproute(net.netns_path(node)) as ns:
             for dst, gateway in net.spec.routes.get(node, []):
                 ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, metrics=metrics)
-    for node in sorted(no_sack):
+    for node in options["sack_off"]:
         net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
-    return {"route_metrics": routes, "sack_off": sorted(no_sack)}
+    return options
 
 
 def tc_stats(net: Network) -> dict:
@@ -79,10 +84,12 @@ def load_loss_channels(net: Network, spec: RunSpec, horizon_s: float) -> list[lo
 
 
 def read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidelity.FidelityReport) -> list[dict]:
-    """Write each channel's realized timeline to raw/loss-<node>-<intf>.json; summaries for the manifest."""
+    """Write each channel's realized timeline to raw/loss-<node>-<intf>.json; summaries for the manifest.
+    Each channel is cleared once read (disarmed, counters zero), as new for the next run on its network."""
     summaries = []
     for channel in channels:
         data = channel.read()
+        channel.clear()
         rundir.write_json_atomic(raw / f"loss-{channel.node}-{channel.ifname}.json", data)
         for kind, total in data["per_state"].items():
             report.checks.append(fidelity.loss_check(f"loss {kind} {channel.node}/{channel.ifname}", total["seen"],

@@ -157,6 +157,7 @@ class Channel:
     states: list[State] | None = None
     t0_ns: int | None = None
     draw_seed: int | None = None
+    words_used: int | None = None  # words of dropped_bits the last read covered (clear zeroes them)
 
     def load(self, seed: int, states: list[State]) -> None:
         """Write the timeline (the channel still passes everything until :func:`start`)."""
@@ -206,6 +207,7 @@ class Channel:
             realized = 100 * total["dropped"] / total["seen"] if total["seen"] else None
             time_s = sum(s.end_s - s.start_s for s in self.states if (kind == "bad") == s.bad)
             total.update({"configured_loss_pct": configured, "realized_loss_pct": realized, "time_s": time_s})
+        self.words_used = len(words)
         return {
             "node": self.node, "interface": self.ifname, "model": self.model.model_dump(mode="json"),
             "stream": self.stream, "draw_seed": self.draw_seed, "t0_ns": self.t0_ns,
@@ -214,6 +216,18 @@ class Channel:
             "per_state": totals,
             "dropped_packet_indices": dropped_indices, "states": states,
         }  # fmt: skip
+
+    def clear(self) -> None:
+        """Disarm the channel (it passes everything again) and zero the counters this run used, after
+        :meth:`read`: a network kept for the next run (testbed.guest.keeper) hands it on as new."""
+        zero = "value hex " + hex_bytes(bytes(16))
+        lines = [f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {hex_bytes(bytes(56))}"]
+        lines += [f"map update id {self.maps['state_counters']} key hex {hex_bytes(struct.pack('<I', i))} {zero}"
+                  for i in range(len(self.states or []))]  # fmt: skip
+        words = DROP_BITS_WORDS if self.words_used is None else self.words_used
+        lines += [f"map update id {self.maps['dropped_bits']} key hex {hex_bytes(struct.pack('<I', w))} value hex "
+                  f"{hex_bytes(bytes(8))}" for w in range(words)]  # fmt: skip
+        batch(lines, f"clear the loss channel on {self.node}/{self.ifname}")
 
 
 def start(channels: list[Channel], t0_ns: int) -> None:

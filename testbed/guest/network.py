@@ -199,21 +199,14 @@ class Network:
     def cmd(self, node: str, command: str) -> str:
         return self.nodes[node].cmd(command)
 
+    def end_run(self) -> None:
+        """End what a run started in the network (its processes, its output files) and keep the nodes,
+        links and qdiscs for the next run (testbed.guest.keeper)."""
+        self._end_processes()
+        self._popens, self._files = [], []
+
     def stop(self) -> None:
-        for proc in self._popens:
-            if proc.poll() is None:
-                proc.kill()
-        for proc in self._popens:
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-        for proc in self._popens:
-            for pipe in (proc.stdin, proc.stdout, proc.stderr):
-                if pipe is not None:
-                    pipe.close()
-        for handle in self._files:
-            handle.close()
+        self._end_processes()
         if self.net is not None:
             for node in self.net.hosts:
                 node.terminate()
@@ -230,6 +223,22 @@ class Network:
             except ProcessLookupError:
                 pass
         os.environ.pop(MARKER, None)
+
+    def _end_processes(self) -> None:
+        for proc in self._popens:
+            if proc.poll() is None:
+                proc.kill()
+        for proc in self._popens:
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in self._popens:
+            for pipe in (proc.stdin, proc.stdout, proc.stderr):
+                if pipe is not None:
+                    pipe.close()
+        for handle in self._files:
+            handle.close()
 
 
 def _netlink_link_class(base, root):

@@ -38,12 +38,16 @@ def rtt_checks(topology, raw: Path, pings: dict[int, str]) -> list[fidelity.Chec
 
 
 def rate_checks(net: Network, topology, netspec, connections: list[Connection], raw: Path,
-                samples: list[queues.QueueSample]) -> list[fidelity.Check]:  # fmt: skip
+                samples: list[queues.QueueSample], probed: dict | None = None) -> list[fidelity.Check]:  # fmt: skip
     """The rate of every bottleneck in a direction that has flows, read passively from its queue
     during the traffic (``samples``); where that cannot decide, or reads off, from its queue under a
     UDP probe after the traffic. A passive reading alone never fails a run: read at 10 Hz by a thread
     of a busy guest, a short backlogged stretch read -7.5 % and +16 % on one 10 Mbit/s link here
-    (late samples, HTB's burst at a stretch's start), while the probe keeps the queue full for seconds."""
+    (late samples, HTB's burst at a stretch's start), while the probe keeps the queue full for seconds.
+
+    ``probed``: the probes that passed on this network after earlier runs (it was kept for this run:
+    testbed.guest.keeper), by check name; a direction whose every bottleneck has one is not probed
+    again (the probe measures the emulated link, which is the same), and new passes are added."""
     directions = {c.direction for c in connections}
     bottlenecks = [b for b in netspec.bottlenecks if b.direction in directions]
     per_direction = {d: sum(b.direction == d for b in bottlenecks) for d in directions}
@@ -55,11 +59,28 @@ def rate_checks(net: Network, topology, netspec, connections: list[Connection], 
             checks.append(check)
         else:
             undecided.append((name, b, check))
+    probed = {} if probed is None else probed
     for direction in sorted({b.direction for _, b, _ in undecided}):
         todo = [(name, b, passive) for name, b, passive in undecided if b.direction == direction]
-        probes = [p for p in topology.probes() if p.direction == direction]
-        checks += probe_direction(net, topology, probes, todo, raw)
+        if all(name in probed for name, _, _ in todo):
+            verdicts = {name: _earlier(probed[name]) for name, _, _ in todo}
+        else:
+            probes = [p for p in topology.probes() if p.direction == direction]
+            verdicts = {c.name: c for c in probe_direction(net, topology, probes, todo, raw)}
+            run = f"{raw.parent.parent.name} {raw.parent.name}"  # the run folder: <point id>/seed=<n>
+            probed.update({name: (c, run) for name, c in verdicts.items() if c.ok})
+        for name, _, passive in todo:
+            check = verdicts.get(name)
+            if check is not None and passive is not None:  # what the traffic showed, kept beside the verdict
+                check = replace(check, detail=f"{check.detail}; during the traffic: {passive.detail}")
+            if check is not None:
+                checks.append(check)
     return checks
+
+
+def _earlier(probe: tuple[fidelity.Check, str]) -> fidelity.Check:
+    check, run = probe
+    return replace(check, detail=f"{check.detail} (the probe after run {run}, on this same network)")
 
 
 def _series(samples: list[queues.QueueSample], bottleneck) -> list[tuple[float, int, int]]:
@@ -79,7 +100,7 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
     finally:
         samples = sampler.stop()
     checks = []
-    for name, b, passive in todo:
+    for name, b, _ in todo:
         check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
         if check is not None and check.measured is not None and "never stood" not in check.detail:
             check = replace(check, detail=f"under a UDP probe: {check.detail}")
@@ -87,8 +108,6 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
             check = replace(received[0], name=name)
         else:
             continue
-        if passive is not None:  # what the traffic showed, kept beside the verdict
-            check = replace(check, detail=f"{check.detail}; during the traffic: {passive.detail}")
         checks.append(check)
     return checks
 

@@ -9,7 +9,6 @@ manifest written (``_finish``).
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
 import subprocess
@@ -21,6 +20,7 @@ from pathlib import Path
 from testbed.guest import calibrate, capture, clients, collect, fidelity, launch, lossbpf, probes, queues, spray
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
+from testbed.guest.keeper import Lease, NetworkKeeper
 from testbed.guest.kernel import ensure_kernel_support
 from testbed.guest.network import Network, cleanup_leftovers
 from testbed.plan import progress
@@ -34,8 +34,14 @@ from topologies import TOPOLOGIES
 from topologies.shaping import CONTROL_PORT_MIN
 
 #: sysctls set in every host namespace before traffic: no metrics carried from one connection to the
-#: next (the papers' labs); the ephemeral ports of iperf3's control connections (topologies.shaping.CONTROL_PORT_MIN)
-HOST_SYSCTLS = {"net.ipv4.tcp_no_metrics_save": "1", "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535"}
+#: next (the papers' labs); the ephemeral ports of iperf3's control connections (topologies.shaping.CONTROL_PORT_MIN);
+#: no TIME_WAIT sockets, so that a run on a network kept from the run before binds the same fixed client
+#: ports (testbed.guest.keeper; closing skips TIME_WAIT, the data transfer is untouched)
+HOST_SYSCTLS = {
+    "net.ipv4.tcp_no_metrics_save": "1",
+    "net.ipv4.ip_local_port_range": f"{CONTROL_PORT_MIN} 65535",
+    "net.ipv4.tcp_max_tw_buckets": "0",
+}
 #: the steps after the traffic, each named on the console when done: a guest that falls silent after
 #: the traffic (twice on record under TCG, without even the watchdog's stack dump) shows how far it got
 COLLECT_PHASES = ("queues_stop", "servers_exit", "traces_stop", "tcpdump_stop", "data_starts", "rate_checks",
@@ -54,6 +60,9 @@ class RunState:
     manifest: dict
     topology: object = None
     netspec: object = None
+    flow_options: dict = field(default_factory=dict)
+    reuse_key: str | None = None  # runs with the same key can share one network (testbed.guest.keeper)
+    lease: Lease | None = None
     connections: list[Connection] = field(default_factory=list)
     capture_nodes: list[str] = field(default_factory=list)
     uses_project_module: bool = False
@@ -94,19 +103,27 @@ class Traffic:
     t0_unix: float
 
 
-def run_one(spec: RunSpec, directory: Path, context: PlanContext) -> dict:
-    """Execute one run into ``directory``; returns its manifest. Never raises for a failed run."""
+def run_one(spec: RunSpec, directory: Path, context: PlanContext, keeper: NetworkKeeper | None = None) -> dict:
+    """Execute one run into ``directory``; returns its manifest. Never raises for a failed run.
+
+    ``keeper``: hands the run the network of the run before when they are the same (else a new one),
+    and keeps this run's network for the next when the run went well; without it, a network of its own."""
     state = _start(spec, directory, context)
     manifest = state.manifest
+    keeper = keeper or NetworkKeeper(enabled=False)
     try:
         _prepare(state)
-        with Network(state.netspec, f"{os.getpid()}-{time.monotonic_ns()}", host_sysctls=HOST_SYSCTLS) as net:
+        with keeper.network(state.netspec, state.reuse_key, HOST_SYSCTLS) as lease:
+            state.lease, net = lease, lease.net
+            manifest["network"] = {"kept_from_earlier_runs": lease.reused, "runs_before_on_it": lease.runs_before}
             state.mark("network_up")
             sprayers = _configure_hosts(state, net)
             report = _calibrate(state, net)
             _start_captures(state, net)
             traffic = _start_traffic(state, net, sprayers)
             failures = _traffic_and_collect(state, net, traffic, report)
+            # only a network that served its run well is handed on
+            lease.keep = not failures and report.trustworthy
             state.last = time.monotonic()
         state.mark("network_down")
         manifest["timing"]["collect_teardown_s"] = round(time.monotonic() - state.t_teardown, 3)
@@ -167,6 +184,9 @@ def _prepare(state: RunState) -> None:
         "capture_nodes": state.capture_nodes,
     }
     manifest["connections"] = [c.to_dict() for c in connections]
+    state.flow_options = collect.flow_options(state.topology, scenario)
+    # multipath sprayers count per network: never kept
+    state.reuse_key = None if netspec.sprayers else repr((netspec, state.flow_options, HOST_SYSCTLS))
     project_modules = ensure_kernel_support(scenario, netspec.needs_netem, state.context.project_modules)
     manifest["modules"] = {
         m: provenance.module_info(project_modules.get(m, m))
@@ -183,7 +203,9 @@ def _prepare(state: RunState) -> None:
 def _configure_hosts(state: RunState, net: Network) -> list:
     """Per-flow TCP options and the sender's sysctls recorded; the multipath sprayers loaded."""
     manifest = state.manifest
-    manifest["host_options"] = collect.apply_flow_options(net, state.topology, state.spec.scenario)
+    # a kept network has them already (they are part of its reuse key)
+    manifest["host_options"] = (state.flow_options if state.lease.reused
+                                else collect.apply_flow_options(net, state.flow_options))  # fmt: skip
     manifest["sysctls"] = collect.read_sysctls(net, state.connections[0].sender)
     sprayers = [(s, spray.setup(net.netns_path(s.node), s)) for s in state.netspec.sprayers]
     state.mark("options_sysctls_sprayers")
@@ -196,7 +218,8 @@ def _calibrate(state: RunState, net: Network) -> fidelity.FidelityReport:
     checks read the queues during the traffic: ``_check_rates``)."""
     manifest, t_check = state.manifest, time.monotonic()
     manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, state.connections,
-                                                                      shape=repr(state.netspec))  # fmt: skip
+                                                                      shape=repr(state.netspec),
+                                                                      delays_set=state.lease.reused)  # fmt: skip
     report = fidelity.FidelityReport(probes.rtt_checks(state.topology, state.raw, pings))
     state.mark("delay_calibration")
     manifest["timing"]["fidelity_check_s"] = round(time.monotonic() - t_check, 3)
@@ -236,8 +259,8 @@ def _start_traffic(state: RunState, net: Network, sprayers: list) -> Traffic:
     state.scratch = scratch = launch.make_scratch()
     servers = {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
                                output=raw / f"iperf3-{c.id}-server.json") for c in connections}  # fmt: skip
-    # the servers, started first, listen long before the clients are continued (START_DELAY_S from now at least)
     held = clients.prestart_clients(net, connections, raw, scratch)
+    clients.wait_listening(servers, {c.id: c.server_port for c in connections}, raw)
     state.mark("clients_prestart")
     grace_s = clients.CLIENT_GRACE_S + clients.CLIENT_GRACE_S_PER_CONNECTION * len(connections)
     channels = collect.load_loss_channels(net, state.spec, scenario.duration_s + grace_s)
@@ -273,6 +296,11 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     _check_rates(state, net, samples, report)
     tc_stats = collect.tc_stats(net)
     rundir.write_json_atomic(state.raw / "tc-stats.json", tc_stats)
+    # on a kept network the counters go on from the run before: the analysis subtracts where they stood
+    carried = state.lease.carried
+    if "tc_stats" in carried:
+        rundir.write_json_atomic(state.raw / "tc-stats-before.json", carried["tc_stats"])
+    carried["tc_stats"] = tc_stats
     state.mark("tc_stats")
     state.manifest["spray"] = collect.read_sprayers(traffic.sprayers, sprayed_before, tc_stats, report)
     state.manifest["loss_channels"] = collect.read_loss_channels(traffic.channels, state.raw, report)
@@ -295,7 +323,8 @@ def _stop_sampler(state: RunState, t0: float) -> list[queues.QueueSample]:
 def _check_rates(state: RunState, net: Network, samples: list[queues.QueueSample],
                  report: fidelity.FidelityReport) -> None:  # fmt: skip
     """Each bottleneck's rate from its queue during the traffic (a UDP probe only where it cannot tell)."""
-    checks = probes.rate_checks(net, state.topology, state.netspec, state.connections, state.raw, samples)
+    checks = probes.rate_checks(net, state.topology, state.netspec, state.connections, state.raw, samples,
+                                probed=state.lease.carried.setdefault("probed", {}))  # fmt: skip
     _log_checks(checks)
     report.checks += checks
     state.mark("rate_checks")
@@ -332,7 +361,9 @@ def _release_and_wait(state: RunState, traffic: Traffic) -> dict[str, float]:
             tick = progress.TrafficTick(t_s=now - t0, duration_s=state.spec.scenario.duration_s, active=len(running))
             log(progress.format_line(tick))
             last_progress = now
-        time.sleep(0.05)
+        # wake for the next release on time (a fixed 50 ms nap made clients up to 50 ms late), else poll
+        until_next = t0 + pending[0].start_s - lead[pending[0].id] - time.monotonic() if pending else 0.05
+        time.sleep(min(0.05, max(0.0, until_next)))
 
 
 def _collect_captures(state: RunState, traffic: Traffic, report: fidelity.FidelityReport) -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from testbed.guest import launch, lossbpf
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
+from testbed.guest.keeper import NetworkKeeper
 from testbed.guest.network import MARKER, cleanup_leftovers
 from testbed.guest.run import run_one
 from testbed.plan import progress
@@ -59,27 +60,39 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
     started = time.monotonic()
     done_s = 0.0
     total_s = sum(r.estimate_s for r in runs)
-    for i, run in enumerate(runs, 1):
-        spec = run.spec()
-        elapsed = time.monotonic() - started
-        eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
-        log(progress.format_line(progress.RunStarted(index=i, total=len(runs), scenario=spec.scenario_name,
-                                                     point_id=spec.point_id, seed=spec.seed, eta_s=eta)))  # fmt: skip
-        budget_s = run_budget_s(run.estimate_s)
-        try:
-            with _watchdog(budget_s):
-                manifest = run_one(spec, session_dir / run.run_dir, plan.context)
-        except RunTimedOut as err:
-            # fired during run_one's own cleanup: record it and clean up here
-            manifest = _fail_manifest(session_dir / run.run_dir, str(err))
-            os.environ.pop(MARKER, None)
-            cleanup_leftovers()
-        done_s += run.estimate_s
-        if manifest["status"] != "complete":
-            not_complete += 1
-        log(progress.format_line(progress.RunEnded(index=i, total=len(runs), status=manifest["status"],
-                                                   reason=manifest.get("reason"))))  # fmt: skip
+    keeper = NetworkKeeper(enabled=plan.context.keep_networks)
+    try:
+        for i, run in enumerate(runs, 1):
+            manifest = _run_with_watchdog(run, i, runs, session_dir, plan, keeper, (started, done_s, total_s))
+            done_s += run.estimate_s
+            if manifest["status"] != "complete":
+                not_complete += 1
+    finally:
+        keeper.close()
     return not_complete
+
+
+def _run_with_watchdog(run, i: int, runs: list, session_dir: Path, plan: Plan, keeper: NetworkKeeper,
+                       clock: tuple[float, float, float]) -> dict:  # fmt: skip
+    """One run of the plan under its watchdog, between its progress lines; its manifest."""
+    started, done_s, total_s = clock
+    spec = run.spec()
+    elapsed = time.monotonic() - started
+    eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
+    log(progress.format_line(progress.RunStarted(index=i, total=len(runs), scenario=spec.scenario_name,
+                                                 point_id=spec.point_id, seed=spec.seed, eta_s=eta)))  # fmt: skip
+    try:
+        with _watchdog(run_budget_s(run.estimate_s)):
+            manifest = run_one(spec, session_dir / run.run_dir, plan.context, keeper)
+    except RunTimedOut as err:
+        # fired during run_one's own cleanup: record it and clean up here (the kept network too)
+        manifest = _fail_manifest(session_dir / run.run_dir, str(err))
+        keeper.close()
+        os.environ.pop(MARKER, None)
+        cleanup_leftovers()
+    log(progress.format_line(progress.RunEnded(index=i, total=len(runs), status=manifest["status"],
+                                               reason=manifest.get("reason"))))  # fmt: skip
+    return manifest
 
 
 def run_budget_s(estimate_s: float) -> float:

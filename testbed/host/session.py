@@ -102,12 +102,14 @@ def run_session(
     vcpus: int | None = None,
     force: bool = False,
     observers: Sequence[Observer] = (),
+    keep_networks: bool = True,
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
     ``backend`` is ``auto`` (:func:`choose_backend`) or a name in :data:`backends.NAMES`. ``observers``
     follow the runner's lines where the plan runs elsewhere (:data:`remote.Observer`: the report's analysis
-    ahead); the local backend runs it in this process and has none to give them."""
+    ahead); the local backend runs it in this process and has none to give them. ``keep_networks``: a run
+    may use the network of the run before it when it would build the same one (testbed.guest.keeper)."""
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
@@ -133,7 +135,8 @@ def run_session(
             for r in runs_to_do:
                 resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
             context = PlanContext(git=git, backend=backend_info, project_modules=project_modules,
-                                  bpf_objects=bpf_objects, hold_library=hold_library)  # fmt: skip
+                                  bpf_objects=bpf_objects, hold_library=hold_library,
+                                  keep_networks=keep_networks)  # fmt: skip
             plan = Plan(context=context, runs=[_plan_entry(r, scenario, session) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, total)

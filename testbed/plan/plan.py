@@ -58,6 +58,9 @@ class PlanContext(BaseModel):
     bpf_objects: dict[str, str] = Field(default_factory=dict)
     #: the shim that holds clients at their first connect(); None: build it where the runs go
     hold_library: str | None = None
+    #: a run's network is kept for the next run when it would build the same one (testbed.guest.keeper);
+    #: False (``--fresh-networks``): every run builds its own
+    keep_networks: bool = True
 
 
 class Plan(BaseModel):

@@ -34,6 +34,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from analysis.loaders import load_tc_stats
 from analysis.pcap import TCPTRACE_FIELDS, tcptrace_connection
 from testbed import PROJECT
 from testbed.host.session import run_session
@@ -163,9 +164,11 @@ def _scale_figures(run: Path, manifest: Manifest) -> dict:
                 for kind, v in data["per_state"].items()
             }  # fmt: skip
         else:
-            stats = json.loads((run / "raw" / "tc-stats.json").read_text())["rr/rr-eth1"]
-            (netem,) = [q for q in stats if q.get("kind") == "netem" and q.get("handle") == LOSSY_NETEM]
-            seen = netem["packets"] + netem["drops"]
+            raw = run / "raw"
+            tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
+            netem = tc[(tc["node"] == "rr") & (tc["intf"] == "rr-eth1") & (tc["kind"] == "netem")
+                       & (tc["handle"] == LOSSY_NETEM)].iloc[0]  # fmt: skip
+            seen = int(netem["packets"] + netem["drops"])
             out.update({"configured_pct": round(expected, 3), "realized_pct": round(100 * netem["drops"] / seen, 3),
                         "packets": seen})  # fmt: skip
     return out

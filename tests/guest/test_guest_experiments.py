@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from analysis.loaders import load_tc_stats
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import load_scenario, scenario_from_dict
@@ -49,6 +50,8 @@ def loss_point(model: str) -> Point:
         "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100, **LOSS_MODELS[model]}},
         "flows": [{"cc": "cubic", "rtt_ms": 20}],
         "duration_s": 12,
+        # the timed channel runs twice: the second run gets the first's network, kept (testbed.guest.keeper)
+        "seeds": [1, 2] if model == "timed_two_state" else [1],
     }
     (point,) = scenario_from_dict(data, name=f"loss-{model}").points
     return Point(f"loss-{model}", f"loss-{model}", {}, point.scenario)
@@ -94,13 +97,15 @@ def test_each_experiment_completes_and_passes_its_fidelity_checks(smoke, path):
 
 def netem_loss(run: Path, interface: str = "rr/rr-eth1") -> tuple[int, int]:
     """(packets seen, packets dropped) by the netem on a loss interface (default: data, rr toward r0)."""
-    stats = json.loads((run / "raw" / "tc-stats.json").read_text())[interface]
-    (netem,) = [q for q in stats if q.get("kind") == "netem" and q.get("handle") == LOSSY_NETEM]
-    return netem["packets"] + netem["drops"], netem["drops"]
+    tc = load_tc_stats(run / "raw" / "tc-stats.json", before=run / "raw" / "tc-stats-before.json")
+    node, intf = interface.split("/")
+    (netem,) = tc[(tc["node"] == node) & (tc["intf"] == intf) & (tc["kind"] == "netem")
+                  & (tc["handle"] == LOSSY_NETEM)].itertuples()  # fmt: skip
+    return int(netem.packets + netem.drops), int(netem.drops)
 
 
-def run_of(smoke, name: str) -> Path:
-    (run,) = [r for r in smoke.runs if r.parent.name == name]
+def run_of(smoke, name: str, seed: int = 1) -> Path:
+    (run,) = [r for r in smoke.runs if r.parent.name == name and r.name == f"seed={seed}"]
     manifest = rundir.read_json(run / "manifest.json")
     assert manifest["status"] == "complete", manifest.get("reason")
     return run
@@ -126,9 +131,16 @@ def test_four_state_loss_is_realized(smoke):
     assert seen_data > 1000 and abs(100 * dropped / seen - stationary) <= 2, (seen, dropped, stationary)
 
 
-def test_timed_two_state_loss_is_realized_per_state(smoke):
-    run = run_of(smoke, "loss-timed_two_state")
+@pytest.mark.parametrize("seed", [1, 2])
+def test_timed_two_state_loss_is_realized_per_state(smoke, seed):
+    """Seed 2 runs on the network kept from seed 1: its channel, cleared after seed 1 was read, counts
+    its own packets only (not the two runs' sum), and its drops are its own seed's."""
+    run = run_of(smoke, "loss-timed_two_state", seed)
     data = json.loads((run / "raw" / "loss-rr-rr-eth1.json").read_text())
     good, bad = data["per_state"]["good"], data["per_state"]["bad"]
     assert good["dropped"] == 0 and good["seen"] > 300
     assert bad["seen"] > 300 and abs(bad["realized_loss_pct"] - 5) <= 2, bad
+    sent = json.loads((run / "raw" / "iperf3-c0-client.json").read_text())["end"]["sum_sent"]["bytes"]
+    assert data["packets_seen"] <= 1.2 * sent / 1448 + 500, "the channel counted more than this run sent"
+    network = rundir.read_json(run / "manifest.json")["network"]
+    assert network == {"kept_from_earlier_runs": seed == 2, "runs_before_on_it": seed - 1}

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 
+from analysis.loaders import load_tc_stats
 from analysis.pcap import account_pcap
 from testbed.host.session import run_session
 from testbed.results import rundir
@@ -70,6 +71,39 @@ def test_run_directory_is_complete(sweep):
     assert manifest["fidelity"]["checks"], "fidelity checks were recorded"
     bottleneck_checks = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
     assert bottleneck_checks and bottleneck_checks[0]["ok"], bottleneck_checks
+
+
+def test_runs_after_the_first_use_its_network_and_count_their_own_packets(sweep):
+    """reno, cubic and bbr differ only in the algorithm: the first run builds the network, the next two
+    get it kept (testbed.guest.keeper), bind the same client port again (no TIME_WAIT left), and their
+    bottleneck counters, less where the run before left them, are their own run's bytes, not the sum."""
+    runs = {r.parent.name: r for r in sweep.runs}
+    kept = {cc: rundir.read_json(runs[f"cc={cc}"] / "manifest.json")["network"] for cc in ("reno", "cubic", "bbr")}
+    assert kept["reno"] == {"kept_from_earlier_runs": False, "runs_before_on_it": 0}
+    assert kept["cubic"] == {"kept_from_earlier_runs": True, "runs_before_on_it": 1}
+    assert kept["bbr"] == {"kept_from_earlier_runs": True, "runs_before_on_it": 2}
+    for cc in ("cubic", "bbr"):
+        raw = runs[f"cc={cc}"] / "raw"
+        tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
+        sent = tc[(tc["node"] == "rl") & (tc["intf"] == "rl-eth0") & tc["root"]]["bytes"].iloc[0]
+        cumulative = load_tc_stats(raw / "tc-stats.json")
+        since_start = cumulative[(cumulative["node"] == "rl") & (cumulative["intf"] == "rl-eth0")
+                                 & cumulative["root"]]["bytes"].iloc[0]  # fmt: skip
+        received = json.loads((raw / "iperf3-c0-server.json").read_text())["end"]["sum_received"]["bytes"]
+        # a run whose traffic never kept the queue busy (bbr) is probed after it, through the same queue
+        probes = [json.loads(p.read_text())["end"]["sum"]["bytes"] for p in raw.glob("udp-probe-*-client.json")]
+        assert received <= sent <= 1.1 * (received + sum(probes)) + 200_000, (cc, sent, received, probes)
+        assert since_start > 1.5 * received, "the counters went on from the runs before"
+
+
+def test_fresh_networks_build_every_run_anew(tmp_path):
+    result = run_session(host_scenario(["reno", "cubic"], duration_s=2, name="fresh"), backend="local",
+                         results_root=tmp_path, keep_networks=False)  # fmt: skip
+    for run in result.runs:
+        manifest = rundir.read_json(run / "manifest.json")
+        assert manifest["status"] == "complete", manifest.get("reason")
+        assert manifest["network"]["kept_from_earlier_runs"] is False
+        assert not (run / "raw" / "tc-stats-before.json").exists()
 
 
 def test_nothing_left_behind(sweep):

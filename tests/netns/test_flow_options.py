@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from testbed.guest.collect import apply_flow_options as _apply_flow_options
+from testbed.guest.collect import apply_flow_options, flow_options
 from testbed.guest.network import Network
 from testbed.host.session import run_session
 from testbed.results import rundir
@@ -31,8 +31,8 @@ def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
     scenario = options_scenario().points[0].scenario
     topology = Dumbbell.from_scenario(scenario)
     with Network(topology.netspec(), "flow-options") as net:
-        applied = _apply_flow_options(net, topology, scenario)
-        assert applied == {"route_metrics": {"r0": {"quickack": 1}, "l0": {"initcwnd": 3}}, "sack_off": ["l0", "r0"]}
+        applied = apply_flow_options(net, flow_options(topology, scenario))
+        assert applied == {"route_metrics": {"l0": {"initcwnd": 3}, "r0": {"quickack": 1}}, "sack_off": ["l0", "r0"]}
         assert "initcwnd 3" in net.cmd("l0", "ip route show default")
         assert "quickack 1" in net.cmd("r0", "ip route show default")
         assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "0"

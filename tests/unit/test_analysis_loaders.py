@@ -160,6 +160,25 @@ def test_tc_stats_and_the_bottleneck_queue():
     assert leaves["drops"].sum() == 545
 
 
+def test_tc_counters_of_a_run_on_a_kept_network_count_from_where_the_run_before_left_them(tmp_path):
+    after = json.loads((RAW / "tc-stats.json").read_text())
+    before = {"rl/rl-eth0": after["rl/rl-eth0"]}
+    for qdisc in before["rl/rl-eth0"]:
+        qdisc.update(drops=qdisc["drops"] // 5, bytes=qdisc["bytes"] // 5, backlog=12345)
+    (tmp_path / "tc-stats-before.json").write_text(json.dumps(before))
+    tc = load_tc_stats(RAW / "tc-stats.json", before=tmp_path / "tc-stats-before.json")
+    whole = load_tc_stats(RAW / "tc-stats.json")
+    pfifo = (tc["node"] == "rl") & (tc["intf"] == "rl-eth0") & (tc["kind"] == "pfifo")
+    assert tc[pfifo]["drops"].tolist() == [545 - 545 // 5]
+    assert tc[pfifo]["bytes"].tolist() == [whole[pfifo]["bytes"].iloc[0] - whole[pfifo]["bytes"].iloc[0] // 5]
+    # a level (backlog) is not a counter; a qdisc the run before did not have counts from zero
+    assert tc[pfifo]["backlog"].tolist() == whole[pfifo]["backlog"].tolist()
+    other = tc["node"] != "rl"
+    assert tc[other]["packets"].tolist() == whole[other]["packets"].tolist()
+    # no file: the run built its own network
+    assert load_tc_stats(RAW / "tc-stats.json", before=tmp_path / "absent.json").equals(whole)
+
+
 def test_ping_summary(tmp_path):
     ping = load_ping(RAW / "ping-pair0.txt")
     assert ping["transmitted"] == 5 and ping["received"] == 5 and ping["loss_pct"] == 0

@@ -206,3 +206,48 @@ def test_a_passive_reading_that_is_off_is_checked_again_under_a_probe(monkeypatc
                         [SimpleNamespace(direction="forward")], tmp_path, slow)  # fmt: skip
     ((name, bottleneck, passive),) = probed[0]
     assert name == "bottleneck rate forward" and not passive.ok and "-10.0%" in passive.detail
+
+
+def test_a_kept_network_is_probed_once_per_direction_and_only_a_passing_probe_is_handed_on(monkeypatch, tmp_path):
+    from testbed.guest import fidelity, queues
+    from topologies.netspec import Bottleneck
+
+    link = Bottleneck("r1", "r1-eth1", 2.0, 20, "forward")
+    results = iter([False, True])  # the first probe fails, the second passes
+
+    def probe(net, topo, probes, todo, raw):
+        ok = next(results)
+        return [fidelity.Check(name, ok, 2.0 if ok else 1.5, 2.0, "under a UDP probe: ...") for name, _, _ in todo]
+
+    calls = []
+    monkeypatch.setattr(probing, "probe_direction", lambda *args: calls.append(args[-1].parent.name) or probe(*args))
+    tmp_path = tmp_path / "dumbbell.cc=reno"
+    probed: dict = {}
+
+    def run(name):
+        raw = tmp_path / name / "raw"
+        raw.mkdir(parents=True)
+        # the queue stood 0.2 s: the passive reading cannot decide
+        stood = [queues.QueueSample(i / 10, "r1", "r1-eth1", 25_000 * i, i, 0, 0, q, q // 1514)
+                 for i, q in enumerate([30_000, 30_000] + [0] * 28)]  # fmt: skip
+        return probing.rate_checks(None, SimpleNamespace(probes=lambda: []), SimpleNamespace(bottlenecks=[link]),
+                                   [SimpleNamespace(direction="forward")], raw, stood, probed=probed)  # fmt: skip
+
+    (first,), (second,), (third,) = run("seed=1"), run("seed=2"), run("seed=3")
+    assert calls == ["seed=1", "seed=2"], "a failed probe is not handed on; a passing one is"
+    assert not first.ok and second.ok and third.ok
+    assert third.measured == 2.0 and "the probe after run dumbbell.cc=reno seed=2, on this same network" in third.detail
+
+
+def test_a_kept_network_keeps_its_calibrated_delays(monkeypatch):
+    minima = iter([102.8, 100.2, 100.3])
+    applied = []
+    monkeypatch.setattr(calibration, "ping_pairs", lambda net, conns, **kw: {c.pair: ping(next(minima)) for c in conns})
+    monkeypatch.setattr(calibration, "set_delay", lambda path, intf, delay_ms: applied.append((intf, delay_ms)))
+    monkeypatch.setattr(calibration, "_CALIBRATED", {})
+    net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
+    calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a")
+    applied.clear()
+    records, _ = calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a",
+                                              delays_set=True)  # fmt: skip
+    assert applied == [] and records[0]["reused"]
