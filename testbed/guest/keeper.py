@@ -29,7 +29,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from testbed.guest.network import Network
+from testbed.guest.network import Network, cleanup_leftovers
 from topologies.netspec import NetSpec
 
 
@@ -61,6 +61,7 @@ class NetworkKeeper:
         if self._net is not None and (key is None or key != self._key):
             self.close()
         if self._net is None:
+            cleanup_leftovers()  # what a run killed before this one may have left (a kept network is ours)
             net = Network(spec, f"{os.getpid()}-{time.monotonic_ns()}", host_sysctls=host_sysctls)
             net.__enter__()
             self._net, self._key, self._runs, self._carried = net, key, 0, {}

@@ -22,7 +22,7 @@ from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.guest.keeper import Lease, NetworkKeeper
 from testbed.guest.kernel import ensure_kernel_support
-from testbed.guest.network import Network, cleanup_leftovers
+from testbed.guest.network import Network
 from testbed.plan import progress
 from testbed.plan.connections import Connection, plan_connections
 from testbed.plan.plan import PlanContext
@@ -73,6 +73,7 @@ class RunState:
     scratch: Path | None = None
     phases: dict[str, float] = field(default_factory=dict)
     last: float = 0.0  # when the phase being timed began
+    t_start: float = field(default_factory=time.monotonic)
     t_setup: float = 0.0
     t_teardown: float = 0.0
 
@@ -170,7 +171,7 @@ def _start(spec: RunSpec, directory: Path, context: PlanContext) -> RunState:
 
 
 def _prepare(state: RunState) -> None:
-    """The topology and its connections, the kernel modules loaded, the tools' versions; leftovers gone."""
+    """The topology and its connections, the kernel modules loaded, the tools' versions."""
     scenario, manifest = state.spec.scenario, state.manifest
     state.topology = TOPOLOGIES[scenario.topology.name].from_scenario(scenario)
     state.netspec = netspec = state.topology.netspec()
@@ -196,8 +197,8 @@ def _prepare(state: RunState) -> None:
     }  # fmt: skip
     state.uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
     manifest["tools"] = provenance.tool_versions()
-    cleanup_leftovers()
     state.t_setup = state.last = time.monotonic()
+    state.phases["prepare"] = round(state.t_setup - state.t_start, 3)
 
 
 def _configure_hosts(state: RunState, net: Network) -> list:

@@ -31,6 +31,7 @@ class Recorded:
 def keeper(monkeypatch):
     Recorded.made = []
     monkeypatch.setattr(keeping, "Network", Recorded)
+    monkeypatch.setattr(keeping, "cleanup_leftovers", lambda: Recorded.made.append("cleanup"))
     return keeping.NetworkKeeper()
 
 
@@ -43,7 +44,9 @@ def use(keeper, spec, key, keep=True):
 def test_runs_with_the_same_key_share_one_network_and_a_new_key_builds_a_new_one(keeper):
     leases = [use(keeper, "a", "k1"), use(keeper, "a", "k1"), use(keeper, "b", "k2")]
     assert [(lease.reused, lease.runs_before) for lease in leases] == [(False, 0), (True, 1), (False, 0)]
-    first, second = Recorded.made
+    # leftovers are swept before each network is built, never under a kept one
+    assert [m if m == "cleanup" else "net" for m in Recorded.made] == ["cleanup", "net", "cleanup", "net"]
+    first, second = [m for m in Recorded.made if m != "cleanup"]
     assert first.calls == ["start", "end_run", "end_run", "stop"] and second.calls == ["start", "end_run"]
     assert leases[0].carried is leases[1].carried and leases[2].carried is not leases[0].carried
     keeper.close()
@@ -57,12 +60,14 @@ def test_a_run_that_went_wrong_or_has_no_key_never_hands_its_network_on(keeper):
         raise RuntimeError("the run failed")
     assert use(keeper, "a", None).reused is False
     assert use(keeper, "a", None).reused is False
-    assert all(net.calls[-1] == "stop" for net in Recorded.made) and len(Recorded.made) == 4
+    nets = [m for m in Recorded.made if m != "cleanup"]
+    assert all(net.calls[-1] == "stop" for net in nets) and len(nets) == 4
 
 
 def test_a_disabled_keeper_builds_every_run_anew(monkeypatch):
     Recorded.made = []
     monkeypatch.setattr(keeping, "Network", Recorded)
+    monkeypatch.setattr(keeping, "cleanup_leftovers", lambda: None)
     fresh = keeping.NetworkKeeper(enabled=False)
     assert [use(fresh, "a", "k1").reused for _ in range(3)] == [False, False, False]
     assert [net.calls for net in Recorded.made] == [["start", "stop"]] * 3
