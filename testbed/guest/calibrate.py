@@ -54,14 +54,16 @@ def ping_pairs(net: Network, connections: list[Connection], count: int = PING_CO
     first: dict[int, Connection] = {}
     for c in connections:
         first.setdefault(c.pair, c)
-    # -W: how long ping waits for a reply still missing after its last request (default 10 s: on a lossy
-    # path 4 rounds in 6 took 10 s more); three base RTTs, at least 1 s, cover every reply that comes
+    # -w: ping sends until `count` replies came (or the deadline): on a lossy path a lost ping costs one
+    # more request, not two round trips of waiting after the last one, and the check always has `count`
+    # replies (-W waited so, with fewer; 10 s when no reply came). The deadline covers twice the
+    # requests' time and three base RTTs: a broken path costs that, then its check fails.
     ping = f"ping -n -q -c {count} -i {interval_s}"
     with tempfile.TemporaryDirectory(prefix="cc-testbed-ping-") as tmp:
         scripts: dict[str, list[str]] = {}
         for pair, c in first.items():
-            wait_s = max(1, math.ceil(3 * c.base_rtt_ms / 1000))
-            line = f"{ping} -W {wait_s} -I {c.sender_ip} {c.receiver_ip} > {tmp}/{pair}.txt 2>&1 &"
+            deadline_s = math.ceil(2 * count * interval_s + 3 * c.base_rtt_ms / 1000) + 1
+            line = f"{ping} -w {deadline_s} -I {c.sender_ip} {c.receiver_ip} > {tmp}/{pair}.txt 2>&1 &"
             scripts.setdefault(c.sender, []).append(line)
         for node, lines in scripts.items():  # a script, not one long line: a shell's tty takes 4095 bytes a line
             Path(tmp, f"{node}.sh").write_text("\n".join([*lines, "wait", ""]))

@@ -18,7 +18,9 @@ What a run leaves in a kept network, and how the next run starts clean:
 * the delays set by the calibration: kept (the next run only checks the base RTT).
 
 A run that failed, or whose fidelity checks did not all pass, never hands its network on: the next
-run builds a new one. Multipath topologies (sprayers with their own counters) are never kept.
+run builds a new one. Multipath topologies (sprayers with their own counters) are never kept. Before
+a network is built, what a killed run left is swept (testbed.guest.network.cleanup_leftovers); a kept
+network is this runner's own and stays.
 """
 
 from __future__ import annotations

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.guest import launch, lossbpf
+from testbed.guest import capture, launch, lossbpf
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.guest.keeper import NetworkKeeper
@@ -69,6 +69,7 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
                 not_complete += 1
     finally:
         keeper.close()
+        capture.release_instances()
     return not_complete
 
 

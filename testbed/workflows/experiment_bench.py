@@ -6,9 +6,10 @@ analysed while it runs: testbed/report/ahead.py), writes its report, then reads 
 * the session's wall time, the guest's boot to the runner's first line, the report's time (from the
   last run's end: what the analysis ahead had left, then the report);
 * per run, its overhead: wall time (manifest start to end) minus its traffic, with the median and the
-  largest over the runs, and the same for every phase the runner times (``timing.phases_s``: network
-  up, delay calibration, probes, captures, client start, collection steps, teardown); what no phase
-  names (modules, tools, the schedule's lead) is ``unaccounted``;
+  largest over the runs, and the same for every phase the runner times (``timing.phases_s``: prepare
+  (topology, modules, tools), network up (0 on a network kept from the run before), delay calibration,
+  captures, client start, collection steps with the rate checks, teardown); what no phase names (the
+  schedule's lead, the manifest and its file hashes) is ``unaccounted``;
 * trustworthy runs, and the claims' verdicts the report printed.
 
 Numbers, not assertions: printed and written to ``bench/experiment-<UTC time>.json``.

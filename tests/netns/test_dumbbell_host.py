@@ -96,6 +96,19 @@ def test_runs_after_the_first_use_its_network_and_count_their_own_packets(sweep)
         assert since_start > 1.5 * received, "the counters went on from the runs before"
 
 
+def test_every_run_traces_its_own_connection_through_the_kept_trace_instance(sweep):
+    """The tracing instance is made by the first run and kept (testbed.guest.capture): each run's trace
+    holds its own events only, from its own start, none lost."""
+    starts = []
+    for run in sweep.runs:
+        manifest = rundir.read_json(run / "manifest.json")
+        assert manifest["capture"]["tcp_probe"]["events"] > 100 and manifest["capture"]["tcp_probe"]["lost"] == 0
+        first = (run / "raw" / "tcp_probe.txt").read_text().split("tcp_probe:")[0].split()[-1].rstrip(":")
+        starts.append((float(first), manifest["t0_monotonic"]))
+    for first_event, t0 in starts:
+        assert t0 - 5 < first_event < t0 + 10, "a trace began with the run before's events"
+
+
 def test_fresh_networks_build_every_run_anew(tmp_path):
     result = run_session(host_scenario(["reno", "cubic"], duration_s=2, name="fresh"), backend="local",
                          results_root=tmp_path, keep_networks=False)  # fmt: skip
