@@ -28,6 +28,13 @@ UDP_PROBE_ATTEMPTS = 2
 UDP_PROBE_SLACK_S = 4.0
 
 
+#: a probe whose queue has dequeued nothing this long (plus UDP_START_RTTS base RTTs: iperf3's connection,
+#: parameter exchange and UDP handshake) after its client started lost its UDP handshake: it is given up
+#: then, not at its end (on a 5 %-loss link the first attempt of a session's first probe waited 8 s so)
+UDP_START_CHECK_S = 1.5
+UDP_START_RTTS = 6
+
+
 def rtt_checks(topology, raw: Path, pings: dict[int, str]) -> list[fidelity.Check]:
     """Each pair's base RTT from ``pings`` (the calibration's last measurement), its output kept in ``raw``."""
     checks = []
@@ -48,17 +55,7 @@ def rate_checks(net: Network, topology, netspec, connections: list[Connection], 
     ``probed``: the probes that passed on this network after earlier runs (it was kept for this run:
     testbed.guest.keeper), by check name; a direction whose every bottleneck has one is not probed
     again (the probe measures the emulated link, which is the same), and new passes are added."""
-    directions = {c.direction for c in connections}
-    bottlenecks = [b for b in netspec.bottlenecks if b.direction in directions]
-    per_direction = {d: sum(b.direction == d for b in bottlenecks) for d in directions}
-    checks, undecided = [], []
-    for b in bottlenecks:
-        name = f"bottleneck rate {b.direction}" + (f" {b.node}/{b.intf}" if per_direction[b.direction] > 1 else "")
-        check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
-        if check is not None and check.ok:
-            checks.append(check)
-        else:
-            undecided.append((name, b, check))
+    checks, undecided = _passive(netspec, connections, samples)
     probed = {} if probed is None else probed
     for direction in sorted({b.direction for _, b, _ in undecided}):
         todo = [(name, b, passive) for name, b, passive in undecided if b.direction == direction]
@@ -76,6 +73,29 @@ def rate_checks(net: Network, topology, netspec, connections: list[Connection], 
             if check is not None:
                 checks.append(check)
     return checks
+
+
+def will_probe(netspec, connections: list[Connection], samples: list[queues.QueueSample],
+               probed: dict | None = None) -> bool:  # fmt: skip
+    """Whether :func:`rate_checks` will run a UDP probe (some bottleneck undecided, no earlier probe for it)."""
+    _, undecided = _passive(netspec, connections, samples)
+    return any(name not in (probed or {}) for name, _, _ in undecided)
+
+
+def _passive(netspec, connections: list[Connection], samples: list[queues.QueueSample]) -> tuple[list, list]:
+    """The bottlenecks' passive checks that passed, and the (name, bottleneck, check or None) of the others."""
+    directions = {c.direction for c in connections}
+    bottlenecks = [b for b in netspec.bottlenecks if b.direction in directions]
+    per_direction = {d: sum(b.direction == d for b in bottlenecks) for d in directions}
+    checks, undecided = [], []
+    for b in bottlenecks:
+        name = f"bottleneck rate {b.direction}" + (f" {b.node}/{b.intf}" if per_direction[b.direction] > 1 else "")
+        check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
+        if check is not None and check.ok:
+            checks.append(check)
+        else:
+            undecided.append((name, b, check))
+    return checks, undecided
 
 
 def _earlier(probe: tuple[fidelity.Check, str]) -> fidelity.Check:
@@ -96,7 +116,8 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
     sampler = queues.QueueSampler([(b.node, b.intf) for _, b, _ in todo], net.netns_path)
     sampler.start()
     try:
-        received = [active_rate_check(net, topology, probe, probes, index, raw) for index, probe in enumerate(probes)]
+        received = [active_rate_check(net, topology, probe, probes, index, raw, flowing=_flowing(sampler))
+                    for index, probe in enumerate(probes)]  # fmt: skip
     finally:
         samples = sampler.stop()
     checks = []
@@ -112,16 +133,33 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
     return checks
 
 
-def active_rate_check(net: Network, topology, probe, probes: list, index: int, raw: Path) -> fidelity.Check:
+def _flowing(sampler: queues.QueueSampler):
+    """A function telling, once called to start, whether the sampled queues dequeued anything since."""
+
+    def dequeued() -> int:
+        latest: dict[tuple[str, str], int] = {}
+        for sample in list(sampler.samples):
+            latest[(sample.node, sample.intf)] = sample.bytes
+        return sum(latest.values())
+
+    def since():
+        start = dequeued()
+        return lambda: dequeued() > start + 10 * fidelity.UDP_PAYLOAD_BYTES
+
+    return since
+
+
+def active_rate_check(net: Network, topology, probe, probes: list, index: int, raw: Path,
+                      flowing=None) -> fidelity.Check:  # fmt: skip
     """One UDP rate probe of the topology (its received rate against the rate less the loss), run once
-    more when it reads off; both attempts recorded."""
+    more when it reads off; both attempts recorded. ``flowing``: see :func:`udp_probe`."""
     # a second probe in one direction (another path of the topology) is named by its pair
     first = all(p.direction != probe.direction for p in probes[:index])
     label = probe.direction if first else f"{probe.direction}-pair{probe.pair}"
     expected = fidelity.expected_udp_rate_mbit(probe.rate_mbit, probe.loss_pct)
     attempts = []
     for attempt in range(1, UDP_PROBE_ATTEMPTS + 1):
-        client_out, server_out = udp_probe(net, topology, probe)
+        client_out, server_out = udp_probe(net, topology, probe, flowing)
         measured = fidelity.udp_steady_rate_mbit(server_out)
         attempts.append(measured)
         final = fidelity.rate_check("", measured, expected).ok or attempt == UDP_PROBE_ATTEMPTS
@@ -139,13 +177,15 @@ def active_rate_check(net: Network, topology, probe, probes: list, index: int, r
     return check
 
 
-def udp_probe(net: Network, topology, probe) -> tuple[str, str]:
+def udp_probe(net: Network, topology, probe, flowing=None) -> tuple[str, str]:
     """One UDP rate probe (iperf3 -u at 1.2 x the rate, more by the loss a lossy link takes before its
     queue, for UDP_PROBE_S); the client's and server's JSON.
 
     iperf3 3.12 starts a UDP test with one datagram each way and no retry: on a lossy link that
     handshake is lost now and then, and the client would wait 30 s. It gets UDP_PROBE_S + twice the
-    path's RTT + UDP_PROBE_SLACK_S, then both ends are killed (the attempt has no result)."""
+    path's RTT + UDP_PROBE_SLACK_S, then both ends are killed (the attempt has no result); sooner when
+    ``flowing`` (called at the client's start, it returns a test of whether the probed queues have
+    dequeued anything since) says nothing flowed UDP_START_CHECK_S + UDP_START_RTTS base RTTs after the start."""
     sender, receiver = topology.endpoints(probe.pair, probe.direction)
     server = net.popen(receiver.node, ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
                        stdout=subprocess.PIPE)  # fmt: skip
@@ -158,8 +198,16 @@ def udp_probe(net: Network, topology, probe) -> tuple[str, str]:
          "-b", f"{send_mbit:.3f}M", "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
         stdout=subprocess.PIPE,
     )  # fmt: skip
+    rtt_s = topology.base_rtt_ms(probe.pair) / 1000
+    timeout = UDP_PROBE_S + 2 * rtt_s + UDP_PROBE_SLACK_S
+    if flowing is not None:
+        started = flowing()
+        try:
+            client.wait(timeout=UDP_START_CHECK_S + UDP_START_RTTS * rtt_s)
+        except subprocess.TimeoutExpired:
+            if not started():  # the handshake was lost: this attempt will not measure anything
+                timeout = 0.0
     outputs = []
-    timeout = UDP_PROBE_S + 2 * topology.base_rtt_ms(probe.pair) / 1000 + UDP_PROBE_SLACK_S
     for proc, wait in ((client, timeout), (server, 10.0)):
         try:
             out = proc.communicate(timeout=wait)[0]

@@ -14,6 +14,7 @@ import signal
 import subprocess
 import time
 import traceback
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -293,9 +294,14 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     log(progress.format_line(progress.TrafficWindow(edge="ends")))
     report.checks.append(fidelity.cpu_check(fidelity.busy_pct(cpu_before, cpu_after)))
     samples = _stop_sampler(state, traffic.t0)
-    _collect_captures(state, traffic, report)
-    _check_rates(state, net, samples, report)
-    tc_stats = collect.tc_stats(net)
+    probed = state.lease.carried.setdefault("probed", {})
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        # without a probe to come (it would cross the queues), the qdiscs are read beside the collection
+        early = None if probes.will_probe(state.netspec, state.connections, samples, probed) \
+            else pool.submit(collect.tc_stats, net)  # fmt: skip
+        _collect_captures(state, traffic, report)
+        _check_rates(state, net, samples, report)
+        tc_stats = collect.tc_stats(net) if early is None else early.result()
     rundir.write_json_atomic(state.raw / "tc-stats.json", tc_stats)
     # on a kept network the counters go on from the run before: the analysis subtracts where they stood
     carried = state.lease.carried

@@ -10,6 +10,7 @@ probes: one that reads off is run once more, and both are recorded.
 from __future__ import annotations
 
 import json
+import subprocess
 from types import SimpleNamespace
 
 import pytest
@@ -114,7 +115,7 @@ def udp_server_json(rates_mbit: list[float]) -> str:
 def probe(monkeypatch, tmp_path, results: list[str], probes) -> tuple[list, list[str]]:
     """Run the rate probes with scripted server outputs; returns (rate checks, files written)."""
     outputs = iter(results)
-    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p: ("{}", next(outputs)))
+    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p, flowing=None: ("{}", next(outputs)))
     monkeypatch.setattr(probing.time, "sleep", lambda s: None)
     topology = SimpleNamespace(probes=lambda: probes, base_rtt_ms=lambda pair: 100.0)
     checks = [probing.active_rate_check(None, topology, p, probes, index, tmp_path) for index, p in enumerate(probes)]
@@ -251,3 +252,39 @@ def test_a_kept_network_keeps_its_calibrated_delays(monkeypatch):
     records, _ = calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a",
                                               delays_set=True)  # fmt: skip
     assert applied == [] and records[0]["reused"]
+
+
+class _Proc:
+    """A stand-in for iperf3 that never ends by itself; records how long it was given."""
+
+    def __init__(self):
+        self.given, self.killed = [], False
+
+    def wait(self, timeout):
+        self.given.append(("wait", timeout))
+        raise subprocess.TimeoutExpired("iperf3", timeout)
+
+    def communicate(self, timeout=None):
+        self.given.append(("communicate", timeout))
+        if not self.killed:
+            raise subprocess.TimeoutExpired("iperf3", timeout)
+        return b"{}", None
+
+    def kill(self):
+        self.killed = True
+
+
+@pytest.mark.parametrize("flowed", [False, True])
+def test_a_probe_whose_start_was_lost_is_given_up_at_once_not_at_its_end(monkeypatch, flowed):
+    procs = []
+    net = SimpleNamespace(popen=lambda node, argv, **kw: procs.append(_Proc()) or procs[-1])
+    monkeypatch.setattr(probing.time, "sleep", lambda s: None)
+    end = SimpleNamespace(node="h", ip="10.0.0.1")
+    topology = SimpleNamespace(endpoints=lambda pair, direction: (end, end), base_rtt_ms=lambda pair: 100.0)
+    probing.udp_probe(net, topology, Probe("forward", 0, 10, 100), flowing=lambda: lambda: flowed)
+    server, client = procs
+    start_check = probing.UDP_START_CHECK_S + probing.UDP_START_RTTS * 0.1
+    full = probing.UDP_PROBE_S + 0.2 + probing.UDP_PROBE_SLACK_S
+    given = full if flowed else 0.0
+    assert client.given == [("wait", pytest.approx(start_check)), ("communicate", pytest.approx(given)),
+                            ("communicate", None)]  # fmt: skip
