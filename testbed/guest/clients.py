@@ -67,7 +67,7 @@ def wait_listening(servers: dict[str, subprocess.Popen], ports: dict[str, int], 
     namespace's sockets: no process started per check); RunFailed naming the one that does not."""
     deadline = time.monotonic() + SERVER_LISTEN_TIMEOUT_S
     for cid, proc in servers.items():
-        while not _listening(proc.pid, ports[cid]):
+        while not listening(proc.pid, ports[cid]):
             if proc.poll() is not None or time.monotonic() > deadline:
                 output = (raw / f"iperf3-{cid}-server.json").read_text(errors="replace").strip()[-300:]
                 raise RunFailed(f"the iperf3 server of {cid} did not listen on port {ports[cid]} (exit status "
@@ -75,7 +75,7 @@ def wait_listening(servers: dict[str, subprocess.Popen], ports: dict[str, int], 
             time.sleep(0.01)
 
 
-def _listening(pid: int, port: int) -> bool:
+def listening(pid: int, port: int) -> bool:
     needle = f":{port:04X} "
     for table in ("tcp6", "tcp"):
         try:

@@ -10,6 +10,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from testbed.guest import fidelity, queues
+from testbed.guest.clients import listening
 from testbed.guest.network import Network
 from testbed.plan.connections import Connection
 
@@ -17,6 +18,10 @@ UDP_PROBE_S = 3.0
 
 
 UDP_PROBE_PORT = 5100
+
+
+#: how long the probe's server may take to listen (it was a fixed 0.5 s wait)
+SERVER_LISTEN_S = 5.0
 
 
 #: a probe that reads off (a busy moment of the emulator, or its start-up datagram lost) is run once more;
@@ -166,8 +171,10 @@ def active_rate_check(net: Network, topology, probe, probes: list, index: int, r
         prefix = f"udp-probe-{label}" if final else f"udp-probe-{label}-attempt{attempt}"
         (raw / f"{prefix}-client.json").write_text(client_out)
         (raw / f"{prefix}-server.json").write_text(server_out)
-        # let the probe's standing queue drain before the next probe
-        time.sleep((probe.queue_pkts or 100) * 1514 * 8 / (probe.rate_mbit * 1e6) + 0.5)
+        # let the probe's standing queue drain before the next probe, if one follows (after the last, the
+        # collection and the next run's set-up take longer than a queue takes to drain)
+        if not final or index + 1 < len(probes):
+            time.sleep((probe.queue_pkts or 100) * 1514 * 8 / (probe.rate_mbit * 1e6) + 0.5)
         if final:
             break
     check = fidelity.rate_check(f"bottleneck rate {label.replace('-pair', ' pair ')}", measured, expected)
@@ -189,7 +196,9 @@ def udp_probe(net: Network, topology, probe, flowing=None) -> tuple[str, str]:
     sender, receiver = topology.endpoints(probe.pair, probe.direction)
     server = net.popen(receiver.node, ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
                        stdout=subprocess.PIPE)  # fmt: skip
-    time.sleep(0.5)
+    deadline = time.monotonic() + SERVER_LISTEN_S  # a server that does not listen leaves the probe without result
+    while not listening(server.pid, UDP_PROBE_PORT) and server.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
     # sent at 1.2 x the rate, raised by a loss the link may take before its queue
     send_mbit = probe.rate_mbit * 1.2 / (1 - min(probe.loss_pct, 90) / 100)
     client = net.popen(

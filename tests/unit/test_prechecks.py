@@ -258,7 +258,7 @@ class _Proc:
     """A stand-in for iperf3 that never ends by itself; records how long it was given."""
 
     def __init__(self):
-        self.given, self.killed = [], False
+        self.given, self.killed, self.pid = [], False, 0
 
     def wait(self, timeout):
         self.given.append(("wait", timeout))
@@ -279,6 +279,7 @@ def test_a_probe_whose_start_was_lost_is_given_up_at_once_not_at_its_end(monkeyp
     procs = []
     net = SimpleNamespace(popen=lambda node, argv, **kw: procs.append(_Proc()) or procs[-1])
     monkeypatch.setattr(probing.time, "sleep", lambda s: None)
+    monkeypatch.setattr(probing, "listening", lambda pid, port: True)
     end = SimpleNamespace(node="h", ip="10.0.0.1")
     topology = SimpleNamespace(endpoints=lambda pair, direction: (end, end), base_rtt_ms=lambda pair: 100.0)
     probing.udp_probe(net, topology, Probe("forward", 0, 10, 100), flowing=lambda: lambda: flowed)

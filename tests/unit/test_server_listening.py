@@ -18,9 +18,9 @@ def test_a_listening_socket_is_seen_and_a_bound_one_is_not(family):
     with socket.socket(family, socket.SOCK_STREAM) as sock:
         sock.bind(("::" if family == socket.AF_INET6 else "127.0.0.1", 0))
         port = sock.getsockname()[1]
-        assert not clients._listening(os.getpid(), port)
+        assert not clients.listening(os.getpid(), port)
         sock.listen()
-        assert clients._listening(os.getpid(), port)
+        assert clients.listening(os.getpid(), port)
 
 
 def test_a_server_that_exits_without_listening_fails_the_run_naming_it(tmp_path, monkeypatch):
