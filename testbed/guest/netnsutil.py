@@ -46,7 +46,7 @@ def entered(netns_path: str) -> Iterator[None]:
 @contextlib.contextmanager
 def iproute(netns_path: str) -> Iterator:
     """``with iproute("/proc/<pid>/ns/net") as ipr:`` an IPRoute whose socket lives in that namespace."""
-    from pyroute2 import IPRoute
+    from pyroute2.iproute.linux import IPRoute  # its own module: see testbed.guest.start
 
     with entered(netns_path):
         ipr = IPRoute()

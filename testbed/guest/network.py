@@ -107,7 +107,7 @@ class Network:
 
         os.environ[MARKER] = self.run_id
         setLogLevel("error")
-        from pyroute2 import IPRoute
+        from pyroute2.iproute.linux import IPRoute  # its own module: see testbed.guest.start
 
         with IPRoute() as root:
             link_class = _netlink_link_class(Link, root)

@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from testbed import PROJECT
+from testbed.guest import start
 from testbed.host import guardian, remote
 from testbed.host.kernels import Kernel
 from testbed.host.remote import console_tail
@@ -97,7 +98,7 @@ def run_in_guest(
     echo=print,
     on_line=None,
 ) -> dict:
-    """Boot, run ``python -m testbed.guest.runner plan_path`` inside, stream its progress lines.
+    """Boot, run the runner on ``plan_path`` inside (:mod:`testbed.guest.start`), stream its progress lines.
 
     The guest ends with this process, however it ends (:mod:`testbed.host.guardian`). Returns timings
     (``ready_s``: command to the runner's first line, ``wall_s``) and the number of runs not complete
@@ -145,8 +146,7 @@ _GUEST_ERRORS = {remote.RunnerNotStarted: GuestBootError, remote.RunnerSilent: G
 
 
 def _runner_command(plan_path: Path) -> str:
-    return (f"cd {PROJECT} && PYTHONDONTWRITEBYTECODE=1 PATH=/usr/sbin:/usr/bin:/sbin:/bin "
-            f"{sys.executable} -m testbed.guest.runner {plan_path}")  # fmt: skip
+    return f"cd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin {start.command(sys.executable, str(plan_path))}"
 
 
 def _guest_env() -> dict[str, str]:
