@@ -120,15 +120,20 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
     probe's received rate instead (the first probe's, the one over the first pair)."""
     sampler = queues.QueueSampler([(b.node, b.intf) for _, b, _ in todo], net.netns_path)
     sampler.start()
+    decided = _decided(sampler, todo)
+    received = []
     try:
-        received = [active_rate_check(net, topology, probe, probes, index, raw, flowing=_flowing(sampler))
-                    for index, probe in enumerate(probes)]  # fmt: skip
+        for index, probe in enumerate(probes):
+            if decided():  # an earlier probe of the direction filled these queues long enough already
+                break
+            received.append(active_rate_check(net, topology, probe, probes, index, raw, flowing=_flowing(sampler),
+                                              enough=decided))  # fmt: skip
     finally:
         samples = sampler.stop()
     checks = []
     for name, b, _ in todo:
         check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
-        if check is not None and check.measured is not None and "never stood" not in check.detail:
+        if _reads_rate(check):
             check = replace(check, detail=f"under a UDP probe: {check.detail}")
         elif received:
             check = replace(received[0], name=name)
@@ -136,6 +141,23 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
             continue
         checks.append(check)
     return checks
+
+
+def _reads_rate(check: fidelity.Check | None) -> bool:
+    """Whether a passive check read the rate from backlogged intervals (not only 'the queue never stood')."""
+    return check is not None and check.measured is not None and "never stood" not in check.detail
+
+
+def _decided(sampler: queues.QueueSampler, todo: list):
+    """A function telling whether the samples so far read every bottleneck of ``todo`` (name,
+    bottleneck, passive check) from its queue: the probe can end (:func:`udp_probe`'s ``enough``)."""
+
+    def decided() -> bool:
+        samples = list(sampler.samples)
+        return all(_reads_rate(fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit))
+                   for name, b, _ in todo)  # fmt: skip
+
+    return decided
 
 
 def _flowing(sampler: queues.QueueSampler):
@@ -155,19 +177,21 @@ def _flowing(sampler: queues.QueueSampler):
 
 
 def active_rate_check(net: Network, topology, probe, probes: list, index: int, raw: Path,
-                      flowing=None) -> fidelity.Check:  # fmt: skip
+                      flowing=None, enough=None) -> fidelity.Check:  # fmt: skip
     """One UDP rate probe of the topology (its received rate against the rate less the loss), run once
-    more when it reads off; both attempts recorded. ``flowing``: see :func:`udp_probe`."""
+    more when it reads off; both attempts recorded. ``flowing``, ``enough``: see :func:`udp_probe`
+    (a probe ended by ``enough`` is not run again: the queues, not its received rate, decide)."""
     # a second probe in one direction (another path of the topology) is named by its pair
     first = all(p.direction != probe.direction for p in probes[:index])
     label = probe.direction if first else f"{probe.direction}-pair{probe.pair}"
     expected = fidelity.expected_udp_rate_mbit(probe.rate_mbit, probe.loss_pct)
     attempts = []
     for attempt in range(1, UDP_PROBE_ATTEMPTS + 1):
-        client_out, server_out = udp_probe(net, topology, probe, flowing)
+        client_out, server_out = udp_probe(net, topology, probe, flowing, enough)
         measured = fidelity.udp_steady_rate_mbit(server_out)
         attempts.append(measured)
-        final = fidelity.rate_check("", measured, expected).ok or attempt == UDP_PROBE_ATTEMPTS
+        final = (fidelity.rate_check("", measured, expected).ok or attempt == UDP_PROBE_ATTEMPTS
+                 or (enough is not None and enough()))  # fmt: skip
         prefix = f"udp-probe-{label}" if final else f"udp-probe-{label}-attempt{attempt}"
         (raw / f"{prefix}-client.json").write_text(client_out)
         (raw / f"{prefix}-server.json").write_text(server_out)
@@ -184,7 +208,7 @@ def active_rate_check(net: Network, topology, probe, probes: list, index: int, r
     return check
 
 
-def udp_probe(net: Network, topology, probe, flowing=None) -> tuple[str, str]:
+def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple[str, str]:
     """One UDP rate probe (iperf3 -u at 1.2 x the rate, more by the loss a lossy link takes before its
     queue, for UDP_PROBE_S); the client's and server's JSON.
 
@@ -192,7 +216,10 @@ def udp_probe(net: Network, topology, probe, flowing=None) -> tuple[str, str]:
     handshake is lost now and then, and the client would wait 30 s. It gets UDP_PROBE_S + twice the
     path's RTT + UDP_PROBE_SLACK_S, then both ends are killed (the attempt has no result); sooner when
     ``flowing`` (called at the client's start, it returns a test of whether the probed queues have
-    dequeued anything since) says nothing flowed UDP_START_CHECK_S + UDP_START_RTTS base RTTs after the start."""
+    dequeued anything since) says nothing flowed UDP_START_CHECK_S + UDP_START_RTTS base RTTs after the start;
+    and once ``enough()`` says the probed queues have been backlogged long enough to read their rate
+    (fidelity.PASSIVE_MIN_BUSY_S), the client is ended: the rest of the probe would read the same rate
+    (on a 10 Mbit/s link with a 1-BDP queue that cuts the 3 s probe to about 2 s)."""
     sender, receiver = topology.endpoints(probe.pair, probe.direction)
     server = net.popen(receiver.node, ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
                        stdout=subprocess.PIPE)  # fmt: skip
@@ -216,6 +243,8 @@ def udp_probe(net: Network, topology, probe, flowing=None) -> tuple[str, str]:
         except subprocess.TimeoutExpired:
             if not started():  # the handshake was lost: this attempt will not measure anything
                 timeout = 0.0
+    if enough is not None and timeout > 0:
+        timeout = _until_enough(client, timeout, enough)
     outputs = []
     for proc, wait in ((client, timeout), (server, 10.0)):
         try:
@@ -225,3 +254,19 @@ def udp_probe(net: Network, topology, probe, flowing=None) -> tuple[str, str]:
             out = proc.communicate()[0]
         outputs.append(out.decode(errors="replace"))
     return outputs[0], outputs[1]
+
+
+#: how often a probe's queues are read for ``enough`` (the sampler's own rate)
+ENOUGH_POLL_S = 1 / queues.SAMPLE_HZ
+
+
+def _until_enough(client: subprocess.Popen, timeout: float, enough) -> float:
+    """Wait up to ``timeout`` for the client to end; end it (SIGTERM: iperf3 still writes its JSON)
+    once ``enough()``. Returns the time left for its exit."""
+    end = time.monotonic() + timeout
+    while client.poll() is None and time.monotonic() < end:
+        if enough():
+            client.terminate()
+            return UDP_PROBE_SLACK_S
+        time.sleep(ENOUGH_POLL_S)
+    return max(0.0, end - time.monotonic())

@@ -115,7 +115,7 @@ def udp_server_json(rates_mbit: list[float]) -> str:
 def probe(monkeypatch, tmp_path, results: list[str], probes) -> tuple[list, list[str]]:
     """Run the rate probes with scripted server outputs; returns (rate checks, files written)."""
     outputs = iter(results)
-    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p, flowing=None: ("{}", next(outputs)))
+    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p, flowing=None, enough=None: ("{}", next(outputs)))
     monkeypatch.setattr(probing.time, "sleep", lambda s: None)
     topology = SimpleNamespace(probes=lambda: probes, base_rtt_ms=lambda pair: 100.0)
     checks = [probing.active_rate_check(None, topology, p, probes, index, tmp_path) for index, p in enumerate(probes)]
@@ -289,3 +289,44 @@ def test_a_probe_whose_start_was_lost_is_given_up_at_once_not_at_its_end(monkeyp
     given = full if flowed else 0.0
     assert client.given == [("wait", pytest.approx(start_check)), ("communicate", pytest.approx(given)),
                             ("communicate", None)]  # fmt: skip
+
+
+class _Client:
+    """An iperf3 client that runs until it is terminated."""
+
+    def __init__(self):
+        self.terminated = False
+
+    def poll(self):
+        return 0 if self.terminated else None
+
+    def terminate(self):
+        self.terminated = True
+
+
+@pytest.mark.parametrize("decides_after", [3, None])
+def test_a_probe_ends_once_its_queues_read_the_rate(monkeypatch, decides_after):
+    clock = iter(range(1000))
+    monkeypatch.setattr(probing.time, "monotonic", lambda: next(clock) * 0.1)
+    monkeypatch.setattr(probing.time, "sleep", lambda s: None)
+    polls = []
+    client = _Client()
+    left = probing._until_enough(client, 5.0, lambda: polls.append(1) or len(polls) == decides_after)
+    if decides_after is None:  # never decided: the probe runs its whole time
+        assert not client.terminated and left == 0.0 and len(polls) >= 40
+    else:
+        assert client.terminated and len(polls) == 3 and left == probing.UDP_PROBE_SLACK_S
+
+
+def test_a_probe_ended_by_its_queues_is_not_run_again(monkeypatch, tmp_path):
+    # the received rate of a probe cut short reads nothing useful; the queues decide, so no second attempt
+    runs = []
+    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p, flowing=None, enough=None:
+                        runs.append(1) or ("{}", "{}"))  # fmt: skip
+    monkeypatch.setattr(probing.time, "sleep", lambda s: None)
+    topology = SimpleNamespace(base_rtt_ms=lambda pair: 100.0)
+    p = Probe("forward", 0, 10, 100)
+    probing.active_rate_check(None, topology, p, [p], 0, tmp_path, enough=lambda: True)
+    assert len(runs) == 1
+    probing.active_rate_check(None, topology, p, [p], 0, tmp_path, enough=lambda: False)
+    assert len(runs) == 3  # undecided and unreadable: the second attempt runs
