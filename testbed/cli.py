@@ -385,7 +385,7 @@ def _add_bench(sub) -> None:
         help="basic: one flow's speed and fidelity (~2 min); scale: 200+10 flows, a 10-hop parking lot and each "
              "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
              "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
-             "its overhead per run by phase, guest ready, report time, trust and verdicts (~13 min); all: the four",
+             "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); all: the four",
     )  # fmt: skip
     bench.set_defaults(func=_cmd_bench)
 

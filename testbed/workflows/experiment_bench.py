@@ -5,11 +5,12 @@ analysed while it runs: testbed/report/ahead.py), writes its report, then reads 
 
 * the session's wall time, the guest's boot to the runner's first line, the report's time (from the
   last run's end: what the analysis ahead had left, then the report);
-* per run, its overhead: wall time (manifest start to end) minus its traffic, with the median and the
-  largest over the runs, and the same for every phase the runner times (``timing.phases_s``: prepare
-  (topology, modules, tools), network up (0 on a network kept from the run before), delay calibration,
-  captures, client start, collection steps with the rate checks, teardown); what no phase names (the
-  schedule's lead, the manifest and its file hashes) is ``unaccounted``;
+* per run, its overhead: wall time (``timing.run_wall_s``, or manifest start to end) minus its
+  traffic, with the median and the largest over the runs, and the same for every phase the runner
+  times (``timing.phases_s``: prepare (topology, modules, tools), network up (0 on a network kept
+  from the run before), delay calibration, captures, client start, collection steps with the rate
+  checks, teardown); what no phase names (the schedule's lead, the manifest and its file hashes) is
+  ``unaccounted``;
 * trustworthy runs, and the claims' verdicts the report printed.
 
 Numbers, not assertions: printed and written to ``bench/experiment-<UTC time>.json``.
@@ -86,8 +87,10 @@ def _overhead_s(manifest: Manifest) -> float | None:
     """A run's wall time beyond its traffic (None when it did not record both ends and its traffic)."""
     if not (manifest.started_utc and manifest.ended_utc and "traffic_s" in manifest.timing):
         return None
+    if "run_wall_s" in manifest.timing:
+        return manifest.timing["run_wall_s"] - manifest.timing["traffic_s"]
     wall = datetime.fromisoformat(manifest.ended_utc) - datetime.fromisoformat(manifest.started_utc)
-    return wall.total_seconds() - manifest.timing["traffic_s"]
+    return wall.total_seconds() - manifest.timing["traffic_s"]  # runs made before run_wall_s: whole seconds
 
 
 def _phase_spreads(manifests: list[Manifest]) -> dict[str, dict]:

@@ -43,3 +43,14 @@ def test_a_run_without_a_manifest_counts_as_not_complete(tmp_path):
     result = SessionResult(tmp_path, [tmp_path / "a" / "seed=1"], {}, {"kind": "guest"})
     figures = experiment_figures(result, SimpleNamespace(verdicts=[]), wall_s=1.0, report_s=0.1)
     assert figures["status"] == "not complete" and figures["overhead_per_run_s"]["runs"] == 0
+
+
+def test_a_run_that_records_its_wall_time_is_timed_to_the_millisecond(tmp_path):
+    directory = run(tmp_path, "a", 14, 10.25, {"network_up": 0.5}, True)
+    manifest = rundir.read_json(directory / "manifest.json")
+    manifest["timing"]["run_wall_s"] = 13.87  # the UTC stamps say 14 s
+    write_manifest(directory, manifest)
+    rundir.write_json_atomic(tmp_path / rundir.SESSION, {})
+    result = SessionResult(tmp_path, [directory], {str(directory): "complete"}, {"kind": "guest"})
+    figures = experiment_figures(result, SimpleNamespace(verdicts=[]), wall_s=20.0, report_s=0.1)
+    assert figures["overhead_per_run_s"]["median"] == 3.62
