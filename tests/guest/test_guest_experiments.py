@@ -10,6 +10,7 @@ sprayer put packets on every path in turn, and its UDP probe saw the paths' summ
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -59,9 +60,18 @@ def loss_point(model: str) -> Point:
     return Point(f"loss-{model}", f"loss-{model}", {}, point.scenario)
 
 
+def lossy_point() -> Point:
+    """The mobile path at 10 % loss on its radio link: its rate probe once read 0.000 Mbit/s twice there."""
+    scenario = load_scenario(SCENARIOS / "mobile-bernoulli.yaml", profile="quick").select(["loss_pct=10"], [])
+    (point,) = [p for p in scenario.points if p.params["cc"] == "reno"]
+    # a name of its own: the smoke's mobile-bernoulli run is another point
+    return compress(replace(point, scenario_name="lossy-mobile-bernoulli"), SMOKE_S, seeds=[1])
+
+
 @pytest.fixture(scope="module")
 def smoke(tmp_path_factory):
     points = [smoke_point(path) for path in EXPERIMENTS] + [loss_point(model) for model in LOSS_MODELS]
+    points.append(lossy_point())
     combined = ScenarioFile("experiments-smoke", SCENARIOS, "quick", "every experiment, compressed", points)
     return run_session(combined, backend="guest", results_root=tmp_path_factory.mktemp("results"))
 
@@ -111,6 +121,15 @@ def run_of(smoke, name: str, seed: int = 1) -> Path:
     manifest = rundir.read_json(run / "manifest.json")
     assert manifest["status"] == "complete", manifest.get("reason")
     return run
+
+
+def test_a_link_at_10_pct_loss_passes_its_rate_check(smoke):
+    (run,) = [r for r in smoke.runs if r.parent.name.startswith("lossy-mobile-bernoulli.")]
+    manifest = rundir.read_json(run / "manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    assert manifest["params"]["loss_pct"] == 10
+    rate = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
+    assert rate and all(c["ok"] and c["measured"] for c in rate), [c["detail"] for c in rate]
 
 
 def test_bernoulli_loss_is_realized(smoke):

@@ -330,3 +330,42 @@ def test_a_probe_ended_by_its_queues_is_not_run_again(monkeypatch, tmp_path):
     assert len(runs) == 1
     probing.active_rate_check(None, topology, p, [p], 0, tmp_path, enough=lambda: False)
     assert len(runs) == 3  # undecided and unreadable: the second attempt runs
+
+
+def probed_queue(rate_mbit: float, loss_pct: float, queue_pkts: int = 100, seconds: float = 3.0):
+    """Queue samples (t, bytes dequeued, backlog bytes) of a link under a UDP probe, synthesized: the
+    probe sends at 1.2 x the rate raised by the loss (probes.udp_probe), the link takes a loss of
+    ``loss_pct`` before its queue (the worst case: the queue sees the least), and sends at its rate
+    while it holds packets."""
+    send_bps = rate_mbit * 1e6 * 1.2 / (1 - min(loss_pct, 90) / 100) * (1 - loss_pct / 100)
+    link_bps, limit = rate_mbit * 1e6, queue_pkts * 1514
+    dequeued, backlog, samples = 0.0, 0.0, []
+    for tick in range(int(seconds * 10) + 1):
+        samples.append((tick / 10, int(dequeued), int(backlog)))
+        arrived = send_bps / 8 / 10
+        sent = min(link_bps / 8 / 10, backlog + arrived)
+        backlog = min(limit, backlog + arrived - sent)
+        dequeued += sent
+    return samples
+
+
+@pytest.mark.parametrize("loss_pct", [0, 1, 10, 50])
+def test_a_lossy_link_is_read_at_its_rate_whatever_its_loss(loss_pct):
+    # the queue under a probe reads the link's rate, not the rate less the loss (a 10 % link once
+    # read 0.000 Mbit/s twice from the probe's received rate); the received rate is the fallback
+    from testbed.guest import fidelity
+
+    check = fidelity.passive_rate_check("rate", probed_queue(2.0, loss_pct), 2.0)
+    assert check is not None and check.ok and check.measured == pytest.approx(2.0, rel=0.01), check
+    received = fidelity.expected_udp_rate_mbit(2.0, 0) * (1 - loss_pct / 100)  # what the server gets
+    assert fidelity.rate_check("rate", received, fidelity.expected_udp_rate_mbit(2.0, loss_pct)).ok
+
+
+def test_a_probe_that_cannot_fill_the_queue_is_not_read_from_it():
+    # the queue never held a packet (a probe that could not fill it): its busiest second is no reading of
+    # the rate, the probe's received rate decides
+    from testbed.guest import fidelity
+
+    samples = [(t, b, 0) for t, b, _ in probed_queue(2.0, 0)]
+    check = fidelity.passive_rate_check("rate", samples, 2.0)
+    assert "never stood" in check.detail and not probing._reads_rate(check)
