@@ -53,7 +53,7 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from analysis import metrics
+from analysis import metrics, regression
 from testbed.scenario.algorithms import algorithm_of, is_cc_param
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -122,6 +122,9 @@ class Claim(BaseModel):
     where: dict[str, list] = Field(default_factory=dict, description="parameter -> the values the claim is about")
     below: dict[str, float] = Field(default_factory=dict, description="parameter -> the claim is about values below")
     profiles: list[str] | None = Field(default=None, description="only runs of these profiles (default: any)")
+    not_here: str | None = Field(
+        default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
+    )
     note: str = ""
 
     @field_validator("where", mode="before")
@@ -264,7 +267,20 @@ class ConditionResult:
             f"{len(self.a)} vs {len(self.b)} runs"
         )
         p = f", p = {self.p_value:.3f}" if not math.isnan(self.p_value) else ""
-        return f"{self.condition}: {ma:.3g} vs {mb:.3g}{unit} ({self.difference:+.0%}, {runs}{p}): {self.outcome}"
+        noise = "" if self.against_value else _noise_text(self.a, self.b)
+        shown = f"{self.difference:+.0%}, {runs}{p}{noise}"
+        return f"{self.condition}: {ma:.3g} vs {mb:.3g}{unit} ({shown}): {self.outcome}"
+
+
+def _noise_text(a: list[float], b: list[float]) -> str:
+    """', noise N %, detectable D %': the runs' spread (pooled standard deviation over b's mean) and the
+    smallest difference Welch's test finds at this spread and these sizes with 80 % power, as
+    ``testbed regress`` reports it; '' with fewer than 2 runs a side (no spread to speak of)."""
+    detectable = regression.detectable_change(b, a)
+    if math.isnan(detectable) or math.isinf(detectable):
+        return ""
+    noise = detectable / (regression.power_factor(len(a) + len(b) - 2) * math.sqrt(1 / len(a) + 1 / len(b)))
+    return f", noise {noise:.0%}, detectable {detectable:.0%}"
 
 
 @dataclass
@@ -277,6 +293,8 @@ class Verdict:
 
     @property
     def measured(self) -> str:
+        if not self.conditions and self.claim.not_here:
+            return f"not decided here: {self.claim.not_here}"
         if not self.conditions:
             if self.claim.b is None:
                 return f"no run had {self.claim.a.label()} flows in {self.claim.experiment}"

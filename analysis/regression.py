@@ -93,7 +93,9 @@ def run_metrics(flows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _power_factor(df: float) -> float:
+def power_factor(df: float) -> float:
+    """t quantiles of the two-sided test at ALPHA plus 80 % power: a standard error times this is the
+    smallest difference the test finds."""
     return metrics.student_t_quantile(1 - ALPHA / 2, df) + metrics.student_t_quantile(POWER, df)
 
 
@@ -108,7 +110,7 @@ def detectable_change(baseline: list[float], candidate: list[float]) -> float:
     mean_c = sum(candidate) / nc
     var_c = sum((v - mean_c) ** 2 for v in candidate) / (nc - 1)
     pooled = math.sqrt(((nb - 1) * var_b + (nc - 1) * var_c) / (nb + nc - 2))
-    return _power_factor(nb + nc - 2) * pooled * math.sqrt(1 / nb + 1 / nc) / abs(mean_b) if mean_b else math.inf
+    return power_factor(nb + nc - 2) * pooled * math.sqrt(1 / nb + 1 / nc) / abs(mean_b) if mean_b else math.inf
 
 
 def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float]:
@@ -117,7 +119,7 @@ def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float
     logs = all(v > 0 for v in baseline + candidate)
     diffs = [math.log(c / b) if logs else c - b for b, c in zip(baseline, candidate, strict=True)]
     test = metrics.paired_t_test(diffs)
-    smallest = _power_factor(test.df) * test.se
+    smallest = power_factor(test.df) * test.se
     if logs:
         return test.p_value, math.expm1(smallest)
     mean_b = sum(baseline) / len(baseline)
