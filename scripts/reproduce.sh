@@ -1,12 +1,21 @@
 #!/usr/bin/env bash
-# make reproduce: every experiment's whole sweep (scenarios/*.yaml but the default suite) in one profile
-# (PROFILE=quick by default, PROFILE=full for the papers' durations). Prints the estimated time first;
-# a scenario that fails does not stop the others; the exit status is 1 when any did not complete.
+# make reproduce: the papers' claims decided on this machine.
+#   PROFILE=quick (the default): the suite scenarios/suites/reproduce.yaml, every claim at the points
+#     where it is decided, 3 seeds each, in one session (one guest boot, networks kept between runs),
+#     whose report leads with the verdicts. Run again, it resumes that session.
+#   PROFILE=full: every experiment's whole sweep in the papers' durations (scenarios/*.yaml but the
+#     default suite), one session per experiment, then one report over them all.
+# Prints the estimated time first; a scenario that fails does not stop the others; the exit status is
+# 1 when any run did not complete.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-quick}
 testbed=.venv/bin/testbed
 python=.venv/bin/python
+if [ "$profile" = quick ]; then
+  echo "== reproduce: the suite scenarios/suites/reproduce.yaml (every claim, 3 seeds per point)"
+  exec $testbed suite reproduce ${TESTBED_ARGS:-}
+fi
 mapfile -t names < <(ls scenarios/*.yaml | xargs -n1 basename | sed 's/\.yaml$//' | grep -vx default)
 echo "== reproduce: ${#names[@]} experiments, profile $profile"
 $testbed check --profile "$profile" "${names[@]}" | grep -E '(: ok |^total:)' || exit 2

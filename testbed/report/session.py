@@ -464,10 +464,13 @@ def _claims_headline(verdicts: list[claims.Verdict]) -> str:
         text += f"; {len(judged) - reproduced} not"
         if counts:
             text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + ")"
-    missing = len(verdicts) - len(judged)
-    if missing:
-        text += (f"; {missing} more about these experiments compare runs this session did not make "
-                 "(no data; make reproduce runs their comparisons)")  # fmt: skip
+    missing = [v for v in verdicts if v.verdict == "no data"]
+    elsewhere = [v for v in missing if v.claim.not_here]
+    if len(missing) > len(elsewhere):
+        text += (f"; {len(missing) - len(elsewhere)} more about these experiments compare runs this session did "
+                 "not make (no data; make reproduce decides them)")  # fmt: skip
+    if elsewhere:
+        text += f"; {len(elsewhere)} cannot be decided on a machine like this one (below)"
     return text
 
 
@@ -487,6 +490,9 @@ def _claims_lines(verdicts: list[claims.Verdict]) -> list[str]:
         lines.append(f"      paper ({v.claim.source}): {v.claim.paper_numbers}")
         if v.verdict != "reproduced" and v.claim.note:
             lines.append(f"      note: {v.claim.note}")
+    for v in verdicts:
+        if v.verdict == "no data" and v.claim.not_here:
+            lines.append(f"  {v.claim.id}: not decided here: {v.claim.not_here}")
     return lines
 
 
