@@ -265,7 +265,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--fresh-networks", action="store_true",
         help="build every run's network anew; by default a run whose network would be the same as the run "
              "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
-             "uses that network, kept for it (docs/fidelity.md)",
+             "uses that network, kept for it (docs/results.md)",
     )  # fmt: skip
     parser.add_argument(
         "--force", action="store_true",
