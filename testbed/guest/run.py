@@ -221,16 +221,17 @@ def _check_and_start(state: RunState, net: Network) -> tuple[fidelity.FidelityRe
     would be too high). On a kept network the delays stand and the RTTs are only checked: those pings
     go on beside the start of the captures and the endpoints (the check reads their minimum, the
     least latency the path shows, which a busy moment does not raise; a round that misses is pinged
-    again), which saves the pings' 0.6 s per run. The captures start side by side with the endpoints
-    too: no packet is sent before the clients are continued (``_start_traffic``)."""
+    again), which saves the pings' 0.6 s per run. The servers start while the captures start; the
+    clients only once every capture is open, so that a run stopped from there on (Ctrl-C) has them."""
     with ThreadPoolExecutor(max_workers=1) as pool:
         checking = pool.submit(_calibrate, state, net) if state.lease.reused else None
         report = None if checking else _calibrate(state, net)
         if report is not None:
             state.mark("delay_calibration")
         _start_captures(state, net)
-        endpoints = _start_endpoints(state, net)
+        servers = _start_servers(state, net)
         _await_captures(state, net)
+        endpoints = _start_clients(state, net, servers)
         if checking is not None:
             report = checking.result()
             state.mark("delay_calibration")  # what was left of it after the captures and the endpoints
@@ -289,14 +290,18 @@ class Endpoints:
     clients: dict[str, subprocess.Popen]
 
 
-def _start_endpoints(state: RunState, net: Network) -> Endpoints:
-    """Servers listening and clients started and held."""
-    raw, connections = state.raw, state.connections
+def _start_servers(state: RunState, net: Network) -> dict[str, subprocess.Popen]:
+    """Every connection's iperf3 server started (``_start_clients`` waits until they listen)."""
     state.scratch = scratch = launch.make_scratch()
-    servers = {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
-                               output=raw / f"iperf3-{c.id}-server.json") for c in connections}  # fmt: skip
-    held = clients.prestart_clients(net, connections, raw, scratch)
-    clients.wait_listening(servers, {c.id: c.server_port for c in connections}, raw)
+    return {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
+                            output=state.raw / f"iperf3-{c.id}-server.json") for c in state.connections}  # fmt: skip
+
+
+def _start_clients(state: RunState, net: Network, servers: dict[str, subprocess.Popen]) -> Endpoints:
+    """Clients started and held, servers listening."""
+    connections = state.connections
+    held = clients.prestart_clients(net, connections, state.raw, state.scratch)
+    clients.wait_listening(servers, {c.id: c.server_port for c in connections}, state.raw)
     state.mark("clients_prestart")
     return Endpoints(servers, held)
 
