@@ -1,9 +1,9 @@
 """The bottleneck queues over time: each shaped link's root qdisc sampled over netlink during traffic.
 
 One thread polls every bottleneck's root qdisc (``netspec.bottlenecks``) at ``SAMPLE_HZ``: bytes and
-packets dequeued, drops, overlimits, backlog in bytes and packets. One netlink dump per node per
-tick, over sockets opened once in each node's namespace (``netnsutil.iproute``), so a tick costs a
-few system calls, not a process (``tc -s`` would cost ~0.1 s per call in a TCG guest).
+packets dequeued, drops, overlimits, backlog in bytes and packets. One netlink request per queue and
+tick, over a socket opened once in each node's namespace (:mod:`testbed.guest.qdiscstats`), so a
+tick costs a few system calls, not a process (``tc -s`` would cost ~0.1 s per call in a TCG guest).
 
 The samples are the run's ``raw/queues.csv`` and what the passive rate check reads
 (:func:`testbed.guest.fidelity.passive_rate_check`): while a queue holds packets, the link sends at
@@ -20,10 +20,9 @@ import time
 from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
-from testbed.guest.netnsutil import iproute
+from testbed.guest.qdiscstats import RootQdiscReader
 
 SAMPLE_HZ = 10.0
-TC_H_ROOT = 0xFFFFFFFF
 
 
 @dataclass(frozen=True)
@@ -39,17 +38,6 @@ class QueueSample:
     overlimits: int
     backlog_bytes: int
     backlog_pkts: int
-
-
-def _root_stats(message) -> tuple[int, ...] | None:
-    """(bytes, packets, drops, overlimits, backlog bytes, backlog packets) of a qdisc message."""
-    stats2 = message.get_attr("TCA_STATS2")
-    if stats2 is None:
-        return None
-    basic, queue = stats2.get_attr("TCA_STATS_BASIC"), stats2.get_attr("TCA_STATS_QUEUE")
-    if basic is None or queue is None:
-        return None
-    return basic["bytes"], basic["packets"], queue["drops"], queue["overlimits"], queue["backlog"], queue["qlen"]
 
 
 class QueueSampler:
@@ -89,24 +77,19 @@ class QueueSampler:
 
     def _open(self, stack: contextlib.ExitStack) -> None:
         """Per node: its netlink socket, and the sampled interfaces by index."""
-        self._nodes: dict[str, tuple[object, dict[int, str]]] = {}
+        self._nodes: dict[str, tuple[RootQdiscReader, dict[int, str]]] = {}
         for node, intf in self.links:
             if node not in self._nodes:
-                self._nodes[node] = (stack.enter_context(iproute(self.netns_path(node))), {})
-            ns, intfs = self._nodes[node]
-            intfs[ns.link_lookup(ifname=intf)[0]] = intf
+                self._nodes[node] = (stack.enter_context(RootQdiscReader(self.netns_path(node))), {})
+            reader, intfs = self._nodes[node]
+            intfs[reader.index(intf)] = intf
 
     def _sample_once(self) -> None:
-        for node, (ns, intfs) in self._nodes.items():
-            messages = ns.get_qdiscs()
-            now = time.monotonic()
-            for message in messages:
-                intf = intfs.get(message["index"])
-                if intf is None or message["parent"] != TC_H_ROOT:
-                    continue
-                stats = _root_stats(message)
+        for node, (reader, intfs) in self._nodes.items():
+            for index, intf in intfs.items():
+                stats = reader.read(index)
                 if stats is not None:
-                    self.samples.append(QueueSample(now, node, intf, *stats))
+                    self.samples.append(QueueSample(time.monotonic(), node, intf, *stats))
 
     def stop(self) -> list[QueueSample]:
         self._stop.set()
