@@ -47,9 +47,10 @@ def prestart_clients(net: Network, connections: list[Connection], raw: Path,
     We wait until every one has stopped, so that no SIGCONT can come before its SIGSTOP."""
     library = launch.hold_library()
     clients = {
-        c.id: net.popen(c.sender, launch.client_command(c, scratch, library), output=raw / f"iperf3-{c.id}-client.json")
+        c.id: launch.start(net, c.sender, launch.client_command(c, scratch, library),
+                           raw / f"iperf3-{c.id}-client.json")
         for c in connections
-    }
+    }  # fmt: skip
     deadline = time.monotonic() + CLIENT_PRESTART_TIMEOUT_S
     for cid, proc in clients.items():
         while process_state(proc.pid) != "T":

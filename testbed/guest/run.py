@@ -293,8 +293,8 @@ class Endpoints:
 def _start_servers(state: RunState, net: Network) -> dict[str, subprocess.Popen]:
     """Every connection's iperf3 server started (``_start_clients`` waits until they listen)."""
     state.scratch = scratch = launch.make_scratch()
-    return {c.id: net.popen(c.receiver, launch.server_command(c, scratch),
-                            output=state.raw / f"iperf3-{c.id}-server.json") for c in state.connections}  # fmt: skip
+    return {c.id: launch.start(net, c.receiver, launch.server_command(c, scratch),
+                               state.raw / f"iperf3-{c.id}-server.json") for c in state.connections}  # fmt: skip
 
 
 def _start_clients(state: RunState, net: Network, servers: dict[str, subprocess.Popen]) -> Endpoints:

@@ -22,16 +22,38 @@ def conn(**kw) -> Connection:
     return Connection(**{**base, **kw})
 
 
-def test_iperf3_runs_niced_with_its_buffer_files_in_the_scratch_directory():
+def test_iperf3_is_exec_d_directly_with_its_buffer_files_in_the_scratch_directory():
     scratch = Path("/dev/shm/cc-testbed-iperf3-1-x")
     server = launch.server_command(conn(), scratch)
-    assert server[:5] == ["env", f"TMPDIR={scratch}", "nice", "-n", "19"]
-    assert server[5:7] == ["iperf3", "-s"]
+    assert server.argv[:2] == ["iperf3", "-s"] and server.env == {"TMPDIR": str(scratch)}
     client = launch.client_command(conn(), scratch, Path("/cache/hold_at_connect.so"))
-    assert client[:6] == ["env", f"TMPDIR={scratch}", "LD_PRELOAD=/cache/hold_at_connect.so", "nice", "-n", "19"]
-    assert client[6:8] == ["iperf3", "-c"]
+    assert client.argv[:2] == ["iperf3", "-c"]
+    assert client.env == {"TMPDIR": str(scratch), "LD_PRELOAD": "/cache/hold_at_connect.so"}
     sized = launch.client_command(conn(size_bytes=1_000_000), scratch, Path("/cache/hold_at_connect.so"))
-    assert "CC_TESTBED_DRAIN=1" in sized[: sized.index("iperf3")] and "CC_TESTBED_DRAIN=1" not in client
+    assert sized.env["CC_TESTBED_DRAIN"] == "1"
+
+
+class _Node:
+    """A network whose nodes are this namespace (what launch.start asks of testbed.guest.network)."""
+
+    def popen(self, node, argv, output, **kwargs):
+        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, **kwargs)
+
+
+def test_a_started_iperf3_runs_niced_with_its_environment(tmp_path):
+    command = launch.Command(["sleep", "30"], {"TMPDIR": str(tmp_path)})
+    proc = launch.start(_Node(), "h1", command, tmp_path / "out")
+    try:
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == launch.NICENESS
+        environ = Path(f"/proc/{proc.pid}/environ")
+        for _ in range(100):  # Popen returns at the exec, the new environment is set up just after
+            if environ.read_bytes():
+                break
+            time.sleep(0.01)
+        assert f"TMPDIR={tmp_path}".encode() in environ.read_bytes().split(b"\0")
+    finally:
+        proc.kill()
+        proc.wait()
 
 
 def test_a_client_is_released_five_and_a_half_base_round_trips_ahead():
