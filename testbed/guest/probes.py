@@ -119,6 +119,7 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
     check or None) from its queue as during traffic; a bottleneck that still cannot be read gets the
     probe's received rate instead (the first probe's, the one over the first pair)."""
     sampler = queues.QueueSampler([(b.node, b.intf) for _, b, _ in todo], net.netns_path)
+    t0 = time.monotonic()
     sampler.start()
     decided = _decided(sampler, todo)
     received = []
@@ -130,6 +131,8 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
                                               enough=decided))  # fmt: skip
     finally:
         samples = sampler.stop()
+        # what the check below reads, kept with the run (and the source of tests/fixtures/probe-queues)
+        queues.write_csv(raw / f"probe-queues-{todo[0][1].direction}.csv", samples, t0)
     checks = []
     for name, b, _ in todo:
         check = fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)
