@@ -9,8 +9,10 @@ probes: one that reads off is run once more, and both are recorded.
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -369,3 +371,17 @@ def test_a_probe_that_cannot_fill_the_queue_is_not_read_from_it():
     samples = [(t, b, 0) for t, b, _ in probed_queue(2.0, 0)]
     check = fidelity.passive_rate_check("rate", samples, 2.0)
     assert "never stood" in check.detail and not probing._reads_rate(check)
+
+
+RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "probe-queues"
+
+
+@pytest.mark.parametrize("loss_pct", [0, 1])
+def test_a_recorded_probe_reads_the_lossy_link_at_its_rate(loss_pct):
+    # a real probe's queue, sampled in a TCG guest (tests/fixtures/probe-queues/README.md)
+    from testbed.guest import fidelity
+
+    with open(RECORDED / f"loss{loss_pct}.csv") as f:
+        series = [(float(r["t_s"]), int(r["bytes"]), int(r["backlog_bytes"])) for r in csv.DictReader(f)]
+    check = fidelity.passive_rate_check("rate", series, 2.0)
+    assert check.ok and probing._reads_rate(check) and check.measured == pytest.approx(2.0, rel=0.05), check
