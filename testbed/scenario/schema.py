@@ -149,6 +149,23 @@ class Flow(StrictModel):
 TopologyParams = Annotated[Union[tuple(TOPOLOGY_PARAMS.values())], Field(discriminator="name")]  # noqa: UP007
 
 
+#: iperf3 times a flow in whole seconds (``-t`` is read with atoi, and ``-t 0`` runs without end)
+MIN_TIMED_PERIOD_S = 1.0
+
+
+def _sub_second_periods(index: int, flow, duration_s: float) -> list[tuple[tuple, str]]:
+    """A timed ON period shorter than iperf3 can run (a fixed-size flow, ``size_mb``, is not timed)."""
+    if flow.size_mb is not None:
+        return []
+    problems = []
+    for p, (start, stop) in enumerate(flow.on_periods(duration_s)):
+        if 0 < stop - start < MIN_TIMED_PERIOD_S:
+            at = ("flows", index, "periods", p) if flow.periods else ("flows", index, "stop_s")
+            problems.append((at, f"an ON period of {stop - start:.3g} s: iperf3 times a flow in whole "
+                                 f"seconds (its -t 0 would never end); give it at least 1 s"))  # fmt: skip
+    return problems
+
+
 class Scenario(StrictModel):
     """One resolved experiment: a topology, its flows, how long, and which seeds."""
 
@@ -185,6 +202,7 @@ class Scenario(StrictModel):
                 last = len(flow.periods) - 1
                 message = f"period ends at {_num(flow.periods[-1][1])} s, after {end}"
                 problems.append((("flows", i, "periods", last), message))
+            problems += _sub_second_periods(i, flow, self.duration_s)
             if isinstance(bottleneck, LinkParams) and flow.rtt_ms is not None and flow.rtt_ms < 2 * bottleneck.delay_ms:
                 minimum = _num(2 * bottleneck.delay_ms)
                 message = f"rtt_ms {_num(flow.rtt_ms)} is shorter than the bottleneck's own round trip: "

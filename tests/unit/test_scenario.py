@@ -427,6 +427,15 @@ def test_period_past_the_end_names_the_last_period():
     assert (problem.line, problem.path) == (line_of(text, "- [7, 25]"), "flows[0].periods[1]")
 
 
+def test_a_sub_second_timed_period_names_its_line_and_why():
+    # iperf3 reads -t as whole seconds: 0.3 s became -t 0, a flow without end (a run failed after 30 s)
+    text = BASE.replace("rtt_ms: 100", "rtt_ms: 100\n    periods:\n      - [0, 5]\n      - [7, 7.3]")
+    (problem,) = problems_of(text).problems
+    assert (problem.line, problem.path) == (line_of(text, "- [7, 7.3]"), "flows[0].periods[1]")
+    assert "0.3 s" in problem.message and "whole seconds" in problem.message and "at least 1 s" in problem.message
+    load(BASE.replace("rtt_ms: 100", "rtt_ms: 100\n    start_s: 3\n    stop_s: 4"))  # 1 s: fine
+
+
 def test_stop_before_start_is_an_error():
     with pytest.raises(ValidationError, match=r"stop_s \(3\) must be after start_s \(5\)"):
         flow(start_s=5, stop_s=3)
