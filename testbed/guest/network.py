@@ -1,8 +1,9 @@
 """Build a :class:`~topologies.netspec.NetSpec` on the running kernel: Mininet nodes, pyroute2 links.
 
-Mininet gives each node a network namespace and a shell (``node.cmd``/``node.popen``) and makes
-the veth pairs; everything else (addresses, routes, qdiscs) goes through netlink with pyroute2
-inside the node's namespace (``/proc/<pid>/ns/net``), never through formatted ``tc`` strings.
+Mininet gives each node a network namespace and a shell (``node.cmd``) and makes the veth pairs;
+everything else (addresses, routes, qdiscs) goes through netlink with pyroute2 inside the node's
+namespace (``/proc/<pid>/ns/net``), never through formatted ``tc`` strings, and a run's processes
+are forked inside that namespace (:meth:`Network.popen`).
 
 Cleanup survives SIGKILL: every process we start (node shells and what runs in them) inherits
 the environment variable :data:`MARKER`; :func:`cleanup_leftovers` kills any process carrying
