@@ -35,14 +35,26 @@ def flow_options(topology, scenario: Scenario) -> dict:
     return {"route_metrics": dict(sorted(routes.items())), "sack_off": sorted(no_sack)}
 
 
-def apply_flow_options(net: Network, options: dict) -> dict:
-    """Set :func:`flow_options` on the hosts; returns them (for the manifest)."""
-    for node, metrics in options["route_metrics"].items():
+def apply_flow_options(net: Network, options: dict, previous: dict | None = None) -> dict:
+    """Set :func:`flow_options` on the hosts; returns them (for the manifest).
+
+    ``previous``: the options the run before set on this (kept) network; what it set and these do not
+    is undone (routes back to no metrics, SACK back on), so that one network serves runs with
+    different options."""
+    previous = previous or {"route_metrics": {}, "sack_off": []}
+    for node in sorted(set(options["route_metrics"]) | set(previous["route_metrics"])):
+        metrics = options["route_metrics"].get(node)
+        if metrics == previous["route_metrics"].get(node):
+            continue
         with iproute(net.netns_path(node)) as ns:
             for dst, gateway in net.spec.routes.get(node, []):
-                ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, metrics=metrics)
-    for node in options["sack_off"]:
+                # a replaced route keeps no metric it is not given: without any, the defaults are back
+                extra = {"metrics": metrics} if metrics else {}
+                ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, **extra)
+    for node in sorted(set(options["sack_off"]) - set(previous["sack_off"])):
         net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
+    for node in sorted(set(previous["sack_off"]) - set(options["sack_off"])):
+        net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=1")
     return options
 
 

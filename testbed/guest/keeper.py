@@ -3,8 +3,8 @@
 Building a network costs 1.5-5.5 s in a TCG guest (node shells, veths, qdiscs, BPF programs) and the
 runs of one point differ only in their algorithms and seeds: the same nodes, links, queues and
 delays. So the runner keeps the network of a run that ended cleanly, and the next run uses it when
-its *reuse key* is the same: the network's full description, the per-flow options set on its hosts
-(SACK, delayed ACKs, initial window) and the hosts' sysctls. Anything else builds a new one.
+its *reuse key* is the same: the network's full description and the hosts' sysctls. Anything else
+builds a new one.
 
 What a run leaves in a kept network, and how the next run starts clean:
 
@@ -15,10 +15,14 @@ What a run leaves in a kept network, and how the next run starts clean:
 * the qdiscs' counters: they count on; each run records the counters the previous run ended with
   (``raw/tc-stats-before.json``) and the analysis subtracts them;
 * the loss channels' counters: cleared after they are read (testbed.guest.lossbpf.Channel.clear);
-* the delays set by the calibration: kept (the next run only checks the base RTT).
+* the delays set by the calibration: kept (the next run only checks the base RTT);
+* the per-flow options (SACK, delayed ACKs, initial window): the next run sets its own, undoing
+  those of the run before that it does not share (testbed.guest.collect.apply_flow_options);
+* the multipath sprayers: kept attached; their packet counters count on, and each run reads what
+  they counted during its own traffic.
 
 A run that failed, or whose fidelity checks did not all pass, never hands its network on: the next
-run builds a new one. Multipath topologies (sprayers with their own counters) are never kept. Before
+run builds a new one. Before
 a network is built, what a killed run left is swept (testbed.guest.network.cleanup_leftovers); a kept
 network is this runner's own and stays.
 """

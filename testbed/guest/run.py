@@ -186,8 +186,8 @@ def _prepare(state: RunState) -> None:
     }
     manifest["connections"] = [c.to_dict() for c in connections]
     state.flow_options = collect.flow_options(state.topology, scenario)
-    # multipath sprayers count per network: never kept
-    state.reuse_key = None if netspec.sprayers else repr((netspec, state.flow_options, HOST_SYSCTLS))
+    # the per-flow options are not part of it: a kept network's hosts get the next run's options
+    state.reuse_key = repr((netspec, HOST_SYSCTLS))
     project_modules = ensure_kernel_support(scenario, netspec.needs_netem, state.context.project_modules)
     manifest["modules"] = {
         m: provenance.module_info(project_modules.get(m, m))
@@ -202,16 +202,17 @@ def _prepare(state: RunState) -> None:
 
 
 def _configure_hosts(state: RunState, net: Network) -> list:
-    """Per-flow TCP options and the sender's sysctls recorded; the multipath sprayers loaded."""
-    manifest = state.manifest
-    # a kept network has them already (they are part of its reuse key)
-    manifest["host_options"] = (state.flow_options if state.lease.reused
-                                else collect.apply_flow_options(net, state.flow_options))  # fmt: skip
+    """Per-flow TCP options set (on a kept network: changed from the run before's) and the sender's
+    sysctls recorded; the multipath sprayers attached (on a kept network: the run before's, counting on)."""
+    manifest, carried = state.manifest, state.lease.carried
+    manifest["host_options"] = carried["flow_options"] = collect.apply_flow_options(
+        net, state.flow_options, previous=carried.get("flow_options"))
     manifest["sysctls"] = collect.read_sysctls(net, state.connections[0].sender)
-    sprayers = [(s, spray.setup(net.netns_path(s.node), s)) for s in state.netspec.sprayers]
+    if "sprayers" not in carried:
+        carried["sprayers"] = [(s, spray.setup(net.netns_path(s.node), s)) for s in state.netspec.sprayers]
     state.mark("options_sysctls_sprayers")
     manifest["timing"] = {"setup_s": round(time.monotonic() - state.t_setup, 3), "phases_s": state.phases}
-    return sprayers
+    return carried["sprayers"]
 
 
 def _check_and_start(state: RunState, net: Network) -> tuple[fidelity.FidelityReport, Endpoints]:

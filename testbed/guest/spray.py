@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import socket
 import struct
+import subprocess
 
 from testbed.guest import lossbpf
 from testbed.guest.lossbpf import hex_bytes
-from testbed.guest.netnsutil import iproute
+from testbed.guest.netnsutil import entered, iproute
 from topologies.netspec import Sprayer
 
 PROGRAM = "spray"
@@ -36,7 +37,20 @@ def setup(netns_path: str, sprayer: Sprayer) -> dict[str, int]:
     control = struct.pack("<QQ", len(sprayer.paths) + 1, 0)
     lines.append(f"map update id {maps['spray_control']} key hex 00 00 00 00 value hex {hex_bytes(control)}")
     lossbpf.batch(lines, f"arm the sprayer on {sprayer.node}/{sprayer.intf}")
+    _resolve_next_hops(netns_path, sprayer)
     return maps
+
+
+def _resolve_next_hops(netns_path: str, sprayer: Sprayer) -> None:
+    """One ping to each path's next hop, so that its neighbour entry exists before traffic: a packet
+    redirected to a next hop not yet resolved was lost on the host kernel (6.18), the first SYN of a
+    run then waiting out its 1 s timeout. The pings go out of the path's own interface, unsprayed."""
+    with entered(netns_path):
+        pings = [subprocess.Popen(["ping", "-n", "-q", "-c", "1", "-W", "1", nexthop],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                 for _, nexthop in sprayer.paths]  # fmt: skip
+    for ping in pings:
+        ping.wait()
 
 
 def sent(maps: dict[str, int], n_paths: int) -> list[int]:

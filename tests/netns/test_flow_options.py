@@ -1,5 +1,6 @@
 """Per-flow TCP options on the host kernel: a fixed-size transfer, delayed ACKs off, SACK off and an
-initial window of 3, set where the flow's hosts are and seen on the wire."""
+initial window of 3, set where the flow's hosts are and seen on the wire, and undone for the next run
+on the same network."""
 
 from __future__ import annotations
 
@@ -39,6 +40,14 @@ def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
         # the other flow's hosts keep the defaults
         assert "initcwnd" not in net.cmd("l1", "ip route show default")
         assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
+        # the next run on this (kept) network has other options: the first run's are undone
+        other = {"route_metrics": {"l1": {"quickack": 1}}, "sack_off": ["l1"]}
+        apply_flow_options(net, other, previous=applied)
+        assert "initcwnd" not in net.cmd("l0", "ip route show default")
+        assert "quickack" not in net.cmd("r0", "ip route show default")
+        assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
+        assert "quickack 1" in net.cmd("l1", "ip route show default")
+        assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "0"
 
 
 def test_a_fixed_size_transfer_without_sack_runs_to_its_size(tmp_path, clean_kernel):

@@ -1,6 +1,7 @@
 """Multipath on the host kernel (no delays: the host has no netem): the tc-BPF sprayer puts TCP and
 UDP packets on every path in turn, in both directions with data_and_acks; ping stays on path 1; the
-UDP probe sees the paths' summed rate; the flow's bytes are accounted in the pcap."""
+UDP probe sees the paths' summed rate; the flow's bytes are accounted in the pcap; a second seed runs on
+the kept network, its sprayers still attached, and counts only its own packets."""
 
 from __future__ import annotations
 
@@ -17,11 +18,12 @@ def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
                          "spray": "data_and_acks"},
             "flows": [{"cc": "reno"}, {"cc": "cubic", "direction": "reverse"}],
             "duration_s": 4,
+            "seeds": [1, 2],
         },
         name="mp",
     )  # fmt: skip
     result = run_session(scenario, backend="local", results_root=tmp_path)
-    (run,) = result.runs
+    run, second = result.runs
     manifest = rundir.read_json(run / "manifest.json")
     assert manifest["status"] == "complete", manifest.get("reason")
     sprays = {s["node"]: s for s in manifest["spray"]}
@@ -39,3 +41,14 @@ def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
     flows = analyze_run(run).flows
     assert set(flows["conn"]) == {"c0", "c1"}
     assert (flows["goodput_mbit"] > 10).all(), flows[["conn", "goodput_mbit"]]
+
+    # seed 2 on the same network: the sprayers were not attached again, and what they counted is this
+    # run's own traffic (a running total would be about twice seed 1's)
+    again = rundir.read_json(second / "manifest.json")
+    assert again["status"] == "complete" and again["fidelity"]["trustworthy"], again.get("fidelity")
+    assert again["network"] == {"kept_from_earlier_runs": True, "runs_before_on_it": 1}
+    first_counts = {s["node"]: sum(s["sprayed_packets"]) for s in manifest["spray"]}
+    for spray in again["spray"]:
+        counts = spray["sprayed_packets"]
+        assert min(counts) > 1000 and max(counts) - min(counts) <= 1, spray
+        assert sum(counts) < 1.5 * first_counts[spray["node"]], (spray, first_counts)
