@@ -37,6 +37,8 @@ _MAX_RECORD = 1 << 18
 
 
 TCP_FIN, TCP_SYN, TCP_RST, TCP_PSH, TCP_ACK = 0x01, 0x02, 0x04, 0x08, 0x10
+#: ECN (RFC 3168): the receiver echoes a CE mark with ECE until the sender answers with CWR
+TCP_ECE, TCP_CWR = 0x40, 0x80
 
 
 class PcapError(Exception):
@@ -234,19 +236,27 @@ def parse_segment(linktype: int, buf: bytes, origlen: int | None = None) -> Segm
 
 
 def first_bulk_times(path: Path, senders: set[tuple[str, int]], min_payload: int) -> tuple[dict, str | None]:
-    """When each sender (address, port) first sent a segment of more than ``min_payload`` bytes.
+    """When each sender (address, port) first sent a segment of more than ``min_payload`` bytes on
+    the connection it opened in this capture (after its SYN): on a network kept from the run before,
+    that run's connection on the same ports may still retransmit a segment or two once its process
+    has ended (an orphaned socket, until the receiver answers with a reset), and it is not this run's.
 
     Reads the capture only as far as it must (until every sender is found), so that a run can
     check its own start times in a slow guest. Returns the times found and the problem that
     stopped the reading early, if any (a capture cut short: what came before it counts)."""
     found: dict[tuple[str, int], float] = {}
+    opened: set[tuple[str, int]] = set()
     try:
         capture = read_records(path)
         for ts, origlen, buf in capture.records:
             segment = parse_segment(capture.linktype, buf, origlen)
-            if segment is None or segment.payload <= min_payload:
+            if segment is None:
                 continue
             key = (segment.src, segment.sport)
+            if segment.flags & TCP_SYN:
+                opened.add(key)
+            if segment.payload <= min_payload or key not in opened:
+                continue
             if key in senders and key not in found:
                 found[key] = ts
                 if len(found) == len(senders):

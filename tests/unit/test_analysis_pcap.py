@@ -375,18 +375,20 @@ def test_a_capture_without_packets_counts_nothing(tmp_path):
 
 
 def test_first_bulk_times_skip_the_cookie_and_stop_reading_once_every_sender_is_found(tmp_path):
-    """The runner's data start check: iperf3's 37-byte cookie is not the start of the data."""
+    """The runner's data start check: iperf3's 37-byte cookie is not the start of the data, nor is a
+    segment that the run before's connection on the same ports resent (a kept network) before the SYN."""
     other = ("10.1.1.1", 40001)
-    frames = handshake(0) + [
-        data(0, 0, 37),  # the cookie, t = 1000.02
-        segment(other, RECEIVER, 9, payload=1448),  # another sender's data, t = 1000.03
-        data(0, 37, 1448),  # the first data, t = 1000.04
+    frames = [data(0, 5000, 1448)] + handshake(0) + [  # the orphan's segment, t = 1000.00
+        data(0, 0, 37),  # the cookie, t = 1000.03
+        segment(other, RECEIVER, 8, flags=SYN, ack=0),  # t = 1000.04
+        segment(other, RECEIVER, 9, payload=1448),  # another sender's data, t = 1000.05
+        data(0, 37, 1448),  # the first data, t = 1000.06
     ]
     path = write_pcap(tmp_path / "c.pcap", frames)
     with open(path, "ab") as f:
         f.write(b"\0" * 7)  # a record cut short after them: never read, since both were found before
     found, problem = first_bulk_times(path, {SENDER, other}, 37)
-    assert found == {SENDER: pytest.approx(1000.04), other: pytest.approx(1000.03)}
+    assert found == {SENDER: pytest.approx(1000.06), other: pytest.approx(1000.05)}
     assert problem is None
 
 
