@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.latency import SUMMARY_COLUMNS
 from testbed.results.manifest import MANIFEST, Manifest, read_manifest
 from testbed.results.rundir import LoadError
 
@@ -49,11 +50,16 @@ FLOW_COLUMNS = [
     "recv_bytes", "recv_s", "recv_goodput_mbit", "retrans_ratio", "mean_rtt_ms",
 ]  # fmt: skip
 
+#: latency table: the columns of latency.csv (analysis.latency.SUMMARY_COLUMNS, one row per ping or requests flow)
+LATENCY_COLUMNS = SUMMARY_COLUMNS
+
 _SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS runs ({", ".join(c + (" TEXT PRIMARY KEY" if c == "run_id" else "") for c in RUN_COLUMNS)});
 CREATE TABLE IF NOT EXISTS flows (run_id TEXT REFERENCES runs(run_id) ON DELETE CASCADE, {", ".join(FLOW_COLUMNS)});
 CREATE INDEX IF NOT EXISTS flows_run ON flows(run_id);
+CREATE TABLE IF NOT EXISTS latency (run_id TEXT REFERENCES runs(run_id) ON DELETE CASCADE,
+                                    {", ".join(LATENCY_COLUMNS)});
 """
 
 
@@ -163,6 +169,20 @@ def _flows_of(run_dir: Path, problems: list[str]) -> pd.DataFrame:
     return flows.reindex(columns=FLOW_COLUMNS)
 
 
+def _latency_of(run_dir: Path) -> pd.DataFrame:
+    """latency.csv, written by the analysis beside flows.csv for a run with ping or requests flows."""
+    csv = run_dir / "latency.csv"
+    try:
+        return pd.read_csv(csv).reindex(columns=LATENCY_COLUMNS) if csv.exists() else pd.DataFrame()
+    except (OSError, pd.errors.ParserError, pd.errors.EmptyDataError):
+        return pd.DataFrame()
+
+
+def _rows(run_id: str, frame: pd.DataFrame) -> list[list]:
+    return [[run_id, *(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in rec)]
+            for rec in frame.itertuples(index=False)]  # fmt: skip
+
+
 def ingest(results_root: Path, rebuild: bool = False) -> IngestResult:
     """Bring the catalog of a results folder up to date with its run folders (module doc).
 
@@ -200,14 +220,16 @@ def ingest(results_root: Path, rebuild: bool = False) -> IngestResult:
                     f"INSERT INTO runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join('?' * len(RUN_COLUMNS))})",
                     [row[c] for c in RUN_COLUMNS],
                 )
-                records = [
-                    [run_id, *(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in rec)]
-                    for rec in flows.itertuples(index=False)
-                ]
                 db.executemany(
                     f"INSERT INTO flows (run_id, {', '.join(FLOW_COLUMNS)}) "
                     f"VALUES ({', '.join('?' * (len(FLOW_COLUMNS) + 1))})",
-                    records,
+                    _rows(run_id, flows),
+                )
+                db.execute("DELETE FROM latency WHERE run_id = ?", (run_id,))
+                db.executemany(
+                    f"INSERT INTO latency (run_id, {', '.join(LATENCY_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * (len(LATENCY_COLUMNS) + 1))})",
+                    _rows(run_id, _latency_of(run_dir)),
                 )
             (result.updated if run_id in known else result.added).append(run_id)
         gone = sorted(set(known) - seen)
@@ -284,3 +306,11 @@ def flows(results_root: Path, **filters) -> pd.DataFrame:
     sql = f"SELECT flows.*, {columns} FROM flows JOIN runs USING (run_id)"
     frame = _query(results_root, sql, filters)
     return frame[frame["cc"] == cc].reset_index(drop=True) if cc is not None else frame
+
+
+def latency(results_root: Path, **filters) -> pd.DataFrame:
+    """The catalogued ping and requests flows (their percentiles) with their run's columns, filtered like ``runs``."""
+    columns = ", ".join(f"runs.{c}" for c in RUN_COLUMNS if c not in ("run_id", "stamp", "params"))
+    filters = dict(filters)
+    filters.pop("cc", None)
+    return _query(results_root, f"SELECT latency.*, {columns} FROM latency JOIN runs USING (run_id)", filters)

@@ -45,6 +45,8 @@ from typing import TYPE_CHECKING
 
 from testbed.results.pcapfile import (
     TCP_ACK,
+    TCP_CWR,
+    TCP_ECE,
     TCP_FIN,
     TCP_RST,
     TCP_SYN,
@@ -115,6 +117,10 @@ class DirectionStats:
     syn_count: int = 0
     fin_count: int = 0
     rst_count: int = 0
+    #: ECN: segments with ECE (the receiver echoing a CE mark) and with CWR (the sender's answer), the
+    #: handshake's (where they ask for ECN) not counted
+    ece_count: int = 0
+    cwr_count: int = 0
     first_time: float | None = None
     last_time: float | None = None
     first_data_time: float | None = None
@@ -184,6 +190,10 @@ def account_segment(stats: DirectionStats, reverse: DirectionStats | None, seg: 
         stats.fin_count += 1
     if flags & TCP_RST:
         stats.rst_count += 1
+    if flags & TCP_ECE and not syn:
+        stats.ece_count += 1
+    if flags & TCP_CWR and not syn:
+        stats.cwr_count += 1
     if stats._base is None or (syn and stats.isn is None and stats.data_pkts == 0):
         stats._base = seg.seq
         stats._highest = 0

@@ -45,6 +45,8 @@ from testbed.results.pcapfile import (
     LINKTYPE_NULL,
     LINKTYPE_RAW,
     TCP_ACK,
+    TCP_CWR,
+    TCP_ECE,
     TCP_FIN,
     TCP_RST,
     TCP_SYN,
@@ -216,6 +218,10 @@ def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions
             acc[d, _RSTS] += 1
         elif bits & (TCP_ACK | TCP_SYN) == 0 or _be16(buf, tcp + 14) == 0:
             acc[d, _ZERO_WINDOW] = 1  # the other direction's data may be tcptrace's zero-window probes
+        if bits & TCP_ECE and not syn:
+            acc[d, _ECE] += 1
+        if bits & TCP_CWR and not syn:
+            acc[d, _CWR] += 1
         if acc[d, _BASE] < 0 or (syn and acc[d, _ISN] < 0 and acc[d, _DATA_PKTS] == 0):
             acc[d, _BASE] = number
             if syn:
@@ -251,8 +257,8 @@ def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions
 
 # the accounting of one direction, online: its row of ``acc`` (int64) ...
 (_PACKETS, _SYNS, _FINS, _RSTS, _BASE, _ISN, _DATA_PKTS, _DATA_BYTES, _REXMIT_PKTS, _REXMIT_BYTES, _LOW, _HIGH,
- _HOLES, _STATUS, _ZERO_WINDOW) = range(15)  # fmt: skip
-_ACC_COLUMNS = 15
+ _HOLES, _STATUS, _ZERO_WINDOW, _ECE, _CWR) = range(17)  # fmt: skip
+_ACC_COLUMNS = 17
 # ... and of ``times`` (float64)
 _FIRST, _LAST, _FIRST_DATA, _LAST_DATA = range(4)
 #: sequence-space holes a direction may have open at once (drops before the capture point that are not
@@ -388,6 +394,7 @@ def _stats(key: tuple, acc: np.ndarray, times: np.ndarray) -> DirectionStats:
     stats.packets, stats.syn_count, stats.fin_count, stats.rst_count = (int(v) for v in acc[_PACKETS:_BASE])
     stats.first_time, stats.last_time = float(times[_FIRST]), float(times[_LAST])
     stats.isn = None if acc[_ISN] < 0 else int(acc[_ISN])
+    stats.ece_count, stats.cwr_count = int(acc[_ECE]), int(acc[_CWR])
     if acc[_DATA_PKTS]:
         stats.data_pkts, stats.data_bytes = int(acc[_DATA_PKTS]), int(acc[_DATA_BYTES])
         stats.rexmit_pkts, stats.rexmit_bytes = int(acc[_REXMIT_PKTS]), int(acc[_REXMIT_BYTES])

@@ -430,3 +430,83 @@ def _mark_events(ax, own_events: pd.DataFrame, kinds_seen: list[str]) -> None:
                 markerfacecolor="none", markeredgecolor="black",
                 label=kind if kind not in kinds_seen else None)  # fmt: skip
         kinds_seen.append(kind)
+
+
+def latency_png(samples: pd.DataFrame, queues: pd.DataFrame) -> bytes:
+    """Latency under load vs run time: each ping's RTT and each request's completion time (top), and
+    the delay each bottleneck queue held, its backlog over its rate (bottom)."""
+    fig = Figure(figsize=(9, 5.2))
+    top, bottom = fig.subplots(2, 1, sharex=True)
+    for (fid, kind), data in samples.groupby(["id", "kind"], sort=True):
+        what = "ping RTT" if kind == "ping" else "request completion"
+        top.plot(data["t_s"], data["value_ms"], marker=".", markersize=3, linewidth=0.6, label=f"{fid} {what}")
+    if samples.empty:
+        _empty(top, "no ping or requests flow")
+    else:
+        top.set_ylabel("ms")
+        top.legend(fontsize=7, loc="upper left")
+        top.grid(alpha=0.3)
+    top.set_title("latency under load", fontsize=10)
+    for (node, intf, direction), data in queues.groupby(["node", "intf", "direction"], sort=True, dropna=False):
+        bottom.plot(data["t_s"], data["delay_ms"], linewidth=0.8, label=f"{node}/{intf} ({direction}): backlog / rate")
+        if data["aqm_delay_ms"].notna().any():
+            bottom.plot(data["t_s"], data["aqm_delay_ms"], linewidth=0.8, linestyle="--",
+                        label=f"{node}/{intf}: the discipline's own delay")  # fmt: skip
+    if queues.empty:
+        _empty(bottom, "no queue samples")
+    else:
+        bottom.set_ylabel("queueing delay, ms")
+        bottom.legend(fontsize=7, loc="upper left")
+        bottom.grid(alpha=0.3)
+    bottom.set_xlabel("time since the run's start, s")
+    return figure_png(fig)
+
+
+def latency_scatter_png(table: pd.DataFrame) -> bytes:
+    """Throughput against delay, one marker per point (testbed/report/latency.py's table): the ping's p99
+    RTT where the point has pings, else its queueing delay's p99. Up and left is better."""
+    fig = Figure(figsize=(7, 4.5))
+    ax = fig.add_subplot()
+    delay = table["ping_p99_ms"].where(table["ping_p99_ms"].notna(), table["queue_p99_ms"])
+    shown = table.assign(delay=delay).dropna(subset=["delay", "goodput_mbit"])
+    if shown.empty:
+        _empty(ax, "no delay or goodput to show")
+        return figure_png(fig)
+    for row in shown.itertuples():
+        ax.scatter(row.delay, row.goodput_mbit, s=30)
+        ax.annotate(row.point, (row.delay, row.goodput_mbit), fontsize=7, xytext=(4, 3), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("delay under load, ms (ping p99; queueing delay p99 without a ping), log scale")
+    ax.set_ylabel("bulk goodput, Mbit/s")
+    ax.set_title("throughput vs delay (up and left is better)", fontsize=10)
+    ax.grid(alpha=0.3, which="both")
+    return figure_png(fig)
+
+
+def delay_cdfs_png(pings: dict[str, pd.Series], queues: dict[str, pd.Series]) -> bytes:
+    """The CDFs of each point's ping RTTs (left) and of its forward bottleneck queue's delay (right)."""
+    fig = Figure(figsize=(10, 4.2))
+    left, right = fig.subplots(1, 2)
+    _draw_cdfs(left, pings, "ping RTT under load, ms (log scale)", "ping RTTs", "no ping samples")
+    _draw_cdfs(right, queues, "queueing delay, ms (log scale)", "bottleneck queue delay (10 Hz)", "no queue samples")
+    return figure_png(fig)
+
+
+def _draw_cdfs(ax, series: dict[str, pd.Series], xlabel: str, title: str, empty: str) -> None:
+    drawn = False
+    for point, values in sorted(series.items()):
+        ordered = np.sort(values.dropna().to_numpy(dtype=float))
+        ordered = ordered[ordered > 0]  # a log axis: an empty queue (0 ms) is left of every other value
+        if len(ordered) == 0:
+            continue
+        ax.step(ordered, np.arange(1, len(ordered) + 1) / len(ordered), where="post", label=point, linewidth=1)
+        drawn = True
+    if not drawn:
+        _empty(ax, empty)
+        return
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction of samples")
+    ax.set_title(title, fontsize=10)
+    ax.legend(fontsize=6, loc="lower right")
+    ax.grid(alpha=0.3, which="both")

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from analysis import metrics
+from analysis.latency import summarize
 
 PRACTICAL = 0.05
 ALPHA = 0.05
@@ -52,7 +53,12 @@ POWER = 0.80
 RATIO_FLOOR = 0.001
 DEFAULT_REPEAT = 5
 #: metric -> True when higher is better
-METRICS = {"goodput": True, "total_goodput": True, "jain": True, "retrans_ratio": False}
+FLOW_METRICS = {"goodput": True, "total_goodput": True, "jain": True, "retrans_ratio": False}
+#: latency under load (analysis.latency): per run, the ping flows' and the requests flows' percentiles
+#: over all their samples; lower is better (a latency regression is a regression)
+LATENCY_METRICS = {"ping_p50_ms": ("ping", "p50_ms"), "ping_p99_ms": ("ping", "p99_ms"),
+                   "request_p50_ms": ("requests", "p50_ms"), "request_p99_ms": ("requests", "p99_ms")}  # fmt: skip
+METRICS = FLOW_METRICS | {name: False for name in LATENCY_METRICS}
 VERDICTS = ("regression", "improvement", "no change", "too few runs")
 COLUMNS = ["run", "point", "seed", "cc", "metric", "value"]
 
@@ -89,7 +95,25 @@ def run_metrics(flows: pd.DataFrame) -> pd.DataFrame:
             if group["goodput_mbit"].isna().any():
                 continue
             rows += [{"run": run, "point": point, "seed": seed, "cc": cc, "metric": m,
-                      "value": metrics.group_metric(group, m)} for m in METRICS]  # fmt: skip
+                      "value": metrics.group_metric(group, m)} for m in FLOW_METRICS]  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def latency_metrics(analyses) -> pd.DataFrame:
+    """One row per (run, point, metric) of :data:`LATENCY_METRICS` from complete runs with ping or requests
+    flows; ``cc`` is the kind ("ping", "requests")."""
+    rows = []
+    for analysis in analyses:
+        samples = analysis.latency_samples
+        if analysis.status != "complete" or samples.empty:
+            continue
+        manifest = analysis.manifest
+        for metric, (kind, stat) in LATENCY_METRICS.items():
+            values = samples[samples["kind"] == kind]["value_ms"]
+            if not values.empty:
+                rows.append({"run": str(analysis.run_dir), "point": manifest.get("point_id"),
+                             "seed": manifest.get("seed"), "cc": kind, "metric": metric,
+                             "value": summarize(values.astype(float))[stat]})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

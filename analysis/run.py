@@ -37,6 +37,7 @@ import pandas as pd
 from pydantic import ValidationError
 
 from analysis import metrics
+from analysis.latency import QUEUE_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, latency_frames, queue_delays
 from analysis.loaders import (
     INFINITE_SSTHRESH,
     WESTWOOD_CONG_FIELDS,
@@ -90,6 +91,8 @@ FLOW_COLUMNS = [
     "iperf3_retransmits",
     "mean_rtt_ms",
     "mean_rtt_source",
+    "ece_acks",
+    "cwr_segments",
 ]
 _COUNT_COLUMNS = [
     "flow",
@@ -103,6 +106,8 @@ _COUNT_COLUMNS = [
     "unique_bytes",
     "recv_bytes",
     "iperf3_retransmits",
+    "ece_acks",
+    "cwr_segments",
 ]
 SERIES_COLUMNS = ["conn", "t_s", "metric", "value"]
 #: flows.csv columns added when the run has the module's trace (raw/westwood_tb.txt)
@@ -147,6 +152,11 @@ class RunAnalysis:
     intervals: pd.DataFrame = field(default_factory=pd.DataFrame)  # receiver goodput per interval, per conn
     report_path: Path | None = None
     # the module's trace (raw/westwood_tb.txt), per connection with conn and t_s; None: the run has none
+    #: ping RTTs and request completion times (analysis.latency.SAMPLE_COLUMNS), their summary per flow
+    latency_samples: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SAMPLE_COLUMNS))
+    latency: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SUMMARY_COLUMNS))
+    #: each bottleneck queue's delay over time (analysis.latency.QUEUE_COLUMNS)
+    queue_delays: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=QUEUE_COLUMNS))
     westwood_samples: pd.DataFrame | None = None
     #: the congestion events, with metrics.paper_ssthresh_check's expected/diff_segments for the paper's
     congestion_events: pd.DataFrame | None = None
@@ -205,9 +215,13 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         analysis.jain = metrics.jain_by_direction(analysis.flow_totals)
     analysis.intervals = _interval_goodput(parts.interval_samples, manifest, connections)
     analysis.drop_checks = _drop_checks(raw, manifest, flows, problems)
+    analysis.latency_samples, analysis.latency = latency_frames(raw, manifest)
+    analysis.queue_delays = queue_delays(raw, manifest)
     if write:
         _write_csv(flows, run_dir / "flows.csv")
         _write_csv(series, run_dir / "series.csv")
+        if not analysis.latency.empty:
+            _write_csv(analysis.latency, run_dir / "latency.csv")
     return analysis
 
 
@@ -435,7 +449,11 @@ def _sender_side(conn: dict, node: str | None, capture: PcapAccounting | None, p
     if direction is not None:
         row.update(sent_pkts=direction.data_pkts, sent_bytes=direction.data_bytes, retrans_pkts=direction.rexmit_pkts,
                    retrans_bytes=direction.rexmit_bytes, unique_bytes=direction.unique_bytes,
-                   transfer_s=direction.transfer_s)  # fmt: skip
+                   transfer_s=direction.transfer_s, cwr_segments=direction.cwr_count)  # fmt: skip
+        # the ACKs pass the same router on their way back: those that echo a CE mark (ECN)
+        acks = capture.direction(conn.get("receiver_ip"), conn.get("server_port"), conn.get("sender_ip"),
+                                 conn.get("client_port"))  # fmt: skip
+        row["ece_acks"] = acks.ece_count if acks is not None else None
     row["goodput_mbit"] = metrics.goodput_mbit(row.get("sent_bytes"), row.get("retrans_bytes"), row.get("transfer_s"))
     row["retrans_ratio"] = metrics.retransmission_ratio(row.get("retrans_bytes"), row.get("sent_bytes"))
     return row

@@ -46,6 +46,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             vcpus=args.cpus,
             force=args.force,
             keep_networks=not args.fresh_networks,
+            queue_hz=args.queue_hz,
             observers=[ahead.observer] if ahead else [],
         )
         report = None if args.no_report else _report(result.directory, ahead)
@@ -55,6 +56,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for run in result.failed:
         print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def _queue_hz(text: str) -> float:
+    try:
+        hz = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--queue-hz {text!r} is not a number: give samples per second, 1 to 1000") \
+            from None
+    if not 1 <= hz <= 1000:
+        raise argparse.ArgumentTypeError(f"--queue-hz {text} is out of range: give 1 to 1000 samples per second")
+    return hz
 
 
 def _write_done(path: Path, result: SessionResult, report: Path | None) -> None:
@@ -140,7 +152,11 @@ def _cmd_results(args: argparse.Namespace) -> int:
         out = session_report.write_selection(args.results, runs, args.report, filters)
         _report(out)
         return 0
-    if args.flows:
+    if args.latency:
+        frame = catalog.latency(args.results, **filters)
+        shown = frame[["run_id", "id", "kind", "samples", "lost", "p50_ms", "p90_ms", "p99_ms", "kernel_release",
+                       "status"]]  # fmt: skip
+    elif args.flows:
         frame = catalog.flows(args.results, **filters)
         shown = frame[["run_id", "conn", "cc", "direction", "goodput_mbit", "recv_goodput_mbit", "retrans_ratio",
                        "kernel_release", "status"]]  # fmt: skip
@@ -262,6 +278,11 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
              "testbed.plan.progress.SessionDone)",
     )  # fmt: skip
     parser.add_argument(
+        "--queue-hz", type=_queue_hz, default=10.0, metavar="HZ",
+        help="how often each bottleneck queue is read during traffic (backlog, drops, marks: raw/queues.csv); "
+             "default 10, from 1 to 1000",
+    )  # fmt: skip
+    parser.add_argument(
         "--fresh-networks", action="store_true",
         help="build every run's network anew; by default a run whose network would be the same as the run "
              "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
@@ -324,6 +345,8 @@ def _add_results(sub) -> None:
                        ("kernel", str), ("backend", str), ("git", str), ("cc", str)]:  # fmt: skip
         results.add_argument(f"--{name}", type=kind)
     results.add_argument("--flows", action="store_true", help="one row per flow instead of per run")
+    results.add_argument("--latency", action="store_true",
+                         help="one row per ping or requests flow (its RTT or completion-time percentiles)")
     results.add_argument("--csv", type=Path, help="also write the rows to this CSV file")
     results.add_argument(
         "--report", type=Path, metavar="DIR",

@@ -136,7 +136,8 @@ class Dumbbell:
         spec.routes["rr"] = [("10.1.0.0/16", "10.0.0.1")]
         queue = self.queue_pkts
         for router, direction in (("rl", "forward"), ("rr", "reverse")):
-            spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=link.rate_mbit, queue_pkts=queue)
+            spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=link.rate_mbit, queue_pkts=queue,
+                                                                  discipline=link.queue)
             spec.bottlenecks.append(Bottleneck(router, f"{router}-eth0", link.rate_mbit, queue, direction))
         return spec
 

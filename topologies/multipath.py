@@ -176,7 +176,8 @@ class Multipath:
                                    (node, f"{node}-eth1"): f"10.4.{k}.1/30", ("rr", right_intf): f"10.4.{k}.2/30"})
             spec.routes[node] = [("10.2.0.0/16", f"10.4.{k}.2"), ("10.1.0.0/16", f"10.3.{k}.1")]  # fmt: skip
             for router, intf, direction in (("rl", left_intf, "forward"), ("rr", right_intf, "reverse")):
-                spec.egress[(router, intf)] = EgressPlan(rate_mbit=rate, queue_pkts=queue)
+                spec.egress[(router, intf)] = EgressPlan(rate_mbit=rate, queue_pkts=queue,
+                                                           discipline=self.params.link.queue)
                 spec.bottlenecks.append(Bottleneck(router, intf, rate, queue, direction))
             extra = self.path_delay_ms(k) - self.path_delay_ms(1)
             if extra > 0:

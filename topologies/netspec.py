@@ -95,3 +95,9 @@ class NetSpec:
     def needs_fq(self) -> bool:
         """Per-destination delays: fq and the edt_delay program."""
         return any(plan.needs_fq for plan in self.egress.values())
+
+    @property
+    def qdisc_modules(self) -> list[str]:
+        """The kernel modules of the queue disciplines its links ask for (fifo is built in)."""
+        return sorted({f"sch_{plan.discipline.discipline}" for plan in self.egress.values()
+                       if plan.discipline is not None and plan.discipline.discipline != "fifo"})  # fmt: skip

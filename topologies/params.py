@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 
 from topologies.base import StrictModel
 from topologies.lossmodel import BernoulliLoss, LossModel
+from topologies.queues import QueueDiscipline
 
 #: Bytes on the wire per full-size segment: 1448 B payload + 32 B TCP (timestamps) + 20 B IP + 14 B Ethernet.
 #: HTB counts the Ethernet header, so the TCP goodput limit of a rate R is R * 1448 / 1514.
@@ -40,10 +41,24 @@ class LinkParams(StrictModel):
         description="drop-tail queue in bandwidth-delay products of the longest base RTT",
     )
 
+    queue: QueueDiscipline | None = Field(
+        default=None,
+        description="the queue's discipline: fifo (the default, drop-tail), codel, fq_codel, pie, red or cake, "
+        "with its parameters (docs/scenarios.md)",
+    )
+
     @model_validator(mode="after")
     def _one_queue_size(self) -> LinkParams:
         if self.queue_pkts is not None and self.queue_bdp is not None:
             raise ValueError("give either queue_pkts or queue_bdp, not both")
+        sized = self.queue_pkts is not None or self.queue_bdp is not None
+        own_size = getattr(self.queue, "limit_pkts", None) or getattr(self.queue, "limit_bdp", None)
+        if self.queue is not None and sized and own_size is not None:
+            raise ValueError("give the queue's size once: queue_pkts / queue_bdp, or its limit_pkts / limit_bdp")
+        if self.queue is not None and sized and self.queue.discipline == "cake":
+            raise ValueError("cake sizes its queue by memory, not packets: leave out queue_pkts and queue_bdp")
+        if self.queue is not None and self.rate_mbit is None:
+            raise ValueError("a queue discipline needs rate_mbit: the queue forms in front of the rate limit")
         if self.loss is not None and self.loss_pct:
             raise ValueError("give either loss_pct or loss (a loss model), not both")
         return self
@@ -65,10 +80,11 @@ def queue_packets(link: LinkParams, max_rtt_ms: float) -> int | None:
     """The resolved queue size of a link in packets (paper 000 §3: buffer = rate x max RTT)."""
     if link.queue_pkts is not None:
         return link.queue_pkts
-    if link.queue_bdp is not None:
+    in_bdp = link.queue_bdp if link.queue_bdp is not None else getattr(link.queue, "limit_bdp", None)
+    if in_bdp is not None:
         if link.rate_mbit is None:
             raise ValueError("queue_bdp needs rate_mbit on the same link")
-        return max(1, round(link.queue_bdp * bdp_packets(link.rate_mbit, max_rtt_ms)))
+        return max(1, round(in_bdp * bdp_packets(link.rate_mbit, max_rtt_ms)))
     return None
 
 

@@ -156,7 +156,8 @@ class ParkingLot:
                                    (link, f"{link}-eth1"): f"10.4.{i}.1/30",
                                    (right, right_intf): f"10.4.{i}.2/30"})  # fmt: skip
             for node, node_intf, direction in ((left, left_intf, "forward"), (right, right_intf, "reverse")):
-                spec.egress[(node, node_intf)] = EgressPlan(rate_mbit=hop.rate_mbit, queue_pkts=queue)
+                spec.egress[(node, node_intf)] = EgressPlan(rate_mbit=hop.rate_mbit, queue_pkts=queue,
+                                                                discipline=hop.queue)
                 spec.bottlenecks.append(Bottleneck(node, node_intf, hop.rate_mbit, queue, direction))
             for link_intf in ("eth0", "eth1"):
                 spec.egress[(link, f"{link}-{link_intf}")] = EgressPlan(delay_ms=hop.delay_ms)

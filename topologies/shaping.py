@@ -8,7 +8,8 @@ pure function the unit tests check; :func:`testbed.guest.shaping.apply` sends th
 Layout on one interface:
 
 * rate-limited egress (a bottleneck): ``htb 1:`` → class ``1:1`` (rate = ceil) → ``pfifo 10:``
-  with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets; beside it the control
+  with ``limit = queue_pkts``: a drop-tail queue of exactly that many packets, or the link's queue
+  discipline as ``10:`` (``topologies.queues``: codel, fq_codel, pie, red, cake); beside it the control
   lane, class ``1:2`` → ``pfifo 20:``, for TCP handshakes and what iperf3's server says on its
   control connections (:func:`control_lane_specs`: the papers' flows have neither);
 * delay egress: ``netem 1:`` with a large ``limit`` (netem counts packets held for delay against
@@ -51,6 +52,8 @@ from topologies.lossmodel import (
     TimedTwoStateLoss,
     netem_loss_args,
 )
+from topologies.params import WIRE_BYTES_PER_PACKET
+from topologies.queues import Cake, Codel, Fifo, FqCodel, Pie, QueueDiscipline, Red
 
 ETH_P_IP = 0x0800
 #: the hosts' ephemeral ports, which iperf3's control connections take: 61440-65535, above every fixed
@@ -99,6 +102,8 @@ class EgressPlan:
     loss_model: NetemLossModel | TimedTwoStateLoss | None = None
     #: per-destination delays (a node that forwards many flows with different base RTTs)
     delay_classes: tuple[DelayClass, ...] = ()
+    #: the discipline of the queue in front of the rate (None: drop-tail of queue_pkts)
+    discipline: QueueDiscipline | None = None
 
     def __post_init__(self) -> None:
         if self.delay_classes and (self.rate_mbit is not None or self.delay_ms or self.loss_pct or self.loss_model):
@@ -107,8 +112,8 @@ class EgressPlan:
             raise ValueError(
                 "rate and delay/loss must be on different interfaces (netem's limit would queue)"
             )
-        if self.queue_pkts is not None and self.rate_mbit is None:
-            raise ValueError("a queue size needs a rate (the queue forms in front of the rate limit)")
+        if (self.queue_pkts is not None or self.discipline is not None) and self.rate_mbit is None:
+            raise ValueError("a queue needs a rate (the queue forms in front of the rate limit)")
         if self.loss_pct and self.loss_model is not None:
             raise ValueError("give either loss_pct or loss_model, not both")
 
@@ -145,7 +150,7 @@ class EgressPlan:
 class QdiscSpec:
     """One pyroute2 ``tc()`` call: command, kind and keyword arguments."""
 
-    command: str  # "add", "add-class" or "add-filter"
+    command: str  # "add", "add-class" or "add-filter"; "tc": the ``tc`` command's arguments in kwargs["argv"]
     kind: str
     kwargs: dict = field(default_factory=dict)
 
@@ -165,11 +170,8 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
             QdiscSpec("add", "htb", {"handle": "1:", "default": "1"}),
             QdiscSpec("add-class", "htb", {"handle": "1:1", "prio": 1, **shaped}),
         ]
-        if plan.queue_pkts is not None:
-            specs.append(
-                QdiscSpec("add", "pfifo", {"handle": "10:", "parent": "1:1", "limit": plan.queue_pkts})
-            )
-        return specs + control_lane_specs(shaped)
+        leaf = leaf_spec(plan)
+        return specs + ([leaf] if leaf else []) + control_lane_specs(shaped)
     if plan.needs_netem:
         netem = {"handle": "1:", "limit": NETEM_LIMIT_PKTS}
         if plan.delay_ms:
@@ -183,6 +185,71 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
                                                     "loss": plan.loss_pct}))  # fmt: skip
         return specs + control_filters("1:1", LOSS_LANE_MATCHES)
     return []
+
+
+def leaf_spec(plan: EgressPlan) -> QdiscSpec | None:
+    """The queue under the shaped class, ``10:``: the plan's discipline, else a pfifo of ``queue_pkts``
+    (none at all without either: HTB's default leaf, a pfifo of the interface's txqueuelen)."""
+    queue = plan.discipline or (Fifo(discipline="fifo") if plan.queue_pkts is not None else None)
+    if queue is None:
+        return None
+    where = {"handle": "10:", "parent": "1:1"}
+    limit = getattr(queue, "limit_pkts", None) or plan.queue_pkts
+    sized = {"limit": limit} if limit else {}
+    if isinstance(queue, Fifo):
+        return QdiscSpec("add", "pfifo", {**where, "limit": limit or FIFO_DEFAULT_LIMIT_PKTS})
+    if isinstance(queue, Codel):
+        return QdiscSpec("add", "codel", {**where, **_codel_kwargs("cdl", queue, limit)})
+    if isinstance(queue, FqCodel):
+        kwargs = {**where, **_codel_kwargs("fqc", queue, limit), "fqc_flows": queue.flows}
+        if queue.quantum_bytes is not None:
+            kwargs["fqc_quantum"] = queue.quantum_bytes
+        return QdiscSpec("add", "fq_codel", kwargs)
+    if isinstance(queue, Cake):
+        return QdiscSpec("add", "cake", {**where, "rtt": _us(queue.rtt_ms), "flow_mode": queue.flow_mode,
+                                          "ack_filter": queue.ack_filter})  # fmt: skip
+    argv = ["tc", "qdisc", "add", "dev", "{dev}", "parent", "1:1", "handle", "10:"]
+    if isinstance(queue, Pie):
+        return QdiscSpec("tc", "pie", {"argv": argv + _pie_args(queue, sized)})
+    if isinstance(queue, Red):
+        return QdiscSpec("tc", "red", {"argv": argv + _red_args(queue, plan)})
+    raise TypeError(f"no qdisc for {queue!r}")
+
+
+#: pfifo's size when none is given: the kernel's, the interface's txqueuelen (1000 on a veth)
+FIFO_DEFAULT_LIMIT_PKTS = 1000
+
+
+def _us(ms: float) -> int:
+    return round(ms * 1000)
+
+
+def _codel_kwargs(prefix: str, queue: Codel | FqCodel, limit: int | None) -> dict:
+    """pyroute2's codel and fq_codel attributes (times in microseconds, ``ecn`` 0/1)."""
+    kwargs = {f"{prefix}_target": _us(queue.target_ms), f"{prefix}_interval": _us(queue.interval_ms),
+              f"{prefix}_ecn": int(queue.ecn)}  # fmt: skip
+    if limit:
+        kwargs[f"{prefix}_limit"] = limit
+    if queue.ce_threshold_ms is not None:
+        kwargs[f"{prefix}_ce_threshold"] = _us(queue.ce_threshold_ms)
+    return kwargs
+
+
+def _pie_args(queue: Pie, sized: dict) -> list[str]:
+    args = ["pie", "target", f"{_us(queue.target_ms)}us", "tupdate", f"{_us(queue.tupdate_ms)}us",
+            "alpha", str(queue.alpha), "beta", str(queue.beta), "ecn" if queue.ecn else "noecn",
+            "bytemode" if queue.bytemode else "nobytemode"]  # fmt: skip
+    return args + (["limit", str(sized["limit"])] if sized else [])
+
+
+def _red_args(queue: Red, plan: EgressPlan) -> list[str]:
+    """tc-red(8) counts bytes: packets here are full-size frames on the wire (WIRE_BYTES_PER_PACKET)."""
+    limit, low, high = queue.thresholds_pkts(plan.queue_pkts)
+    size = WIRE_BYTES_PER_PACKET
+    args = ["red", "limit", str(limit * size), "min", str(round(low * size)), "max", str(round(high * size)),
+            "avpkt", str(size), "probability", f"{queue.probability:g}",
+            "bandwidth", f"{round(plan.rate_mbit * 1e6)}bit"]  # fmt: skip
+    return args + (["ecn"] if queue.ecn else []) + (["adaptive"] if queue.adaptive else [])
 
 
 #: the control lane's own queue: far above what handshakes and control messages ever hold

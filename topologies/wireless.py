@@ -157,10 +157,12 @@ class Wireless:
         wired_queue, radio_queue = self.wired_queue_pkts, self.queue_pkts
         if wired.rate_mbit is not None:
             for router, direction in (("ra", "forward"), ("bs", "reverse")):
-                spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=wired.rate_mbit, queue_pkts=wired_queue)
+                spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=wired.rate_mbit, queue_pkts=wired_queue,
+                                                                     discipline=wired.queue)
                 spec.bottlenecks.append(Bottleneck(router, f"{router}-eth0", wired.rate_mbit, wired_queue, direction))
         for router, intf, direction in (("bs", "bs-eth1", "forward"), ("ap", "ap-eth0", "reverse")):
-            spec.egress[(router, intf)] = EgressPlan(rate_mbit=wireless.rate_mbit, queue_pkts=radio_queue)
+            spec.egress[(router, intf)] = EgressPlan(rate_mbit=wireless.rate_mbit, queue_pkts=radio_queue,
+                                                 discipline=wireless.queue)
             spec.bottlenecks.append(Bottleneck(router, intf, wireless.rate_mbit, radio_queue, direction))
         for intf in ("air-eth0", "air-eth1"):
             spec.egress[("air", intf)] = EgressPlan.with_loss(wireless.loss_model, delay_ms=wireless.delay_ms)

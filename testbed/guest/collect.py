@@ -19,10 +19,12 @@ from topologies.lossmodel import timeline
 
 def flow_options(topology, scenario: Scenario) -> dict:
     """Per-flow TCP options, as set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
-    receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), initial window (route
-    ``initcwnd`` on the sender). A host is shared by the flows of one pair: they get the union."""
+    receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), ECN asked for
+    (``net.ipv4.tcp_ecn=1`` on both), initial window (route ``initcwnd`` on the sender). A host is
+    shared by the flows of one pair: they get the union."""
     routes: dict[str, dict[str, int]] = {}
     no_sack: set[str] = set()
+    ecn: set[str] = set()
     for flow, pairs in zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True):
         for pair in pairs:
             sender, receiver = (e.node for e in topology.endpoints(pair, flow.direction))
@@ -32,7 +34,9 @@ def flow_options(topology, scenario: Scenario) -> dict:
                 routes.setdefault(sender, {})["initcwnd"] = flow.initcwnd_segs
             if not flow.sack:
                 no_sack.update((sender, receiver))
-    return {"route_metrics": dict(sorted(routes.items())), "sack_off": sorted(no_sack)}
+            if flow.ecn:
+                ecn.update((sender, receiver))
+    return {"route_metrics": dict(sorted(routes.items())), "sack_off": sorted(no_sack), "ecn_on": sorted(ecn)}
 
 
 def apply_flow_options(net: Network, options: dict, previous: dict | None = None) -> dict:
@@ -41,7 +45,7 @@ def apply_flow_options(net: Network, options: dict, previous: dict | None = None
     ``previous``: the options the run before set on this (kept) network; what it set and these do not
     is undone (routes back to no metrics, SACK back on), so that one network serves runs with
     different options."""
-    previous = previous or {"route_metrics": {}, "sack_off": []}
+    previous = previous or {"route_metrics": {}, "sack_off": [], "ecn_on": []}
     for node in sorted(set(options["route_metrics"]) | set(previous["route_metrics"])):
         metrics = options["route_metrics"].get(node)
         if metrics == previous["route_metrics"].get(node):
@@ -55,7 +59,15 @@ def apply_flow_options(net: Network, options: dict, previous: dict | None = None
         net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
     for node in sorted(set(previous["sack_off"]) - set(options["sack_off"])):
         net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=1")
+    for node in sorted(set(options["ecn_on"]) - set(previous["ecn_on"])):
+        net.cmd(node, "sysctl -qw net.ipv4.tcp_ecn=1")
+    for node in sorted(set(previous["ecn_on"]) - set(options["ecn_on"])):
+        net.cmd(node, f"sysctl -qw net.ipv4.tcp_ecn={ECN_DEFAULT}")
     return options
+
+
+#: the kernel's default net.ipv4.tcp_ecn: ECN when the peer asks for it, never asked for
+ECN_DEFAULT = 2
 
 
 def tc_stats(net: Network) -> dict:

@@ -48,16 +48,18 @@ def load_project_modules(paths: dict[str, str | None]) -> dict[str, str]:
     return loaded
 
 
-def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules: dict[str, str | None]) -> dict:
-    """Load the modules a run needs; fail with what the kernel has when something is missing.
+def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules: dict[str, str | None],
+                          qdisc_modules: list[str] = ()) -> dict:  # fmt: skip
+    """Load the modules a run needs; fail with what the kernel has when something is missing (a queue
+    discipline's module that is missing fails where the qdisc is made: testbed.guest.shaping).
 
     Returns the project modules as loaded (name -> .ko path)."""
-    wanted = sorted({flow.cc for flow in scenario.flows})
+    wanted = sorted(scenario.algorithms)
     loaded = load_project_modules(
         {m: p for m, p in project_modules.items() if m in {cc_lookup(cc).module for cc in wanted}}
     )
     modules = [cc_lookup(cc).module for cc in wanted if cc_lookup(cc).module and not cc_lookup(cc).project_module]
-    modules += ["sch_htb", "cls_u32"] + (["sch_netem", "sch_prio"] if needs_netem else [])
+    modules += ["sch_htb", "cls_u32", *qdisc_modules] + (["sch_netem", "sch_prio"] if needs_netem else [])
     subprocess.run(["modprobe", "-a", "-q", *modules], capture_output=True)
     have = available_ccs()
     missing = [cc for cc in wanted if cc not in have]

@@ -23,8 +23,15 @@ NLMSG_ERROR = 2
 RTM_NEWQDISC, RTM_GETQDISC = 36, 38
 NLM_F_REQUEST, NLM_F_ECHO = 0x1, 0x8
 TC_H_ROOT = 0xFFFFFFFF
-TCA_STATS2 = 7
-TCA_STATS_BASIC, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 3, 8
+TCA_KIND, TCA_STATS2 = 1, 7
+TCA_STATS_BASIC, TCA_STATS_APP, TCA_STATS_QUEUE, TCA_STATS_PKT64 = 1, 4, 3, 8
+#: the queue discipline's own leaf under HTB's shaped class (topologies.shaping.leaf_spec): 10:
+LEAF_HANDLE = 0x10 << 16
+#: where a discipline's extended statistics (``TCA_STATS_APP``, the kernel's ``tc_*_xstats`` of
+#: pkt_sched.h) keep its ECN marks and, where it has one, the queueing delay in microseconds
+#: (codel: the last dequeued packet's sojourn; pie: its current delay estimate). fq_codel's begin
+#: with a type word (0: the qdisc's own); cake's are nested per tin and not read.
+XSTATS_OFFSETS = {"codel": (24, 12), "fq_codel": (12, None), "pie": (36, 8), "red": (12, None)}
 NLA_TYPE_MASK = 0x3FFF  # without the nested and byte-order flags
 
 _HEADER = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port
@@ -71,6 +78,28 @@ def parse_stats(data: bytes, start: int, end: int) -> tuple[int, int, int, int, 
     return None
 
 
+def parse_marks(data: bytes, start: int, end: int) -> tuple[str, int | None, float | None]:
+    """(kind, ECN marks, queueing delay in ms) from a qdisc message's ``TCA_KIND`` and extended
+    statistics (:data:`XSTATS_OFFSETS`); None where the discipline does not say."""
+    kind, app = "", None
+    for attr, lo, hi in _attributes(data, start, end):
+        if attr == TCA_KIND:
+            kind = data[lo:hi].rstrip(b"\0").decode()
+        elif attr == TCA_STATS2:
+            app = next(((a, b) for inner, a, b in _attributes(data, lo, hi) if inner == TCA_STATS_APP), None)
+    if kind not in XSTATS_OFFSETS or app is None:
+        return kind, None, None
+    marks_at, delay_at = XSTATS_OFFSETS[kind]
+    lo, hi = app
+    if kind == "fq_codel" and struct.unpack_from("=I", data, lo)[0] != 0:
+        return kind, None, None  # a class's statistics, not the qdisc's
+    if lo + marks_at + 4 > hi:
+        return kind, None, None
+    marks = struct.unpack_from("=I", data, lo + marks_at)[0]
+    delay = struct.unpack_from("=I", data, lo + delay_at)[0] / 1000 if delay_at is not None else None
+    return kind, marks, delay
+
+
 class RootQdiscReader:
     """Reads root qdiscs in one network namespace over a netlink socket opened there once."""
 
@@ -97,8 +126,18 @@ class RootQdiscReader:
 
     def read(self, ifindex: int) -> tuple[int, int, int, int, int, int] | None:
         """The counters of ``ifindex``'s root qdisc (see :func:`parse_stats`)."""
+        data, length = self._get(ifindex, 0, TC_H_ROOT, "root qdisc")
+        return parse_stats(data, _HEADER.size + _TCMSG.size, length)
+
+    def read_leaf(self, ifindex: int, handle: int = LEAF_HANDLE) -> tuple[str, int | None, float | None]:
+        """The ECN marks and queueing delay of the qdisc ``handle`` on ``ifindex`` (see :func:`parse_marks`)."""
+        data, length = self._get(ifindex, handle, 0, f"qdisc {handle >> 16:x}:")
+        return parse_marks(data, _HEADER.size + _TCMSG.size, length)
+
+    def _get(self, ifindex: int, handle: int, parent: int, what: str) -> tuple[bytes, int]:
+        """One ``RTM_GETQDISC``: the root qdisc (``parent`` TC_H_ROOT) or the one with ``handle``."""
         self._seq += 1
-        body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, 0, TC_H_ROOT, 0)
+        body = _TCMSG.pack(socket.AF_UNSPEC, ifindex, handle, parent, 0)
         header = _HEADER.pack(_HEADER.size + len(body), RTM_GETQDISC, NLM_F_REQUEST | NLM_F_ECHO, self._seq, 0)
         self._sock.send(header + body)
         while True:
@@ -108,7 +147,7 @@ class RootQdiscReader:
                 break  # anything else on the socket is not this read's answer
         if kind == NLMSG_ERROR:
             error = -struct.unpack_from("=i", data, _HEADER.size)[0]
-            raise QdiscStatsError(error, f"root qdisc of interface {ifindex}: {os.strerror(error)}")
+            raise QdiscStatsError(error, f"{what} of interface {ifindex}: {os.strerror(error)}")
         if kind != RTM_NEWQDISC:
-            raise QdiscStatsError(f"root qdisc of interface {ifindex}: netlink answered type {kind}")
-        return parse_stats(data, _HEADER.size + _TCMSG.size, length)
+            raise QdiscStatsError(f"{what} of interface {ifindex}: netlink answered type {kind}")
+        return data, length

@@ -1,7 +1,8 @@
 """The bottleneck queues over time: each shaped link's root qdisc sampled over netlink during traffic.
 
 One thread polls every bottleneck's root qdisc (``netspec.bottlenecks``) at ``SAMPLE_HZ``: bytes and
-packets dequeued, drops, overlimits, backlog in bytes and packets. One netlink request per queue and
+packets dequeued, drops, overlimits, backlog in bytes and packets; where the queue has a discipline
+(``topologies.queues``), that qdisc's ECN marks and its own queueing delay too. One netlink request per queue and
 tick, over a socket opened once in each node's namespace (:mod:`testbed.guest.qdiscstats`), so a
 tick costs a few system calls, not a process (``tc -s`` would cost ~0.1 s per call in a TCG guest).
 
@@ -38,17 +39,24 @@ class QueueSample:
     overlimits: int
     backlog_bytes: int
     backlog_pkts: int
+    #: the queue discipline's own (an AQM's leaf, testbed.guest.qdiscstats.parse_marks): ECN marks so far,
+    #: and its queueing delay where it has one (codel, pie); None on a drop-tail queue
+    marks: int | None = None
+    delay_ms: float | None = None
 
 
 class QueueSampler:
     """Samples the root qdisc of each ``(node, intf)`` at ``hz`` in a thread, from :meth:`start` to :meth:`stop`."""
 
-    def __init__(self, links: list[tuple[str, str]], netns_path, hz: float = SAMPLE_HZ):
+    def __init__(self, links: list[tuple[str, str]], netns_path, hz: float = SAMPLE_HZ,
+                 disciplined: frozenset[tuple[str, str]] = frozenset()):  # fmt: skip
         self.links = links
+        self.disciplined = disciplined  # the links whose queue is an AQM's leaf: its marks and delay read too
         self.netns_path = netns_path  # node -> "/proc/<pid>/ns/net"
         self.period_s = 1.0 / hz
         self.samples: list[QueueSample] = []
         self.error: str | None = None
+        self.cpu_s: float | None = None  # the sampling thread's own CPU time, once stopped (its cost)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -59,6 +67,12 @@ class QueueSampler:
     def _loop(self) -> None:
         # the sockets are opened, used and closed in this thread: pyroute2 (0.9) gives each thread its
         # own netlink socket, made where that thread is, so one opened by another thread is no use here
+        try:
+            self._sample_until_stopped()
+        finally:
+            self.cpu_s = time.thread_time()
+
+    def _sample_until_stopped(self) -> None:
         with contextlib.ExitStack() as stack:
             try:
                 self._open(stack)
@@ -88,8 +102,10 @@ class QueueSampler:
         for node, (reader, intfs) in self._nodes.items():
             for index, intf in intfs.items():
                 stats = reader.read(index)
-                if stats is not None:
-                    self.samples.append(QueueSample(time.monotonic(), node, intf, *stats))
+                if stats is None:
+                    continue
+                aqm = reader.read_leaf(index)[1:] if (node, intf) in self.disciplined else (None, None)
+                self.samples.append(QueueSample(time.monotonic(), node, intf, *stats, *aqm))
 
     def stop(self) -> list[QueueSample]:
         self._stop.set()

@@ -23,9 +23,11 @@ from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.guest.keeper import Lease, NetworkKeeper
 from testbed.guest.kernel import ensure_kernel_support
+from testbed.guest.latency import LatencyTraffic
 from testbed.guest.network import Network
 from testbed.plan import progress
 from testbed.plan.connections import Connection, plan_connections
+from testbed.plan.latency import LatencyFlow, plan_latency
 from testbed.plan.plan import PlanContext
 from testbed.results import provenance, rundir
 from testbed.results.manifest import SCHEMA_VERSION, write_manifest
@@ -65,6 +67,8 @@ class RunState:
     reuse_key: str | None = None  # runs with the same key can share one network (testbed.guest.keeper)
     lease: Lease | None = None
     connections: list[Connection] = field(default_factory=list)
+    latency_flows: list[LatencyFlow] = field(default_factory=list)  # ping and requests flows
+    latency: LatencyTraffic | None = None
     capture_nodes: list[str] = field(default_factory=list)
     uses_project_module: bool = False
     trace: object = None
@@ -185,15 +189,18 @@ def _prepare(state: RunState) -> None:
         "capture_nodes": state.capture_nodes,
     }
     manifest["connections"] = [c.to_dict() for c in connections]
+    state.latency_flows = plan_latency(scenario, state.topology)
+    manifest["latency_flows"] = [f.to_dict() for f in state.latency_flows]
     state.flow_options = collect.flow_options(state.topology, scenario)
     # the per-flow options are not part of it: a kept network's hosts get the next run's options
     state.reuse_key = repr((netspec, HOST_SYSCTLS))
-    project_modules = ensure_kernel_support(scenario, netspec.needs_netem, state.context.project_modules)
+    project_modules = ensure_kernel_support(scenario, netspec.needs_netem, state.context.project_modules,
+                                            netspec.qdisc_modules)  # fmt: skip
     manifest["modules"] = {
         m: provenance.module_info(project_modules.get(m, m))
         for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
                         | ({"sch_netem", "sch_prio"} if netspec.needs_netem else set()) | {"sch_htb"}
-                        | ({"sch_fq"} if netspec.needs_fq else set()))
+                        | ({"sch_fq"} if netspec.needs_fq else set()) | set(netspec.qdisc_modules))
     }  # fmt: skip
     state.uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
     manifest["tools"] = provenance.tool_versions()
@@ -249,7 +256,10 @@ def _calibrate(state: RunState, net: Network) -> fidelity.FidelityReport:
     """Delays corrected for the emulator's latency, then the base RTT checks before traffic (the rate
     checks read the queues during the traffic: ``_check_rates``)."""
     manifest, t_check = state.manifest, time.monotonic()
-    manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, state.connections,
+    # a ping or requests flow on a pair of its own has its base RTT calibrated and checked as a connection's
+    bulk_pairs = {c.pair for c in state.connections}
+    paths = state.connections + [f for f in state.latency_flows if f.pair not in bulk_pairs]
+    manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, paths,
                                                                       shape=repr(state.netspec),
                                                                       delays_set=state.lease.reused)  # fmt: skip
     report = fidelity.FidelityReport(probes.rtt_checks(state.topology, state.raw, pings))
@@ -284,7 +294,11 @@ def _await_captures(state: RunState, net: Network) -> None:
         problem = capture.wait_tcpdump_listening(proc, state.raw / f"tcpdump-{node}.log")
         if problem:
             raise RunFailed(f"the capture on {node} did not start: {problem}")
-    state.sampler = queues.QueueSampler([(b.node, b.intf) for b in state.netspec.bottlenecks], net.netns_path)
+    spec = state.netspec
+    disciplined = frozenset(key for key, plan in spec.egress.items()
+                            if plan.discipline is not None and plan.discipline.discipline != "fifo")  # fmt: skip
+    state.sampler = queues.QueueSampler([(b.node, b.intf) for b in spec.bottlenecks], net.netns_path,
+                                        hz=state.context.queue_hz, disciplined=disciplined)  # fmt: skip
     state.sampler.start()
     state.mark("captures_ready")
 
@@ -300,6 +314,8 @@ class Endpoints:
 def _start_servers(state: RunState, net: Network) -> dict[str, subprocess.Popen]:
     """Every connection's iperf3 server started (``_start_clients`` waits until they listen)."""
     state.scratch = scratch = launch.make_scratch()
+    state.latency = LatencyTraffic(net, state.latency_flows, state.raw)
+    state.latency.start_servers()
     return {c.id: launch.start(net, c.receiver, launch.server_command(c, scratch),
                                state.raw / f"iperf3-{c.id}-server.json") for c in state.connections}  # fmt: skip
 
@@ -308,6 +324,7 @@ def _start_clients(state: RunState, net: Network, servers: dict[str, subprocess.
     """Clients started and held, servers listening."""
     connections = state.connections
     held = clients.prestart_clients(net, connections, state.raw, state.scratch)
+    state.latency.prestart()
     clients.wait_listening(servers, {c.id: c.server_port for c in connections}, state.raw)
     state.mark("clients_prestart")
     return Endpoints(servers, held)
@@ -327,6 +344,7 @@ def _start_traffic(state: RunState, net: Network, endpoints: Endpoints, sprayers
     state.manifest["t0_monotonic"] = t0
     state.manifest["t0_unix_s"] = t0_unix
     lossbpf.start(channels, round(t0 * 1e9))
+    state.latency.release(t0)
     return Traffic(endpoints.servers, endpoints.clients, channels, sprayers, lead, grace_s, t0, t0_unix)
 
 
@@ -339,6 +357,7 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     # the host samples its own load from here to the window's end (hostload)
     log(progress.format_line(progress.TrafficWindow(edge="begins")))
     release_lag = _release_and_wait(state, traffic)
+    latency_failures = state.latency.wait(traffic.t0)
     state.manifest["timing"]["traffic_s"] = round(time.monotonic() - traffic.t0, 3)
     state.manifest["timing"]["client_release_lag_s"] = release_lag
     state.t_teardown = state.last = time.monotonic()
@@ -365,7 +384,7 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     state.manifest["loss_channels"] = collect.read_loss_channels(traffic.channels, state.raw, report)
     state.mark("bpf_counters")
     state.manifest["fidelity"] = report.to_dict()
-    return collect.connection_failures(state.connections, traffic.clients, state.raw)
+    return collect.connection_failures(state.connections, traffic.clients, state.raw) + latency_failures
 
 
 def _stop_sampler(state: RunState, t0: float) -> list[queues.QueueSample]:
@@ -373,6 +392,7 @@ def _stop_sampler(state: RunState, t0: float) -> list[queues.QueueSample]:
     samples = state.sampler.stop()
     if state.sampler.error:
         log(f"  queue sampling stopped early: {state.sampler.error}")
+    state.manifest["timing"]["queue_sampler_cpu_s"] = state.sampler.cpu_s
     state.sampler = None
     queues.write_csv(state.raw / "queues.csv", samples, t0)
     state.mark("queues_stop")
@@ -463,6 +483,8 @@ def _finish(state: RunState) -> None:
     written with the sha256 of every file."""
     if state.sampler is not None:
         state.sampler.stop()
+    if state.latency is not None:
+        state.latency.stop()
     for leftover_trace in (state.trace, state.module_trace):
         if leftover_trace is not None:
             try:

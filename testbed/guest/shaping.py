@@ -1,11 +1,13 @@
 """The kernel half of shaping: install the qdiscs and tc-BPF programs that ``topologies.shaping`` plans.
 
 :func:`apply` sends a plan's qdiscs to the kernel through pyroute2 (netlink) inside a node's network
-namespace; the few that pyroute2 lacks (``fq``, netem's loss models) go in with the ``tc`` command.
+namespace; the few that pyroute2 lacks (``fq``, ``pie``, ``red``, netem's loss models) go in with the ``tc`` command.
 """
 
 from __future__ import annotations
 
+import logging
+import os
 import socket
 import struct
 import subprocess
@@ -14,8 +16,14 @@ from pyroute2.netlink.exceptions import NetlinkError
 
 from testbed.guest import lossbpf
 from testbed.guest.netnsutil import iproute
+from topologies import queues
 from topologies.lossmodel import FourStateLoss, GilbertElliottLoss
 from topologies.shaping import EDT_PROGRAM, EgressPlan, QdiscSpec, fq_tc_argv, netem_tc_argv, qdisc_specs
+
+# pyroute2 0.9 logs a warning for every codel and fq_codel parameter, that their names "will be changed";
+# they are the names of the version requirements.lock pins
+for _module in ("sched_codel", "sched_fq_codel"):
+    logging.getLogger(f"pyroute2.netlink.rtnl.tcmsg.{_module}").setLevel(logging.ERROR)
 
 
 class MissingQdiscError(RuntimeError):
@@ -48,25 +56,39 @@ def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False)
     with iproute(netns_path) as ns:
         index = ns.link_lookup(ifname=ifname)[0]
         for spec in specs:
+            if spec.command == "tc":  # a discipline pyroute2 has no module for (topologies.shaping.leaf_spec)
+                _tc(netns_path, [arg.replace("{dev}", ifname) for arg in spec.kwargs["argv"]], f"sch_{spec.kind}")
+                continue
             command = "replace" if replace and spec.command == "add" else spec.command
             try:
                 ns.tc(command, spec.kind, index=index, **spec.kwargs)
             except NetlinkError as err:
                 if err.code == 2 and spec.command == "add":  # ENOENT: qdisc kind not in this kernel
-                    raise MissingQdiscError(
-                        f"the kernel has no '{spec.kind}' qdisc (needed on {ifname} for {plan}); "
-                        f"delay and loss need sch_netem: run in the guest (testbed run --backend guest) "
-                        f"or load the module (modprobe sch_{spec.kind})"
-                    ) from err
+                    raise MissingQdiscError(_missing(spec.kind, ifname, plan)) from err
                 raise
     if isinstance(plan.loss_model, (GilbertElliottLoss, FourStateLoss)):  # into the prio's band 2 (netem_tc_argv)
         _tc(netns_path, netem_tc_argv(ifname, plan), "sch_netem")
     return specs
 
 
+def _missing(kind: str, ifname: str, plan: EgressPlan) -> str:
+    """What to do when the kernel lacks a qdisc: netem's delay and loss, or a queue discipline."""
+    kernel = os.uname().release
+    if kind in ("netem", "prio"):
+        return (f"the kernel {kernel} has no '{kind}' qdisc (needed on {ifname} for {plan}); delay and loss "
+                f"need sch_netem: run in the guest (testbed run --backend guest) or load the module "
+                f"(modprobe sch_{kind})")  # fmt: skip
+    return (f"the kernel {kernel} has no '{kind}' qdisc, the queue discipline asked for on {ifname} (module "
+            f"{queues.MODULES.get(kind, 'sch_' + kind)}): run in the guest (testbed run --backend guest; Debian's "
+            f"kernels have it) or load the module (modprobe sch_{kind})")  # fmt: skip
+
+
 def _tc(netns_path: str, argv: list[str], module: str) -> None:
     out = subprocess.run(["nsenter", f"--net={netns_path}", *argv], capture_output=True, text=True)
     if out.returncode != 0:
+        kind = module.removeprefix("sch_")
+        if any(sign in out.stderr for sign in ("No such file or directory", "Unknown qdisc", "kind is unknown")):
+            raise MissingQdiscError(f"{_missing(kind, argv[4], EgressPlan())} ({' '.join(argv)}: {out.stderr.strip()})")
         raise MissingQdiscError(f"{' '.join(argv)} failed: {out.stderr.strip()} (is {module} loaded?)")
 
 

@@ -94,7 +94,7 @@ def build_on_host(runs: list[RunSpec], release: str, log=print) -> Artefacts:
     """The project's modules for ``release``, the BPF loss programs and the connect hold library, built here."""
 
     project_modules: dict[str, str | None] = {}
-    for module in sorted(modules.needed({f.cc for r in runs for f in r.scenario.flows})):
+    for module in sorted(modules.needed(set().union(*(r.scenario.algorithms for r in runs)))):
         project_modules[module] = str(modules.build(release, log=log))
     bpf_objects = {}
     for name in sorted(set().union(*(estimate.bpf_programs(r) for r in runs))):
@@ -201,7 +201,7 @@ class LabVMBackend:
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         # the host has no headers for the VM's kernel: the VM builds the modules, BPF objects and the library
-        wanted = modules.needed({f.cc for r in runs for f in r.scenario.flows})
+        wanted = modules.needed(set().union(*(r.scenario.algorithms for r in runs)))
         return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:

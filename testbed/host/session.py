@@ -56,7 +56,7 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
         return False, "not root"
     available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
     modules_possible = Path("/proc/modules").exists()
-    wanted = sorted({f.cc for r in runs for f in r.scenario.flows})
+    wanted = sorted(set().union(*(r.scenario.algorithms for r in runs)))
     release = os.uname().release
     # the project's module is built for the running kernel: its headers must be there (the lab VM has them)
     headers = Path(f"/usr/src/linux-headers-{release}/Makefile").exists()
@@ -72,6 +72,10 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
         return False, "the host kernel has no netem (delay/loss)"
     if any(estimate.netspec(r).needs_fq for r in runs) and not _kernel_has_qdisc("fq", modules_possible):
         return False, "the host kernel has no fq (per-flow delays)"
+    disciplines = sorted(set().union(*(estimate.netspec(r).qdisc_modules for r in runs)))
+    lacking = [m for m in disciplines if not _kernel_has_qdisc(m.removeprefix("sch_"), modules_possible)]
+    if lacking:
+        return False, f"the host kernel has no {', '.join(m.removeprefix('sch_') for m in lacking)} (queue discipline)"
     return True, "the host kernel has everything these runs need"
 
 
@@ -103,13 +107,15 @@ def run_session(
     force: bool = False,
     observers: Sequence[Observer] = (),
     keep_networks: bool = True,
+    queue_hz: float = 10.0,
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
     ``backend`` is ``auto`` (:func:`choose_backend`) or a name in :data:`backends.NAMES`. ``observers``
     follow the runner's lines where the plan runs elsewhere (:data:`remote.Observer`: the report's analysis
     ahead); the local backend runs it in this process and has none to give them. ``keep_networks``: a run
-    may use the network of the run before it when it would build the same one (testbed.guest.keeper)."""
+    may use the network of the run before it when it would build the same one (testbed.guest.keeper).
+    ``queue_hz``: how often the bottleneck queues are sampled during traffic."""
     runs = scenario.runs()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
@@ -136,7 +142,7 @@ def run_session(
                 resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
             context = PlanContext(git=git, backend=backend_info, project_modules=project_modules,
                                   bpf_objects=bpf_objects, hold_library=hold_library,
-                                  keep_networks=keep_networks)  # fmt: skip
+                                  keep_networks=keep_networks, queue_hz=queue_hz)  # fmt: skip
             plan = Plan(context=context, runs=[_plan_entry(r, scenario, session) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, total)

@@ -55,6 +55,8 @@ def plan_connections(scenario, topology) -> list[Connection]:
     which sender/receiver pair each instance of each flow uses)."""
     connections: list[Connection] = []
     for flow_index, (flow, pairs) in enumerate(zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True)):
+        if flow.kind != "bulk":
+            continue  # ping and requests flows: testbed.plan.latency
         for replica, pair in enumerate(pairs):
             sender, receiver = topology.endpoints(pair, flow.direction)
             for period, (start, stop) in enumerate(flow.on_periods(scenario.duration_s)):

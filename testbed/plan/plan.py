@@ -61,6 +61,8 @@ class PlanContext(BaseModel):
     #: a run's network is kept for the next run when it would build the same one (testbed.guest.keeper);
     #: False (``--fresh-networks``): every run builds its own
     keep_networks: bool = True
+    #: how often the bottleneck queues are read during traffic (``--queue-hz``; testbed.guest.queues)
+    queue_hz: float = 10.0
 
 
 class Plan(BaseModel):

@@ -169,7 +169,9 @@ _GOODPUT_HEADERS = {
 
 
 def _connections_table(flows: pd.DataFrame) -> Table:
-    shown = flows[[c for c in _CONNECTION_COLUMNS if c in flows.columns]].copy()
+    # ECN's columns only where a connection saw any (a run without ECN has none)
+    ecn = [c for c in ("ece_acks", "cwr_segments") if c in flows and flows[c].fillna(0).astype(float).sum() > 0]
+    shown = flows[[c for c in _CONNECTION_COLUMNS + ecn if c in flows.columns]].copy()
     shown["cc"] = [lookup(cc).label if isinstance(cc, str) else cc for cc in shown["cc"]]
     return table(
         shown,
@@ -180,6 +182,8 @@ def _connections_table(flows: pd.DataFrame) -> Table:
             "mean_rtt_ms": "mean srtt ms",
             "bwe_mbit_final": "Westwood+ estimate Mbit/s (last half)",
             "bwe_error_pct": "estimate vs sender goodput %",
+            "ece_acks": "ACKs echoing CE (ECE)",
+            "cwr_segments": "CWR segments",
         },
         formats={"retrans_ratio": lambda v: fmt(v * 100 if not is_missing(v) else v)},
     )
@@ -194,6 +198,18 @@ def _time_series(analysis: RunAnalysis) -> list[tuple[bytes, str]]:
         (plots.sequence_png(analysis.series, analysis.flows[["conn", "cc", "direction"]]), "acknowledged data vs time"),
         (plots.interval_goodput_png(analysis.intervals, conns), "receiver goodput per interval"),
     ]
+
+
+def _latency(analysis: RunAnalysis) -> dict | None:
+    """The latency section: per ping or requests flow its percentiles, and the latency-vs-time plot
+    (also shown for a run without such flows whose queues have an AQM: its delay is the point)."""
+    aqm = not analysis.queue_delays.empty and analysis.queue_delays["marks"].notna().any()
+    if analysis.latency.empty and not aqm:
+        return None
+    headers = {"p50_ms": "p50 ms", "p90_ms": "p90 ms", "p99_ms": "p99 ms", "mean_ms": "mean ms",
+               "lost": "lost / failed"}  # fmt: skip
+    return {"table": table(analysis.latency, headers=headers),
+            "png": plots.latency_png(analysis.latency_samples, analysis.queue_delays)}  # fmt: skip
 
 
 def _details(manifest: dict) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -230,6 +246,7 @@ def run_report_html(analysis: RunAnalysis) -> str:
         plots=_time_series(analysis),
         first_event_note=_first_event_note(analysis),
         westwood=_westwood(analysis) if analysis.westwood_samples is not None else None,
+        latency=_latency(analysis),
         details=_details(m),
     )
 

@@ -45,7 +45,7 @@ import pandas as pd
 from analysis import claims, figures, metrics, plots
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
-from testbed.report import cache, pages
+from testbed.report import cache, latency, pages
 from testbed.report.pages import Link, fmt, is_missing
 from testbed.report.run import provenance_items, report_run
 from testbed.scenario.algorithms import lookup
@@ -403,9 +403,15 @@ def write_session_report(session_dir: Path) -> SessionReport:
         verdicts = []
     _write_figures(session_dir, sections)
     summary_text = _summary_text(session_dir, heading, analyses, shown, verdicts)
+    if latency.wanted(analyses):  # the latency table answers first (after the claims' verdicts, if any)
+        delays = latency.point_table(analyses, lambda a: _point_id(a, session_dir))[0]
+        first, rest = summary_text.split("\n", 1) if "\n" in summary_text else (summary_text, "")
+        summary_text = "\n".join([first, "latency under load:", *text_table(latency.shown(delays)).splitlines(), "",
+                                   rest])  # fmt: skip
     html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
     page = _page(session_dir, session, analyses, shown, problems, heading, verdicts, sections)
     page["summary_claims"] = _claims_lines(verdicts)
+    page["latency"] = latency.section(session_dir, analyses, lambda a: _point_id(a, session_dir))
     write_text_atomic(html_path, pages.render("session.html.j2", **page))
     write_text_atomic(md_path, pages.render("session.md.j2", **page))
     return SessionReport(

@@ -16,6 +16,7 @@ from testbed.scenario.walk import _get_or_none, _model_at, _resolve
 from testbed.scenario.yamlfile import _line_of
 from topologies import TOPOLOGY_PARAMS
 from topologies.lossmodel import LOSS_MODEL_NAMES
+from topologies.queues import DISCIPLINES
 
 # One place for how units read in messages; the unit is always the field name's suffix.
 _UNIT_BY_SUFFIX = {
@@ -71,8 +72,9 @@ def _message(kind: str, detail: dict, path: DataPath, data: Any, info: FieldInfo
         return f"{_show(value)} is out of range: must be {_range_text(info, ctx)}{f' ({unit})' if unit else ''}"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         key = _union_key(detail)
-        what, options = ("topology", list(TOPOLOGY_PARAMS)) if key == "name" else (
-            "loss model", list(LOSS_MODEL_NAMES))  # fmt: skip
+        what, options = {"name": ("topology", list(TOPOLOGY_PARAMS)),
+                         "discipline": ("queue discipline", list(DISCIPLINES))}.get(
+            key, ("loss model", list(LOSS_MODEL_NAMES)))  # fmt: skip
         if kind == "union_tag_not_found":
             return f"which {what}? add '{key}:' with one of: {', '.join(options)}"
         tag = str(ctx.get("tag"))
@@ -121,7 +123,7 @@ def _is_number(text: str) -> bool:
 
 
 def _union_key(detail: dict) -> str:
-    """The field that picks the union member in a ``union_tag_*`` error (``name`` or ``model``)."""
+    """The field that picks the union member in a ``union_tag_*`` error (``name``, ``model`` or ``discipline``)."""
     return str(detail.get("ctx", {}).get("discriminator", "'name'")).strip("'\"")
 
 

@@ -39,7 +39,16 @@ Period = Annotated[tuple[StrictFloat, StrictFloat], Strict(False)]
 class Flow(StrictModel):
     """One flow (or ``count`` identical flows) with its algorithm, direction, base RTT and ON time."""
 
-    cc: str = Field(description="congestion-control algorithm, a kernel name from testbed/scenario/algorithms.py")
+    kind: Literal["bulk", "ping", "requests"] = Field(
+        default="bulk",
+        description="bulk: an iperf3 transfer; ping: ICMP echoes every interval_ms (latency under load); "
+        "requests: transfers of size_kb, each on a new connection, one after another with think_ms between",
+    )
+    cc: str | None = Field(
+        default=None,
+        description="congestion-control algorithm, a kernel name from testbed/scenario/algorithms.py "
+        "(required for bulk and requests flows; a ping has none)",
+    )
     direction: Literal["forward", "reverse"] = Field(
         default="forward",
         description="forward = left to right; reverse = sent from the right (receiver) side",
@@ -71,6 +80,11 @@ class Flow(StrictModel):
     )
     delayed_ack: bool = Field(default=True, description="false: the receiver ACKs every segment (route quickack)")
     sack: bool = Field(default=True, description="false: SACK off on the flow's hosts (net.ipv4.tcp_sack=0)")
+    ecn: bool = Field(
+        default=False,
+        description="true: the flow negotiates ECN (net.ipv4.tcp_ecn=1 on its hosts; else the kernel's 2, "
+        "ECN only when asked), so an AQM with ecn marks its packets instead of dropping them",
+    )
     initcwnd_segs: int | None = Field(
         default=None, ge=1, le=1000, description="initial congestion window in segments (route initcwnd)"
     )
@@ -79,6 +93,13 @@ class Flow(StrictModel):
         description="socket buffers of this many KiB on both ends (iperf3 -w): the window stays about this "
         "size, so the flow's rate is at most window / RTT",
     )  # fmt: skip
+    interval_ms: float | None = Field(
+        default=None, ge=10, le=60_000, description="ping: time between echo requests; default 100 ms"
+    )
+    size_kb: float | None = Field(
+        default=None, gt=0, le=1_000_000, description="requests: the size of each response in kB (10^3 bytes)"
+    )
+    think_ms: float = Field(default=0.0, ge=0, le=60_000, description="requests: pause after each response")
     start_s: float = Field(default=0.0, ge=0, description="start time")
     stop_s: float | None = Field(default=None, gt=0, description="stop time; None = the scenario's duration_s")
     periods: list[Period] | None = Field(
@@ -89,8 +110,8 @@ class Flow(StrictModel):
 
     @field_validator("cc")
     @classmethod
-    def _known_cc(cls, cc: str) -> str:
-        if cc not in CC_REGISTRY:
+    def _known_cc(cls, cc: str | None) -> str | None:
+        if cc is not None and cc not in CC_REGISTRY:
             raise PydanticCustomError(
                 "unknown_cc",
                 "'{cc}' is not a known congestion-control algorithm; valid: {valid}{hint}",
@@ -115,6 +136,33 @@ class Flow(StrictModel):
         if problems:
             raise _scenario_check(problems)
         return periods
+
+    @model_validator(mode="after")
+    def _fields_of_its_kind(self) -> Flow:
+        """Each kind's own fields, and none of another's."""
+        problems = []
+        if self.kind != "ping" and self.cc is None:
+            problems.append((("cc",), f"a {self.kind} flow needs cc, its congestion-control algorithm"))
+        if self.kind == "ping" and self.cc is not None:
+            problems.append((("cc",), "a ping flow sends ICMP echoes, not TCP: leave cc out"))
+        if self.kind == "requests" and self.size_kb is None:
+            problems.append((("size_kb",), "a requests flow needs size_kb, the size of each response"))
+        # by value, not by "was it given" (a dumped-and-reloaded flow carries every default)
+        own = {"interval_ms": ("ping", None), "size_kb": ("requests", None), "think_ms": ("requests", 0.0)}
+        for name, (kind, default) in own.items():
+            if getattr(self, name) != default and self.kind != kind:
+                problems.append(((name,), f"{name} is a field of kind: {kind} flows (this flow is {self.kind})"))
+        if self.kind != "bulk":
+            for name in ("size_mb", "window_kb", "rtt_max_ms"):
+                if getattr(self, name) is not None:
+                    problems.append(((name,), f"{name} is a field of bulk flows (this flow is {self.kind})"))
+        if problems:
+            raise _scenario_check(problems)
+        return self
+
+    @property
+    def ping_interval_ms(self) -> float:
+        return self.interval_ms if self.interval_ms is not None else DEFAULT_PING_INTERVAL_MS
 
     @model_validator(mode="after")
     def _start_before_stop(self) -> Flow:
@@ -149,13 +197,16 @@ class Flow(StrictModel):
 TopologyParams = Annotated[Union[tuple(TOPOLOGY_PARAMS.values())], Field(discriminator="name")]  # noqa: UP007
 
 
+#: a ping flow's interval when it gives none: ten echoes a second, as Flent's ping
+DEFAULT_PING_INTERVAL_MS = 100.0
+
 #: iperf3 times a flow in whole seconds (``-t`` is read with atoi, and ``-t 0`` runs without end)
 MIN_TIMED_PERIOD_S = 1.0
 
 
 def _sub_second_periods(index: int, flow, duration_s: float) -> list[tuple[tuple, str]]:
     """A timed ON period shorter than iperf3 can run (a fixed-size flow, ``size_mb``, is not timed)."""
-    if flow.size_mb is not None:
+    if flow.size_mb is not None or flow.kind != "bulk":
         return []
     problems = []
     for p, (start, stop) in enumerate(flow.on_periods(duration_s)):
@@ -175,6 +226,11 @@ class Scenario(StrictModel):
     duration_s: float = Field(gt=0, le=100_000, description="length of each run")
     seeds: list[int] = Field(default=[1], min_length=1, description="one run per seed")
 
+    @property
+    def algorithms(self) -> set[str]:
+        """The congestion-control algorithms its flows use (a ping flow has none)."""
+        return {flow.cc for flow in self.flows if flow.cc is not None}
+
     @field_validator("seeds")
     @classmethod
     def _valid_seeds(cls, seeds: list[int]) -> list[int]:
@@ -193,6 +249,9 @@ class Scenario(StrictModel):
         problems: list[tuple[tuple, str]] = []
         end = f"the end of the run (duration_s {_num(self.duration_s)})"
         bottleneck = getattr(self.topology, "bottleneck", None)
+        if all(flow.kind != "bulk" for flow in self.flows):
+            problems.append((("flows",), "at least one flow must be kind: bulk (an iperf3 transfer); ping and "
+                                         "requests flows measure latency beside them"))  # fmt: skip
         for i, flow in enumerate(self.flows):
             if flow.stop_s is not None and flow.stop_s > self.duration_s:
                 problems.append((("flows", i, "stop_s"), f"stop_s {_num(flow.stop_s)} is after {end}"))

@@ -45,8 +45,8 @@ def _model_union(annotation: Any) -> list[type[BaseModel]]:
     return []
 
 
-#: the fields that pick a member of a union: ``topology.name``, ``loss.model``
-_TAG_KEYS = ("name", "model")
+#: the fields that pick a member of a union: ``topology.name``, ``loss.model``, ``queue.discipline``
+_TAG_KEYS = ("name", "model", "discipline")
 
 
 def _tag_of(model: type[BaseModel]) -> str | None:

@@ -171,6 +171,9 @@ def _side_metrics(session_dirs: set[Path]):
         flows = claims.flow_rows(report.runs)
         if not flows.empty:
             frames.append(regression.run_metrics(flows))
+        latency = regression.latency_metrics(report.runs)
+        if not latency.empty:
+            frames.append(latency)
     metrics = pd.concat(frames, ignore_index=True) if frames else regression.run_metrics(pd.DataFrame())
     return metrics, statuses
 

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from analysis.loaders import load_tc_stats
+from analysis.run import analyze_run
 from testbed.guest.fidelity import UDP_PAYLOAD_BYTES
 from testbed.guest.probes import UDP_PROBE_S
 from testbed.host.session import run_session
@@ -88,9 +89,13 @@ def test_each_experiment_completes_and_passes_its_fidelity_checks(smoke, path):
     for connection in manifest["connections"]:
         client = json.loads((run / "raw" / f"iperf3-{connection['id']}-client.json").read_text())
         assert "error" not in client and client["end"]["sum_sent"]["bytes"] > 0, connection["id"]
+    for flow in manifest.get("latency_flows", []):  # each ping and requests flow has samples
+        assert analyze_run(run, write=False).latency.set_index("id").loc[flow["id"], "samples"] > 0, flow
     checks = manifest["fidelity"]["checks"]
     rtt = [c for c in checks if c["name"].startswith("base RTT")]
-    assert len(rtt) == len({c["pair"] for c in manifest["connections"]})
+    # a ping or requests flow on a pair of its own has its base RTT checked too
+    pairs = {c["pair"] for c in manifest["connections"] + manifest.get("latency_flows", [])}
+    assert len(rtt) == len(pairs)
     assert all(c["ok"] for c in rtt), [c["detail"] for c in rtt if not c["ok"]]
     rate = [c for c in checks if c["name"].startswith("bottleneck rate")]
     assert rate and all(c["ok"] for c in rate), [c["detail"] for c in rate]

@@ -33,7 +33,8 @@ def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
     topology = Dumbbell.from_scenario(scenario)
     with Network(topology.netspec(), "flow-options") as net:
         applied = apply_flow_options(net, flow_options(topology, scenario))
-        assert applied == {"route_metrics": {"l0": {"initcwnd": 3}, "r0": {"quickack": 1}}, "sack_off": ["l0", "r0"]}
+        assert applied == {"route_metrics": {"l0": {"initcwnd": 3}, "r0": {"quickack": 1}}, "sack_off": ["l0", "r0"],
+                           "ecn_on": []}
         assert "initcwnd 3" in net.cmd("l0", "ip route show default")
         assert "quickack 1" in net.cmd("r0", "ip route show default")
         assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "0"
@@ -41,13 +42,16 @@ def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
         assert "initcwnd" not in net.cmd("l1", "ip route show default")
         assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
         # the next run on this (kept) network has other options: the first run's are undone
-        other = {"route_metrics": {"l1": {"quickack": 1}}, "sack_off": ["l1"]}
+        other = {"route_metrics": {"l1": {"quickack": 1}}, "sack_off": ["l1"], "ecn_on": ["l1", "r1"]}
         apply_flow_options(net, other, previous=applied)
         assert "initcwnd" not in net.cmd("l0", "ip route show default")
         assert "quickack" not in net.cmd("r0", "ip route show default")
         assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
         assert "quickack 1" in net.cmd("l1", "ip route show default")
         assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "0"
+        assert net.cmd("r1", "sysctl -n net.ipv4.tcp_ecn").strip() == "1"
+        apply_flow_options(net, {"route_metrics": {}, "sack_off": [], "ecn_on": []}, previous=other)
+        assert net.cmd("r1", "sysctl -n net.ipv4.tcp_ecn").strip() == "2"
 
 
 def test_a_fixed_size_transfer_without_sack_runs_to_its_size(tmp_path, clean_kernel):

@@ -200,7 +200,7 @@ def test_unknown_field_lists_valid_fields_and_suggests():
     (problem,) = error.problems
     assert problem.line == line_of(text, "rate_mbps")
     assert problem.path == "topology.bottleneck.rate_mbps"
-    assert "valid fields here: rate_mbit, delay_ms, loss_pct, loss, queue_pkts, queue_bdp" in problem.message
+    assert "valid fields here: rate_mbit, delay_ms, loss_pct, loss, queue_pkts, queue_bdp, queue" in problem.message
     assert "did you mean 'rate_mbit'?" in problem.message
 
 

@@ -103,7 +103,7 @@ def test_a_negative_traffic_time_is_refused(tmp_path):
 
 
 def test_an_unknown_suite_names_the_available_ones():
-    with pytest.raises(ScenarioError, match="available: default"):
+    with pytest.raises(ScenarioError, match="available: bufferbloat, default, "):
         find_suite("nope", SUITES)
 
 
