@@ -401,3 +401,23 @@ def test_first_bulk_times_report_a_cut_capture_and_keep_what_came_before(tmp_pat
     assert "cut short" in problem and "t.pcap" in problem
     missing, problem = first_bulk_times(tmp_path / "none.pcap", {SENDER}, 37)
     assert missing == {} and "none.pcap" in problem
+
+
+
+def test_ecn_echoes_and_answers_are_counted_apart_from_the_handshakes_request(tmp_path):
+    """ECN (RFC 3168): the SYN asks with ECE | CWR and the SYN-ACK answers with ECE, which are not
+    counted; then an ACK that echoes a CE mark carries ECE, and the sender's answer CWR."""
+    ece, cwr = dpkt.tcp.TH_ECE, dpkt.tcp.TH_CWR
+    frames = [
+        segment(SENDER, RECEIVER, 0, flags=SYN | ece | cwr, ack=0),
+        segment(RECEIVER, SENDER, 7, flags=SYN | ACK | ece, ack=1),
+        data(0, 0, 1000),
+        segment(RECEIVER, SENDER, 8, flags=ACK | ece, ack=1001),  # the data was CE-marked on its way
+        segment(RECEIVER, SENDER, 8, flags=ACK | ece, ack=1001),
+        segment(SENDER, RECEIVER, 1001, payload=1000, flags=ACK | PSH | cwr),  # the sender's window reduced
+        segment(RECEIVER, SENDER, 8, flags=ACK, ack=2001),
+    ]
+    result = account_pcap(write_pcap(tmp_path / "ecn.pcap", frames))  # both accountings agree
+    sender, acks = result.direction(*SENDER, *RECEIVER), result.direction(*RECEIVER, *SENDER)
+    assert (sender.cwr_count, sender.ece_count) == (1, 0)
+    assert (acks.ece_count, acks.cwr_count) == (2, 0)

@@ -98,3 +98,15 @@ def test_cli_lists_filters_and_regenerates_a_report_from_stored_runs(results, tm
     session = json.loads((report_dir / "session.json").read_text())
     assert all((report_dir / r / "manifest.json").exists() for r in session["runs"])
     assert main(["results", "--results", str(results), "--scenario", "nothing", "--report", str(report_dir)]) == 1
+
+
+def test_a_runs_latency_flows_are_catalogued(results):
+    """latency.csv (ping and requests flows' percentiles, analysis.latency) is the catalog's latency table."""
+    run = next(results.glob("lab/*/lab.cc=westwood/seed=1"))
+    (run / "latency.csv").write_text("id,kind,flow,direction,samples,lost,p50_ms,p90_ms,p99_ms,mean_ms\n"
+                                     "p1,ping,1,forward,190,2,52.5,80.1,120.0,60.2\n")  # fmt: skip
+    catalog.ingest(results)
+    (row,) = catalog.latency(results).itertuples()
+    assert (row.id, row.kind, row.samples, row.lost, row.p99_ms) == ("p1", "ping", 190, 2, 120.0)
+    assert row.run_id.endswith("lab.cc=westwood/seed=1") and row.scenario == "lab"
+    assert catalog.latency(results, seed=2).empty

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import random
+from types import SimpleNamespace
 
 import pandas as pd
 import pytest
@@ -138,3 +139,20 @@ def test_paired_noise_at_the_default_repetitions_gives_no_false_alarms_and_resol
                           .detectable)  # fmt: skip
     assert alarms <= 3, f"{alarms} false regressions in 300 paired comparisons of identical kernels"
     assert sorted(detectable)[len(detectable) // 2] < 0.05
+
+
+def test_latency_percentiles_are_metrics_where_lower_is_better():
+    """A run's ping and requests samples become p50 and p99 metrics (analysis.regression.LATENCY_METRICS);
+    a slower ping is a regression."""
+    def run(seed: int, ping_ms: float):
+        samples = pd.DataFrame({"id": "p1", "kind": "ping", "flow": 1, "t_s": range(100),
+                                "value_ms": [ping_ms + i / 100 for i in range(100)]})  # fmt: skip
+        manifest = {"point_id": "bb.discipline=fq_codel", "seed": seed}
+        return SimpleNamespace(status="complete", latency_samples=samples, manifest=manifest, run_dir=f"r{seed}")
+
+    base = regression.latency_metrics([run(s, 50.0) for s in (1, 2, 3)])
+    assert set(base["metric"]) == {"ping_p50_ms", "ping_p99_ms"} and set(base["cc"]) == {"ping"}
+    assert base[base["metric"] == "ping_p50_ms"]["value"].iloc[0] == pytest.approx(50.495)
+    slower = regression.latency_metrics([run(s, 80.0 + s) for s in (1, 2, 3)])
+    (p99,) = [c for c in regression.compare(base, slower) if c.metric == "ping_p99_ms"]
+    assert p99.verdict == "regression", p99
