@@ -92,6 +92,11 @@ class NetSpec:
         return any(plan.needs_netem for plan in self.egress.values())
 
     @property
+    def has_configured_loss(self) -> bool:
+        """Some link loses packets on purpose (Bernoulli, a netem model or a timed two-state channel)."""
+        return any(plan.loss_pct or plan.loss_model is not None for plan in self.egress.values())
+
+    @property
     def needs_fq(self) -> bool:
         """Per-destination delays: fq and the edt_delay program."""
         return any(plan.needs_fq for plan in self.egress.values())

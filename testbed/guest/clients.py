@@ -11,7 +11,7 @@ from testbed.guest import launch
 from testbed.guest.errors import RunFailed
 from testbed.guest.network import Network
 from testbed.plan.connections import Connection
-from testbed.results.pcapfile import first_bulk_times
+from testbed.results.pcapfile import first_bulk_times, setup_retransmission_s
 
 #: how long iperf3 may overrun its planned stop before the run is declared failed: this, plus a little
 #: per connection (under TCG, 210 iperf3 pairs ending at once write their JSON slowly)
@@ -103,6 +103,18 @@ def data_starts(connections: list[Connection], raw: Path, t0_unix: float) -> tup
             c = mine[key]
             lag[c.id] = round(ts - (t0_unix + c.start_s), 3)
     return lag, problems
+
+
+def setup_waits(connections: list[Connection], raw: Path, t0_unix: float, lag: dict[str, float]) -> dict[str, float]:
+    """For the connections in ``lag`` (late ones): how long their set-up waited on segments sent again
+    (testbed.results.pcapfile.setup_retransmission_s), from the captures."""
+    waits: dict[str, float] = {}
+    for node in sorted({c.capture_node for c in connections if c.id in lag}):
+        mine = {(c.sender_ip, c.client_port): c for c in connections if c.capture_node == node and c.id in lag}
+        setups = {key: (c.server_port, t0_unix + c.start_s + lag[c.id]) for key, c in mine.items()}
+        found, _ = setup_retransmission_s(raw / f"{node}.pcap", setups)
+        waits.update({mine[key].id: round(seconds, 3) for key, seconds in found.items()})
+    return waits
 
 
 def process_state(pid: int) -> str | None:

@@ -235,6 +235,55 @@ def parse_segment(linktype: int, buf: bytes, origlen: int | None = None) -> Segm
 
 
 
+def setup_retransmission_s(path: Path, setups: dict[tuple[str, int], tuple[int, float]]) -> tuple[dict, str | None]:
+    """How long each connection's set-up waited on segments sent again, before its data began.
+
+    ``setups``: data sender (address, client port) -> (its server's port, when its data began). Its
+    set-up is what that address sent to the server's port before then, on every connection it opened
+    in this capture: iperf3's control connection and the data connection's SYN and cookie. A set-up
+    segment sent again (the same SYN, or the same sequence number with payload) waited one
+    retransmission timeout or more: the time from its first copy to its last, the union over the
+    segments, is returned per sender. A capture on the sender's side of a lossy link sees the copies
+    of what that link lost (a lost answer, the server's own copy, is lost before the capture)."""
+    by_client = {(address, server_port): (address, port) for (address, port), (server_port, _) in setups.items()}
+    first_copy: dict[tuple, float] = {}
+    opened: set[tuple[str, int]] = set()
+    spans: dict[tuple[str, int], list[tuple[float, float]]] = {key: [] for key in setups}
+    latest = max((until for _, until in setups.values()), default=0.0)
+    try:
+        capture = read_records(path)
+        for ts, origlen, buf in capture.records:
+            if ts > latest:
+                break
+            segment = parse_segment(capture.linktype, buf, origlen)
+            key = None if segment is None else by_client.get((segment.src, segment.dport))
+            if key is None or ts > setups[key][1] or not (segment.flags & TCP_SYN or segment.payload):
+                continue
+            identity = (segment.src, segment.sport, segment.seq, segment.flags & TCP_SYN)
+            if segment.flags & TCP_SYN and identity not in first_copy:
+                # a new connection from that port: the copies of an old one's segments are not its
+                first_copy = {k: v for k, v in first_copy.items() if k[:2] != identity[:2]}
+                opened.add(identity[:2])
+            if identity[:2] not in opened:  # the run before's orphaned socket on the same port (a kept network)
+                continue
+            if identity in first_copy:
+                spans[key].append((first_copy[identity], ts))
+            else:
+                first_copy[identity] = ts
+    except (OSError, PcapError, PcapTruncated) as exc:
+        return {key: _union_s(s) for key, s in spans.items() if s}, f"{path.name}: {exc}"
+    return {key: _union_s(s) for key, s in spans.items() if s}, None
+
+
+def _union_s(spans: list[tuple[float, float]]) -> float:
+    """The length of the union of the intervals."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        total += max(0.0, end - max(start, reach))
+        reach = max(reach, end)
+    return total
+
+
 def first_bulk_times(path: Path, senders: set[tuple[str, int]], min_payload: int) -> tuple[dict, str | None]:
     """When each sender (address, port) first sent a segment of more than ``min_payload`` bytes on
     the connection it opened in this capture (after its SYN): on a network kept from the run before,

@@ -14,7 +14,14 @@ import pytest
 from analysis.pcap import SeqSpace
 from analysis.pcap import account_pcap as streaming_account_pcap
 from analysis.pcapfast import account_pcap_fast
-from testbed.results.pcapfile import LINKTYPE_ETHERNET, LINKTYPE_LINUX_SLL, PcapError, first_bulk_times, parse_segment
+from testbed.results.pcapfile import (
+    LINKTYPE_ETHERNET,
+    LINKTYPE_LINUX_SLL,
+    PcapError,
+    first_bulk_times,
+    parse_segment,
+    setup_retransmission_s,
+)
 from tests.conftest import tcptrace_connection
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"
@@ -421,3 +428,26 @@ def test_ecn_echoes_and_answers_are_counted_apart_from_the_handshakes_request(tm
     sender, acks = result.direction(*SENDER, *RECEIVER), result.direction(*RECEIVER, *SENDER)
     assert (sender.cwr_count, sender.ece_count) == (1, 0)
     assert (acks.ece_count, acks.cwr_count) == (2, 0)
+
+
+def test_setup_retransmissions_count_the_waits_of_set_up_segments_sent_again(tmp_path):
+    """A lossy link took a set-up segment: the data start check takes its wait off the lag (a kept
+    network's orphaned segments before the SYN and the data's own retransmissions do not count)."""
+    control = ("10.1.0.1", 61000)
+    frames = [
+        data(0, 5000, 10),  # the run before's orphan on the data port, t = 1000.00 ...
+        data(0, 5000, 10),  # ... sent again, t = 1000.01: not this run's
+        segment(control, RECEIVER, 100, flags=SYN, ack=0),  # the control connection's SYN, t = 1000.02
+        segment(control, RECEIVER, 100, flags=SYN, ack=0),  # sent again, t = 1000.03: 0.01 s
+        segment(control, RECEIVER, 101, payload=37),  # its cookie, t = 1000.04
+        segment(SENDER, RECEIVER, 0, flags=SYN, ack=0),  # the data connection, t = 1000.05
+        data(0, 0, 37),  # its cookie, t = 1000.06 ...
+        segment(RECEIVER, SENDER, 7, payload=1),  # the server's side is not the client's set-up, t = 1000.07
+        data(0, 0, 37),  # ... sent again, t = 1000.08: 0.02 s
+        data(0, 37, 1448),  # the data begins, t = 1000.09
+        data(0, 37, 1448),  # a retransmission of data: not set-up, t = 1000.10
+    ]
+    path = write_pcap(tmp_path / "s.pcap", frames)
+    waits, problem = setup_retransmission_s(path, {SENDER: (RECEIVER[1], 1000.09), ("10.1.9.1", 40009): (5210, 1000.5)})
+    assert problem is None
+    assert waits == {SENDER: pytest.approx(0.03)}
