@@ -56,6 +56,7 @@ from topologies.params import WIRE_BYTES_PER_PACKET
 from topologies.queues import Cake, Codel, Fifo, FqCodel, Pie, QueueDiscipline, Red
 
 ETH_P_IP = 0x0800
+ETH_P_ARP = 0x0806
 #: the hosts' ephemeral ports, which iperf3's control connections take: 61440-65535, above every fixed
 #: port (a control connection could otherwise take a client port first: "unable to connect stream:
 #: Address already in use"), and the ports whose top four bits are set, so that one u32 mask finds
@@ -183,7 +184,11 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
         if plan.loss_pct:  # percent; netem's loss models go in with the tc command (apply)
             specs.append(QdiscSpec("add", "netem", {**netem, "handle": LOSSY_NETEM, "parent": "1:2",
                                                     "loss": plan.loss_pct}))  # fmt: skip
-        return specs + control_filters("1:1", LOSS_LANE_MATCHES)
+        # ARP too: a neighbour not resolved through 50 % loss each way stops whatever waits on it
+        # (iperf3: "No route to host"), and the papers' channel has no ARP
+        arp = QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 2, "protocol": ETH_P_ARP, "target": "1:1",
+                                              "keys": ["0x0/0x0+0"]})  # fmt: skip
+        return specs + control_filters("1:1", LOSS_LANE_MATCHES) + [arp]
     return []
 
 
@@ -257,18 +262,23 @@ CONTROL_LANE_LIMIT_PKTS = 10_000
 #: u32 keys (value/mask at a byte offset of the IPv4 header; 20 is the TCP header of a header without
 #: options, which the testbed's hosts never send): TCP, then what makes a packet the lane's
 _IPV4_TCP = ["0x05000000/0x0f000000+0", "0x00060000/0x00ff0000+8"]
-_HANDSHAKE = ["0x00020000/0x00020000+32"]  # SYN or SYN-ACK
-_TO_CONTROL_CLIENT = [f"0x{CONTROL_PORT_MIN:08x}/0x{CONTROL_PORT_MIN:08x}+20"]  # what iperf3's server says
-_FROM_CONTROL_CLIENT = [f"0x{CONTROL_PORT_MIN << 16:08x}/0x{CONTROL_PORT_MIN << 16:08x}+20"]  # what its client says
+_HANDSHAKE = [*_IPV4_TCP, "0x00020000/0x00020000+32"]  # SYN or SYN-ACK
+_TO_CONTROL_CLIENT = [*_IPV4_TCP, f"0x{CONTROL_PORT_MIN:08x}/0x{CONTROL_PORT_MIN:08x}+20"]  # what iperf3's server says
+_FROM_CONTROL_CLIENT = [*_IPV4_TCP, f"0x{CONTROL_PORT_MIN << 16:08x}/0x{CONTROL_PORT_MIN << 16:08x}+20"]  # its client
+#: iperf3's UDP "connect" (a UDP rate probe's start): the client's first datagram and the server's answer,
+#: 4 bytes each, a 32-byte IPv4 packet without options. Without them a probe never starts: through 50 %
+#: loss each way a probe's start got through one time in four (the probe read nothing, twice)
+#: (one contiguous mask per key: pyroute2 packs a mask with a gap in it wrongly)
+_UDP_CONNECT = ["0x05000000/0x0f000000+0", "0x00000020/0x0000ffff+0", "0x00110000/0x00ff0000+8"]
 #: what the bottleneck's lane takes: handshakes, and the iperf3 server's side of a control connection.
 #: The client's side (its parameters, then the end-of-test message) queues with the data: the client is
 #: always the data's sender, so its end-of-test message would otherwise overtake the data it ends and
 #: the server would stop counting before the data arrived (a 1 MB upload through 100 ms of 10 Mbit/s
 #: reached the server as 350 KB)
 QUEUE_LANE_MATCHES = (_HANDSHAKE, _TO_CONTROL_CLIENT)
-#: what no lossy link drops: every packet of a handshake or a control connection. The lane has the
-#: same delay as the data and no queue of its own, so nothing overtakes anything
-LOSS_LANE_MATCHES = (_HANDSHAKE, _TO_CONTROL_CLIENT, _FROM_CONTROL_CLIENT)
+#: what no lossy link drops: every packet of a handshake or a control connection, and a UDP probe's
+#: start. The lane has the same delay as the data and no queue of its own, so nothing overtakes anything
+LOSS_LANE_MATCHES = (_HANDSHAKE, _TO_CONTROL_CLIENT, _FROM_CONTROL_CLIENT, _UDP_CONNECT)
 
 
 def control_lane_specs(shaped: dict) -> list[QdiscSpec]:
@@ -291,9 +301,10 @@ def control_lane_specs(shaped: dict) -> list[QdiscSpec]:
 
 
 def control_filters(target: str, matches: tuple[list[str], ...]) -> list[QdiscSpec]:
-    """u32 filters on the root qdisc ``1:`` that send TCP packets matching any of ``matches`` to class ``target``."""
+    """u32 filters on the root qdisc ``1:`` that send IPv4 packets matching any of ``matches`` (u32 keys) to
+    class ``target``."""
     return [QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 1, "protocol": ETH_P_IP, "target": target,
-                                            "keys": _IPV4_TCP + match}) for match in matches]  # fmt: skip
+                                            "keys": match}) for match in matches]  # fmt: skip
 
 
 def fq_tc_argv(ifname: str) -> list[str]:

@@ -376,7 +376,7 @@ def test_a_probe_that_cannot_fill_the_queue_is_not_read_from_it():
 RECORDED = Path(__file__).resolve().parent.parent / "fixtures" / "probe-queues"
 
 
-@pytest.mark.parametrize("loss_pct", [0, 1])
+@pytest.mark.parametrize("loss_pct", [0, 1, 10, 50])
 def test_a_recorded_probe_reads_the_lossy_link_at_its_rate(loss_pct):
     # a real probe's queue, sampled in a TCG guest (tests/fixtures/probe-queues/README.md)
     from testbed.guest import fidelity

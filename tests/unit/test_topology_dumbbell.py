@@ -163,7 +163,8 @@ def test_qdisc_specs_for_delay_and_loss():
     # no lossy link drops a control connection's packets, whichever way (the lane does not reorder)
     for sport, dport in ((61440, 5201), (5201, 61440)):
         assert any(_u32_matches(s.kwargs["keys"], _tcp_header(sport, dport, 0x18)) for s in specs[3:])
-    assert not any(_u32_matches(s.kwargs["keys"], _tcp_header(40000, 5201, 0x18)) for s in specs[3:])
+    ip_filters = [f for f in specs[3:] if f.kwargs["protocol"] == 0x0800]  # (the ARP filter takes all ARP)
+    assert not any(_u32_matches(f.kwargs["keys"], _tcp_header(40000, 5201, 0x18)) for f in ip_filters)
     assert qdisc_specs(EgressPlan()) == []
 
 
@@ -172,3 +173,21 @@ def test_rate_and_delay_on_one_interface_is_refused():
         EgressPlan(rate_mbit=10, delay_ms=5)
     with pytest.raises(ValueError, match="needs a rate"):
         EgressPlan(queue_pkts=10)
+
+
+def _udp_header(payload: int) -> bytes:
+    total = 28 + payload
+    ip = bytes([0x45, 0]) + total.to_bytes(2, "big") + bytes([0, 0, 0x40, 0, 64, 17, 0, 0, 10, 1, 0, 1, 10, 2, 0, 1])
+    return ip + (61000).to_bytes(2, "big") + (5999).to_bytes(2, "big") + (8 + payload).to_bytes(2, "big") + bytes(2)
+
+
+def test_no_lossy_link_takes_a_udp_probes_start_or_arp_but_it_takes_the_probe():
+    """iperf3 3.12 starts a UDP test with one 4-byte datagram each way and no retry: through 50 % loss
+    each way the probe read nothing, twice (tests/fixtures/probe-queues/README.md)."""
+    specs = qdisc_specs(EgressPlan(delay_ms=10, loss_pct=50))
+    ip_lane = [s.kwargs["keys"] for s in specs if s.command == "add-filter" and s.kwargs["protocol"] == 0x0800]
+    assert all(s.kwargs["target"] == "1:1" for s in specs if s.command == "add-filter")
+    assert any(_u32_matches(keys, _udp_header(4)) for keys in ip_lane)  # the start, both ways
+    assert not any(_u32_matches(keys, _udp_header(1472)) for keys in ip_lane)  # the probe's data is lost as asked
+    arp = [s for s in specs if s.command == "add-filter" and s.kwargs["protocol"] == 0x0806]
+    assert len(arp) == 1 and arp[0].kwargs["keys"] == ["0x0/0x0+0"]
