@@ -80,6 +80,6 @@ box: setup
 
 lock:
 	rm -rf /tmp/cc-testbed-lock && /usr/bin/python3 -m venv /tmp/cc-testbed-lock
-	/tmp/cc-testbed-lock/bin/pip install -q -e '.[dev]'
-	{ echo "# Pinned Python dependencies: pip freeze of pyproject.toml's deps + dev extras."; \
+	/tmp/cc-testbed-lock/bin/pip install -q -e '.[dev,labs]'
+	{ echo "# Pinned Python dependencies: pip freeze of pyproject.toml's deps + dev and labs extras."; \
 	  echo "# Regenerate: make lock"; /tmp/cc-testbed-lock/bin/pip freeze --exclude-editable; } > requirements.lock

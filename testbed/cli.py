@@ -261,6 +261,57 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return 0 if all(status == "complete" for status in statuses) else 1
 
 
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from testbed.workflows import grading, lab, labkit
+
+    if args.action == "list":
+        print(lab.describe())
+        return 0
+    if not args.name:
+        raise labkit.LabError(f"lab {args.action} needs the lab's name: one of {', '.join(labkit.lab_names())}")
+    master = labkit.lab_dir(args.name)
+    if args.action == "start":
+        destination = labkit.start_lab(args.name, args.dir or Path(master.name))
+        print(f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
+              f"scenario ({labkit.load_lab(master).scenario}) from there")  # fmt: skip
+        return 0
+    if args.action == "bands":
+        return _lab_bands(master, args)
+    if args.action == "notebook":
+        return lab.open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
+    work = args.work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
+    results = args.dir or work / "results"
+    runner = None if args.no_hidden else _hidden_runner(args)
+    checked = lab.check(master, work, results, runner)
+    print(grading.text(checked.grade))
+    print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
+    return 0 if all(t.passed for t in checked.grade.tasks) else 1
+
+
+def _lab_bands(master: Path, args: argparse.Namespace) -> int:
+    from testbed.results import provenance
+    from testbed.workflows import labbands, labkit
+
+    if not args.dir or not args.how:
+        raise labkit.LabError("lab bands needs the reference runs' results folder and --how (how they were made)")
+    expected = labbands.make_bands(master, args.dir, args.how, provenance.git_state(PROJECT).get("sha") or "unknown")
+    labbands.write_expected(master / "expected.yaml", expected)
+    print(f"{master / 'expected.yaml'}: {len(expected.bands)} bands from {expected.reference.runs} reference runs")
+    return 0
+
+
+def _hidden_runner(args: argparse.Namespace):
+    """How ``lab check`` runs the instructor's hidden variants: a session each, as ``testbed run`` would."""
+    from testbed.host.session import run_session
+
+    def run(scenario, results: Path) -> list:
+        result = run_session(scenario, backend=args.backend, kernel_version=args.kernel, results_root=results)
+        _catalog(results)
+        return result.failed
+
+    return run
+
+
 def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
@@ -419,11 +470,35 @@ def _add_cleanup(sub) -> None:
     clean.set_defaults(func=_cmd_cleanup)
 
 
+def _add_lab(sub) -> None:
+    lab = sub.add_parser(
+        "lab", help="course labs: list them, start one in a folder of its own, grade a student's work",
+        description="list: the labs of labs/. start NAME [DIR]: copy a lab (handout, starter scenario, notebook) "
+        "into DIR (default ./NAME). check NAME [RESULTS]: grade the lab folder (the current one, or --work) on "
+        "RESULTS (default: its results/): per task pass or fail, JUnit XML and Gradescope's results.json in "
+        "grade/; the lab's hidden variants run first when it has any. Exit 0: every task passes; 1: one fails. "
+        "notebook NAME: JupyterLab on the lab's analysis.ipynb (the current folder's, if it has one). "
+        "bands NAME RESULTS --how TEXT (instructors): the bands of the lab's expected.yaml from reference runs of "
+        "its solution/.",
+    )  # fmt: skip
+    lab.add_argument("action", choices=["list", "start", "check", "notebook", "bands"])
+    lab.add_argument("name", nargs="?", help="a lab of labs/ (testbed lab list) or a folder holding a lab.yaml")
+    lab.add_argument("dir", nargs="?", type=Path, help="start: the new folder; check: the results folder")
+    lab.add_argument("--work", type=Path, help="check: the student's lab folder (default: the current one if it "
+                     "holds a lab.yaml, else the lab's own)")  # fmt: skip
+    lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")
+    lab.add_argument("--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
+                     help="check: where the hidden variants run (as for testbed run)")  # fmt: skip
+    lab.add_argument("--kernel", help="check: the guest kernel of the hidden variants (as for testbed run)")
+    lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")
+    lab.set_defaults(func=_cmd_lab)
+
+
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_report, _add_results, _add_regress, _add_check, _add_kernels, _add_bench,
-               _add_cleanup)  # fmt: skip
+SUBCOMMANDS = (_add_run, _add_suite, _add_report, _add_results, _add_regress, _add_check, _add_lab, _add_kernels,
+               _add_bench, _add_cleanup)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
-SESSION_COMMANDS = {"run", "suite", "regress", "bench"}
+SESSION_COMMANDS = {"run", "suite", "regress", "bench", "lab"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -457,6 +532,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.host.virtme import GuestError
     from testbed.results.folderlock import FolderBusy
     from testbed.scenario.errors import ScenarioError
+    from testbed.workflows.labkit import LabError
 
     args = build_parser().parse_args(argv)
     progress.configure_logging()
@@ -477,6 +553,7 @@ def main(argv: list[str] | None = None) -> int:
         VagrantError,
         CatalogError,
         FolderBusy,
+        LabError,
         ValueError,
     ) as err:
         print(f"testbed: {err}", file=sys.stderr)

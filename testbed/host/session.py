@@ -117,6 +117,9 @@ def run_session(
     may use the network of the run before it when it would build the same one (testbed.guest.keeper).
     ``queue_hz``: how often the bottleneck queues are sampled during traffic."""
     runs = scenario.runs()
+    # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
+    # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
+    results_root = Path(results_root).resolve()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
     chosen = _open_backend(backend, runs, kernel_version, vcpus)

@@ -11,7 +11,15 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from testbed.scenario.errors import DataPath, Problem, ScenarioError, _did_you_mean, _format_value, _sorted_unique
+from testbed.scenario.errors import (
+    DataPath,
+    Problem,
+    ScenarioError,
+    _did_you_mean,
+    _display_path,
+    _format_value,
+    _sorted_unique,
+)
 from testbed.scenario.messages import validation_problems
 from testbed.scenario.points import Point, ScenarioFile
 from testbed.scenario.profiles import _apply_profile, _apply_time_scale
@@ -82,6 +90,24 @@ def _load_text(text: str, *, name: str, source: str, path: Path, profile: str | 
     return _expand(data, name=name, source=source, path=path, lines=lines, problems=problems, profile=profile)
 
 
+#: a course lab's starter file leaves a knob to the student as ``TODO(task N: what to set)`` (labs/)
+KNOB_MARK = "TODO"
+KNOB_LEFT = "left for you to set"
+
+
+def knobs_left(data, path: DataPath, lines: dict[DataPath, int]) -> list[Problem]:
+    """Every value of the file still ``TODO(...)``: a knob a lab's task asks the student to set."""
+    if isinstance(data, dict):
+        return [p for key, value in data.items() for p in knobs_left(value, (*path, key), lines)]
+    if isinstance(data, list):
+        return [p for index, value in enumerate(data) for p in knobs_left(value, (*path, index), lines)]
+    if isinstance(data, str) and data.strip().startswith(KNOB_MARK):
+        what = data.strip()[len(KNOB_MARK):].strip(" :()") or "see the lab's handout"
+        message = f"{KNOB_LEFT}: {what}; write your value in place of {KNOB_MARK}(...) and run again"
+        return [Problem(_line_of(path, lines), _display_path(path), message)]
+    return []
+
+
 def _expand(
     data: dict,
     *,
@@ -93,6 +119,9 @@ def _expand(
     profile: str | None,
 ) -> ScenarioFile:
     data, lines, profile, profiles = _apply_profile(data, lines, profile, source, problems)
+    # after the profile: a knob left TODO in the file stands unless the profile run sets it
+    if knobs := knobs_left(data, (), lines):
+        raise ScenarioError(source, _sorted_unique(problems + knobs))
     _apply_time_scale(data, lines, problems)
     axes, reported = _find_axes(data, lines, problems)
 

@@ -47,7 +47,7 @@ from pydantic import Field, ValidationError
 from testbed.scenario.algorithms import REGISTRY as CC_REGISTRY
 from testbed.scenario.algorithms import is_cc_param
 from testbed.scenario.errors import Problem, ScenarioError, _did_you_mean, _format_value
-from testbed.scenario.load import find_scenario, load_scenario, scenario_from_dict
+from testbed.scenario.load import find_scenario, knobs_left, load_scenario, scenario_from_dict
 from testbed.scenario.messages import validation_problems
 from testbed.scenario.points import Point, ScenarioFile
 from testbed.scenario.sweep import _id_key, _safe, _shorten
@@ -194,6 +194,8 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
     """
     source = str(path)
     data, lines, problems = compose_yaml(read_yaml_text(Path(path)), source)
+    if knobs := knobs_left(data, (), lines):  # a lab's starter suite (labs/reproduce)
+        raise ScenarioError(source, [*problems, *knobs])
     try:
         suite = Suite.model_validate(data)
     except ValidationError as error:

@@ -1,0 +1,56 @@
+"""A lab's bands made from reference runs (``testbed lab bands``): what ``lab check`` grades against.
+
+For each band of ``expected.yaml`` (its task, point, algorithm and metric), the reference runs'
+values give the band: from the lowest less a margin to the highest plus it, the margin
+:data:`MARGIN` of their mean. The margin is wide on purpose: a student's runs are other runs (other
+machines, other load), and the band is to catch a broken experiment (a knob set wrong, a run that
+did not do what it should), not the noise between seeds. The file records how the runs were made.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import yaml
+
+from testbed.workflows import grading, labkit
+
+#: the band's margin on each side, as a share of the reference runs' mean
+MARGIN = 0.25
+#: metrics bounded by nature (Jain's index is at most 1, none of them below 0)
+CEILING = {"jain": 1.0}
+
+
+def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Expected:
+    """The lab's expected.yaml with every band's values from the reference runs under ``results``."""
+    lab = labkit.load_lab(master)
+    expected = labkit.load_expected(master, lab)
+    found = grading.load_results(master / "solution", lab, results)
+    if found.runs.empty:
+        raise labkit.LabError(f"no runs of the lab's scenario under {results}: run the lab's solution/ first")
+    bands = [_band(band, found) for band in expected.bands]
+    complete = found.runs[found.runs["status"] == "complete"]
+    kernels = ", ".join(sorted(set(complete["kernel_release"].dropna())))
+    reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete))
+    return labkit.Expected(reference=reference, bands=bands)
+
+
+def _band(band: labkit.Band, found: grading.Results) -> labkit.Band:
+    runs = found.runs[(found.runs["point_id"] == band.point) & (found.runs["status"] == "complete")]
+    values = [v for v in (grading.run_metric(band, r, found) for r in runs["run_id"]) if not math.isnan(v)]
+    if not values:
+        raise labkit.LabError(f"no reference value of {band.metric} at {band.point}: its runs are missing")
+    mean = sum(values) / len(values)
+    margin = MARGIN * abs(mean)
+    low, high = max(0.0, min(values) - margin), min(CEILING.get(band.metric, math.inf), max(values) + margin)
+    return band.model_copy(update={"min": round(low, 4), "max": round(high, 4), "reference": round(mean, 4)})
+
+
+def write_expected(path: Path, expected: labkit.Expected) -> None:
+    """expected.yaml, with a header that says what it is."""
+    header = ("# The bands `testbed lab check` grades against, made by `testbed lab bands` from the reference\n"
+              "# runs below (testbed/workflows/labbands.py: from the lowest value less 25 % of the mean to the\n"
+              "# highest plus it).\n")  # fmt: skip
+    body = yaml.safe_dump(expected.model_dump(mode="json"), sort_keys=False, width=110)
+    path.write_text(header + body)

@@ -1,0 +1,157 @@
+"""The course labs of ``labs/``: what a lab is (its tasks, its bands), listing them and starting one.
+
+A lab is a folder ``labs/<name>/``:
+
+* ``lab.yaml``: its title, how long it takes, its scenario file and its tasks (:class:`Lab`);
+* ``README.md``: the handout; ``<scenario>.yaml``: the starter experiment, with the knobs the tasks
+  set left as ``TODO(task N: ...)`` (testbed/scenario/load.py names them when the file is run);
+* ``expected.yaml``: the bands per metric and kernel series that ``testbed lab check`` grades against,
+  from reference runs made here (:class:`Expected`; it says how they were made);
+* ``solution/``: the instructor's scenario and answers; ``hidden.yaml``: optional hidden variants
+  (other seeds or points) that ``check --hidden`` runs too. Neither is copied by ``lab start``.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from testbed import PROJECT
+
+LABS = PROJECT / "labs"
+#: what ``lab start`` leaves out of the student's copy
+INSTRUCTOR_ONLY = ("solution", "hidden.yaml")
+#: the metrics a band can bound: analysis.metrics.group_metric's (per run, the flows of one algorithm)
+#: and the latency flows' percentiles (per run, the mean over its ping or requests flows)
+FLOW_METRICS = ("goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio")
+LATENCY_METRICS = ("ping_p50_ms", "ping_p99_ms", "request_p50_ms", "request_p99_ms")
+
+
+class LabError(Exception):
+    """A lab that cannot be found, read or started; the message says what would be valid."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Minutes(_Strict):
+    tcg: float  # measured here: a 2-core machine, the guest under TCG
+    kvm: float  # estimated for a laptop with KVM (a guest there runs about 3x faster outside the traffic)
+
+
+class Task(_Strict):
+    id: str
+    title: str
+    points: float = Field(1.0, gt=0)
+    #: point ids of the lab's scenario whose runs must be complete and trustworthy ("*": every point)
+    runs: list[str] = []
+    #: files the student must have made, as globs relative to the lab folder
+    figures: list[str] = []
+    #: headings of the answers file (``## Q1``) that must have an answer under them
+    questions: list[str] = []
+
+
+class Lab(_Strict):
+    title: str
+    papers: str
+    minutes: Minutes
+    #: the starter experiment, a file of the lab folder; None: the student runs the project's own
+    #: experiments (scenarios/), and every run of the results folder counts
+    scenario: str | None = None
+    answers: str = "answers.md"
+    tasks: list[Task]
+
+    def task(self, task_id: str) -> Task:
+        return next(t for t in self.tasks if t.id == task_id)
+
+
+class Band(_Strict):
+    task: str
+    point: str  # a point id of the lab's scenario
+    cc: str | None = None  # the flows of this algorithm (flow metrics); None: every forward flow
+    metric: Literal[FLOW_METRICS + LATENCY_METRICS]
+    series: str  # a kernel series: the band applies where the kernel release starts with it (6.1)
+    #: None until ``testbed lab bands`` made them from reference runs (a band without them grades nothing)
+    min: float | None = None
+    max: float | None = None
+    reference: float | None = None  # what the reference runs gave (their mean)
+
+
+class Reference(_Strict):
+    how: str
+    kernel: str
+    commit: str
+    runs: int  # complete reference runs the bands were made from
+
+
+class Expected(_Strict):
+    reference: Reference | None = None  # None until ``testbed lab bands`` made the bands
+    bands: list[Band]
+
+
+class HiddenVariant(_Strict):
+    name: str
+    only: list[str] = []  # KEY=VALUE selections, as testbed run --only
+    seeds: list[int] = []
+
+
+class Hidden(_Strict):
+    variants: list[HiddenVariant]
+
+
+def lab_names(root: Path = LABS) -> list[str]:
+    return sorted(p.name for p in root.iterdir() if (p / "lab.yaml").is_file()) if root.is_dir() else []
+
+
+def lab_dir(name_or_path: str | Path, root: Path = LABS) -> Path:
+    """A lab's folder: a name in ``labs/``, or a folder holding a lab.yaml (a student's copy)."""
+    given = Path(name_or_path)
+    if (given / "lab.yaml").is_file():
+        return given
+    if (root / str(name_or_path) / "lab.yaml").is_file():
+        return root / str(name_or_path)
+    raise LabError(f"no lab named {str(name_or_path)!r}; the labs: {', '.join(lab_names(root)) or '(none)'} "
+                   "(or give a folder that holds a lab.yaml)")  # fmt: skip
+
+
+def _read(path: Path, model: type[BaseModel]):
+    try:
+        return model.model_validate(yaml.safe_load(path.read_text()))
+    except (OSError, yaml.YAMLError) as err:
+        raise LabError(f"{path}: cannot be read: {err}") from None
+    except ValidationError as err:
+        problems = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in err.errors())
+        raise LabError(f"{path}: {problems}") from None
+
+
+def load_lab(folder: Path) -> Lab:
+    lab = _read(folder / "lab.yaml", Lab)
+    if lab.scenario and not (folder / lab.scenario).is_file():
+        raise LabError(f"{folder / 'lab.yaml'}: its scenario {lab.scenario!r} is not in {folder}")
+    return lab
+
+
+def load_expected(folder: Path, lab: Lab) -> Expected:
+    expected = _read(folder / "expected.yaml", Expected)
+    unknown = sorted({b.task for b in expected.bands} - {t.id for t in lab.tasks})
+    if unknown:
+        raise LabError(f"{folder / 'expected.yaml'}: bands for tasks the lab does not have: {', '.join(unknown)}")
+    return expected
+
+
+def load_hidden(path: Path) -> Hidden:
+    return _read(path, Hidden)
+
+
+def start_lab(name: str, destination: Path, root: Path = LABS) -> Path:
+    """Copy a lab into ``destination`` (new or empty) for a student: everything but the instructor's files."""
+    source = lab_dir(name, root)
+    if destination.exists() and any(destination.iterdir()):
+        raise LabError(f"{destination} is not empty: give a new folder (nothing was copied)")
+    shutil.copytree(source, destination, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*INSTRUCTOR_ONLY))
+    return destination

@@ -1,0 +1,192 @@
+"""The course labs (labs/, testbed/workflows/lab*.py, grading.py): every lab reads, its starter names
+each knob left to the student, ``lab start`` copies what a student gets, and the autograder grades
+real runs (tests/fixtures/lab-wireless: the reference runs of the wireless lab's solution, their
+manifests and flows.csv) into pass and fail, JUnit XML and Gradescope's results.json."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from testbed import PROJECT
+from testbed.cli import main
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import load_scenario
+from testbed.scenario.suite import load_suite
+from testbed.workflows import grading, lab, labkit
+
+LABS = PROJECT / "labs"
+FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless"
+ANSWER = "The measured goodputs differ by about ten percent between the two algorithms here.\n"
+
+
+def _starter_and_solution(name: str) -> tuple[Path, Path]:
+    lab_ = labkit.load_lab(LABS / name)
+    file = lab_.scenario or "claim.yaml"
+    return LABS / name / file, LABS / name / "solution" / file
+
+
+def _load(path: Path, profile: str | None = None):
+    if path.name == "claim.yaml":
+        return load_suite(path, PROJECT / "scenarios")
+    return load_scenario(path, profile=profile)
+
+
+@pytest.mark.parametrize("name", ["cwnd", "wireless", "fairness", "bufferbloat", "reproduce"])
+def test_every_lab_reads_and_its_starter_names_each_knob_and_the_task_that_sets_it(name):
+    lab_ = labkit.load_lab(LABS / name)
+    assert lab_.tasks and lab_.minutes.tcg > 0 and (LABS / name / "README.md").is_file()
+    if (LABS / name / "expected.yaml").is_file():
+        labkit.load_expected(LABS / name, lab_)
+    starter, solution = _starter_and_solution(name)
+    with pytest.raises(ScenarioError) as err:
+        _load(starter)
+    assert "left for you to set: task" in str(err.value) and "line " in str(err.value)
+    assert _load(solution).points
+
+
+def test_a_knob_left_in_a_profile_is_named_only_when_that_profile_runs():
+    starter = LABS / "bufferbloat" / "bufferbloat.yaml"
+    with pytest.raises(ScenarioError) as default:
+        load_scenario(starter)
+    with pytest.raises(ScenarioError) as drop_tail:
+        load_scenario(starter, profile="drop-tail")
+    assert "discipline: left for you to set: task 2" in str(default.value) and "limit_bdp" not in str(default.value)
+    assert "limit_bdp: left for you to set: task 1" in str(drop_tail.value)
+
+
+def test_lab_start_copies_the_students_part_and_never_into_a_folder_in_use(tmp_path):
+    copied = labkit.start_lab("wireless", tmp_path / "w")
+    assert (copied / "README.md").is_file() and (copied / "wireless.yaml").is_file()
+    assert not (copied / "solution").exists() and not (copied / "hidden.yaml").exists()
+    with pytest.raises(labkit.LabError, match="not empty"):
+        labkit.start_lab("wireless", copied)
+    with pytest.raises(labkit.LabError, match="no lab named 'wirless'.*wireless"):
+        labkit.lab_dir("wirless")
+
+
+def _submission(tmp_path: Path, answered: bool = True) -> tuple[Path, Path]:
+    """A student's wireless folder: the solution's scenario, answers, the session figure, the fixture runs."""
+    work = labkit.start_lab("wireless", tmp_path / "work")
+    shutil.copy(LABS / "wireless" / "solution" / "wireless.yaml", work / "wireless.yaml")
+    text = "".join(f"## {q}\n{ANSWER if answered else '(your answer)'}\n" for q in ("Q1", "Q2", "Q3"))
+    (work / "answers.md").write_text(text)
+    results = work / "results"
+    shutil.copytree(FIXTURE / "results", results)
+    for flows in results.rglob("flows.csv"):  # newer than its manifest, as the analysis leaves it
+        os.utime(flows, (flows.stat().st_mtime + 10, flows.stat().st_mtime + 10))
+    session = next((results / "wireless").iterdir())
+    (session / "figures").mkdir(exist_ok=True)
+    (session / "figures" / "wireless-goodput-bars.png").write_bytes(b"\x89PNG")
+    return work, results
+
+
+def test_a_complete_submission_passes_every_task_and_writes_junit_and_gradescope(tmp_path):
+    work, results = _submission(tmp_path)
+    checked = lab.check(LABS / "wireless", work, results)
+    assert all(t.passed for t in checked.grade.tasks), grading.text(checked.grade)
+    assert checked.grade.score == checked.grade.max_score == 10
+    suites = ET.parse(checked.junit).getroot()
+    assert [s.get("name").split(":")[0] for s in suites] == ["t1", "t2", "t3"]
+    assert all(s.get("failures") == "0" for s in suites)
+    graded = json.loads(checked.gradescope.read_text())
+    assert graded["score"] == 10 and {t["status"] for t in graded["tests"]} == {"passed"}
+    assert sum(t["max_score"] for t in graded["tests"]) == 10
+
+
+def test_a_failing_submission_says_what_is_missing_per_task(tmp_path):
+    work, results = _submission(tmp_path, answered=False)
+    # one run out of its band: its flows.csv says New Reno got ten times its goodput (over the 2 Mbit/s link)
+    flows = next(results.rglob("cc=reno/seed=1/flows.csv"))
+    text = flows.read_text().splitlines()
+    header = text[0].split(",")
+    row = text[1].split(",")
+    row[header.index("goodput_mbit")] = str(float(row[header.index("goodput_mbit")]) * 10)
+    flows.write_text("\n".join([text[0], ",".join(row), *text[2:]]) + "\n")
+    os.utime(flows, (flows.stat().st_mtime + 20, flows.stat().st_mtime + 20))
+    checked = lab.check(LABS / "wireless", work, results)
+    by_id = {t.task.id: t for t in checked.grade.tasks}
+    assert not by_id["t1"].passed and not by_id["t2"].passed and not by_id["t3"].passed
+    report = grading.text(checked.grade)
+    assert "MISS goodput of reno at cc=reno" in report and "expected" in report
+    assert "no answer under '## Q1'" in report
+    graded = json.loads(checked.gradescope.read_text())
+    assert graded["score"] == 0 and {t["status"] for t in graded["tests"]} == {"failed"}
+
+
+def test_a_knob_left_todo_fails_the_runs_task_with_the_files_own_message(tmp_path):
+    work, results = _submission(tmp_path)
+    shutil.copy(LABS / "wireless" / "wireless.yaml", work / "wireless.yaml")
+    checked = lab.check(LABS / "wireless", work, results)
+    t1 = checked.grade.tasks[0]
+    assert not t1.passed and "left for you to set: task 1" in t1.checks[0].detail
+
+
+def test_a_band_for_another_kernel_series_grades_nothing_and_says_so(tmp_path):
+    work, results = _submission(tmp_path)
+    found = grading.load_results(work, labkit.load_lab(LABS / "wireless"), results)
+    band = labkit.Band(task="t1", point="cc=reno", cc="reno", metric="goodput", series="6.12", min=0, max=1,
+                       reference=0.5)
+    check = grading.band_check(band, found)
+    assert check.ok and not check.graded and "for kernel 6.12" in check.detail
+
+
+def test_hidden_variants_run_on_the_students_file_with_their_own_seeds_and_are_graded(tmp_path):
+    work, results = _submission(tmp_path)
+    asked = []
+
+    def runner(scenario, where):  # the session runner's part: which runs, where; none fails
+        asked.append(([r.seed for r in scenario.runs()], where))
+        return []
+
+    checked = lab.check(LABS / "wireless", work, results, runner)
+    assert len(asked) == 1 and asked[0][1] == results
+    assert sorted(asked[0][0]) == [4, 4, 5, 5]  # both points, the variant's two seeds
+    hidden = checked.grade.tasks[-1]
+    assert hidden.task.id == "hidden" and hidden.passed
+
+
+def test_testbed_lab_check_exits_0_on_a_passing_folder_and_1_on_a_failing_one(tmp_path, monkeypatch, capsys):
+    work, _ = _submission(tmp_path)
+    monkeypatch.chdir(work)
+    assert main(["lab", "check", "wireless", "--no-hidden"]) == 0
+    assert "10 / 10 points" in capsys.readouterr().out
+    (work / "answers.md").write_text("## Q1\nshort\n")
+    assert main(["lab", "check", "wireless", "--no-hidden"]) == 1
+    assert main(["lab", "list"]) == 0 and "wireless" in capsys.readouterr().out
+    assert main(["lab", "start"]) == 2
+
+
+@pytest.mark.parametrize("name", ["wireless"])
+def test_a_labs_notebook_runs_on_its_fixture_results_and_draws_its_figures(name, tmp_path, monkeypatch):
+    """The notebook as a student runs it, executed by nbclient on committed reference runs."""
+    nbclient = pytest.importorskip("nbclient", reason="nbclient is installed by make setup (requirements.lock)")
+    import nbformat
+
+    _, results = _submission(tmp_path)
+    monkeypatch.setenv("LAB_RESULTS", str(results))
+    notebook = nbformat.read(LABS / name / "analysis.ipynb", as_version=4)
+    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == [f"{name}-goodput.png"]
+
+
+def test_a_run_that_never_started_is_replaced_by_a_later_attempt(tmp_path):
+    """A guest that did not boot leaves failed runs without a start time; the student's next session
+    runs them again, and that attempt is what counts."""
+    work, results = _submission(tmp_path)
+    session = next((results / "wireless").iterdir())
+    failed = results / "wireless" / "20200101T000000Z-0000000" / "cc=reno" / "seed=1"
+    failed.parent.mkdir(parents=True)
+    shutil.copytree(session / "cc=reno" / "seed=1", failed)
+    manifest = json.loads((failed / "manifest.json").read_text())
+    manifest.update(status="failed", reason="the guest did not boot", started_utc=None)
+    (failed / "manifest.json").write_text(json.dumps(manifest))
+    (failed / "flows.csv").unlink()
+    checked = lab.check(LABS / "wireless", work, results)
+    assert checked.grade.tasks[0].passed, grading.text(checked.grade)
