@@ -24,8 +24,11 @@ START_LAG_FRACTION = 0.05
 #: guest CPU busier than this during traffic: timing is no longer trustworthy
 CPU_BUSY_LIMIT_PCT = 90.0
 #: others than the guest used this share of the host's CPUs during traffic: the host was contended
-#: (measured here under TCG, 2 cores, a 10 Mbit/s run: 0 % on a quiet host, 62 % with 4 busy loops)
-OTHER_BUSY_LIMIT_PCT = 20.0
+#: (measured here under TCG, 2 cores, a 10 Mbit/s run: 0 % on a quiet host, 54-62 % with 4 busy loops;
+#: over 324 runs of two make reproduce sessions and the labs' reference runs, with nothing else running:
+#: median 0 %, 99th percentile 18 %, at most 21 %, and 24 % once in a short run of the guest tests, so
+#: 20 % judged a quiet host's rare spikes contended)
+OTHER_BUSY_LIMIT_PCT = 30.0
 #: the host's own hypervisor took this share of its CPU time (steal)
 HOST_STEAL_LIMIT_PCT = 10.0
 UDP_PAYLOAD_BYTES = 1448
