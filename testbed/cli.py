@@ -364,6 +364,37 @@ def _add_run(sub) -> None:
     run.set_defaults(func=_cmd_run)
 
 
+def _cmd_shell(args: argparse.Namespace) -> int:
+    from testbed.host.session import log
+    from testbed.host.shell import open_shell
+    from testbed.scenario.load import find_scenario, load_scenario
+
+    scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
+    scenario = scenario.select(args.only or (), args.seed or ())
+    return open_shell(scenario, backend=args.backend, kernel_version=args.kernel, vcpus=args.cpus, log=log)
+
+
+def _add_shell(sub) -> None:
+    shell = sub.add_parser(
+        "shell", help="build one point of a scenario on a real kernel and open Mininet's CLI on it (mininet>)",
+        description="Build the network of one run of SCENARIO (its first point and seed; --only and --seed pick "
+                    "another) where 'testbed run' would run it, and open Mininet's CLI on it: the project's node "
+                    "names, Mininet's commands (nodes, net, pingall, 'h1 ping r1') and ours: flows, start [ID...], "
+                    "stop, tc (the bottleneck's qdisc statistics), cwnd ID [SECONDS] (one connection's cwnd "
+                    "live). exit or Ctrl-D tears it all down, the guest included.",
+    )  # fmt: skip
+    shell.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
+    shell.add_argument("--profile", help="profile of the scenario file (default: quick if it has one)")
+    _selection_options(shell)
+    shell.add_argument(
+        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
+        help="where the network is built, chosen as 'testbed run' chooses (auto)",
+    )  # fmt: skip
+    shell.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
+    shell.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
+    shell.set_defaults(func=_cmd_shell)
+
+
 def _add_suite(sub) -> None:
     suite = sub.add_parser(
         "suite", help="run a suite (chosen points of several experiments, one session) and write its report"
@@ -495,8 +526,8 @@ def _add_lab(sub) -> None:
 
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_report, _add_results, _add_regress, _add_check, _add_lab, _add_kernels,
-               _add_bench, _add_cleanup)  # fmt: skip
+SUBCOMMANDS = (_add_run, _add_suite, _add_shell, _add_report, _add_results, _add_regress, _add_check, _add_lab,
+               _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
 SESSION_COMMANDS = {"run", "suite", "regress", "bench", "lab"}
 

@@ -13,6 +13,7 @@ from analysis.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - t
 from testbed.guest import launch
 from testbed.guest.capture import INSTANCES, TRACEFS
 from testbed.guest.network import INTF_PATTERN, _marked_pids
+from testbed.host import guardian
 from testbed.plan.progress import configure_logging
 
 
@@ -45,3 +46,19 @@ def leftovers() -> list[str]:
 
 PROJECT = Path(__file__).resolve().parent.parent
 
+
+def guest_processes() -> list[str]:
+    """This checkout's guests still running: vng, qemu or virtiofsd carrying its guardian's marker."""
+    names = ("vng", "virtme", "qemu-system", "virtiofsd")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            marker = guardian.environ_marker(int(entry.name))
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if marker is not None and marker.startswith(f"{PROJECT}:") and any(n in cmdline for n in names):
+            found.append(f"{entry.name} {cmdline[:80]}")
+    return found

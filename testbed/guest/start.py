@@ -1,5 +1,6 @@
 """The runner as a virtme-ng guest starts it: ``python -S -m testbed.guest.start PLAN.json`` (see
-:func:`command`), the same as ``python -m testbed.guest.runner PLAN.json`` with less to import first.
+:func:`command`), the same as ``python -m testbed.guest.runner PLAN.json`` with less to import first
+(``testbed shell`` starts :mod:`testbed.guest.shell` the same way: ``--module testbed.guest.shell``).
 
 Under TCG the guest's Python runs about 20 times slower than the host's: importing the runner took
 6.6-7.9 s of a guest's start here (0.3 s on the host). Three parts of that buy the runner nothing:
@@ -28,12 +29,17 @@ import types
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYDANTIC_DISABLE_PLUGINS": "1"}
 
 
-def command(python: str, plan: str) -> str:
+#: what runs a plan when no other module is named
+RUNNER = "testbed.guest.runner"
+
+
+def command(python: str, plan: str, module: str = RUNNER) -> str:
     """The shell command that runs ``plan`` with ``python`` in a guest sharing this host's files (run
-    from the project's root)."""
+    from the project's root); ``module``: what runs it (the runner, or the shell)."""
     site_dirs = ":".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))
     env = " ".join(f"{key}={value}" for key, value in {**ENVIRONMENT, "PYTHONPATH": site_dirs}.items())
-    return f"{env} {python} -S -m testbed.guest.start {plan}"
+    chosen = "" if module == RUNNER else f" --module {module}"
+    return f"{env} {python} -S -m testbed.guest.start{chosen} {plan}"
 
 
 def _register_pyroute2() -> None:
@@ -49,4 +55,9 @@ def _register_pyroute2() -> None:
 
 if __name__ == "__main__":
     _register_pyroute2()
-    runpy.run_module("testbed.guest.runner", run_name="__main__", alter_sys=True)
+    # "--module NAME PLAN": NAME runs the plan instead of the runner; it sees only the plan in sys.argv
+    module = RUNNER
+    if sys.argv[1:2] == ["--module"]:
+        module = sys.argv[2]
+        del sys.argv[1:3]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)

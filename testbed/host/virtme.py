@@ -75,9 +75,14 @@ def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", l
     return GuestConfig("tcg", vcpus, memory, "tsc=reliable" if vcpus > 1 else "")
 
 
-def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: str) -> list[str]:
+def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: str | None = None,
+             shell: Path | None = None) -> list[str]:  # fmt: skip
+    """vng booting ``kernel``: it runs ``command`` with the console's output on stdout (the runner), or
+    ``shell`` as root's login shell on a console that is this terminal (``testbed shell``: without
+    udevd on the host, as here, vng's command mode has no way in for the keyboard)."""
     argv = [
-        "vng", "-v", "--run", str(kernel.vmlinuz), "--cpus", str(config.vcpus), "--memory", config.memory,
+        "vng", *([] if shell else ["-v"]), "--run", str(kernel.vmlinuz), "--cpus", str(config.vcpus),
+        "--memory", config.memory,
     ]  # fmt: skip
     if config.accel == "tcg":
         argv.append("--disable-kvm")
@@ -85,6 +90,9 @@ def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: s
         argv += ["--append", config.append]
     for directory in rwdirs:
         argv.append(f"--rwdir={directory}")
+    if shell is not None:
+        # no qemu monitor on the console: Ctrl-A and Ctrl-C reach the guest
+        return argv + ["--disable-monitor", "--shell", str(shell)]
     return argv + ["--exec", command]
 
 
@@ -128,7 +136,7 @@ def run_in_guest(
         except remote.RemoteRunnerError as err:
             raise _GUEST_ERRORS.get(type(err), GuestError)(str(err)) from None
         finally:
-            _stop_session(proc)
+            stop_session(proc)
             guard.release()
             proc.stdout.close()
     # vng's own exit status is 255 even on success on hosts without udevd: read the runner's.
@@ -165,6 +173,12 @@ def _start_guest(argv: list[str], **popen) -> tuple[subprocess.Popen, guardian.G
     return proc, guardian.Guard(proc.pid)
 
 
+def start_attached(argv: list[str]) -> tuple[subprocess.Popen, guardian.Guard]:
+    """vng with this process's terminal as the guest's console (``testbed shell``); qemu puts the
+    terminal in raw mode, so every key, Ctrl-C and Ctrl-D included, reaches the guest."""
+    return _start_guest(argv, stdin=None, stdout=None, stderr=None)
+
+
 def stop_orphans(log=print) -> list[str]:
     """Stop guests of this checkout whose controller is gone (killed before its guardian could act)."""
     stopped = guardian.stop_orphans(str(PROJECT))
@@ -173,7 +187,7 @@ def stop_orphans(log=print) -> list[str]:
     return stopped
 
 
-def _stop_session(proc: subprocess.Popen) -> None:
+def stop_session(proc: subprocess.Popen) -> None:
     """Stop vng and everything it started (qemu, virtiofsd): they share the session vng leads."""
     if proc.poll() is None:
         guardian.stop_group(proc.pid)
@@ -201,7 +215,7 @@ def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, 
                 f"{console_tail(Path(console.name))}"
             ) from err
         finally:
-            _stop_session(proc)
+            stop_session(proc)
             guard.release()
     if not out.exists():
         raise GuestError(

@@ -13,11 +13,11 @@ from pathlib import Path
 
 import yaml
 
-from testbed.host import guardian, hostload
+from testbed.host import hostload
 from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 from testbed.results.manifest import run_status
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, guest_processes
 
 SCENARIO = {
     "description": "two seeds of one short flow",
@@ -50,31 +50,15 @@ def _wait_for_line(path: Path, text: str, after: str = "", timeout_s: float = 30
     raise AssertionError(f"no '{text}' after '{after}' within {timeout_s:.0f} s:\n{out[-3000:]}")
 
 
-def _guest_processes() -> list[str]:
-    names = ("vng", "virtme", "qemu-system", "virtiofsd")
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            marker = guardian.environ_marker(int(entry.name))
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if marker is not None and marker.startswith(f"{PROJECT}:") and any(n in cmdline for n in names):
-            found.append(f"{entry.name} {cmdline[:80]}")
-    return found
-
-
 def test_a_killed_controller_leaves_no_guest_and_a_contended_run_is_untrustworthy(tmp_path):
     first = _start(tmp_path, "first.log")
     _wait_for_line(tmp_path / "first.log", TRAFFIC_BEGINS, after="run 1/2:")
     first.kill()
     first.wait()
     killed_at = time.monotonic()
-    while _guest_processes() and time.monotonic() - killed_at < 10:
+    while guest_processes() and time.monotonic() - killed_at < 10:
         time.sleep(0.2)
-    assert _guest_processes() == [], "the guest outlived its SIGKILLed controller by 10 s"
+    assert guest_processes() == [], "the guest outlived its SIGKILLed controller by 10 s"
     assert hostload.qemu_pids() == {}
 
     second = _start(tmp_path, "second.log")

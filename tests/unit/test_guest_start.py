@@ -41,3 +41,9 @@ def test_runner_imports_without_site_and_without_pyroute2_init():
     assert no_site == "1"
     assert ndb_loaded == "False"  # the package __init__ would have imported pyroute2.ndb.main
     assert loopbacks == "1"  # IPRoute from its own module works: one 'lo' found over netlink
+
+
+def test_the_shell_starts_the_same_way_with_its_own_module():
+    words = shlex.split(start.command("/venv/bin/python", "/s/plan.json", module="testbed.guest.shell"))
+    assert words[-7:] == ["/venv/bin/python", "-S", "-m", "testbed.guest.start", "--module", "testbed.guest.shell",
+                          "/s/plan.json"]  # fmt: skip

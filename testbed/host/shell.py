@@ -1,0 +1,115 @@
+"""``testbed shell SCENARIO``: one point of a scenario built on a real kernel, and Mininet's CLI on it.
+
+The backend is chosen as ``testbed run`` chooses it (:func:`testbed.host.session.choose_backend`): the
+running kernel in this process when it has what the scenario needs, else the lab VM when it is up,
+else a virtme-ng guest. What the network needs is built here as for a run (the project's modules, the
+BPF loss programs), and a plan of one run is written to a folder of its own; the guest or the lab VM
+then runs :mod:`testbed.guest.shell` on it with this terminal attached (a guest's console is the
+terminal: qemu passes the keys through, Ctrl-C included). Leaving the CLI tears the network down;
+the guest powers off, and a guardian stops it if this process is killed.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from testbed import PROJECT
+from testbed.guest import start
+from testbed.host import backends, guardian, vagrant, virtme
+from testbed.host.session import choose_backend
+from testbed.plan import estimate
+from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
+from testbed.results import provenance
+from testbed.scenario.points import RunSpec, ScenarioFile
+
+#: where the lab VM finds a shell's plan (pushed with the checkout by ``vagrant rsync``)
+VM_PLANS = "/var/tmp/cc-testbed-shell"
+
+
+def chosen_run(scenario: ScenarioFile, log=print) -> RunSpec:
+    """The run the shell builds: the first point's first seed (saying which, and how to pick another)."""
+    runs = scenario.runs()
+    points = list(dict.fromkeys(r.point_id for r in runs))
+    run = runs[0]
+    if len(points) > 1:
+        others = ", ".join(points[1:4]) + (", ..." if len(points) > 4 else "")
+        log(f"{scenario.name} has {len(points)} points; this shell builds {run.point_id} "
+            f"(--only KEY=VALUE picks another: {others})")  # fmt: skip
+    return run
+
+
+def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: str | None = None,
+               vcpus: int | None = None, log=print) -> int:  # fmt: skip
+    """Build the scenario's first run's network on the chosen backend and attach this terminal to its CLI."""
+    run = chosen_run(scenario, log)
+    if backend == "auto":
+        backend, why = choose_backend([run])
+        log(f"backend: {backend} ({why})")
+    virtme.stop_orphans(log=log)
+    chosen = backends.create(backend, kernel_version, vcpus, log=log)
+    folder = Path(tempfile.mkdtemp(prefix="cc-testbed-shell-"))
+    try:
+        release = chosen.prepare()
+        artefacts = chosen.build([run], release)
+        context = PlanContext(git=provenance.git_state(PROJECT), backend=chosen.describe(),
+                              project_modules=artefacts.project_modules, bpf_objects=artefacts.bpf_objects,
+                              hold_library=artefacts.hold_library)  # fmt: skip
+        plan = Plan(context=context, runs=[_plan_run(run)])
+        plan.write(folder / PLAN)
+        return _attach(chosen, plan, folder)
+    finally:
+        chosen.close()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _plan_run(run: RunSpec) -> PlanRun:
+    return PlanRun(scenario_name=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed,
+                   profile=run.profile, scenario=run.scenario.model_dump(mode="json"), run_dir="shell",
+                   estimate_s=estimate.estimate_s(run))  # fmt: skip
+
+
+def _attach(chosen: backends.Backend, plan: Plan, folder: Path) -> int:
+    if isinstance(chosen, backends.LocalBackend):
+        from testbed.guest.shell import open_shell as open_here
+
+        open_here(plan)
+        return 0
+    if isinstance(chosen, backends.GuestBackend):
+        return _in_guest(chosen, folder / PLAN)
+    return _in_lab_vm(folder)
+
+
+def _in_guest(guest: backends.GuestBackend, plan_path: Path) -> int:
+    """vng with this terminal as the guest's console and our shell as root's login shell there."""
+    login = plan_path.with_name("login.sh")
+    login.write_text(f"#!/bin/sh\ncd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin "
+                     f"{start.command(sys.executable, str(plan_path), module='testbed.guest.shell')}\n")  # fmt: skip
+    login.chmod(0o755)
+    argv = virtme.vng_argv(guest.kernel, guest.config, [plan_path.parent], shell=login)
+    proc, guard = virtme.start_attached(argv)
+    try:
+        return proc.wait()
+    finally:
+        virtme.stop_session(proc)
+        guard.release()
+
+
+def _in_lab_vm(folder: Path) -> int:
+    """The plan copied into the VM, the shell run there over ``ssh -t`` (a terminal of its own there)."""
+    with vagrant.LabVM() as vm:
+        remote = f"{VM_PLANS}/{folder.name}"
+        vm.copy_in(folder, remote)
+        command = f"cd {vagrant.VM_PROJECT} && sudo {vagrant.VM_PROJECT}/.venv/bin/python -m testbed.guest.shell " \
+                  f"{remote}/{PLAN}; sudo rm -rf {remote}"  # fmt: skip
+        argv = vm.argv(command)
+        # a session of its own, as a guest's vng: the guardian stops its group (ssh puts the terminal in raw mode)
+        proc = subprocess.Popen([*argv[:-2], "-t", *argv[-2:]], start_new_session=True)
+        guard = guardian.Guard(proc.pid, vm.argv(f"sudo pkill -TERM -f '[t]estbed.guest.shell {remote}/'"))
+        try:
+            return proc.wait()
+        finally:
+            guard.release()
