@@ -18,6 +18,10 @@ from testbed.workflows import grading, labkit
 
 #: the band's margin on each side, as a share of the reference runs' mean
 MARGIN = 0.25
+#: wider margins for metrics that count rare events: the retransmissions of one seed of the wireless
+#: lab (its loss timeline fixed by the seed) were 59 and 36 (New Reno), 56 and 26 (Westwood+) in two
+#: sessions at the same commit, 5.1 % and 3.2 % of the packets: a factor of 2 that 25 % would fail
+MARGINS = {"retrans_ratio": 0.6}
 #: metrics bounded by nature (Jain's index is at most 1, none of them below 0)
 CEILING = {"jain": 1.0}
 
@@ -42,7 +46,7 @@ def _band(band: labkit.Band, found: grading.Results) -> labkit.Band:
     if not values:
         raise labkit.LabError(f"no reference value of {band.metric} at {band.point}: its runs are missing")
     mean = sum(values) / len(values)
-    margin = MARGIN * abs(mean)
+    margin = MARGINS.get(band.metric, MARGIN) * abs(mean)
     low, high = max(0.0, min(values) - margin), min(CEILING.get(band.metric, math.inf), max(values) + margin)
     return band.model_copy(update={"min": round(low, 4), "max": round(high, 4), "reference": round(mean, 4)})
 
@@ -51,6 +55,6 @@ def write_expected(path: Path, expected: labkit.Expected) -> None:
     """expected.yaml, with a header that says what it is."""
     header = ("# The bands `testbed lab check` grades against, made by `testbed lab bands` from the reference\n"
               "# runs below (testbed/workflows/labbands.py: from the lowest value less 25 % of the mean to the\n"
-              "# highest plus it).\n")  # fmt: skip
+              "# highest plus it; 60 % for the retransmission ratio).\n")  # fmt: skip
     body = yaml.safe_dump(expected.model_dump(mode="json"), sort_keys=False, width=110)
     path.write_text(header + body)
