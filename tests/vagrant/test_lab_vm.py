@@ -27,6 +27,7 @@ from testbed.host.session import run_session
 from testbed.report.session import write_session_report
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
+from tests.shelldialogue import reachability_flow_and_exit, spawned
 
 PROJECT = Path(__file__).resolve().parents[2]
 URI = "qemu:///system"
@@ -125,6 +126,20 @@ def test_experiment_runs_in_the_vm_and_the_report_lands_on_the_host(lab_vm, tmp_
     assert sorted(flows["cc"]) == ["westwood", "westwood_paper"]
     goodput = flows["recv_goodput_mbit"].sum()
     assert 7.0 < goodput < 10.0, f"two flows through 10 Mbit/s delivered {goodput:.2f} Mbit/s"
+
+
+def test_the_shell_opens_in_the_vm_and_leaves_nothing_there(lab_vm, tmp_path):
+    """``testbed shell`` picks the VM that is up (the host kernel has no netem) and runs Mininet's CLI
+    there over ``ssh -t``: the same dialogue as the netns and guest tiers'; after ``exit`` no shell
+    process, namespace or plan is left in the VM."""
+    assert lab_vm["up"].returncode == 0, "vagrant up failed (first test)"
+    with spawned(tmp_path, "auto", rtt_ms=20, boot_timeout_s=300) as child:
+        reachability_flow_and_exit(child)
+    log = (tmp_path / "shell.log").read_text()
+    assert "backend: vagrant" in log and child.exitstatus == 0, log[-3000:]
+    out = vagrant("ssh", "-c", "pgrep -af '[t]estbed.guest.shell'; ip netns list; sudo ls /var/tmp/cc-testbed-shell",
+                  timeout=300)  # fmt: skip
+    assert out.stdout.strip() == "", f"left in the VM: {out.stdout}"
 
 
 def test_second_provisioning_changes_nothing(lab_vm):
