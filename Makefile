@@ -80,6 +80,6 @@ box: setup
 
 lock:
 	rm -rf /tmp/cc-testbed-lock && /usr/bin/python3 -m venv /tmp/cc-testbed-lock
-	/tmp/cc-testbed-lock/bin/pip install -q -e '.[dev,labs]'
-	{ echo "# Pinned Python dependencies: pip freeze of pyproject.toml's deps + dev and labs extras."; \
+	/tmp/cc-testbed-lock/bin/pip install -q -e '.[dev,labs,cluster]'
+	{ echo "# Pinned Python dependencies: pip freeze of pyproject.toml's deps + dev, labs and cluster extras."; \
 	  echo "# Regenerate: make lock"; /tmp/cc-testbed-lock/bin/pip freeze --exclude-editable; } > requirements.lock

@@ -16,7 +16,7 @@ else
   # A host: virtme-ng guests (qemu), the lab VM (Vagrant + libvirt, box built with mmdebstrap), make lint.
   where="localhost"
   required_commands=("${experiment_tools[@]}" qemu-system-x86_64 busybox vagrant virsh libvirtd mmdebstrap
-                     yamllint ansible-lint)
+                     yamllint ansible-lint sshd slurmctld slurmd munged)
   playbook=playbooks/host.yml
   playbook_args=()
 fi

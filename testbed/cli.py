@@ -48,6 +48,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
             keep_networks=not args.fresh_networks,
             queue_hz=args.queue_hz,
             observers=[ahead.observer] if ahead else [],
+            cluster=args.cluster,
         )
         report = None if args.no_report else _report(result.directory, ahead)
     if args.done_file:
@@ -232,9 +233,11 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
     from testbed.guest.capture import INSTANCES, remove_instance
     from testbed.guest.network import cleanup_leftovers
     from testbed.host import vagrant
+    from testbed.host.clusterwork import clean_scratch
     from testbed.host.virtme import stop_orphans
 
     done = stop_orphans() + cleanup_leftovers()
+    done += [f"removed the folder of a killed cluster worker {folder}" for folder in clean_scratch()]
     if vagrant.vm_running():
         with vagrant.LabVM() as vm:
             done += vm.stop_orphan_runners()
@@ -321,6 +324,7 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     )  # fmt: skip
     parser.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
     parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
+    _cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
     parser.add_argument(
@@ -343,6 +347,16 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
         "--force", action="store_true",
         help="run every run again in a new results folder; without it, a scenario run again on the same kernel "
              "resumes its newest results folder: complete runs are kept, failed and incomplete ones run again",
+    )  # fmt: skip
+
+
+def _cluster_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--cluster", metavar="SPEC",
+        help="spread the runs over a Dask cluster, one run per worker at a time, their folders shipped back here: "
+             "local:N (N workers on this host, each on its own cores), an Ansible inventory (ssh:FILE: a worker "
+             "per host, provisioned by playbooks/site.yml) or a Slurm description (slurm:FILE); --backend is "
+             "then each worker's (docs/cluster.md)",
     )  # fmt: skip
 
 
@@ -558,6 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     from analysis.catalog import CatalogError
     from testbed.guest.lossbpf import LossChannelError
     from testbed.guest.modules import ModuleBuildError
+    from testbed.host.clusterspec import ClusterError
     from testbed.host.kernels import KernelError
     from testbed.host.vagrant import VagrantError
     from testbed.host.virtme import GuestError
@@ -585,6 +600,7 @@ def main(argv: list[str] | None = None) -> int:
         CatalogError,
         FolderBusy,
         LabError,
+        ClusterError,
         ValueError,
     ) as err:
         print(f"testbed: {err}", file=sys.stderr)

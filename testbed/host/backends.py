@@ -55,8 +55,6 @@ class Backend(Protocol):
     failures: tuple[type[Exception], ...]
     #: the runner runs in this process and marks its own runs when interrupted
     runs_here: bool
-    #: added to the runs' estimate: the guest's boot
-    overhead_s: float
     #: set by the session before :meth:`execute`: told the runner's lines after the host's watch
     observers: tuple[Observer, ...]
 
@@ -68,6 +66,9 @@ class Backend(Protocol):
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         """Build what these runs need on the host (modules, BPF objects, the connect hold library)."""
+
+    def wall_s(self, estimates: list[float]) -> float:
+        """How long runs of these estimates take here (a guest's boot added; spread over a cluster's workers)."""
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         """Run the plan written at ``plan_path`` into ``session``; returns its timings for ``session.json``."""
@@ -110,7 +111,6 @@ class LocalBackend:
     label = "local kernel"
     failures: tuple[type[Exception], ...] = ()
     runs_here = True
-    overhead_s = 0.0
     observers: tuple[Observer, ...] = ()  # ignored: the runner runs in this process, it has no lines to follow
 
     def __init__(self, log=print) -> None:
@@ -127,8 +127,10 @@ class LocalBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return build_on_host(runs, release, self.log)
 
-    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
+    def wall_s(self, estimates: list[float]) -> float:
+        return sum(estimates)
 
+    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         execute_plan(plan, session)
         return {}
 
@@ -143,7 +145,6 @@ class GuestBackend:
     label = "guest"
     failures: tuple[type[Exception], ...] = (virtme.GuestError,)
     runs_here = False
-    overhead_s = estimate.GUEST_BOOT_S
     observers: tuple[Observer, ...] = ()
 
     def __init__(self, kernel_version: str | None = None, vcpus: int | None = None, log=print) -> None:
@@ -164,6 +165,9 @@ class GuestBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return build_on_host(runs, release, self.log)
 
+    def wall_s(self, estimates: list[float]) -> float:
+        return sum(estimates) + estimate.GUEST_BOOT_S
+
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         timing = run_with_second_boot(virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log,
                                       observers=self.observers)  # fmt: skip
@@ -180,7 +184,6 @@ class LabVMBackend:
     label = "lab VM"
     failures: tuple[type[Exception], ...] = (vagrant.VagrantError,)
     runs_here = False
-    overhead_s = 0.0
     observers: tuple[Observer, ...] = ()  # told the lines, but the run folders come back only at the end
 
     def __init__(self, log=print) -> None:
@@ -203,6 +206,9 @@ class LabVMBackend:
         # the host has no headers for the VM's kernel: the VM builds the modules, BPF objects and the library
         wanted = modules.needed(set().union(*(r.scenario.algorithms for r in runs)))
         return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
+
+    def wall_s(self, estimates: list[float]) -> float:
+        return sum(estimates)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         timing = vagrant.run_plan(self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log,

@@ -108,6 +108,7 @@ def run_session(
     observers: Sequence[Observer] = (),
     keep_networks: bool = True,
     queue_hz: float = 10.0,
+    cluster: str | None = None,
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
@@ -115,14 +116,15 @@ def run_session(
     follow the runner's lines where the plan runs elsewhere (:data:`remote.Observer`: the report's analysis
     ahead); the local backend runs it in this process and has none to give them. ``keep_networks``: a run
     may use the network of the run before it when it would build the same one (testbed.guest.keeper).
-    ``queue_hz``: how often the bottleneck queues are sampled during traffic."""
+    ``queue_hz``: how often the bottleneck queues are sampled during traffic. ``cluster``: the runs go to
+    the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
     results_root = Path(results_root).resolve()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
-    chosen = _open_backend(backend, runs, kernel_version, vcpus)
+    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster)
     chosen.observers = tuple(observers)
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
@@ -133,7 +135,7 @@ def run_session(
         if previous is not None and not runs_to_do:
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
-        total = sum(estimate.estimate_s(r) for r in runs_to_do) + chosen.overhead_s
+        total = chosen.wall_s([estimate.estimate_s(r) for r in runs_to_do])
         log(progress.format_line(progress.SessionPlanned(name=scenario.name, profile=scenario.profile,
                                                          runs=len(runs_to_do), estimate_s=total)))  # fmt: skip
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
@@ -155,8 +157,16 @@ def run_session(
     return result
 
 
-def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, vcpus: int | None) -> Backend:
-    """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why)."""
+def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, vcpus: int | None,
+                  cluster: str | None = None) -> Backend:  # fmt: skip
+    """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why);
+    with ``cluster``, the cluster's, whose workers each decide ``auto`` on their own host."""
+    if cluster:
+        # imported here: Dask takes a second to import, and only a cluster session needs it
+        from testbed.host import cluster as dask_cluster
+        from testbed.host import clusterspec
+
+        return dask_cluster.ClusterBackend(clusterspec.parse(cluster), choice, runs, kernel_version, vcpus, log=log)
     if choice == "auto":
         choice, why = choose_backend(runs)
         log(f"backend: {choice} ({why})")

@@ -30,7 +30,7 @@ class FakeError(Exception):
 class FakeBackend:
     """Runs a plan by writing its manifests: the first ``complete_first`` runs complete, then ``raise_``."""
 
-    name, label, failures, overhead_s, release = "fake", "fake VM", (FakeError,), 0.0, "6.1.0-fake"
+    name, label, failures, release = "fake", "fake VM", (FakeError,), "6.1.0-fake"
 
     def __init__(self, runs_here=False, complete_first=None, raise_=None, identities=None):
         self.runs_here, self.complete_first, self.raise_ = runs_here, complete_first, raise_
@@ -45,6 +45,9 @@ class FakeBackend:
 
     def build(self, runs, release):
         return backends.Artefacts({}, {}, None)
+
+    def wall_s(self, estimates):
+        return sum(estimates)
 
     def execute(self, plan, plan_path, session_dir, total_s):
         self.executed = True
@@ -82,7 +85,8 @@ def test_a_name_gives_its_backend_and_only_the_guest_takes_a_kernel():
     assert isinstance(backends.create("vagrant"), backends.LabVMBackend)
     guest = backends.create("guest", kernel_version="6.1.0-56", vcpus=1)
     assert isinstance(guest, backends.GuestBackend) and guest.kernel_version == "6.1.0-56"
-    assert guest.overhead_s > 0 and not guest.runs_here and backends.LocalBackend.runs_here
+    assert guest.wall_s([10.0]) > 10.0 and backends.LocalBackend().wall_s([10.0, 5.0]) == 15.0
+    assert not guest.runs_here and backends.LocalBackend.runs_here
     for name in ("local", "vagrant"):
         with pytest.raises(ValueError, match="--kernel needs the guest backend"):
             backends.create(name, kernel_version="6.1.0-56")

@@ -1,0 +1,326 @@
+"""A session's runs spread over many hosts through Dask: the controller's side (``--cluster SPEC``).
+
+:class:`ClusterBackend` is one more :class:`~testbed.host.backends.Backend`, so a cluster session is a
+session like any other: the same plan, resume, catalog and report. It starts the Dask cluster the spec
+names (:mod:`testbed.host.clusterspec`: ``LocalCluster``, ``SSHCluster``, dask-jobqueue's ``SLURMCluster``),
+asks every worker for its host, CPU and kernel (one kernel per session, as on one machine), then
+submits one task per run (:func:`testbed.host.clusterwork.run_task`) with the worker resource
+``run=1``: one run per worker at a time. Runs go in an order shuffled with a recorded seed, so points
+do not land on hosts by their place in the sweep. Dask reruns a task whose worker dies; each folder
+that comes home is checked (the archive's sha256, then every file against the manifest's list) and
+unpacked into the session folder; ``cluster.json`` records which host ran which run, with the times
+and sizes. A folder that fails its check runs once more.
+
+We use Dask rather than a scheduler of our own: it gives the work queue, worker resources, reruns on
+worker loss, a dashboard, and the same client code on one host, SSH hosts and batch systems.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from testbed.host import clusterspec
+from testbed.host.backends import Artefacts
+from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec, SlurmSpec, SSHSpec
+from testbed.host.clusterwork import WORKER_BACKENDS, Shipment, WorkRequest, run_task, unpack, worker_facts
+from testbed.host.remote import Observer
+from testbed.plan import estimate
+from testbed.plan.plan import Plan, PlanRun
+from testbed.plan.progress import RunEnded, format_line
+from testbed.results import rundir
+from testbed.results.manifest import Manifest, read_manifest, write_manifest
+from testbed.scenario.points import RunSpec
+
+#: the session folder's record of where each run ran
+CLUSTER_JSON = "cluster.json"
+#: how long the workers may take to join (Slurm jobs wait in the queue)
+JOIN_TIMEOUT_S = 300
+#: a worker (or an SSH scheduler) without its scheduler (or any client) for this long ends itself:
+#: what a controller killed with SIGKILL leaves on remote hosts goes away by itself
+ORPHAN_TIMEOUT_S = 60
+def slurm_logs() -> Path:
+    """Where the Slurm jobs' output goes (a worker that never joined says why there)."""
+    from testbed.guest.build import cache_base
+
+    return cache_base() / "slurm-logs"
+
+
+#: the fidelity checks of a host that failed this many runs are named in the log and cluster.json
+SUSPECT_HOST_UNTRUSTWORTHY = 2
+
+
+class ClusterBackend:
+    """Runs spread over the workers of a Dask cluster, each run on its worker's own backend."""
+
+    name = "cluster"
+    label = "cluster"
+    failures: tuple[type[Exception], ...] = (ClusterError,)
+    runs_here = False
+    observers: tuple[Observer, ...] = ()  # the runners' lines stay on the workers; the report reads the folders
+
+    def __init__(self, spec: ClusterSpec, inner: str, runs: list[RunSpec], kernel_version: str | None = None,
+                 vcpus: int | None = None, log=print) -> None:  # fmt: skip
+        if inner not in WORKER_BACKENDS:
+            raise ClusterError(f"--backend {inner} with --cluster: a worker runs on its host's own kernel (local) "
+                               f"or in guests (guest), or picks one (auto); the lab VM is one per checkout")
+        self.spec, self.inner, self.runs = spec, inner, runs
+        self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
+        self.cluster = self.client = None
+        self.facts: dict[str, dict] = {}
+        self.pinning: dict[str, list[int]] = {}
+
+    def prepare(self) -> str:
+        from distributed import Client
+
+        self.log(f"cluster: starting {clusterspec.describe(self.spec)}")
+        self.cluster = start(self.spec)
+        self.client = Client(self.cluster)
+        self.log(f"cluster: Dask dashboard at {self.client.dashboard_link}")
+        wanted = self.spec.workers if isinstance(self.spec, LocalSpec) else _expected_workers(self.spec)
+        try:
+            self.client.wait_for_workers(wanted, timeout=JOIN_TIMEOUT_S)
+        except TimeoutError:
+            joined = len(self.client.scheduler_info()["workers"])
+            raise ClusterError(f"cluster: {joined} of {wanted} workers joined within {JOIN_TIMEOUT_S} s "
+                               f"({clusterspec.describe(self.spec)}); their logs say why (Slurm: the jobs' "
+                               f"output in {slurm_logs()}; SSH: the lines above)") from None  # fmt: skip
+        self.facts = self._ask_workers()
+        if isinstance(self.spec, LocalSpec):
+            self.pinning = share_cores(sorted(os.sched_getaffinity(0)), list(self.facts))
+        return self._common_release()
+
+    def _ask_workers(self) -> dict[str, dict]:
+        """Every worker's host, CPU, backend and kernel release, asked of each worker itself."""
+        workers = self.client.scheduler_info()["workers"]
+        futures = {address: self.client.submit(worker_facts, self.inner, self.kernel_version, self.runs,
+                                               workers=[address], pure=False) for address in workers}  # fmt: skip
+        facts = {str(workers[address]["name"]): {**future.result(), "address": address}
+                 for address, future in futures.items()}  # fmt: skip
+        refused = [f"{f['host']} ({name}): {f['error']}" for name, f in facts.items() if "error" in f]
+        if refused:
+            raise ClusterError("cluster: workers cannot run these runs: " + "; ".join(refused))
+        return facts
+
+    def _common_release(self) -> str:
+        """One kernel per session (its runs resume, compare and report as one); else which host has which."""
+        releases = {(f["backend"], f["release"]) for f in self.facts.values()}
+        if len(releases) > 1:
+            seen = ", ".join(f"{f['host']}: {f['backend']} {f['release']}" for f in self.facts.values())
+            raise ClusterError(f"cluster: the workers would run different kernels ({seen}); a session runs on "
+                               f"one kernel: give --backend guest --kernel VERSION, or provision the hosts with "
+                               f"the same kernel_version (playbooks/site.yml)")  # fmt: skip
+        (backend, release), = releases
+        self.log(f"cluster: {len(self.facts)} workers on {len({f['host'] for f in self.facts.values()})} host(s), "
+                 f"runs on {backend} kernel {release}")  # fmt: skip
+        return release
+
+    def describe(self) -> dict:
+        backend, release = next((f["backend"], f["release"]) for f in self.facts.values())
+        return {"kind": self.name, "cluster": clusterspec.describe(self.spec), "spec": self.spec.model_dump(),
+                "worker_backend": backend, "kernel_release": release, "dashboard": self.client.dashboard_link,
+                "workers": self.facts}  # fmt: skip
+
+    def build(self, runs: list[RunSpec], release: str) -> Artefacts:
+        return Artefacts({}, {}, None)  # each worker builds what its run needs for its own kernel
+
+    def wall_s(self, estimates: list[float]) -> float:
+        boot = estimate.GUEST_BOOT_S if self._worker_backend() == "guest" else 0.0
+        return spread_s([e + boot for e in estimates], max(1, len(self.facts)))
+
+    def _worker_backend(self) -> str:
+        return next((f["backend"] for f in self.facts.values()), self.inner)
+
+    def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
+        from distributed import as_completed
+
+        order_seed = random.SystemRandom().randrange(2**31)
+        runs = list(plan.runs)
+        random.Random(order_seed).shuffle(runs)
+        record = _Record(session, order_seed, len(runs), self.log)
+        pending: dict[str, tuple[PlanRun, int]] = {}  # a task's key -> its run and attempt
+        futures = as_completed([self._submit(plan, session, run, 1, pending) for run in runs])
+        started = time.monotonic()
+        try:
+            for future in futures:
+                run, attempt = pending.pop(future.key)
+                if future.status == "error":
+                    record.failed(run, session, _worker_error(future))
+                elif record.arrived(run, future.result(), session, attempt, started):
+                    futures.add(self._submit(plan, session, run, attempt + 1, pending))
+        except BaseException:
+            self.client.cancel(list(pending))
+            raise
+        return {"cluster": record.finish(self.facts)}
+
+    def _submit(self, plan: Plan, session: Path, run: PlanRun, attempt: int, pending: dict):
+        request = WorkRequest(session=session.name, run=run, context=plan.context, backend=self._worker_backend(),
+                              kernel_version=self.kernel_version, vcpus=self.vcpus, pinning=self.pinning,
+                              attempt=attempt)  # fmt: skip
+        future = self.client.submit(run_task, request, resources={"run": 1}, pure=False,
+                                    key=f"run-{run.run_dir}-{attempt}")  # fmt: skip
+        pending[future.key] = (run, attempt)
+        return future
+
+    def close(self) -> None:
+        if self.client is not None:
+            self.client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+        self.client = self.cluster = None
+
+
+class _Record:
+    """``cluster.json`` as the runs come home, and the progress line."""
+
+    def __init__(self, session: Path, order_seed: int, total: int, log) -> None:
+        self.session, self.total, self.log = session, total, log
+        self.data: dict[str, Any] = {"order_seed": order_seed, "runs": {}}
+        self.done = 0
+
+    def arrived(self, run: PlanRun, shipment: Shipment, session: Path, attempt: int, started: float) -> bool:
+        """Unpack a shipment; True when it failed its check and the run should go once more."""
+        directory = session / run.run_dir
+        began = time.monotonic()
+        try:
+            unpack(shipment, directory)
+        except ValueError as err:
+            self.log(f"cluster: {err}")
+            if attempt == 1:
+                from testbed.plan import resume
+
+                resume.set_aside(directory, session)
+                return True
+            self.failed(run, session, str(err))
+            return False
+        if not (directory / rundir.MANIFEST).exists():
+            self.failed(run, session, f"the worker on {shipment.host} wrote no manifest; its log ended: "
+                                      f"{shipment.log_tail[-600:]}")  # fmt: skip
+            return False
+        status = read_manifest(directory).run_status
+        self.data["runs"][run.run_dir] = {
+            "host": shipment.host, "worker": shipment.worker, "cpu": shipment.cpu, "attempt": attempt,
+            "run_s": shipment.run_s, "pack_s": shipment.pack_s, "unpack_s": round(time.monotonic() - began, 3),
+            "archive_bytes": len(shipment.archive), "unpacked_bytes": shipment.unpacked_bytes, "status": status,
+            "trustworthy": _trustworthy(directory),
+        }  # fmt: skip
+        self._progress(run, status, shipment.host, started)
+        return False
+
+    def failed(self, run: PlanRun, session: Path, reason: str) -> None:
+        directory = session / run.run_dir
+        try:
+            manifest = read_manifest(directory)
+        except rundir.LoadError:
+            manifest = Manifest(scenario=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed,
+                                resolved=run.scenario)  # fmt: skip
+        if manifest.status not in ("complete", "failed"):
+            directory.mkdir(parents=True, exist_ok=True)
+            write_manifest(directory, manifest.model_copy(update={"status": "failed", "reason": reason}))
+        self.data["runs"][run.run_dir] = {"status": "failed", "reason": reason}
+        self._progress(run, "failed", None, None, reason)
+
+    def _progress(self, run: PlanRun, status: str, host: str | None, started: float | None, reason=None) -> None:
+        self.done += 1
+        self.log(format_line(RunEnded(index=self.done, total=self.total, status=status, reason=reason)))
+        if host and started:
+            elapsed = time.monotonic() - started
+            eta = elapsed / self.done * (self.total - self.done)
+            self.log(f"cluster: {run.point_id} seed={run.seed} came home from {host}; {self.done}/{self.total} "
+                     f"done, ETA {eta / 60:.1f} min")  # fmt: skip
+        rundir.write_json_atomic(self.session / CLUSTER_JSON, self.data)
+
+    def finish(self, facts: dict[str, dict]) -> dict:
+        """Name hosts whose runs failed their fidelity checks repeatedly; the timing summary for session.json."""
+        untrustworthy = Counter(r["host"] for r in self.data["runs"].values() if r.get("trustworthy") is False)
+        suspects = sorted(host for host, n in untrustworthy.items() if n >= SUSPECT_HOST_UNTRUSTWORTHY)
+        for host in suspects:
+            self.log(f"cluster: {untrustworthy[host]} runs on {host} failed their fidelity checks: look at that host")
+        self.data.update({"suspect_hosts": suspects, "workers": facts})
+        rundir.write_json_atomic(self.session / CLUSTER_JSON, self.data)
+        shipped = [r for r in self.data["runs"].values() if "archive_bytes" in r]
+        return {"workers": len(facts), "runs_shipped": len(shipped),
+                "archive_bytes": sum(r["archive_bytes"] for r in shipped)}  # fmt: skip
+
+
+def _trustworthy(directory: Path) -> bool | None:
+    fidelity = read_manifest(directory).fidelity
+    return None if fidelity is None else fidelity.trustworthy
+
+
+def _worker_error(future) -> str:
+    error = future.exception()
+    kind = type(error).__name__
+    if kind == "KilledWorker":
+        return f"every worker that took this run died ({error}); the cluster's hosts or their logs say why"
+    return f"the worker failed: {kind}: {error}"
+
+
+def _expected_workers(spec: ClusterSpec) -> int:
+    return len(spec.hosts) if isinstance(spec, SSHSpec) else spec.jobs
+
+
+def spread_s(costs: list[float], workers: int) -> float:
+    """The wall time of these run costs on ``workers`` workers: the longest first, each to the least loaded."""
+    loads = [0.0] * workers
+    for cost in sorted(costs, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads, default=0.0)
+
+
+def share_cores(cores: list[int], workers: list[str]) -> dict[str, list[int]]:
+    """Each worker its own cores (round robin when there are more workers than cores)."""
+    if len(workers) > len(cores):
+        return {name: [cores[i % len(cores)]] for i, name in enumerate(workers)}
+    per = len(cores) // len(workers)
+    return {name: cores[i * per:(i + 1) * per] for i, name in enumerate(workers)}
+
+
+def start(spec: ClusterSpec):
+    """The Dask cluster of a spec (its scheduler and workers running; Slurm jobs submitted)."""
+    worker_options = {"nthreads": 1, "resources": {"run": 1}, "death_timeout": ORPHAN_TIMEOUT_S}
+    if isinstance(spec, LocalSpec):
+        from distributed import LocalCluster
+
+        return LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, resources={"run": 1},
+                            dashboard_address=":0", silence_logs=logging.ERROR)  # fmt: skip
+    if isinstance(spec, SSHSpec):
+        return _ssh_cluster(spec, worker_options)
+    return _slurm_cluster(spec)
+
+
+def _ssh_cluster(spec: SSHSpec, worker_options: dict):
+    from distributed import SSHCluster
+
+    everyone = [spec.scheduler, *spec.hosts]
+    try:
+        # a plain Worker, not a Nanny: a worker that dies stays gone and its run goes to another host
+        return SSHCluster(
+            hosts=[h.address for h in everyone], connect_options=[h.connect_options() for h in everyone],
+            remote_python=[h.python for h in everyone], worker_class="distributed.Worker",
+            worker_options=worker_options,
+            scheduler_options={"port": 0, "dashboard_address": ":0", "idle_timeout": ORPHAN_TIMEOUT_S},
+        )  # fmt: skip
+    except (OSError, Exception) as err:  # asyncssh's errors, a refused connection, a worker that never started
+        raise ClusterError(f"cluster {spec.inventory}: cannot start Dask over SSH: {type(err).__name__}: {err} "
+                           f"(check that 'ssh {everyone[0].user or 'root'}@{everyone[0].address}' works without "
+                           f"a password and that playbooks/site.yml provisioned the hosts)") from None  # fmt: skip
+
+
+def _slurm_cluster(spec: SlurmSpec):
+    from dask_jobqueue import SLURMCluster
+
+    checkout = spec.checkout or str(Path(__file__).resolve().parents[2])
+    cluster = SLURMCluster(
+        queue=spec.partition, account=spec.account, cores=spec.cores, processes=1, memory=spec.memory,
+        walltime=spec.walltime, python=f"{checkout}/.venv/bin/python", job_extra_directives=spec.extra_directives,
+        worker_extra_args=["--resources", "run=1", "--death-timeout", str(ORPHAN_TIMEOUT_S)],
+        scheduler_options={"dashboard_address": ":0"}, silence_logs=logging.ERROR, log_directory=str(slurm_logs()),
+    )  # fmt: skip
+    cluster.scale(jobs=spec.jobs)
+    return cluster

@@ -1,0 +1,90 @@
+"""A session on a Dask cluster over SSH: two workers (this machine twice, through an sshd the test starts
+with keys made for it), each running its runs on the host kernel, the folders shipped home and merged."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from testbed.results import rundir
+from tests import clusterhosts
+from tests.conftest import PROJECT
+
+pytestmark = pytest.mark.skipif(not clusterhosts.SSHD.exists(), reason="needs openssh-server: run 'make setup'")
+
+
+@pytest.fixture(scope="module")
+def ssh_inventory(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("sshd")
+    with clusterhosts.sshd(folder) as port:
+        yield clusterhosts.inventory(folder, port)
+
+
+def _testbed(*args: str) -> list[str]:
+    return [sys.executable, "-m", "testbed.cli", *args]
+
+
+def _session(results):
+    (session,) = [p.parent for p in results.glob("*/*/session.json")]
+    return session
+
+
+def test_a_sweep_runs_on_two_ssh_workers_and_comes_home_as_one_session(tmp_path, ssh_inventory, clean_kernel):
+    scenario = clusterhosts.scenario_file(tmp_path / "pair.yaml", ["reno", "cubic"], duration_s=3)
+    done = subprocess.run(_testbed("run", str(scenario), "--backend", "local", "--cluster", f"ssh:{ssh_inventory}",
+                                   "--results", str(tmp_path / "results")),
+                          cwd=PROJECT, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "cluster: Dask dashboard at http://" in done.stdout
+    session = _session(tmp_path / "results")
+    info = rundir.read_json(session / "session.json")
+    assert info["backend"]["kind"] == "cluster" and info["backend"]["worker_backend"] == "local"
+    assert len(info["backend"]["workers"]) == 2
+    record = rundir.read_json(session / "cluster.json")
+    assert set(record["runs"]) == {"cc=reno/seed=1", "cc=cubic/seed=1"}
+    for run_dir, where in record["runs"].items():
+        manifest = rundir.read_json(session / run_dir / "manifest.json")
+        assert manifest["status"] == "complete", manifest.get("reason")
+        assert manifest["cluster"]["host"] == where["host"] and manifest["cluster"]["cpu"]
+        assert where["archive_bytes"] > 0 and where["unpacked_bytes"] >= where["archive_bytes"]
+        assert {name for name in manifest["files"]} >= {"raw/iperf3-c0-server.json"}
+    assert (session / "report.html").exists() and (tmp_path / "results" / "catalog.sqlite").exists()
+    assert clusterhosts.cluster_processes() == []
+    assert list(clusterhosts.SCRATCH.glob("*/")) == []
+
+
+def test_a_worker_killed_during_its_run_its_run_is_rerun_on_the_other_and_nothing_is_lost(
+    tmp_path, ssh_inventory, clean_kernel
+):
+    scenario = clusterhosts.scenario_file(tmp_path / "killed.yaml", ["reno", "cubic"], duration_s=6)
+    controller = subprocess.Popen(
+        _testbed("run", str(scenario), "--backend", "local", "--cluster", f"ssh:{ssh_inventory}", "--no-report",
+                 "--results", str(tmp_path / "results")),
+        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 120
+        while not (children := clusterhosts.run_children()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert children, "no run started on the workers"
+        time.sleep(2)  # into the run
+        victim = clusterhosts.parent_of(children[0])
+        os.kill(victim, signal.SIGKILL)
+        out, _ = controller.communicate(timeout=300)
+    finally:
+        if controller.poll() is None:
+            controller.kill()
+    assert controller.returncode == 0, out[-4000:]
+    session = _session(tmp_path / "results")
+    record = rundir.read_json(session / "cluster.json")
+    workers = {where["worker"] for where in record["runs"].values()}
+    assert len(workers) == 1, f"both runs should have come home from the surviving worker: {record['runs']}"
+    for run_dir in record["runs"]:
+        assert rundir.read_json(session / run_dir / "manifest.json")["status"] == "complete"
+    assert clusterhosts.cluster_processes() == []
+    assert list(clusterhosts.SCRATCH.glob("*/")) == []  # the killed worker's folder went with the rerun
