@@ -7,6 +7,9 @@ SCENARIO ?= default
 PROFILE ?=
 KERNEL ?=
 TESTBED_ARGS ?=
+# CLUSTER=local:4 | ssh:playbooks/inventory/lab.ini | slurm:cluster.yaml spreads the runs (docs/cluster.md)
+CLUSTER ?=
+override TESTBED_ARGS += $(if $(CLUSTER),--cluster $(CLUSTER))
 
 .PHONY: help setup experiment reproduce regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
@@ -16,6 +19,7 @@ help:
 	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
 	@echo "make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression]   kernel regression verdict"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
+	@echo "  ... CLUSTER=local:N|ssh:INVENTORY|slurm:FILE on experiment, run, reproduce, regress: runs spread over a Dask cluster"
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
 	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
 	@echo "make bench        speed and fidelity figures, printed and written to bench/"
@@ -31,7 +35,7 @@ experiment: setup
 	$(TESTBED) suite $(or $(SUITE),default) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
 reproduce: setup
-	@PROFILE=$(or $(PROFILE),quick) scripts/reproduce.sh
+	@PROFILE=$(or $(PROFILE),quick) TESTBED_ARGS="$(TESTBED_ARGS)" scripts/reproduce.sh
 
 regress: setup
 	@[ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }

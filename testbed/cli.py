@@ -190,7 +190,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     options = parse_flow_options(args.candidate_flow_option or [])
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
     result = regress(args.baseline, args.candidate, suite, args.repeat, results_root=args.results,
-                     candidate_flow_options=options, vcpus=args.cpus)  # fmt: skip
+                     candidate_flow_options=options, vcpus=args.cpus, cluster=args.cluster)  # fmt: skip
     _catalog(args.results)
     return result.exit_code
 
@@ -474,6 +474,7 @@ def _add_regress(sub) -> None:
                               "the noise measured here; analysis/regression.py says how)")  # fmt: skip
     regress.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     regress.add_argument("--cpus", type=int, help="guest vCPUs (default 2)")
+    _cluster_option(regress)
     regress.add_argument(
         "--candidate-flow-option", action="append", metavar="NAME=VALUE",
         help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N, "

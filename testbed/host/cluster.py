@@ -65,11 +65,14 @@ class ClusterBackend:
     observers: tuple[Observer, ...] = ()  # the runners' lines stay on the workers; the report reads the folders
 
     def __init__(self, spec: ClusterSpec, inner: str, runs: list[RunSpec], kernel_version: str | None = None,
-                 vcpus: int | None = None, log=print) -> None:  # fmt: skip
+                 vcpus: int | None = None, log=print, placement_seed: int | None = None) -> None:  # fmt: skip
         if inner not in WORKER_BACKENDS:
             raise ClusterError(f"--backend {inner} with --cluster: a worker runs on its host's own kernel (local) "
                                f"or in guests (guest), or picks one (auto); the lab VM is one per checkout")
         self.spec, self.inner, self.runs = spec, inner, runs
+        #: set: each run goes to a host drawn from its point, seed and this number (the same in another
+        #: session: ``regress`` runs both kernels of a repetition on one host); None: to any free worker
+        self.placement_seed = placement_seed
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
         self.cluster = self.client = None
         self.facts: dict[str, dict] = {}
@@ -143,6 +146,7 @@ class ClusterBackend:
         runs = list(plan.runs)
         random.Random(order_seed).shuffle(runs)
         record = _Record(session, order_seed, len(runs), self.log)
+        record.data["placement_seed"] = self.placement_seed
         pending: dict[str, tuple[PlanRun, int]] = {}  # a task's key -> its run and attempt
         futures = as_completed([self._submit(plan, session, run, 1, pending) for run in runs])
         started = time.monotonic()
@@ -162,16 +166,27 @@ class ClusterBackend:
         request = WorkRequest(session=session.name, run=run, context=plan.context, backend=self._worker_backend(),
                               kernel_version=self.kernel_version, vcpus=self.vcpus, pinning=self.pinning,
                               attempt=attempt)  # fmt: skip
+        placed = self._placed(run)
         future = self.client.submit(run_task, request, resources={"run": 1}, pure=False,
-                                    key=f"run-{run.run_dir}-{attempt}")  # fmt: skip
+                                    key=f"run-{run.run_dir}-{attempt}", workers=placed,
+                                    allow_other_workers=placed is not None)  # fmt: skip
         pending[future.key] = (run, attempt)
         return future
 
+    def _placed(self, run: PlanRun) -> list[str] | None:
+        """The workers of the host this run is drawn to (loosely: if that host is lost, any worker takes it)."""
+        if self.placement_seed is None:
+            return None
+        hosts = sorted({f["host"] for f in self.facts.values()})
+        host = random.Random(f"{self.placement_seed}/{run.point_id}/{run.seed}").choice(hosts)
+        return [f["address"] for f in self.facts.values() if f["host"] == host]
+
     def close(self) -> None:
-        if self.client is not None:
-            self.client.close()
+        # the cluster first: an SSH cluster's scheduler ends when its last client leaves (clustertether)
         if self.cluster is not None:
             self.cluster.close()
+        if self.client is not None:
+            self.client.close()
         self.client = self.cluster = None
 
 
@@ -304,7 +319,8 @@ def _ssh_cluster(spec: SSHSpec, worker_options: dict):
             hosts=[h.address for h in everyone], connect_options=[h.connect_options() for h in everyone],
             remote_python=[h.python for h in everyone], worker_class="distributed.Worker",
             worker_options=worker_options,
-            scheduler_options={"port": 0, "dashboard_address": ":0", "idle_timeout": ORPHAN_TIMEOUT_S},
+            scheduler_options={"port": 0, "dashboard_address": ":0", "idle_timeout": ORPHAN_TIMEOUT_S,
+                               "preload": ["testbed.host.clustertether"]},
         )  # fmt: skip
     except (OSError, Exception) as err:  # asyncssh's errors, a refused connection, a worker that never started
         raise ClusterError(f"cluster {spec.inventory}: cannot start Dask over SSH: {type(err).__name__}: {err} "

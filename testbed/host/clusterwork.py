@@ -158,7 +158,7 @@ def _run_and_pack(request: WorkRequest, worker, cores: list[int] | None, scratch
     try:
         (scratch / "request.json").write_text(request.model_dump_json())
         started = time.monotonic()
-        log_tail = _run_child(scratch, cores, timeout_s=request.run.estimate_s * 3 + 900)
+        log_tail = _run_child(scratch, cores, request.run.estimate_s * 3 + 900, worker)
         run_s = time.monotonic() - started
         directory = scratch / "session" / request.run.run_dir
         _record_where(directory, worker.address, request.attempt)
@@ -172,8 +172,10 @@ def _run_and_pack(request: WorkRequest, worker, cores: list[int] | None, scratch
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float) -> str:
-    """``python -m testbed.host.clusterwork`` on the request; the last lines of its log."""
+def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float, worker) -> str:
+    """``python -m testbed.host.clusterwork`` on the request; the last lines of its log. The child is
+    stopped (SIGTERM: the runner's orderly stop) when it outlives its time or the worker begins to close
+    (the scheduler said so: the controller is gone)."""
 
     def in_child() -> None:
         # dies with the worker (SIGTERM: the runner's orderly stop); pinned to the worker's cores
@@ -182,13 +184,20 @@ def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float) -> str:
             os.sched_setaffinity(0, cores)
 
     log = scratch / "worker.log"
+    deadline = time.monotonic() + timeout_s
     with open(log, "w") as out:
-        try:
-            subprocess.run([sys.executable, "-m", "testbed.host.clusterwork", str(scratch / "request.json")],
-                           cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=in_child,
-                           timeout=timeout_s)  # fmt: skip
-        except subprocess.TimeoutExpired:
-            out.write(f"\n[clusterwork] the run took longer than {timeout_s:.0f} s and was stopped\n")
+        child = subprocess.Popen([sys.executable, "-m", "testbed.host.clusterwork", str(scratch / "request.json")],
+                                 cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=in_child)  # fmt: skip
+        while child.poll() is None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=1)
+            closing = worker.status.name not in ("running", "paused")
+            if child.poll() is None and (closing or time.monotonic() > deadline):
+                why = "its worker is closing" if closing else f"the run took longer than {timeout_s:.0f} s"
+                out.write(f"\n[clusterwork] stopping the run: {why}\n")
+                out.flush()
+                child.terminate()
+                child.wait()
     return "\n".join(log.read_text(errors="replace").splitlines()[-15:])
 
 

@@ -109,6 +109,7 @@ def run_session(
     keep_networks: bool = True,
     queue_hz: float = 10.0,
     cluster: str | None = None,
+    placement_seed: int | None = None,
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
@@ -117,14 +118,15 @@ def run_session(
     ahead); the local backend runs it in this process and has none to give them. ``keep_networks``: a run
     may use the network of the run before it when it would build the same one (testbed.guest.keeper).
     ``queue_hz``: how often the bottleneck queues are sampled during traffic. ``cluster``: the runs go to
-    the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``."""
+    the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``;
+    ``placement_seed`` draws each run's host from its point and seed (the same draw in another session)."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
     results_root = Path(results_root).resolve()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
-    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster)
+    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed)
     chosen.observers = tuple(observers)
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
@@ -158,7 +160,7 @@ def run_session(
 
 
 def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, vcpus: int | None,
-                  cluster: str | None = None) -> Backend:  # fmt: skip
+                  cluster: str | None = None, placement_seed: int | None = None) -> Backend:  # fmt: skip
     """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why);
     with ``cluster``, the cluster's, whose workers each decide ``auto`` on their own host."""
     if cluster:
@@ -166,7 +168,8 @@ def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, 
         from testbed.host import cluster as dask_cluster
         from testbed.host import clusterspec
 
-        return dask_cluster.ClusterBackend(clusterspec.parse(cluster), choice, runs, kernel_version, vcpus, log=log)
+        return dask_cluster.ClusterBackend(clusterspec.parse(cluster), choice, runs, kernel_version, vcpus, log=log,
+                                           placement_seed=placement_seed)  # fmt: skip
     if choice == "auto":
         choice, why = choose_backend(runs)
         log(f"backend: {choice} ({why})")

@@ -61,6 +61,9 @@ def provenance_items(manifest: dict, session: dict | None = None) -> list[tuple[
             ("seed", manifest.get("seed")),
         ]
     items += [("kernel", kernel), ("backend", backend_text), ("git", git_text)]
+    if manifest and manifest.get("cluster"):  # ran on a cluster's worker (testbed.host.clusterwork)
+        where = manifest["cluster"]
+        items.append(("host", f"{where.get('host')} ({where.get('cpu')}, {where.get('cores')} cores)"))
     if manifest:
         items += [("started", manifest.get("started_utc")), ("ended", manifest.get("ended_utc"))]
     elif session:

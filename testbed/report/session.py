@@ -35,6 +35,7 @@ import multiprocessing
 import os
 import textwrap
 import traceback
+from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
@@ -575,10 +576,31 @@ def _session_provenance(session: dict, analyses: list[RunAnalysis]) -> list[tupl
     )
     if kernels:
         items = [(k, ", ".join(kernels) if k == "kernel" else v) for k, v in items]
+    if (session.get("backend") or {}).get("kind") == "cluster":
+        items.append(("cluster", _cluster_text(session["backend"], analyses)))
     description = session.get("description")
     if isinstance(description, str) and description.strip():
         items.append(("description", description.strip()))
     return items
+
+
+#: a host with this many untrustworthy runs is named (testbed.host.cluster.SUSPECT_HOST_UNTRUSTWORTHY)
+_SUSPECT_UNTRUSTWORTHY = 2
+
+
+def _cluster_text(backend: dict, analyses: list[RunAnalysis]) -> str:
+    """Where the runs ran: the cluster, its worker backend, runs per host, and hosts whose fidelity checks failed
+    repeatedly (a host's own load or hardware: look at it before trusting its runs)."""
+    hosts = Counter(str((a.manifest.get("cluster") or {}).get("host")) for a in analyses if a.manifest.get("cluster"))
+    untrusted = Counter(str(a.manifest["cluster"].get("host")) for a in analyses
+                        if a.manifest.get("cluster") and a.trustworthy is False)  # fmt: skip
+    text = f"{backend.get('cluster')}, runs on {backend.get('worker_backend')}; runs by host: " + (
+        ", ".join(f"{host} {n}" for host, n in sorted(hosts.items())) or "none yet"
+    )
+    suspects = [f"{host} ({n} untrustworthy)" for host, n in sorted(untrusted.items()) if n >= _SUSPECT_UNTRUSTWORTHY]
+    if suspects:
+        text += f"; hosts whose runs failed their fidelity checks repeatedly: {', '.join(suspects)}"
+    return text
 
 
 def _page(

@@ -30,6 +30,7 @@ on one kernel or both, never as a regression of a metric; or a positive control 
 from __future__ import annotations
 
 import math
+import random
 import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field, replace
@@ -127,8 +128,11 @@ def regress(
     results_root: Path = PROJECT / "results",
     candidate_flow_options: dict | None = None,
     vcpus: int | None = None,
+    cluster: str | None = None,
 ) -> RegressResult:
-    """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc)."""
+    """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc). With ``cluster``,
+    each session's runs spread over its workers, and a point's run goes to the same host on both kernels
+    (one placement seed for the whole comparison, recorded): host differences cancel in the pair."""
 
     if repeat < 2:
         raise ValueError(f"--repeat {repeat}: a comparison needs at least 2 repetitions per kernel (default 5)")
@@ -141,6 +145,9 @@ def regress(
     per_session_s = sum(estimate_s(r) for r in variant(suite, 1).runs()) + GUEST_BOOT_S
     kernel_of = {"baseline": baseline, "candidate": candidate}
     sessions: dict[str, set[Path]] = {side: set() for side in SIDES}
+    placement_seed = random.SystemRandom().randrange(2**31) if cluster else None
+    if cluster:
+        rundir.write_json_atomic(directory / "placement.json", {"cluster": cluster, "placement_seed": placement_seed})
     started = time.monotonic()
     for done, (rep, side) in enumerate(plan):
         left = (len(plan) - done) * per_session_s
@@ -151,7 +158,8 @@ def regress(
         candidate_side = side == "candidate"
         scenario = variant(suite, rep, candidate_flow_options if candidate_side else None, candidate=candidate_side)
         result = run_session(scenario, backend="guest", kernel_version=kernel_of[side],
-                             results_root=directory / side, vcpus=vcpus)  # fmt: skip
+                             results_root=directory / side, vcpus=vcpus, cluster=cluster,
+                             placement_seed=placement_seed)  # fmt: skip
         sessions[side].add(result.directory)
     bases = {control: _control_base(suite, control) for control in suite.controls}
     return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options, suite.controls,

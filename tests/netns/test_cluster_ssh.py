@@ -88,3 +88,46 @@ def test_a_worker_killed_during_its_run_its_run_is_rerun_on_the_other_and_nothin
         assert rundir.read_json(session / run_dir / "manifest.json")["status"] == "complete"
     assert clusterhosts.cluster_processes() == []
     assert list(clusterhosts.SCRATCH.glob("*/")) == []  # the killed worker's folder went with the rerun
+
+
+def _wait_until(predicate, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.5)
+    return predicate()
+
+
+def test_a_controller_killed_mid_session_leaves_nothing_running_and_the_session_resumes(
+    tmp_path, ssh_inventory, clean_kernel
+):
+    scenario = clusterhosts.scenario_file(tmp_path / "resumed.yaml", ["reno", "cubic"], duration_s=6)
+    command = _testbed("run", str(scenario), "--backend", "local", "--cluster", f"ssh:{ssh_inventory}", "--no-report",
+                       "--results", str(tmp_path / "results"))  # fmt: skip
+    controller = subprocess.Popen(command, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def one_run_home() -> list:
+        return [p for p in (tmp_path / "results").glob("*/*/cluster.json") if rundir.read_json(p)["runs"]]
+
+    # the runs take the host kernel in turn: when the first is home, the second is running
+    assert _wait_until(one_run_home, 120), "no run came home"
+    assert _wait_until(clusterhosts.run_children, 30), "the second run did not start"
+    (first,) = rundir.read_json(one_run_home()[0])["runs"]
+    session = one_run_home()[0].parent
+    kept = (session / first / "manifest.json").read_bytes()
+    time.sleep(2)
+    controller.kill()  # SIGKILL: no close(), no guardian; the scheduler ends when its client's connection drops
+    controller.wait()
+    assert _wait_until(lambda: not clusterhosts.cluster_processes(), 30), clusterhosts.cluster_processes()
+    from tests.conftest import leftovers
+
+    assert leftovers() == []  # the runs were torn down (the runner's SIGTERM path) with their workers
+
+    again = subprocess.run(command, cwd=PROJECT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resuming {session}: 1 of 2 runs complete" in again.stdout
+    assert (session / first / "manifest.json").read_bytes() == kept  # the run that came home was not run again
+    for run_dir in ("cc=reno/seed=1", "cc=cubic/seed=1"):
+        assert rundir.read_json(session / run_dir / "manifest.json")["status"] == "complete"
+    assert list(clusterhosts.SCRATCH.glob("*/")) == []

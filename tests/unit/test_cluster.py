@@ -117,3 +117,22 @@ def test_an_archive_reaching_outside_the_run_folder_is_refused(tmp_path):
     with pytest.raises(ValueError, match="outside a run folder"):
         unpack(_shipment(buffer.getvalue()), tmp_path / "home")
     assert not (tmp_path / "escaped").exists()
+
+
+def test_a_placement_seed_sends_a_point_to_the_same_host_in_every_session():
+    from testbed.host.cluster import ClusterBackend
+    from testbed.plan.plan import PlanRun
+
+    def backend(ports: tuple[int, int, int]) -> ClusterBackend:
+        chosen = ClusterBackend(clusterspec.LocalSpec(workers=3), "guest", [], placement_seed=7)
+        chosen.facts = {str(i): {"host": f"h{i}", "address": f"tcp://10.0.0.{i}:{port}"}
+                        for i, port in enumerate(ports)}  # fmt: skip
+        return chosen
+
+    runs = [PlanRun(scenario_name="s", point_id=f"cc={cc}", params={}, seed=seed, scenario={}, run_dir="x",
+                    estimate_s=1) for cc in ("reno", "cubic", "bbr", "vegas") for seed in (1, 2, 3)]  # fmt: skip
+    first, second = backend((1, 2, 3)), backend((4, 5, 6))  # the next session's workers have other ports
+    hosts = [first._placed(r)[0].split(":")[1] for r in runs]
+    assert hosts == [second._placed(r)[0].split(":")[1] for r in runs]
+    assert len(set(hosts)) > 1  # spread, not all on one host
+    assert ClusterBackend(clusterspec.LocalSpec(workers=2), "guest", [])._placed(runs[0]) is None
