@@ -28,7 +28,15 @@ from typing import Any
 from testbed.host import clusterspec
 from testbed.host.backends import Artefacts
 from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec, SlurmSpec, SSHSpec
-from testbed.host.clusterwork import WORKER_BACKENDS, Shipment, WorkRequest, run_task, unpack, worker_facts
+from testbed.host.clusterwork import (
+    DASK_DIRECTORY,
+    WORKER_BACKENDS,
+    Shipment,
+    WorkRequest,
+    run_task,
+    unpack,
+    worker_facts,
+)
 from testbed.host.remote import Observer
 from testbed.plan import estimate
 from testbed.plan.plan import Plan, PlanRun
@@ -298,12 +306,17 @@ def share_cores(cores: list[int], workers: list[str]) -> dict[str, list[int]]:
 
 def start(spec: ClusterSpec):
     """The Dask cluster of a spec (its scheduler and workers running; Slurm jobs submitted)."""
-    worker_options = {"nthreads": 1, "resources": {"run": 1}, "death_timeout": ORPHAN_TIMEOUT_S}
+    import dask
+
+    dask.config.set({"temporary-directory": str(DASK_DIRECTORY)})  # the scheduler's too, not /tmp
+    worker_options = {"nthreads": 1, "resources": {"run": 1}, "death_timeout": ORPHAN_TIMEOUT_S,
+                      "local_directory": str(DASK_DIRECTORY)}  # fmt: skip
     if isinstance(spec, LocalSpec):
         from distributed import LocalCluster
 
         return LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, resources={"run": 1},
-                            dashboard_address=":0", silence_logs=logging.ERROR)  # fmt: skip
+                            dashboard_address=":0", silence_logs=logging.ERROR,
+                            local_directory=str(DASK_DIRECTORY))  # fmt: skip
     if isinstance(spec, SSHSpec):
         return _ssh_cluster(spec, worker_options)
     return _slurm_cluster(spec)
@@ -337,6 +350,7 @@ def _slurm_cluster(spec: SlurmSpec):
         walltime=spec.walltime, python=f"{checkout}/.venv/bin/python", job_extra_directives=spec.extra_directives,
         worker_extra_args=["--resources", "run=1", "--death-timeout", str(ORPHAN_TIMEOUT_S)],
         scheduler_options={"dashboard_address": ":0"}, silence_logs=logging.ERROR, log_directory=str(slurm_logs()),
+        local_directory=str(DASK_DIRECTORY),
     )  # fmt: skip
     cluster.scale(jobs=spec.jobs)
     return cluster

@@ -47,6 +47,8 @@ from testbed.scenario.points import RunSpec
 #: where a worker keeps its runs until they are shipped, and its host-wide locks
 SCRATCH = Path("/var/tmp/cc-testbed-cluster")
 LOCAL_KERNEL_LOCK = SCRATCH / "local-kernel.lock"
+#: the Dask workers' own scratch space (Dask keeps it tidy; here rather than in /tmp/dask-scratch-space)
+DASK_DIRECTORY = SCRATCH / "dask"
 BUILD_LOCK = SCRATCH / "build.lock"
 #: the backends a worker can run on (the lab VM is one per checkout, driven from its host)
 WORKER_BACKENDS = ("auto", "local", "guest")
@@ -127,7 +129,7 @@ def host_lock(path: Path):
 def clean_scratch() -> list[Path]:
     """Remove the scratch folders of workers that died before they shipped their run (their lock is free)."""
     removed = []
-    for folder in sorted(SCRATCH.glob("*/")):
+    for folder in sorted(SCRATCH.glob("[0-9]*/")):  # runs' folders are named after their session (a UTC time)
         with open(folder / ".lock", "a+") as handle:
             try:
                 fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
