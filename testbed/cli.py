@@ -261,6 +261,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from testbed.workflows.experiment_bench import bench_experiment
 
         statuses.append(bench_experiment(kernel_version=args.kernel)["status"])
+    if args.part in ("cluster", "all"):
+        from testbed.workflows.cluster_bench import bench_cluster
+
+        statuses.append(bench_cluster(args.cluster or "local:2")["status"])
     return 0 if all(status == "complete" for status in statuses) else 1
 
 
@@ -501,12 +505,14 @@ def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="speed and fidelity figures of this machine (printed, written to bench/)")
     bench.add_argument("--kernel", help="guest kernel, as for run")
     bench.add_argument(
-        "--part", choices=["basic", "scale", "pcap", "experiment", "all"], default="all",
+        "--part", choices=["basic", "scale", "pcap", "experiment", "cluster", "all"], default="all",
         help="basic: one flow's speed and fidelity (~2 min); scale: 200+10 flows, a 10-hop parking lot and each "
              "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
              "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
-             "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); all: the four",
+             "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); cluster: Dask's "
+             "overhead per task and a run folder's shipping on --cluster (default local:2, ~30 s); all: the five",
     )  # fmt: skip
+    bench.add_argument("--cluster", metavar="SPEC", help="the cluster --part cluster measures (as for run)")
     bench.set_defaults(func=_cmd_bench)
 
 

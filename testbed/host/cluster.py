@@ -17,6 +17,7 @@ worker loss, a dashboard, and the same client code on one host, SSH hosts and ba
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import random
@@ -87,20 +88,8 @@ class ClusterBackend:
         self.pinning: dict[str, list[int]] = {}
 
     def prepare(self) -> str:
-        from distributed import Client
-
         self.log(f"cluster: starting {clusterspec.describe(self.spec)}")
-        self.cluster = start(self.spec)
-        self.client = Client(self.cluster)
-        self.log(f"cluster: Dask dashboard at {self.client.dashboard_link}")
-        wanted = self.spec.workers if isinstance(self.spec, LocalSpec) else _expected_workers(self.spec)
-        try:
-            self.client.wait_for_workers(wanted, timeout=JOIN_TIMEOUT_S)
-        except TimeoutError:
-            joined = len(self.client.scheduler_info()["workers"])
-            raise ClusterError(f"cluster: {joined} of {wanted} workers joined within {JOIN_TIMEOUT_S} s "
-                               f"({clusterspec.describe(self.spec)}); their logs say why (Slurm: the jobs' "
-                               f"output in {slurm_logs()}; SSH: the lines above)") from None  # fmt: skip
+        self.cluster, self.client = connect(self.spec, self.log)
         self.facts = self._ask_workers()
         if isinstance(self.spec, LocalSpec):
             self.pinning = share_cores(sorted(os.sched_getaffinity(0)), list(self.facts))
@@ -163,7 +152,7 @@ class ClusterBackend:
                 run, attempt = pending.pop(future.key)
                 if future.status == "error":
                     record.failed(run, session, _worker_error(future))
-                elif record.arrived(run, future.result(), session, attempt, started):
+                elif record.arrived(run, _fetched(future), session, attempt, started):
                     futures.add(self._submit(plan, session, run, attempt + 1, pending))
         except BaseException:
             self.client.cancel(list(pending))
@@ -190,11 +179,8 @@ class ClusterBackend:
         return [f["address"] for f in self.facts.values() if f["host"] == host]
 
     def close(self) -> None:
-        # the cluster first: an SSH cluster's scheduler ends when its last client leaves (clustertether)
         if self.cluster is not None:
-            self.cluster.close()
-        if self.client is not None:
-            self.client.close()
+            disconnect(self.cluster, self.client)
         self.client = self.cluster = None
 
 
@@ -206,8 +192,10 @@ class _Record:
         self.data: dict[str, Any] = {"order_seed": order_seed, "runs": {}}
         self.done = 0
 
-    def arrived(self, run: PlanRun, shipment: Shipment, session: Path, attempt: int, started: float) -> bool:
+    def arrived(self, run: PlanRun, fetched: tuple[Shipment, float], session: Path, attempt: int,
+                started: float) -> bool:  # fmt: skip
         """Unpack a shipment; True when it failed its check and the run should go once more."""
+        shipment, fetch_s = fetched
         directory = session / run.run_dir
         began = time.monotonic()
         try:
@@ -228,7 +216,8 @@ class _Record:
         status = read_manifest(directory).run_status
         self.data["runs"][run.run_dir] = {
             "host": shipment.host, "worker": shipment.worker, "cpu": shipment.cpu, "attempt": attempt,
-            "run_s": shipment.run_s, "pack_s": shipment.pack_s, "unpack_s": round(time.monotonic() - began, 3),
+            "run_s": shipment.run_s, "pack_s": shipment.pack_s, "fetch_s": round(fetch_s, 3),
+            "unpack_s": round(time.monotonic() - began, 3),
             "archive_bytes": len(shipment.archive), "unpacked_bytes": shipment.unpacked_bytes, "status": status,
             "trustworthy": _trustworthy(directory),
         }  # fmt: skip
@@ -271,6 +260,13 @@ class _Record:
                 "archive_bytes": sum(r["archive_bytes"] for r in shipped)}  # fmt: skip
 
 
+def _fetched(future) -> tuple[Shipment, float]:
+    """The shipment from its worker, and how long it took to come over (the archive crosses the network here)."""
+    began = time.monotonic()
+    shipment = future.result()
+    return shipment, time.monotonic() - began
+
+
 def _trustworthy(directory: Path) -> bool | None:
     fidelity = read_manifest(directory).fidelity
     return None if fidelity is None else fidelity.trustworthy
@@ -304,6 +300,43 @@ def share_cores(cores: list[int], workers: list[str]) -> dict[str, list[int]]:
     return {name: cores[i * per:(i + 1) * per] for i, name in enumerate(workers)}
 
 
+def connect(spec: ClusterSpec, log=print):
+    """The spec's cluster started and a client of it, every worker joined (the dashboard's address logged
+    first: a Slurm queue can be watched there); :class:`ClusterError` when they do not all join in time."""
+    from distributed import Client
+
+    dask_cluster = start(spec)
+    client = Client(dask_cluster)
+    log(f"cluster: Dask dashboard at {client.dashboard_link}")
+    wanted = spec.workers if isinstance(spec, LocalSpec) else _expected_workers(spec)
+    try:
+        client.wait_for_workers(wanted, timeout=JOIN_TIMEOUT_S)
+    except TimeoutError:
+        joined = len(client.scheduler_info()["workers"])
+        disconnect(dask_cluster, client)
+        raise ClusterError(f"cluster: {joined} of {wanted} workers joined within {JOIN_TIMEOUT_S} s "
+                           f"({clusterspec.describe(spec)}); their logs say why (Slurm: the jobs' output in "
+                           f"{slurm_logs()}; SSH: the lines above)") from None  # fmt: skip
+    return dask_cluster, client
+
+
+def disconnect(dask_cluster, client) -> None:
+    """The cluster closed before its client: an SSH cluster's scheduler ends when its last client leaves
+    (clustertether), and the cluster's own close needs it."""
+    dask_cluster.close()
+    client.close()
+
+
+@contextlib.contextmanager
+def running(spec: ClusterSpec, log=print):
+    """:func:`connect` for a ``with`` block."""
+    dask_cluster, client = connect(spec, log)
+    try:
+        yield client
+    finally:
+        disconnect(dask_cluster, client)
+
+
 def start(spec: ClusterSpec):
     """The Dask cluster of a spec (its scheduler and workers running; Slurm jobs submitted)."""
     import dask
@@ -326,6 +359,7 @@ def _ssh_cluster(spec: SSHSpec, worker_options: dict):
     from distributed import SSHCluster
 
     everyone = [spec.scheduler, *spec.hosts]
+    first = everyone[0]
     try:
         # a plain Worker, not a Nanny: a worker that dies stays gone and its run goes to another host
         return SSHCluster(
@@ -337,7 +371,7 @@ def _ssh_cluster(spec: SSHSpec, worker_options: dict):
         )  # fmt: skip
     except (OSError, Exception) as err:  # asyncssh's errors, a refused connection, a worker that never started
         raise ClusterError(f"cluster {spec.inventory}: cannot start Dask over SSH: {type(err).__name__}: {err} "
-                           f"(check that 'ssh {everyone[0].user or 'root'}@{everyone[0].address}' works without "
+                           f"(check that 'ssh -p {first.port} {first.user or 'root'}@{first.address}' works without "
                            f"a password and that playbooks/site.yml provisioned the hosts)") from None  # fmt: skip
 
 

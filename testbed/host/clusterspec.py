@@ -197,5 +197,5 @@ def describe(spec: ClusterSpec) -> str:
     if isinstance(spec, LocalSpec):
         return f"local:{spec.workers} ({spec.workers} workers on this host)"
     if isinstance(spec, SSHSpec):
-        return f"{spec.inventory} ({len(spec.hosts)} hosts over SSH: {', '.join(h.name for h in spec.hosts)})"
+        return f"{spec.inventory} ({len(spec.hosts)} host(s) over SSH: {', '.join(h.name for h in spec.hosts)})"
     return f"Slurm ({spec.jobs} jobs of {spec.cores} cores, partition {spec.partition or 'default'})"
