@@ -53,15 +53,15 @@ JOIN_TIMEOUT_S = 300
 #: a worker (or an SSH scheduler) without its scheduler (or any client) for this long ends itself:
 #: what a controller killed with SIGKILL leaves on remote hosts goes away by itself
 ORPHAN_TIMEOUT_S = 60
+#: the fidelity checks of a host that failed this many runs are named in the log and cluster.json
+SUSPECT_HOST_UNTRUSTWORTHY = 2
+
+
 def slurm_logs() -> Path:
     """Where the Slurm jobs' output goes (a worker that never joined says why there)."""
     from testbed.guest.build import cache_base
 
     return cache_base() / "slurm-logs"
-
-
-#: the fidelity checks of a host that failed this many runs are named in the log and cluster.json
-SUSPECT_HOST_UNTRUSTWORTHY = 2
 
 
 class ClusterBackend:
