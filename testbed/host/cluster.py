@@ -34,6 +34,7 @@ from testbed.host.clusterwork import (
     WORKER_BACKENDS,
     Shipment,
     WorkRequest,
+    clean_scratch,
     run_task,
     unpack,
     worker_facts,
@@ -181,6 +182,8 @@ class ClusterBackend:
     def close(self) -> None:
         if self.cluster is not None:
             disconnect(self.cluster, self.client)
+            if isinstance(self.spec, LocalSpec):  # the workers were here: what a stopped one left goes now
+                clean_scratch()
         self.client = self.cluster = None
 
 

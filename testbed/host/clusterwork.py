@@ -123,7 +123,7 @@ def host_lock(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "a+") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
-        yield
+        yield handle
 
 
 def clean_scratch() -> list[Path]:
@@ -149,18 +149,20 @@ def run_task(request: WorkRequest) -> Shipment:
     scratch = SCRATCH / f"{request.session}-{uuid.uuid4().hex[:8]}"
     scratch.mkdir(parents=True)
     try:
-        with host_lock(scratch / ".lock"):  # held while the folder is in use: clean_scratch leaves it alone
-            return _run_and_pack(request, worker, cores, scratch)
+        # held while the folder is in use, by the run's child too (it inherits the descriptor and may
+        # outlive a killed worker): clean_scratch leaves the folder alone until both are gone
+        with host_lock(scratch / ".lock") as lock:
+            return _run_and_pack(request, worker, cores, scratch, lock.fileno())
     finally:
         # what a killed worker of this host left (its run went to another worker, which may be this one)
         clean_scratch()
 
 
-def _run_and_pack(request: WorkRequest, worker, cores: list[int] | None, scratch: Path) -> Shipment:
+def _run_and_pack(request: WorkRequest, worker, cores: list[int] | None, scratch: Path, lock_fd: int) -> Shipment:
     try:
         (scratch / "request.json").write_text(request.model_dump_json())
         started = time.monotonic()
-        log_tail = _run_child(scratch, cores, request.run.estimate_s * 3 + 900, worker)
+        log_tail = _run_child(scratch, cores, request.run.estimate_s * 3 + 900, worker, lock_fd)
         run_s = time.monotonic() - started
         directory = scratch / "session" / request.run.run_dir
         _record_where(directory, worker.address, request.attempt)
@@ -174,7 +176,7 @@ def _run_and_pack(request: WorkRequest, worker, cores: list[int] | None, scratch
         shutil.rmtree(scratch, ignore_errors=True)
 
 
-def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float, worker) -> str:
+def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float, worker, lock_fd: int) -> str:
     """``python -m testbed.host.clusterwork`` on the request; the last lines of its log. The child is
     stopped (SIGTERM: the runner's orderly stop) when it outlives its time or the worker begins to close
     (the scheduler said so: the controller is gone)."""
@@ -189,7 +191,8 @@ def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float, worker)
     deadline = time.monotonic() + timeout_s
     with open(log, "w") as out:
         child = subprocess.Popen([sys.executable, "-m", "testbed.host.clusterwork", str(scratch / "request.json")],
-                                 cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=in_child)  # fmt: skip
+                                 cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=in_child,
+                                 pass_fds=(lock_fd,))  # fmt: skip
         while child.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=1)
@@ -250,13 +253,32 @@ def unpack(shipment: Shipment, directory: Path) -> None:
                          f"shipping from {shipment.host}: {', '.join(wrong[:5])}")  # fmt: skip
 
 
+_CHILD_PID = os.getpid()
+
+
 def _interrupt(signum, frame) -> None:
+    """The first SIGTERM stops the run in order (the runner's Ctrl-C); the next ones are ignored, because
+    a worker that closes sends one and its death another (PR_SET_PDEATHSIG), and a second one would cut
+    the teardown short (iperf3's scratch folder and the trace instance were left). pyroute2's netns
+    helpers are forks of this process: they just end."""
+    if os.getpid() != _CHILD_PID:
+        os._exit(128 + signum)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     raise KeyboardInterrupt
 
 
 def main(argv: list[str] | None = None) -> int:
     """The child: one run of the request on this host's backend, into ``<scratch>/session``."""
     request_path = Path((argv or sys.argv[1:])[0])
+    worker = os.getppid()
+    try:
+        return _run_request(request_path)
+    finally:
+        if os.getppid() != worker:  # the worker died (the run was stopped): nobody will ship or remove the folder
+            shutil.rmtree(request_path.parent, ignore_errors=True)
+
+
+def _run_request(request_path: Path) -> int:
     request = WorkRequest.model_validate_json(request_path.read_text())
     configure_logging()
     signal.signal(signal.SIGTERM, _interrupt)
