@@ -10,6 +10,7 @@ sprayer put packets on every path in turn, and its UDP probe saw the paths' summ
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import replace
 from pathlib import Path
 
@@ -148,8 +149,14 @@ def test_gilbert_elliott_loss_is_realized(smoke):
     # bursty loss sent only 464 data packets in 12 s once)
     (seen_data, dropped_data), (seen_acks, dropped_acks) = netem_loss(run), netem_loss(run, "rl/rl-eth1")
     seen, dropped = seen_data + seen_acks, dropped_data + dropped_acks
-    stationary = 100 * 5 / (5 + 50)  # share of packets in Bad (loss 100 %) = p / (p + r)
-    assert seen > 600 and abs(100 * dropped / seen - stationary) <= 3, (seen, dropped)
+    p, r = 0.05, 0.50
+    stationary = p / (p + r)  # share of packets in Bad (loss 100 %)
+    # the chain's losses come in bursts: the spread of the realized share over n packets is the binomial
+    # one times (1 + lambda) / (1 - lambda), lambda = 1 - p - r its lag-1 correlation (1.7 points at 717
+    # packets, where a fixed 3-point band failed once in CI at 3.2); the band is 3 of those, at least 3 points
+    burst = (1 + (1 - p - r)) / (1 - (1 - p - r))
+    spread = 100 * math.sqrt(stationary * (1 - stationary) / max(seen, 1) * burst)
+    assert seen > 600 and abs(100 * dropped / seen - 100 * stationary) <= max(3, 3 * spread), (seen, dropped, spread)
 
 
 def test_four_state_loss_is_realized(smoke):
