@@ -146,8 +146,7 @@ def run_task(request: WorkRequest) -> Shipment:
 
     worker = get_worker()
     cores = request.pinning.get(str(worker.name))
-    scratch = SCRATCH / f"{request.session}-{uuid.uuid4().hex[:8]}"
-    scratch.mkdir(parents=True)
+    scratch = SCRATCH / f"{request.session}-{uuid.uuid4().hex[:8]}"  # made and locked at once by host_lock
     try:
         # held while the folder is in use, by the run's child too (it inherits the descriptor and may
         # outlive a killed worker): clean_scratch leaves the folder alone until both are gone
