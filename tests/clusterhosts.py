@@ -27,6 +27,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_until(predicate, timeout_s: float):
+    """``predicate()`` once it is true, or its last value after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not predicate():
+        time.sleep(0.2)
+    return predicate()
+
+
 def wait_for_port(port: int, timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

@@ -15,13 +15,6 @@ from tests import clusterhosts
 from tests.conftest import PROJECT, leftovers
 
 
-def _wait_until(predicate, timeout_s: float):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not predicate():
-        time.sleep(0.2)
-    return predicate()
-
-
 def test_a_cluster_session_stopped_mid_run_marks_its_runs_and_leaves_nothing(tmp_path, clean_kernel):
     scenario = clusterhosts.scenario_file(tmp_path / "stopped.yaml", ["reno", "cubic"], duration_s=8)
     controller = subprocess.Popen(
@@ -30,7 +23,7 @@ def test_a_cluster_session_stopped_mid_run_marks_its_runs_and_leaves_nothing(tmp
         cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        assert _wait_until(clusterhosts.run_children, 120), "no run started"
+        assert clusterhosts.wait_until(clusterhosts.run_children, 120), "no run started"
         time.sleep(3)  # into the first run's traffic
         controller.send_signal(signal.SIGTERM)
         out, _ = controller.communicate(timeout=120)
@@ -43,7 +36,7 @@ def test_a_cluster_session_stopped_mid_run_marks_its_runs_and_leaves_nothing(tmp
         manifest = rundir.read_json(session / run_dir / "manifest.json")
         assert manifest["status"] in ("failed", "incomplete")
         assert manifest["reason"] == "interrupted (Ctrl-C) while the cluster ran it; raw files kept"
-    assert _wait_until(lambda: not clusterhosts.cluster_processes() and not leftovers(), 20), (
+    assert clusterhosts.wait_until(lambda: not clusterhosts.cluster_processes() and not leftovers(), 20), (
         clusterhosts.cluster_processes() + leftovers()
     )
-    assert _wait_until(lambda: not list(clusterhosts.SCRATCH.glob("[0-9]*/")), 10)
+    assert clusterhosts.wait_until(lambda: not list(clusterhosts.SCRATCH.glob("[0-9]*/")), 10)

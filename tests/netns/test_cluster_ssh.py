@@ -44,9 +44,7 @@ def test_a_sweep_over_two_ssh_workers_comes_home_whole_when_one_is_killed_during
         cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 120
-        while not (children := clusterhosts.run_children()) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        children = clusterhosts.wait_until(clusterhosts.run_children, 120)
         assert children, "no run started on the workers"
         time.sleep(2)  # into the run
         victim = clusterhosts.parent_of(children[0])
@@ -77,15 +75,6 @@ def test_a_sweep_over_two_ssh_workers_comes_home_whole_when_one_is_killed_during
     assert list(clusterhosts.SCRATCH.glob("[0-9]*/")) == []  # the killed worker's folder went with the rerun
 
 
-def _wait_until(predicate, timeout_s: float) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.5)
-    return predicate()
-
-
 def test_a_controller_killed_mid_session_leaves_nothing_running_and_the_session_resumes(
     tmp_path, ssh_inventory, clean_kernel
 ):
@@ -98,15 +87,15 @@ def test_a_controller_killed_mid_session_leaves_nothing_running_and_the_session_
         return [p for p in (tmp_path / "results").glob("*/*/cluster.json") if rundir.read_json(p)["runs"]]
 
     # the runs take the host kernel in turn: when the first is home, the second is running
-    assert _wait_until(one_run_home, 120), "no run came home"
-    assert _wait_until(clusterhosts.run_children, 30), "the second run did not start"
+    assert clusterhosts.wait_until(one_run_home, 120), "no run came home"
+    assert clusterhosts.wait_until(clusterhosts.run_children, 30), "the second run did not start"
     (first,) = rundir.read_json(one_run_home()[0])["runs"]
     session = one_run_home()[0].parent
     kept = (session / first / "manifest.json").read_bytes()
     time.sleep(2)
     controller.kill()  # SIGKILL: no close(), no guardian; the scheduler ends when its client's connection drops
     controller.wait()
-    assert _wait_until(lambda: not clusterhosts.cluster_processes(), 30), clusterhosts.cluster_processes()
+    assert clusterhosts.wait_until(lambda: not clusterhosts.cluster_processes(), 30), clusterhosts.cluster_processes()
     from tests.conftest import leftovers
 
     assert leftovers() == []  # the runs were torn down (the runner's SIGTERM path) with their workers
