@@ -11,10 +11,11 @@ TESTBED_ARGS ?=
 CLUSTER ?=
 override TESTBED_ARGS += $(if $(CLUSTER),--cluster $(CLUSTER))
 
-.PHONY: help setup experiment reproduce regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
+.PHONY: help setup setup-experiment experiment reproduce regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
 help:
-	@echo "make setup        install what is missing (apt packages, .venv) via playbooks/host.yml"
+	@echo "make setup        install everything: what experiments need, and the tests', lint's and the lab VM's tools"
+	@echo "make setup-experiment   only what experiments need (make experiment, run, reproduce, regress, bench do this)"
 	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
 	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
 	@echo "make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression]   kernel regression verdict"
@@ -28,20 +29,25 @@ help:
 	@echo "make kernel       a full Debian 6.1 kernel with the instrumented tcp_westwood.c, as a .deb"
 	@echo "make box          build the lab VM's Vagrant box locally (Debian 12, mmdebstrap) and add it"
 
+# Setup by purpose: the verbs that run experiments install only what runs need; the tests, lint
+# and the lab VM's box install the rest too (scripts/setup.sh says what and why).
 setup:
-	@scripts/setup.sh
+	@scripts/setup.sh all
 
-experiment: setup
+setup-experiment:
+	@scripts/setup.sh experiment
+
+experiment: setup-experiment
 	$(TESTBED) suite $(or $(SUITE),default) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
-reproduce: setup
+reproduce: setup-experiment
 	@PROFILE=$(or $(PROFILE),quick) TESTBED_ARGS="$(TESTBED_ARGS)" scripts/reproduce.sh
 
-regress: setup
+regress: setup-experiment
 	@[ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }
 	$(TESTBED) regress --baseline $(BASELINE) --candidate $(CANDIDATE) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
 
-run: setup
+run: setup-experiment
 	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
 test: setup
@@ -59,7 +65,7 @@ test-guest: setup
 test-vagrant: setup
 	@scripts/pytest-tier.sh vagrant
 
-bench: setup
+bench: setup-experiment
 	$(TESTBED) bench $(if $(KERNEL),--kernel $(KERNEL))
 
 lint: setup
