@@ -23,6 +23,7 @@ help:
 	@echo "  ... CLUSTER=local:N|ssh:INVENTORY|slurm:FILE on experiment, run, reproduce, regress: runs spread over a Dask cluster"
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
 	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
+	@echo "  ... REQUIRE_TIERS=1 (as CI=true): a tier whose prerequisites are missing, or whose every test skipped, fails"
 	@echo "make bench        speed and fidelity figures, printed and written to bench/"
 	@echo "make lint         ruff, import contracts (import-linter), yamllint, ansible-lint"
 	@echo "make clean        remove leftovers of killed runs and caches (never results/)"
@@ -51,19 +52,19 @@ run: setup-experiment
 	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
 test: setup
-	@scripts/pytest-tier.sh all
+	@scripts/pytest-tier.sh $(if $(REQUIRE_TIERS),--require-tiers) all
 
 test-unit: setup
-	@scripts/pytest-tier.sh unit
+	@scripts/pytest-tier.sh $(if $(REQUIRE_TIERS),--require-tiers) unit
 
 test-netns: setup
-	@scripts/pytest-tier.sh netns
+	@scripts/pytest-tier.sh $(if $(REQUIRE_TIERS),--require-tiers) netns
 
 test-guest: setup
-	@scripts/pytest-tier.sh guest
+	@scripts/pytest-tier.sh $(if $(REQUIRE_TIERS),--require-tiers) guest
 
 test-vagrant: setup
-	@scripts/pytest-tier.sh vagrant
+	@scripts/pytest-tier.sh $(if $(REQUIRE_TIERS),--require-tiers) vagrant
 
 bench: setup-experiment
 	$(TESTBED) bench $(if $(KERNEL),--kernel $(KERNEL))

@@ -45,18 +45,19 @@ for c in "${required_commands[@]}"; do
 done
 [ -x .venv/bin/testbed ] || missing+=(".venv (the project's Python environment)")
 [ "$playbook" = playbooks/site.yml ] || [ -x .venv/bin/vng ] || missing+=("virtme-ng (vng)")
-if [ -x .venv/bin/python ] && ! cmp -s requirements.lock .venv/.requirements.lock; then
-  missing+=("Python packages from requirements.lock (changed since the last setup)")
+if [ -x .venv/bin/python ] && ! cmp -s requirements.lock .venv/.requirements.lock \
+   && ! { [ "$purpose" = experiment ] && cmp -s requirements.lock .venv/.requirements-runtime.lock; }; then
+  missing+=("Python packages from requirements.lock ($purpose; changed or not installed since the last setup)")
 fi
 
 if [ "$check" = 1 ]; then
   if [ ${#missing[@]} -eq 0 ]; then echo "setup: everything is installed"; exit 0; fi
-  printf 'setup: missing: %s\n' "${missing[@]}"; exit 1
+  echo "setup ($purpose): missing: $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g')"; exit 1
 fi
 if [ ${#missing[@]} -eq 0 ] && [ "${FORCE_SETUP:-0}" != 1 ]; then
   echo "setup ($purpose): everything is installed (FORCE_SETUP=1 re-runs the playbook)"; exit 0
 fi
-[ ${#missing[@]} -gt 0 ] && printf 'setup (%s): will install: %s\n' "$purpose" "${missing[@]}"
+[ ${#missing[@]} -gt 0 ] && echo "setup ($purpose): will install: $(IFS=,; echo "${missing[*]}" | sed 's/,/, /g')"
 
 if [ "$(id -u)" != 0 ]; then
   echo "setup: installing system packages needs root: run 'sudo make setup'" >&2; exit 1

@@ -15,6 +15,7 @@ from testbed.guest.capture import INSTANCES, TRACEFS
 from testbed.guest.network import INTF_PATTERN, _marked_pids
 from testbed.host import guardian
 from testbed.plan.progress import configure_logging
+from tests.prerequisites import STRICT_BECAUSE
 
 
 @pytest.fixture(autouse=True)
@@ -26,6 +27,22 @@ def testbed_logging():
         if name.startswith("testbed") and isinstance(logger, logging.Logger):
             logger.disabled = False
     configure_logging()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """Under CI or --require-tiers a session where tests were collected and every one skipped fails: a
+    tier that ran nothing has not passed (pytest itself exits 0 then)."""
+    if not STRICT_BECAUSE or exitstatus != 0:
+        return
+    stats = session.config.pluginmanager.get_plugin("terminalreporter").stats
+    ran = sum(len(stats.get(key, [])) for key in ("passed", "failed", "error", "xfailed", "xpassed"))
+    skipped = stats.get("skipped", [])
+    if skipped and not ran:
+        reasons = sorted({str(report.longrepr[2]) for report in skipped if isinstance(report.longrepr, tuple)})
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(
+            f"every test skipped (under {STRICT_BECAUSE} that fails the tier): " + "; ".join(reasons), red=True
+        )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def leftovers() -> list[str]:

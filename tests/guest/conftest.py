@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.prerequisites import require_root, require_tools
 
 
 def pytest_collection_modifyitems(items):
@@ -17,10 +17,5 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _needs_qemu_and_vng():
-    if os.geteuid() != 0:
-        pytest.skip("guest tier needs root (the runner inside the guest is root over the host's filesystem)")
-    venv_bin = str(Path(sys.executable).parent)
-    missing = [t for t in ("qemu-system-x86_64",) if not shutil.which(t)]
-    missing += [t for t in ("vng",) if not shutil.which(t, path=venv_bin) and not shutil.which(t)]
-    if missing:
-        pytest.skip(f"guest tier needs {', '.join(missing)}: run 'make setup'")
+    require_root("the guest tier: the runner inside the guest is root over the host's filesystem")
+    require_tools(("qemu-system-x86_64", "vng"), "the guest tier", extra_path=str(Path(sys.executable).parent))

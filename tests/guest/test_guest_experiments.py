@@ -107,10 +107,43 @@ def test_each_experiment_completes_and_passes_its_fidelity_checks(smoke, path):
     if "timed_two_state" in resolved:
         records = list((run / "raw").glob("loss-*.json"))
         assert records, "no loss channel record"
+        configured = _timed_channels(manifest["resolved"])
         for record in records:
             data = json.loads(record.read_text())
-            assert data["per_state"]["good"]["dropped"] <= data["per_state"]["good"]["seen"]
             assert data["states"] and data["packets_seen"] > 0
+            matching = [m for m in configured if _same_channel(m, data["model"])]  # the scenario's, as configured
+            assert matching, (record.name, data["model"], configured)
+            model = matching[0]
+            for kind in ("good", "bad"):
+                _assert_loss_realized(data["per_state"][kind], model[f"{kind}_loss_pct"], f"{record.name} {kind}")
+
+
+def _timed_channels(resolved) -> list[dict]:
+    """Every timed two-state loss setting in a resolved scenario."""
+    if isinstance(resolved, dict):
+        found = [resolved] if resolved.get("model") == "timed_two_state" else []
+        return found + [m for value in resolved.values() for m in _timed_channels(value)]
+    if isinstance(resolved, list):
+        return [m for value in resolved for m in _timed_channels(value)]
+    return []
+
+
+def _same_channel(configured: dict, recorded: dict) -> bool:
+    return all(recorded.get(key) == value for key, value in configured.items())
+
+
+def _assert_loss_realized(state: dict, configured_pct: float, where: str) -> None:
+    """A state's realized loss against the configured one: within 3 binomial spreads (losses inside a state
+    are independent per packet), at least 2 points; a lossless state drops nothing."""
+    seen, dropped = state["seen"], state["dropped"]
+    if configured_pct == 0:
+        assert dropped == 0, (where, state)
+        return
+    if seen < 50:  # a 5 s run may spend little time in a state: too few packets to judge its rate
+        return
+    p = configured_pct / 100
+    spread = 100 * math.sqrt(p * (1 - p) / seen)
+    assert abs(100 * dropped / seen - configured_pct) <= max(2, 3 * spread), (where, state, configured_pct)
 
 
 def netem_loss(run: Path, interface: str = "rr/rr-eth1") -> tuple[int, int]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 
 from tests.conftest import leftovers
+from tests.prerequisites import require_root, require_tools
 
 
 def pytest_collection_modifyitems(items):
@@ -17,11 +15,8 @@ def pytest_collection_modifyitems(items):
 
 @pytest.fixture(autouse=True)
 def _needs_root_and_tools():
-    if os.geteuid() != 0:
-        pytest.skip("netns tier needs root (network namespaces, qdiscs, tracefs); run 'sudo make test-netns'")
-    missing = [t for t in ("iperf3", "tcpdump", "ethtool", "mnexec") if not shutil.which(t)]
-    if missing:
-        pytest.skip(f"netns tier needs {', '.join(missing)}: run 'make setup'")
+    require_root("the netns tier: network namespaces, qdiscs, tracefs; run 'sudo make test-netns'")
+    require_tools(("iperf3", "tcpdump", "ethtool", "mnexec"), "the netns tier")
 
 
 @pytest.fixture

@@ -13,9 +13,13 @@ import yaml
 from testbed.results import rundir
 from tests import clusterhosts
 from tests.conftest import PROJECT
+from tests.prerequisites import require_files
 
-pytestmark = pytest.mark.skipif(not all(p.exists() for p in clusterhosts.SLURM_DAEMONS),
-                                reason="needs slurm-wlm and munge: run 'make setup'")  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _needs_slurm():
+    require_files(clusterhosts.SLURM_DAEMONS, "a one-node Slurm (slurm-wlm and munge)")
 
 
 def test_a_sweep_runs_as_two_slurm_jobs_and_comes_home_as_one_session(tmp_path, clean_kernel):

@@ -14,8 +14,13 @@ import pytest
 from testbed.results import rundir
 from tests import clusterhosts
 from tests.conftest import PROJECT
+from tests.prerequisites import require_files
 
-pytestmark = pytest.mark.skipif(not clusterhosts.SSHD.exists(), reason="needs openssh-server: run 'make setup'")
+
+
+@pytest.fixture(autouse=True)
+def _needs_sshd():
+    require_files([clusterhosts.SSHD], "a cluster over SSH (openssh-server)")
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
 from tests.conftest import tcptrace_connection
 from topologies.params import tcp_goodput_limit_mbit
+from tests.prerequisites import require_tools
 
 RATE_MBIT = 10
 
@@ -161,9 +162,9 @@ def test_reverse_flows_share_the_bottleneck_reverse_direction(tmp_path, clean_ke
     assert sorted(c["name"] for c in rates) == ["bottleneck rate forward", "bottleneck rate reverse"]
 
 
-@pytest.mark.skipif(shutil.which("tcptrace") is None, reason="tcptrace is not installed: run 'make setup'")
 @pytest.mark.parametrize("cc", ["reno", "cubic", "bbr"])
 def test_pcap_accounting_agrees_with_tcptrace_on_fresh_captures(sweep, cc):
+    require_tools(("tcptrace",), "the pcap cross-check")
     (run,) = [r for r in sweep.runs if r.parent.name == f"cc={cc}"]
     conn = rundir.read_json(run / "manifest.json")["connections"][0]
     pcap = run / "raw" / "rl.pcap"

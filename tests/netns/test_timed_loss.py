@@ -16,9 +16,14 @@ from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
 from topologies.lossmodel import TimedTwoStateLoss, timeline
 from topologies.netspec import LinkSpec, NetSpec
+from tests.prerequisites import require_tools
 from topologies.shaping import EgressPlan
 
-pytestmark = pytest.mark.skipif(bool(lossbpf.missing_tools()), reason=f"needs {lossbpf.TOOLS}: run 'make setup'")
+
+
+@pytest.fixture(autouse=True)
+def _needs_the_bpf_tools():
+    require_tools(lossbpf.TOOLS, "the timed loss channel")
 
 #: UDP packets at a fixed schedule: packet n leaves at t0 + (n + 0.5) * GAP_S, half a gap away from
 #: any state boundary (boundaries fall on multiples of STATE_S = a whole number of gaps)

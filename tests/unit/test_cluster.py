@@ -14,6 +14,7 @@ from testbed.host.cluster import share_cores, spread_s
 from testbed.host.clusterspec import ClusterError
 from testbed.host.clusterwork import Shipment, pack, unpack
 from testbed.results import rundir
+from tests.prerequisites import require_tools
 
 
 def test_local_n_is_n_workers_and_anything_else_after_local_is_refused_with_the_form():
@@ -28,8 +29,8 @@ def test_a_missing_file_names_the_three_forms(tmp_path):
         clusterspec.parse(str(tmp_path / "nowhere.ini"))
 
 
-@pytest.mark.skipif(not shutil.which("ansible-inventory"), reason="needs ansible-inventory: run 'make setup'")
 def test_an_inventory_gives_one_worker_per_host_with_ansibles_variables(tmp_path):
+    require_tools(("ansible-inventory",), "reading an inventory")
     inventory = tmp_path / "lab.ini"
     inventory.write_text(
         "[senders]\ns1 ansible_host=192.0.2.10 ansible_user=debian ansible_port=2222\ns2 ansible_host=192.0.2.11\n"
@@ -42,8 +43,8 @@ def test_an_inventory_gives_one_worker_per_host_with_ansibles_variables(tmp_path
     assert s2.connect_options()["port"] == 22 and s2.connect_options()["client_keys"][0].endswith("/.ssh/lab")
 
 
-@pytest.mark.skipif(not shutil.which("ansible-inventory"), reason="needs ansible-inventory: run 'make setup'")
 def test_an_inventory_without_hosts_says_how_to_add_one(tmp_path):
+    require_tools(("ansible-inventory",), "reading an inventory")
     inventory = tmp_path / "empty.ini"
     inventory.write_text("[lab]\n# sender1 ansible_host=192.0.2.10\n")
     with pytest.raises(ClusterError, match="lists no host"):

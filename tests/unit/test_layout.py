@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.prerequisites import require_module
+
 PROJECT = Path(__file__).resolve().parents[2]
 ROOMS = ["scenario", "plan", "results", "guest", "host", "report", "workflows"]
 
 
 def test_the_import_contracts_hold(capsys):
-    importlinter = pytest.importorskip("importlinter.cli", reason="import-linter missing: run 'make setup'")
+    importlinter = require_module("importlinter.cli", "the import contracts")
     here = os.getcwd()
     os.chdir(PROJECT)  # the contracts name packages; grimp finds them from the checkout
     try:

@@ -27,6 +27,7 @@ from testbed.host.session import run_session
 from testbed.report.session import write_session_report
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
+from tests.prerequisites import require_root, require_tools
 from tests.shelldialogue import reachability_flow_and_exit, spawned
 
 PROJECT = Path(__file__).resolve().parents[2]
@@ -53,12 +54,8 @@ def vagrant(*args: str, timeout: float = 3600) -> subprocess.CompletedProcess:
 
 @pytest.fixture(scope="module")
 def lab_vm(tmp_path_factory):
-    if os.geteuid() != 0:
-        pytest.skip("vagrant tier needs root (libvirt's system instance, loop devices for the box build)")
-    missing = [tool for tool in ("vagrant", "virsh", "libvirtd", "mmdebstrap", "ansible-playbook")
-               if not shutil.which(tool, path=os.environ.get("PATH", "") + ":/usr/sbin")]  # fmt: skip
-    if missing:
-        pytest.skip(f"vagrant tier needs {', '.join(missing)}: run 'make setup'")
+    require_root("the vagrant tier: libvirt's system instance, loop devices for the box build")
+    require_tools(("vagrant", "virsh", "libvirtd", "mmdebstrap", "ansible-playbook"), "the vagrant tier")
     state = tmp_path_factory.mktemp("vagrant")
     env = {"VAGRANT_DOTFILE_PATH": str(state / "dot-vagrant"), "TESTBED_VM_PREFIX": f"cc-testbed-test-{os.getpid()}_"}
     saved = {key: os.environ.get(key) for key in env}

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from testbed import cli
+from tests.prerequisites import require_root, require_tools
 
 PROJECT = Path(__file__).resolve().parents[2]
 
@@ -18,8 +19,7 @@ pytestmark = pytest.mark.vagrant
 
 @pytest.fixture(autouse=True)
 def _needs_vagrant():
-    if not shutil.which("vagrant"):
-        pytest.skip("vagrant tier needs vagrant: run 'make setup'")
+    require_tools(("vagrant",), "the vagrant tier")
 
 
 def test_a_bad_driver_setting_names_the_valid_ones():
@@ -39,8 +39,7 @@ def test_vagrant_backend_without_a_vm_says_how_to_start_one(tmp_path, capsys, mo
 
 
 def test_a_box_build_that_cannot_reach_the_mirror_fails_cleanly(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("the box build needs root (loop devices, mount)")
+    require_root("the box build: loop devices, mount")
     loops_before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
     env = {**os.environ, "CC_TESTBED_DEBIAN_MIRROR": "http://127.0.0.1:9/debian",
            "CC_TESTBED_BOX_NAME": "cc-testbed-test/unreachable", "XDG_CACHE_HOME": str(tmp_path)}  # fmt: skip
