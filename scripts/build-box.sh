@@ -9,8 +9,9 @@
 # same apt, pip and compiler runs inside a TCG VM take many minutes (pip alone: 8 min measured; the
 # module about 5). Provisioning still checks every one of them.
 #
-# Usage: scripts/build-box.sh [--if-missing]   (root; --if-missing: do nothing when the box is
-#        already added; it says so when the box was built from an older recipe)
+# Usage: scripts/build-box.sh [--if-missing|--if-stale]   (root; --if-missing: do nothing when the
+#        box is already added, saying so when it was built from another recipe; --if-stale: build
+#        unless the box added is this recipe's, as the vagrant test tier wants it)
 # Writes: ~/.cache/cc-testbed/box/{cc-testbed-bookworm.box,box-info.json,build.log}
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,14 +41,18 @@ box_venv=/opt/cc-testbed/venv
 # Vagrant commands run outside the project: here they must not load its Vagrantfile (which calls this script).
 vagrant_() { (cd / && vagrant "$@"); }
 
-if [ "${1:-}" = "--if-missing" ] && vagrant_ box list 2>/dev/null | grep -q "^$box_name "; then
-  if grep -q "\"recipe\": \"$recipe\"" "$out/box-info.json" 2>/dev/null; then
-    echo "build-box: $box_name is already added (recipe $recipe): nothing to do"
-  else
-    echo "build-box: $box_name is added but was built from another recipe; 'make box' rebuilds it" \
-      "(a VM made from the old one keeps it until 'vagrant destroy')"
+if [ "${1:-}" = "--if-missing" ] || [ "${1:-}" = "--if-stale" ]; then
+  if vagrant_ box list 2>/dev/null | grep -q "^$box_name "; then
+    if grep -q "\"recipe\": \"$recipe\"" "$out/box-info.json" 2>/dev/null; then
+      echo "build-box: $box_name is already added (recipe $recipe): nothing to do"
+      exit 0
+    elif [ "$1" = "--if-missing" ]; then
+      echo "build-box: $box_name is added but was built from another recipe; 'make box' rebuilds it" \
+        "(a VM made from the old one keeps it until 'vagrant destroy')"
+      exit 0
+    fi
+    echo "build-box: $box_name is added but was built from another recipe: building recipe $recipe"
   fi
-  exit 0
 fi
 
 [ "$(id -u)" = 0 ] || fail "building a disk image needs root (loop devices, mount, chroot): run 'sudo make box'"

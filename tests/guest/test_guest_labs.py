@@ -69,7 +69,8 @@ def _untrustworthy_runs(results: Path) -> list[str]:
         manifest = json.loads(path.read_text())
         fidelity = manifest.get("fidelity") or {}
         if fidelity.get("trustworthy") is False:
-            failed = [f"{c['name']}: {c.get('detail', '')}" for c in fidelity.get("checks", []) if not c.get("ok", True)]
+            checks = fidelity.get("checks", [])
+            failed = [f"{c['name']}: {c.get('detail', '')}" for c in checks if not c.get("ok", True)]
             found.append(f"{path.parent.relative_to(results)}: {'; '.join(failed) or fidelity}")
     return found
 

@@ -16,7 +16,6 @@ from tests.conftest import PROJECT
 from tests.prerequisites import require_files
 
 
-
 @pytest.fixture(autouse=True)
 def _needs_slurm():
     require_files(clusterhosts.SLURM_DAEMONS, "a one-node Slurm (slurm-wlm and munge)")

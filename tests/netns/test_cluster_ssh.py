@@ -17,7 +17,6 @@ from tests.conftest import PROJECT
 from tests.prerequisites import require_files
 
 
-
 @pytest.fixture(autouse=True)
 def _needs_sshd():
     require_files([clusterhosts.SSHD], "a cluster over SSH (openssh-server)")

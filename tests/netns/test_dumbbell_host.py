@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 
 import pytest
@@ -14,8 +13,8 @@ from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
 from tests.conftest import tcptrace_connection
-from topologies.params import tcp_goodput_limit_mbit
 from tests.prerequisites import require_tools
+from topologies.params import tcp_goodput_limit_mbit
 
 RATE_MBIT = 10
 

@@ -14,11 +14,10 @@ from testbed.guest.network import Network
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
+from tests.prerequisites import require_tools
 from topologies.lossmodel import TimedTwoStateLoss, timeline
 from topologies.netspec import LinkSpec, NetSpec
-from tests.prerequisites import require_tools
 from topologies.shaping import EgressPlan
-
 
 
 @pytest.fixture(autouse=True)

@@ -4,7 +4,6 @@ and the check a shipped run folder passes before it joins the session."""
 from __future__ import annotations
 
 import io
-import shutil
 import tarfile
 
 import pytest

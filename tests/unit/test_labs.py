@@ -11,16 +11,17 @@ import shutil
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
-from tests.prerequisites import require_module
+from analysis import plots
 from testbed import PROJECT
 from testbed.cli import main
-from testbed.report.session import write_session_report
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import load_suite
 from testbed.workflows import grading, lab, labkit
+from tests.prerequisites import require_module
 
 LABS = PROJECT / "labs"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless"
@@ -82,10 +83,18 @@ def _submission(tmp_path: Path, answered: bool = True) -> tuple[Path, Path]:
     shutil.copytree(FIXTURE / "results", results)
     for flows in results.rglob("flows.csv"):  # newer than its manifest, as the analysis leaves it
         os.utime(flows, (flows.stat().st_mtime + 10, flows.stat().st_mtime + 10))
-    # the figure the task asks for, drawn from these runs by the session report, as `testbed run` leaves it
+    # the figure the task asks for, of these runs: the session report's goodput bars (mean, min and max
+    # over the seeds per algorithm) drawn by its plotting function from their flows.csv (the trimmed
+    # runs keep no raw files for the report to analyse again)
+    flows = pd.concat([pd.read_csv(f) for f in sorted(results.rglob("flows.csv"))], ignore_index=True)
+    bars = flows.groupby("cc")["goodput_mbit"].agg(["mean", "min", "max"]).reset_index()
+    bars.columns = ["cc", "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max"]
+    png = plots.point_bars_png(bars.assign(label=bars["cc"]), "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max",
+                               plots.SENDER_GOODPUT_LABEL, "wireless: sender goodput")  # fmt: skip
     session = next((results / "wireless").iterdir())
-    write_session_report(session)
-    assert (session / "figures" / "wireless-goodput-bars.png").read_bytes().startswith(b"\x89PNG")
+    (session / "figures").mkdir(exist_ok=True)
+    (session / "figures" / "wireless-goodput-bars.png").write_bytes(png)
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
     return work, results
 
 

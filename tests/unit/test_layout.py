@@ -6,8 +6,6 @@ import os
 import re
 from pathlib import Path
 
-import pytest
-
 from tests.prerequisites import require_module
 
 PROJECT = Path(__file__).resolve().parents[2]
