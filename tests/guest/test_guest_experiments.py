@@ -1,6 +1,7 @@
 """Every shipped experiment runs on a Debian kernel: the first point of its quick profile, compressed
-to 5 s of traffic, all in one guest. Every run completes, every pair's base RTT and every
-bottleneck's rate pass their fidelity checks, and a timed loss channel leaves its record.
+to 5 s of traffic, in the guest tier's one session (tests/guest/tierpoints.py). Every run completes,
+every pair's base RTT and every bottleneck's rate pass their fidelity checks, and a timed loss channel
+realizes its configured loss per state.
 
 In the same guest, one run per loss model on a 10 Mbit/s dumbbell measures the realized loss: netem's
 Bernoulli, Gilbert-Elliott and 4-state (from netem's own counters) and the timed two-state channel (per state,
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -20,69 +20,22 @@ from analysis.loaders import load_tc_stats
 from analysis.run import analyze_run
 from testbed.guest.fidelity import UDP_PAYLOAD_BYTES
 from testbed.guest.probes import UDP_PROBE_S
-from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.load import load_scenario, scenario_from_dict
-from testbed.scenario.points import Point, ScenarioFile
-from testbed.scenario.suite import compress
+from tests.guest import tierpoints
 from topologies.lossmodel import FourStateLoss
 from topologies.shaping import LOSSY_NETEM
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-EXPERIMENTS = sorted(p for p in SCENARIOS.glob("*.yaml") if p.stem != "default")
-#: seconds of traffic per experiment here (the quick profile's shape, compressed further)
-SMOKE_S = 5.0
-
-
-def smoke_point(path: Path) -> Point:
-    return compress(load_scenario(path, profile="quick").points[0], SMOKE_S, seeds=[1])
-
-
-#: loss model name -> the link's loss setting
-LOSS_MODELS = {
-    "bernoulli": {"loss_pct": 5},
-    "gilbert_elliott": {"loss": {"model": "gilbert_elliott", "p_pct": 5, "r_pct": 50, "bad_loss_pct": 100}},
-    # short bursts, many of them: over ~3000 packets the realized loss has a spread of ~0.5 points
-    "four_state": {"loss": {"model": "four_state", "p13_pct": 2, "p31_pct": 60, "p32_pct": 20, "p23_pct": 60,
-                            "p14_pct": 1}},
-    "timed_two_state": {"loss": {"model": "timed_two_state", "good_s": 0.5, "bad_s": 0.5,
-                                 "durations": "exponential", "good_loss_pct": 0, "bad_loss_pct": 5}},
-}  # fmt: skip
-
-
-def loss_point(model: str) -> Point:
-    data = {
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100, **LOSS_MODELS[model]}},
-        "flows": [{"cc": "cubic", "rtt_ms": 20}],
-        "duration_s": 12,
-        # the timed channel runs twice: the second run gets the first's network, kept (testbed.guest.keeper)
-        "seeds": [1, 2] if model == "timed_two_state" else [1],
-    }
-    (point,) = scenario_from_dict(data, name=f"loss-{model}").points
-    return Point(f"loss-{model}", f"loss-{model}", {}, point.scenario)
-
-
-def lossy_point() -> Point:
-    """The mobile path at 10 % loss on its radio link: its rate probe once read 0.000 Mbit/s twice there."""
-    scenario = load_scenario(SCENARIOS / "mobile-bernoulli.yaml", profile="quick").select(["loss_pct=10"], [])
-    (point,) = [p for p in scenario.points if p.params["cc"] == "reno"]
-    # a name of its own: the smoke's mobile-bernoulli run is another point
-    return compress(replace(point, scenario_name="lossy-mobile-bernoulli"), SMOKE_S, seeds=[1])
-
 
 @pytest.fixture(scope="module")
-def smoke(tmp_path_factory):
-    points = [smoke_point(path) for path in EXPERIMENTS] + [loss_point(model) for model in LOSS_MODELS]
-    points.append(lossy_point())
-    combined = ScenarioFile("experiments-smoke", SCENARIOS, "quick", "every experiment, compressed", points)
-    return run_session(combined, backend="guest", results_root=tmp_path_factory.mktemp("results"))
+def smoke(tier_session):
+    return tier_session
 
 
 def test_there_are_experiments():
-    assert len(EXPERIMENTS) >= 8
+    assert len(tierpoints.EXPERIMENTS) >= 8
 
 
-@pytest.mark.parametrize("path", EXPERIMENTS, ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", tierpoints.EXPERIMENTS, ids=lambda p: p.stem)
 def test_each_experiment_completes_and_passes_its_fidelity_checks(smoke, path):
     (run,) = [r for r in smoke.runs if r.parent.name.startswith(f"{path.stem}.")]
     manifest = rundir.read_json(run / "manifest.json")
@@ -197,7 +150,7 @@ def test_four_state_loss_is_realized(smoke):
     # both directions run the same chain (data toward r0, ACKs toward l0): their packets together
     (seen_data, dropped_data), (seen_acks, dropped_acks) = netem_loss(run), netem_loss(run, "rl/rl-eth1")
     seen, dropped = seen_data + seen_acks, dropped_data + dropped_acks
-    stationary = FourStateLoss(**LOSS_MODELS["four_state"]["loss"]).stationary_loss_pct()  # 4.11 %
+    stationary = FourStateLoss(**tierpoints.LOSS_MODELS["four_state"]["loss"]).stationary_loss_pct()  # 4.11 %
     assert seen_data > 1000 and abs(100 * dropped / seen - stationary) <= 2, (seen, dropped, stationary)
 
 

@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.load import scenario_from_dict
+from tests.guest import tierpoints
 
 
 @pytest.fixture(scope="module")
-def mixed_run(tmp_path_factory):
-    # stock westwood and the papers' variant side by side, one flow each, sharing the bottleneck
-    scenario = scenario_from_dict(
-        {
-            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_bdp": 1}},
-            "flows": [{"cc": "westwood", "rtt_ms": 40}, {"cc": "westwood_paper", "rtt_ms": 40}],
-            "duration_s": 8,
-        },
-        name="guest-module",
-    )
-    result = run_session(scenario, backend="guest", results_root=tmp_path_factory.mktemp("results"))
-    (run,) = result.runs
+def mixed_run(tier_session):
+    """westwood and westwood_paper side by side, in the guest tier's one session (tests/guest/tierpoints.py)."""
+    (run,) = tierpoints.runs_of(tier_session, tierpoints.MODULE_POINT)
     return run, rundir.read_json(run / "manifest.json")
 
 

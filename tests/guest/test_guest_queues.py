@@ -17,41 +17,19 @@ from pathlib import Path
 import pytest
 
 from analysis.latency import latency_frames
-from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.load import scenario_from_dict
-from testbed.scenario.points import Point, ScenarioFile
+from tests.guest import tierpoints
 
-SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
-RATE_MBIT, RTT_MS, TRAFFIC_S = 10, 20, 5
-#: name -> (the link's queue settings, the flow's ECN)
-QUEUES = {
-    "fifo-100bdp": ({"queue_bdp": 100}, False),
-    "fq_codel": ({"queue": {"discipline": "fq_codel"}}, False),
-    "codel-ecn": ({"queue": {"discipline": "codel", "ecn": True}}, True),
-    "pie": ({"queue": {"discipline": "pie"}}, False),
-    "red": ({"queue_pkts": 100, "queue": {"discipline": "red"}}, False),
-    "cake": ({"queue": {"discipline": "cake", "rtt_ms": 20}}, False),
-}
-
-
-def queue_point(name: str) -> Point:
-    link, ecn = QUEUES[name]
-    data = {
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, **link}},
-        "flows": [{"cc": "reno", "rtt_ms": RTT_MS, "ecn": ecn}, {"kind": "ping", "rtt_ms": RTT_MS, "interval_ms": 100}],
-        "duration_s": TRAFFIC_S,
-    }
-    (point,) = scenario_from_dict(data, name=f"queue-{name}").points
-    return Point(f"queue-{name}", f"queue-{name}", {}, point.scenario)
+RATE_MBIT, RTT_MS, TRAFFIC_S = tierpoints.QUEUE_RATE_MBIT, tierpoints.QUEUE_RTT_MS, tierpoints.QUEUE_TRAFFIC_S
+QUEUES = tierpoints.QUEUES
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory) -> dict[str, Path]:
-    points = [queue_point(name) for name in QUEUES]
-    combined = ScenarioFile("queues", SCENARIOS, "quick", "one run per queue discipline", points)
-    session = run_session(combined, backend="guest", results_root=tmp_path_factory.mktemp("results"))
-    by_name = {run.parent.name.removeprefix("queue-"): run for run in session.runs}
+def runs(tier_session) -> dict[str, Path]:
+    """Each discipline's run, made in the guest tier's one session (tests/guest/tierpoints.py)."""
+    by_name = {run.parent.name.removeprefix("queue-"): run for run in tier_session.runs
+               if run.parent.name.startswith("queue-")}  # fmt: skip
+    assert set(by_name) == set(QUEUES)
     for name, run in by_name.items():
         manifest = rundir.read_json(run / "manifest.json")
         assert manifest["status"] == "complete", (name, manifest.get("reason"))

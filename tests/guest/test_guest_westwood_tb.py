@@ -22,9 +22,8 @@ import pytest
 from testbed.guest import modules
 from testbed.host import kernels
 from testbed.host import virtme as guest
-from testbed.host.session import run_session
 from testbed.results import rundir
-from testbed.scenario.load import scenario_from_dict
+from tests.guest import tierpoints
 
 MSS = 1448
 MIN_CWND = 2  # the module's default min_cwnd_segs
@@ -63,21 +62,14 @@ echo "after: $(cat /proc/sys/net/ipv4/tcp_available_congestion_control)"
 
 
 @pytest.fixture(scope="module")
-def long_runs(tmp_path_factory):
-    scenario = scenario_from_dict(
-        {
-            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_bdp": 1}},
-            "flows": [{"cc": ["westwood_ml", "westwood_paper"], "rtt_ms": 100}],
-            "duration_s": 30,
-        },
-        name="westwood-tb",
-    )
-    result = run_session(scenario, backend="guest", results_root=tmp_path_factory.mktemp("results"))
+def long_runs(tier_session):
+    """30 s of westwood_ml and of westwood_paper at 100 ms, in the guest tier's one session (tierpoints.py)."""
     runs = {}
-    for run in result.runs:
+    for run in tierpoints.runs_of(tier_session, tierpoints.WESTWOOD_TB):
         manifest = rundir.read_json(run / "manifest.json")
         assert manifest["status"] == "complete", manifest.get("reason")
         runs[manifest["connections"][0]["cc"]] = (run, manifest)
+    assert set(runs) == {"westwood_ml", "westwood_paper"}
     return runs
 
 
@@ -104,22 +96,13 @@ def test_papers_variant_sets_ssthresh_from_the_estimate(long_runs):
         assert int(event["ssthresh_after"]) == pytest.approx(expected, abs=1.0), event
 
 
-def test_mainline_equivalent_agrees_with_stock_westwood(tmp_path):
-    seeds = [1, 2]  # two each: four runs of about 40 s in a TCG guest (the test budget)
-    scenario = scenario_from_dict(
-        {
-            # no random loss: Debian 12's netem cannot seed it, and at 0.5 % the seeds' spread
-            # (5.5 to 8.2 Mbit/s, measured) would make any two algorithms "agree"
-            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_bdp": 1}},
-            "flows": [{"cc": ["westwood", "westwood_ml"], "rtt_ms": 40}],
-            "duration_s": 10,
-            "seeds": seeds,
-        },
-        name="ml-vs-stock",
-    )
-    result = run_session(scenario, backend="guest", results_root=tmp_path)
+def test_mainline_equivalent_agrees_with_stock_westwood(tier_session):
+    # two seeds each: four runs of 10 s at 40 ms, lossless (tests/guest/tierpoints.py says why)
+    seeds = tierpoints.ML_VS_STOCK_SEEDS
+    runs = tierpoints.runs_of(tier_session, tierpoints.ML_VS_STOCK)
+    assert len(runs) == 2 * len(seeds)
     goodput = {"westwood": [], "westwood_ml": []}
-    for run in result.runs:
+    for run in runs:
         manifest = rundir.read_json(run / "manifest.json")
         assert manifest["status"] == "complete", manifest.get("reason")
         server = json.loads((run / "raw" / "iperf3-c0-server.json").read_text())
