@@ -33,8 +33,12 @@ module_pkgs=$(packages_of playbooks/roles/cc_module/defaults/main.yml cc_module_
 # the module's sources, as the cc_module role lists them (cc_module_files): the box carries their DKMS build
 module_files=$(sed -n '/^cc_module_files:/,/^[^ ]/s/^  - \([A-Za-z0-9._-]*\).*/\1/p' playbooks/roles/cc_module/defaults/main.yml)
 module_version=$(cat kernel-patch/VERSION)
+# the CA certificates this host's administrator added (HTTPS proxies): the tools role copies them into
+# the VM, whose update-ca-certificates then takes 90 s under TCG; the box carries them already
+ca_dir=/usr/local/share/ca-certificates
+ca_certs=$(find "$ca_dir" -maxdepth 1 -name '*.crt' 2>/dev/null | sort)
 recipe=$(cat "$0" playbooks/roles/tools/defaults/main.yml playbooks/roles/cc_module/defaults/main.yml requirements.lock \
-  $(printf 'kernel-patch/%s ' $module_files) | sha256sum | cut -c1-16)
+  pyproject.toml $(printf 'kernel-patch/%s ' $module_files) $ca_certs | sha256sum | cut -c1-16)
 # The project's Python dependencies, installed into the box (the testbed role's testbed_venv in the VM).
 box_venv=/opt/cc-testbed/venv
 
@@ -88,10 +92,12 @@ log=$out/build.log
 step() { echo "build-box: [$(( $(date +%s) - started )) s] $*"; }
 
 step "mmdebstrap: Debian 12 with $tools$module_pkgs(log: $log)"
-base=systemd-sysv,udev,kmod,initramfs-tools,linux-image-amd64,grub-pc,openssh-server,sudo,python3,iproute2
-base=$base,ifupdown,isc-dhcp-client,rsync,procps,less,ca-certificates
+# python3-apt: Ansible's apt module needs it (without it, the first provisioning installs it: a minute)
+base=systemd-sysv,udev,kmod,initramfs-tools,linux-image-amd64,grub-pc,openssh-server,sudo,python3,python3-apt
+base=$base,iproute2,ifupdown,isc-dhcp-client,rsync,procps,less,ca-certificates
 packages=$base,$(echo "$tools $module_pkgs" | tr -s ' ' ',' | sed 's/,$//')
-mmdebstrap --variant=minbase --include="$packages" \
+# the package lists stay: the tools role's apt cache is then fresh (a day) and not fetched again in the VM
+mmdebstrap --variant=minbase --include="$packages" --skip=cleanup/apt/lists \
   --components=main bookworm "$work/rootfs.tar" \
   "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
   "deb $security_mirror bookworm-security main" >>"$log" 2>&1 \
@@ -178,7 +184,25 @@ chroot "$mnt" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PIP_CERT=/tmp
     cp /tmp/requirements.lock $box_venv/.requirements.lock
   " >>"$log" 2>&1 || fail "pip install -r requirements.lock in the box failed; the last lines of $log:
 $(tail -15 "$log")"
+
+# The project itself, installed in editable mode from /vagrant (the synced folder) as the testbed role
+# installs it: pip builds the editable wheel natively here (107 s in the TCG VM). The copy is removed;
+# `vagrant up` syncs the checkout there, and the role checks that `testbed` imports from it.
+step "the testbed package, editable from /vagrant"
+rsync -a --exclude=.git --exclude=.venv --exclude=.vagrant --exclude=/results --exclude=/bench \
+  --exclude='*.egg-info' --exclude=__pycache__ ./ "$mnt/vagrant/"
+chroot "$mnt" env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME=/root PIP_CERT=/tmp/build-ca.crt \
+  PIP_DISABLE_PIP_VERSION_CHECK=1 "$box_venv/bin/pip" install -q --no-deps -e /vagrant >>"$log" 2>&1 \
+  || fail "pip install -e of the project in the box failed; the last lines of $log:
+$(tail -15 "$log")"
+rm -rf "$mnt/vagrant"
 rm -f "$mnt/tmp/requirements.lock" "$mnt/tmp/build-ca.crt" "$mnt/etc/resolv.conf"
+
+if [ -n "$ca_certs" ]; then
+  step "this host's added CA certificates ($ca_dir), trusted in the box"
+  install -m 644 $ca_certs "$mnt$ca_dir/"
+  chroot "$mnt" update-ca-certificates >>"$log" 2>&1
+fi
 
 # The module built by DKMS here, natively, for the box's kernel: the cc_module role finds the same
 # sources already in /usr/src and the build installed, so `vagrant up` does not compile it under TCG
