@@ -8,6 +8,7 @@ never as a pass; this does the same."""
 
 from __future__ import annotations
 
+import importlib
 import os
 import shutil
 from pathlib import Path
@@ -53,6 +54,6 @@ def require_files(files: tuple[Path, ...] | list[Path], purpose: str) -> None:
 def require_module(name: str, purpose: str):
     """The module ``name`` imported, or the test is missing it (pytest.importorskip, strict under CI)."""
     try:
-        return __import__(name, fromlist=["_"])
+        return importlib.import_module(name)
     except ImportError:
         missing(f"{purpose} needs the Python module {name}: run 'make setup' (requirements.lock)")
