@@ -18,26 +18,37 @@ The metric of a side in one run (complete runs only):
 * ``jain``: Jain's index over its flows (000 §3.2; needs two flows or more);
 * ``retrans_ratio``: their retransmitted / sent bytes.
 
-**The rule**, written once here and printed next to every verdict. At each condition, side a's mean
-over its runs is compared with side b's: the relative difference ``d = mean_a / mean_b - 1``.
+**The rule**, written once here, printed next to every verdict and checked by simulation
+(tests/unit/test_verdict_rule.py; docs/results.md states it for a reviewer). At each condition the
+**effect** is side a's mean over its runs relative to side b's, ``d = mean(a) / mean(b) - 1``, tested on
+the log scale (``ln(1 + d)``, its standard error by the delta method, Welch's degrees of freedom:
+analysis/stats.py ``Effect``). Each claim states its bounds in
+claims.yaml: higher/lower claims a practical ``margin`` (threshold, default 5 %) and ``paper_effect``,
+the smallest effect the paper reports; similar, not_lower and near claims an equivalence or
+non-inferiority ``margin`` with its reason. At each condition, one-sided t-tests at alpha = 0.05:
 
-* With two or more runs on each side, a difference counts when ``|d| > 5 %`` and Welch's t-test
-  gives ``p < 0.05`` (the noise is estimated from the seeds).
-* With one run on a side, there is no noise estimate: a difference counts when ``|d| > 10 %``.
+* ``higher``: **holds** when d is shown above +margin; **opposite** when shown below -margin;
+  **absent** when shown below the paper's effect (its interval excludes the paper's). ``lower``: the
+  mirror image.
+* ``similar`` and ``near`` (a against the claim's ``value``): **holds** when d is shown inside the
+  margin by two one-sided tests (TOST); **absent** when shown outside it (either way, Bonferroni over
+  the two directions). No opposite.
+* ``not_lower``: **holds** when d is shown above -margin (non-inferiority); **opposite** when shown
+  below it.
+* Otherwise the condition is **undecided**, with the runs per side that would decide it at the
+  measured noise with 80 % power, were the measured effect the truth.
 
-Each condition is then ``higher``, ``lower`` or ``similar`` (no difference that counts). A claim
-expects one of ``higher`` (a above b), ``lower``, ``similar``, or ``not_lower`` (a not below b,
-e.g. "Westwood+ does not take Reno's share"):
+Over a claim's conditions each finding's p-values are adjusted by Holm's procedure, so that the chance
+of any wrong finding among them is at most 0.05. Then:
 
-* **reproduced**: the expected outcome holds at more than half of the conditions and the opposite
-  one at none (for ``similar``: similar at more than half; for ``not_lower``: lower at none);
-* **opposite**: the opposite outcome (``lower`` for ``higher`` and ``not_lower``, ``higher`` for
-  ``lower``) holds at more than half of the conditions;
-* **not reproduced**: anything else;
+* **reproduced**: holds at more than half of the conditions, and no condition shows the opposite or an
+  absence;
+* **opposite**: the opposite shown at more than half of the conditions;
+* **not reproduced**: the opposite or an absence shown at some condition (the effect is not there, or
+  smaller than the paper's);
+* **undecided**: nothing shown against the claim, but not shown to hold at more than half (too few
+  runs for the noise): the verdict says how many runs would decide it, and what that costs;
 * **no data**: no condition had runs on both sides (the experiment, or its comparison, did not run).
-
-``near`` claims (e.g. "the total goodput approaches the link capacity") compare a's mean with the
-claim's ``value``: near when within 10 %; reproduced when near at more than half of the conditions.
 
 A verdict is never typed in: it is always this rule applied to the runs' numbers.
 """
@@ -53,29 +64,30 @@ import pandas as pd
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from analysis import metrics, regression
+from analysis import metrics, stats
 from testbed.scenario.algorithms import algorithm_of, is_cc_param
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
-#: a difference counts above this with two runs or more per side (and p < ALPHA) ...
-PRACTICAL = 0.05
-#: ... and above this with a single run on a side (no noise estimate)
-SINGLE_RUN = 0.10
-ALPHA = 0.05
-#: ``near``: a's mean within this of the claim's value
-NEAR = 0.10
+ALPHA = stats.ALPHA
+#: higher / lower claims: the practical threshold an effect must be shown beyond, unless the claim sets its own
+THRESHOLD = 0.05
+VERDICTS = ("reproduced", "opposite", "not reproduced", "undecided")
 
 RULE = (
-    "at each condition (same experiment, profile and parameters but the algorithm), d = mean(a) / mean(b) - 1; "
-    f"a difference counts when |d| > {PRACTICAL:.0%} and Welch's p < {ALPHA} (2+ runs per side), or |d| > "
-    f"{SINGLE_RUN:.0%} (one run: no noise estimate). Reproduced: the expected outcome at more than half of the "
-    "conditions and the opposite at none; opposite: the opposite outcome at more than half; else not reproduced. "
-    f"'near' claims: a's mean within {NEAR:.0%} of the paper's value at more than half of the conditions."
+    "at each condition (same experiment, profile and parameters but the algorithm) the effect is a's runs "
+    "relative to b's, d = mean(a) / mean(b) - 1, tested on the log scale (delta method, Welch's df). "
+    "One-sided tests at "
+    f"{ALPHA:g}, Holm-adjusted over the claim's conditions: higher/lower claims hold where the effect is shown "
+    f"beyond the claim's threshold ({THRESHOLD:.0%} unless stated), are opposite where shown beyond it the other "
+    "way, absent where shown smaller than the paper's effect; similar/near claims hold where equivalence within "
+    "the claim's margin is shown (TOST), absent where a difference beyond it is shown; not_lower claims hold "
+    "where non-inferiority within the margin is shown. Reproduced: holds at more than half of the conditions and "
+    "nothing shown against it; opposite: the opposite at more than half; not reproduced: the opposite or an "
+    "absence shown at some condition; undecided: otherwise (with the runs per side that would decide it)."
 )
 
 Metric = Literal["goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio"]
 Expect = Literal["higher", "lower", "similar", "not_lower", "near"]
-OPPOSITE = {"higher": "lower", "lower": "higher", "not_lower": "lower", "similar": None, "near": None}
 
 
 class Side(BaseModel):
@@ -122,6 +134,16 @@ class Claim(BaseModel):
     where: dict[str, list] = Field(default_factory=dict, description="parameter -> the values the claim is about")
     below: dict[str, float] = Field(default_factory=dict, description="parameter -> the claim is about values below")
     profiles: list[str] | None = Field(default=None, description="only runs of these profiles (default: any)")
+    margin: float | None = Field(
+        default=None, gt=0, lt=1,
+        description="similar, not_lower, near: the equivalence / non-inferiority margin (relative, e.g. 0.1: "
+        "within -9 % to +10 %); higher, lower: the practical threshold (default 0.05)",
+    )  # fmt: skip
+    margin_reason: str = Field(default="", description="why this margin: what difference would matter, and "
+                               "why it is smaller than the effects the paper reports")  # fmt: skip
+    paper_effect: float | None = Field(default=None, description="higher, lower: the smallest effect the paper "
+                                       "reports (relative, signed: 0.34 for +34 %, -0.5 for half)")  # fmt: skip
+    paper_effect_from: str = Field(default="", description="where paper_effect comes from in the paper")
     not_here: str | None = Field(
         default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
     )
@@ -138,6 +160,19 @@ class Claim(BaseModel):
             raise ValueError("expect near needs value (what a's mean should be near)")
         if self.expect != "near" and self.b is None:
             raise ValueError(f"expect {self.expect} needs side b (what a is compared with)")
+        if self.expect in ("higher", "lower"):
+            self.margin = THRESHOLD if self.margin is None else self.margin
+            sign = 1 if self.expect == "higher" else -1
+            if self.paper_effect is None or not self.paper_effect_from:
+                raise ValueError(f"expect {self.expect} needs paper_effect (the smallest effect the paper reports, "
+                                 "e.g. 0.34 for +34 %) and paper_effect_from (where it comes from)")  # fmt: skip
+            if sign * self.paper_effect <= self.margin:
+                raise ValueError(f"paper_effect {self.paper_effect:+g} is not {self.expect} than the threshold "
+                                 f"{sign * self.margin:+g}: nothing could tell the paper's effect from no "
+                                 "effect")  # fmt: skip
+        elif self.margin is None or not self.margin_reason:
+            raise ValueError(f"expect {self.expect} needs margin (the equivalence or non-inferiority margin, e.g. 0.1) "
+                             "and margin_reason (why that margin)")  # fmt: skip
         return self
 
     def compared(self) -> str:
@@ -190,6 +225,7 @@ def flow_rows(analyses) -> pd.DataFrame:
         totals["seed"] = manifest.get("seed")
         totals["run"] = str(analysis.run_dir)
         totals["kernel"] = (manifest.get("kernel") or {}).get("release")
+        totals["wall_s"] = ((manifest.get("timing") or {}).get("run_wall_s")) or math.nan
         frames.append(totals)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -247,46 +283,130 @@ def side_value(run_flows: pd.DataFrame, side: Side, metric: str) -> float:
 
 # ----------------------------------------------------------------------------------- the verdicts
 
+#: what a condition can show, per claim kind: ``holds`` (the claim's effect), ``opposite``, ``absent``
+#: (the effect shown smaller than the paper's, or, for similar and near, a difference beyond the margin)
+FINDINGS = ("holds", "opposite", "absent")
+
 
 @dataclass
 class ConditionResult:
+    """One condition of a claim: both sides' runs, the effect with its interval and what it shows."""
+
     condition: str
     a: list[float]
     b: list[float]
-    difference: float  # mean(a) / mean(b) - 1
-    p_value: float  # NaN with a single run on a side
-    outcome: str  # higher / lower / similar (near: near / higher / lower)
+    effect: stats.Effect | None
+    finding: str  # holds / opposite / absent / undecided
+    p_values: dict[str, float] = field(default_factory=dict)  # finding -> Holm-adjusted one-sided p
+    seeds_needed: int | None = None  # per side, to decide it at the measured noise (undecided only)
+    wall_s: float = math.nan  # one run's mean wall time here
     against_value: bool = False  # b is the claim's value, not runs
 
-    def text(self, metric: str) -> str:
-        unit = " Mbit/s" if "goodput" in metric else ""
+    @property
+    def difference(self) -> float:
+        return self.effect.relative if self.effect else math.nan
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        return self.effect.interval(confidence) if self.effect else (math.nan, math.nan)
+
+    def text(self, claim: Claim) -> str:
+        """'bad_s=0.1: 1.06 vs 0.676 Mbit/s, +57 % (95 % interval +18 % to +114 %), 3 vs 3 runs: shown above +5 %
+        (p = 0.010)'."""
+        metric = claim.metric
         scale = 100 if metric == "retrans_ratio" else 1
-        unit = " %" if metric == "retrans_ratio" else unit
+        unit = " %" if metric == "retrans_ratio" else (" Mbit/s" if "goodput" in metric else "")
         ma, mb = sum(self.a) / len(self.a) * scale, sum(self.b) / len(self.b) * scale
-        runs = f"{len(self.a)} run{'s' * (len(self.a) != 1)} vs the paper's value" if self.against_value else (
-            f"{len(self.a)} vs {len(self.b)} runs"
-        )
-        p = f", p = {self.p_value:.3f}" if not math.isnan(self.p_value) else ""
-        noise = "" if self.against_value else _noise_text(self.a, self.b)
-        shown = f"{self.difference:+.0%}, {runs}{p}{noise}"
-        return f"{self.condition}: {ma:.3g} vs {mb:.3g}{unit} ({shown}): {self.outcome}"
+        runs = (f"{len(self.a)} run{'s' * (len(self.a) != 1)} vs the paper's value" if self.against_value
+                else f"{len(self.a)} vs {len(self.b)} runs")  # fmt: skip
+        low, high = self.interval()
+        shown = f"{self.difference:+.0%}" if self.effect else "no ratio (a mean of 0)"
+        if not math.isnan(low):
+            shown += f" (95 % interval {low:+.0%} to {high:+.0%})"
+        return f"{self.condition}: {ma:.3g} vs {mb:.3g}{unit}, {shown}, {runs}: {finding_text(claim, self)}"
 
 
-def _noise_text(a: list[float], b: list[float]) -> str:
-    """', noise N %, detectable D %': the runs' spread (pooled standard deviation over b's mean) and the
-    smallest difference Welch's test finds at this spread and these sizes with 80 % power, as
-    ``testbed regress`` reports it; '' with fewer than 2 runs a side (no spread to speak of)."""
-    detectable = regression.detectable_change(b, a)
-    if math.isnan(detectable) or math.isinf(detectable):
-        return ""
-    noise = detectable / (regression.power_factor(len(a) + len(b) - 2) * math.sqrt(1 / len(a) + 1 / len(b)))
-    return f", noise {noise:.0%}, detectable {detectable:.0%}"
+def bounds(claim: Claim) -> dict[str, float]:
+    """The relative bounds the claim's tests use: ``low``/``high`` the margin around no difference (for
+    similar, not_lower and near: ``high = margin`` and ``low = 1 / (1 + margin) - 1``, symmetric on the
+    log scale; for higher and lower the practical threshold), ``paper`` the paper's effect."""
+    margin = claim.margin
+    return {"low": 1 / (1 + margin) - 1, "high": margin, "paper": claim.paper_effect if claim.paper_effect is not None
+            else math.nan}  # fmt: skip
+
+
+def one_sided_p(claim: Claim, effect: stats.Effect) -> dict[str, float]:
+    """The one-sided p of each finding the claim can have at one condition, before the correction (module doc)."""
+    b = bounds(claim)
+    if claim.expect == "higher":
+        return {"holds": effect.p_above(b["high"]), "opposite": effect.p_below(b["low"]),
+                "absent": effect.p_below(b["paper"])}  # fmt: skip
+    if claim.expect == "lower":
+        return {"holds": effect.p_below(b["low"]), "opposite": effect.p_above(b["high"]),
+                "absent": effect.p_above(b["paper"])}  # fmt: skip
+    if claim.expect == "not_lower":
+        return {"holds": effect.p_above(b["low"]), "opposite": effect.p_below(b["low"]), "absent": math.nan}
+    # similar and near: equivalence by two one-sided tests; a difference beyond the margin either way
+    outside = min(1.0, 2 * min(effect.p_above(b["high"]), effect.p_below(b["low"])))
+    return {"holds": max(effect.p_above(b["low"]), effect.p_below(b["high"])), "opposite": math.nan,
+            "absent": outside}  # fmt: skip
+
+
+def seeds_needed(claim: Claim, effect: stats.Effect | None, alpha: float) -> int | None:
+    """Runs per side at which the finding nearest to the measured effect would be shown at ``alpha`` with
+    80 % power, were the measured effect and noise the truth; None when no number of seeds decides it."""
+    if effect is None:
+        return None
+    b = bounds(claim)
+    if claim.expect in ("similar", "near"):
+        # both one-sided tests must succeed: each at power 90 % so that both do at 80 % at least
+        both = 1 - (1 - stats.POWER) / 2
+        inside = [effect.seeds_to_show(b["low"], True, alpha, both),
+                  effect.seeds_to_show(b["high"], False, alpha, both)]  # fmt: skip
+        options = [max(inside)] if None not in inside else []
+        options += [effect.seeds_to_show(b["high"], True, alpha / 2), effect.seeds_to_show(b["low"], False, alpha / 2)]
+    else:
+        options = [effect.seeds_to_show(b["high"], True, alpha), effect.seeds_to_show(b["low"], False, alpha)]
+        if not math.isnan(b["paper"]):
+            options.append(effect.seeds_to_show(b["paper"], b["paper"] < 0, alpha))
+    found = [n for n in options if n is not None]
+    return min(found) if found else None
+
+
+def finding_text(claim: Claim, result: ConditionResult) -> str:
+    """What one condition shows, with its test's adjusted p; undecided with the seeds that would decide it."""
+    b, p = bounds(claim), result.p_values
+    if result.effect is None:
+        return "undecided (no ratio: a side's mean is 0)"
+    if math.isnan(result.effect.se):
+        return "undecided (one run on a side: no noise estimate)"
+    texts = {
+        ("higher", "holds"): f"shown above {b['high']:+.0%}",
+        ("lower", "holds"): f"shown below {b['low']:+.0%}",
+        ("not_lower", "holds"): f"shown not below {b['low']:+.0%} (non-inferiority)",
+        ("higher", "opposite"): f"shown below {b['low']:+.0%}: the opposite",
+        ("lower", "opposite"): f"shown above {b['high']:+.0%}: the opposite",
+        ("not_lower", "opposite"): f"shown below {b['low']:+.0%}: the opposite",
+        ("higher", "absent"): f"shown below the paper's {b['paper']:+.0%}",
+        ("lower", "absent"): f"shown above the paper's {b['paper']:+.0%}",
+    }
+    kind = "similar" if claim.expect in ("similar", "near") else claim.expect
+    if kind == "similar":
+        texts[(kind, "holds")] = f"shown within {b['low']:+.0%} to {b['high']:+.0%} (equivalence, TOST)"
+        texts[(kind, "absent")] = f"shown outside {b['low']:+.0%} to {b['high']:+.0%}"
+    if result.finding in FINDINGS:
+        return f"{texts[(kind, result.finding)]} (p = {p[result.finding]:.3g})"
+    needed = result.seeds_needed
+    if needed is None:
+        return "undecided (no number of seeds decides it at this estimate)"
+    if needed > stats.SEED_LIMIT:
+        return f"undecided (more than {stats.SEED_LIMIT} runs per side would be needed)"
+    return f"undecided (about {needed} runs per side would decide it)"
 
 
 @dataclass
 class Verdict:
     claim: Claim
-    verdict: str  # reproduced / not reproduced / opposite / no data
+    verdict: str  # reproduced / opposite / not reproduced / undecided / no data
     conditions: list[ConditionResult] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     profiles: list[str] = field(default_factory=list)
@@ -302,24 +422,47 @@ class Verdict:
                 f"no run had both {self.claim.a.label()} and {self.claim.b.label()} flows at the same condition "
                 f"of {self.claim.experiment}"
             )
-        return "; ".join(c.text(self.claim.metric) for c in self.conditions)
+        return "; ".join(c.text(self.claim) for c in self.conditions)
+
+    def cost(self) -> tuple[int, float]:
+        """(runs, seconds here) to bring every undecided condition to the runs per side that would decide
+        it; (0, 0) when none can be decided by more seeds within ``stats.SEED_LIMIT``."""
+        runs, seconds = 0, 0.0
+        for c in self.conditions:
+            if c.finding == "undecided" and c.seeds_needed and c.seeds_needed <= stats.SEED_LIMIT:
+                more = max(0, c.seeds_needed - len(c.a)) + (0 if c.against_value else max(0, c.seeds_needed - len(c.b)))
+                runs += more
+                seconds += more * (c.wall_s if not math.isnan(c.wall_s) else 0.0)
+        return runs, seconds
+
+    def cost_text(self, hosts: int = 4) -> str:
+        """'24 more runs (about 12 min here, 3 min on 4 hosts)', '' when nothing is undecided."""
+        runs, seconds = self.cost()
+        if self.verdict != "undecided" or not runs:
+            return ""
+        return (f"{runs} more runs would decide it (about {seconds / 60:.0f} min here, {seconds / 60 / hosts:.0f} min "
+                f"on {hosts} hosts)")  # fmt: skip
 
 
-def outcome(a: list[float], b: list[float]) -> tuple[float, float, str]:
-    """(d, p, higher/lower/similar) of one condition by the module's rule."""
-    mean_a, mean_b = sum(a) / len(a), sum(b) / len(b)
-    if mean_b == 0:
-        difference = 0.0 if mean_a == 0 else math.inf
-    else:
-        difference = mean_a / mean_b - 1
-    p_value = metrics.welch_t_test(a, b).p_value
-    if len(a) >= 2 and len(b) >= 2:
-        counts = abs(difference) > PRACTICAL and p_value < ALPHA
-    else:
-        counts = abs(difference) > SINGLE_RUN
-    if not counts:
-        return difference, p_value, "similar"
-    return difference, p_value, "higher" if difference > 0 else "lower"
+def decide(claim: Claim, results: list[ConditionResult], alpha: float = ALPHA, plan: bool = True) -> str:
+    """Adjust each finding's p over the claim's conditions (Holm), classify each condition and combine them
+    into the claim's verdict (module doc). Fills in each result's ``finding``, ``p_values`` and, with ``plan``,
+    ``seeds_needed``."""
+    raw = [one_sided_p(claim, r.effect) if r.effect else dict.fromkeys(FINDINGS, math.nan) for r in results]
+    for finding in FINDINGS:
+        for r, adjusted in zip(results, stats.holm([p[finding] for p in raw]), strict=True):
+            r.p_values[finding] = adjusted
+    for r in results:
+        r.finding = next((f for f in FINDINGS if r.p_values[f] < alpha), "undecided")
+        if plan and r.finding == "undecided":  # Holm's first step is Bonferroni's: alpha over the conditions
+            r.seeds_needed = seeds_needed(claim, r.effect, alpha / len(results))
+    findings = [r.finding for r in results]
+    half = len(findings) / 2
+    if findings.count("opposite") > half:
+        return "opposite"
+    if "opposite" in findings or "absent" in findings:
+        return "not reproduced"
+    return "reproduced" if findings.count("holds") > half else "undecided"
 
 
 def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
@@ -328,7 +471,7 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
     if flows.empty:
         return result
     own = flows[flows["experiment"] == claim.experiment]
-    sides: dict[tuple, tuple[list[float], list[float]]] = {}
+    sides: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
     kernels, profiles = set(), set()
     for _run, run_flows in own.groupby("run", sort=True):
         first = run_flows.iloc[0]
@@ -337,7 +480,7 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
         condition = condition_of(first["experiment"], first["profile"], first["params"], claim.pair_ignoring)
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan
-        slot = sides.setdefault(condition, ([], []))
+        slot = sides.setdefault(condition, ([], [], []))
         if not math.isnan(a_value):
             slot[0].append(a_value)
         if not math.isnan(b_value):
@@ -345,33 +488,21 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
         if not (math.isnan(a_value) and math.isnan(b_value)):
             kernels.add(str(first["kernel"]))
             profiles.add(str(first["profile"]))
+            slot[2].append(float(first.get("wall_s", math.nan)))
     for condition in sorted(sides, key=lambda c: [(k, _num(v)) for k, v in c[2]]):
-        a, b = sides[condition]
+        a, b, walls = sides[condition]
+        wall = sum(walls) / len(walls) if walls else math.nan
         if claim.expect == "near" and a:
-            difference = (sum(a) / len(a)) / claim.value - 1
-            kind = "near" if abs(difference) <= NEAR else ("higher" if difference > 0 else "lower")
-            result.conditions.append(ConditionResult(_condition_text(condition), a, [claim.value], difference,
-                                                     math.nan, kind, against_value=True))  # fmt: skip
+            result.conditions.append(ConditionResult(_condition_text(condition), a, [claim.value],
+                                                     stats.ratio_to_value(a, claim.value), "undecided",
+                                                     wall_s=wall, against_value=True))  # fmt: skip
         elif a and b:
-            difference, p_value, kind = outcome(a, b)
-            result.conditions.append(ConditionResult(_condition_text(condition), a, b, difference, p_value, kind))
+            effect = stats.ratio_effect(a, b)
+            result.conditions.append(ConditionResult(_condition_text(condition), a, b, effect, "undecided",
+                                                     wall_s=wall))  # fmt: skip
     result.kernels, result.profiles = sorted(kernels), sorted(profiles)
-    if not result.conditions:
-        return result
-    outcomes = [c.outcome for c in result.conditions]
-    half = len(outcomes) / 2
-    expected = {"not_lower": "higher"}.get(claim.expect, claim.expect)
-    opposite = OPPOSITE[claim.expect]
-    if claim.expect == "not_lower":
-        agree = opposite not in outcomes
-    else:
-        agree = outcomes.count(expected) > half and (opposite is None or opposite not in outcomes)
-    if agree:
-        result.verdict = "reproduced"
-    elif opposite is not None and outcomes.count(opposite) > half:
-        result.verdict = "opposite"
-    else:
-        result.verdict = "not reproduced"
+    if result.conditions:
+        result.verdict = decide(claim, result.conditions)
     return result
 
 
@@ -396,3 +527,22 @@ def verdict_counts(results: list[Verdict]) -> dict[str, int]:
     for result in results:
         counts[result.verdict] = counts.get(result.verdict, 0) + 1
     return counts
+
+
+def effects_table(results: list[Verdict]) -> pd.DataFrame:
+    """One row per judged condition: the claim, its verdict, the effect with its 95 % and 90 % intervals
+    (the 90 % one is what the one-sided 5 % tests decide by), the paper's effect, the margin's bounds and
+    what the condition shows (the forest plot's and the summary's table)."""
+    rows = []
+    for v in results:
+        b = bounds(v.claim) if v.conditions else {}
+        for c in v.conditions:
+            low, high = c.interval(0.95)
+            low90, high90 = c.interval(0.90)
+            paper = b["paper"] if v.claim.expect in ("higher", "lower") else math.nan
+            rows.append({"claim": v.claim.id, "condition": c.condition, "verdict": v.verdict, "expect": v.claim.expect,
+                         "effect": c.difference, "low": low, "high": high, "low90": low90, "high90": high90,
+                         "paper": paper, "margin_low": b["low"], "margin_high": b["high"], "finding": c.finding,
+                         "runs": f"{len(c.a)} vs {'value' if c.against_value else len(c.b)}"})  # fmt: skip
+    return pd.DataFrame(rows, columns=["claim", "condition", "verdict", "expect", "effect", "low", "high", "low90",
+                                       "high90", "paper", "margin_low", "margin_high", "finding", "runs"])  # fmt: skip

@@ -1,4 +1,4 @@
-"""The papers' metrics and the statistics across seeds, as pure functions.
+"""The papers' metrics, as pure functions (the statistics across seeds are analysis/stats.py's).
 
 Units are in the names: ``_bytes``, ``_s``, ``_mbit`` (Mbit/s, 10**6 bit/s). A missing input (None or
 NaN) gives NaN, never a made-up number; NaN is written as an empty cell and shown as "n/a".
@@ -13,13 +13,10 @@ Two goodputs are used everywhere and always labelled:
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 BITS_PER_BYTE = 8
 BITS_PER_MBIT = 1e6
@@ -143,134 +140,6 @@ def split_into_intervals(samples: pd.DataFrame, boundaries: Sequence[float]) -> 
             "goodput_mbit": moved_or_nan * BITS_PER_BYTE / width / BITS_PER_MBIT,
         }
     )
-
-
-# ------------------------------------------------------------------------------ statistics across seeds
-
-
-def _present(values: Iterable) -> np.ndarray:
-    """The numbers among ``values`` as a float array, missing ones (None/NaN) left out."""
-    numbers = np.array([_number(v) for v in values], dtype=float)
-    return numbers[~np.isnan(numbers)]
-
-
-def _quiet_ttest(test, *samples, **options):
-    """``test`` (a scipy.stats t-test) without scipy's warning about nearly identical values: those get
-    a huge t and a p near 0, as they always did here (exact ties are answered before scipy is asked)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", "Precision loss occurred in moment calculation", RuntimeWarning)
-        return test(*samples, **options)
-
-
-def student_t_cdf(t: float, df: float) -> float:
-    """P(T <= t) for Student's t distribution with ``df`` degrees of freedom."""
-    return float(stats.t.cdf(t, df))
-
-
-def student_t_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (e.g. 0.975, 2 -> 4.3027)."""
-    if not 0 < p < 1 or not df > 0:  # scipy answers NaN or an infinity here; a caller's mistake should raise
-        raise ValueError("need 0 < p < 1 and df > 0")
-    return float(stats.t.ppf(p, df))
-
-
-@dataclass(frozen=True)
-class SeedStats:
-    """Summary of one quantity over the seeds of a point. ``ci_low``/``ci_high``: the two-sided confidence
-    interval of the mean with Student's t (NaN for fewer than two values: one run gives no interval)."""
-
-    n: int
-    mean: float
-    min: float
-    max: float
-    ci_low: float
-    ci_high: float
-    confidence: float = 0.95
-
-    @property
-    def ci_half_width(self) -> float:
-        return (self.ci_high - self.ci_low) / 2
-
-
-def seed_stats(values: Iterable, confidence: float = 0.95) -> SeedStats:
-    """Mean, min, max and the Student-t confidence interval of the mean over seeds.
-
-    Missing values (None/NaN) are left out and not counted in ``n``. With n = 1 the mean, min and max
-    are that value and the interval is NaN; with n = 0 everything is NaN.
-    """
-    clean = [v for v in (_number(x) for x in values) if not math.isnan(v)]
-    n = len(clean)
-    if n == 0:
-        return SeedStats(0, math.nan, math.nan, math.nan, math.nan, math.nan, confidence)
-    mean = sum(clean) / n
-    low = high = math.nan
-    if n >= 2:
-        std = math.sqrt(sum((v - mean) ** 2 for v in clean) / (n - 1))
-        half = student_t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
-        low, high = mean - half, mean + half
-    return SeedStats(n, mean, min(clean), max(clean), low, high, confidence)
-
-
-@dataclass(frozen=True)
-class TTest:
-    """A t-test of a vs b: the statistic, its degrees of freedom, the two-sided p-value and the
-    standard error of the difference it tests."""
-
-    t: float
-    df: float
-    p_value: float
-    se: float = math.nan
-
-
-def _mean_and_squared_se(values: np.ndarray) -> tuple[float, float]:
-    """The mean of ``values`` and its squared standard error (variance / n). numpy's mean and deviations
-    are scipy's, so both see "no spread" alike. An infinite value makes them NaN without numpy's
-    warning, as the plain-float arithmetic before scipy did."""
-    with np.errstate(invalid="ignore"):
-        return float(values.mean()), float(values.var(ddof=1)) / len(values)
-
-
-def _test_without_scipy(estimate: float, se: float, df: float) -> TTest | None:
-    """The test where scipy's answer is not ours, else None. No spread at all (se 0): p = 1 when the
-    estimate is 0, else p = 0 with t = +-inf; scipy gives t = 0/0 = NaN and p NaN for the first. An
-    infinite value (se NaN): NaN, while scipy's Welch test would put df = 1 for its undefined df."""
-    if se == 0 and estimate == 0:
-        return TTest(0.0, df, 1.0, 0.0)
-    if se == 0:
-        return TTest(math.copysign(math.inf, estimate), df, 0.0, 0.0)
-    if math.isnan(se):
-        return TTest(math.nan, df, math.nan, math.nan)
-    return None
-
-
-def welch_t_test(a: Iterable, b: Iterable) -> TTest:
-    """Welch's two-sample t-test of mean(a) vs mean(b) (unequal variances, Welch-Satterthwaite degrees
-    of freedom); needs two or more values on each side (else every field is NaN). Two samples with no
-    spread at all: p = 1 when their means are equal, else 0."""
-    xs, ys = _present(a), _present(b)
-    if len(xs) < 2 or len(ys) < 2:
-        return TTest(math.nan, math.nan, math.nan)
-    (mean_x, square_x), (mean_y, square_y) = _mean_and_squared_se(xs), _mean_and_squared_se(ys)
-    se = math.sqrt(square_x + square_y)
-    if special := _test_without_scipy(mean_x - mean_y, se, math.nan):
-        return special
-    result = _quiet_ttest(stats.ttest_ind, xs, ys, equal_var=False)
-    return TTest(float(result.statistic), float(result.df), float(result.pvalue), se)
-
-
-def paired_t_test(differences: Iterable) -> TTest:
-    """The paired t-test: is the mean of the pairs' ``differences`` zero? (n - 1 degrees of freedom;
-    NaN fields with fewer than two pairs). Differences with no spread: p = 1 when they are all zero,
-    else 0."""
-    ds = _present(differences)
-    if len(ds) < 2:
-        return TTest(math.nan, math.nan, math.nan)
-    mean, square = _mean_and_squared_se(ds)
-    se = math.sqrt(square)
-    if special := _test_without_scipy(mean, se, len(ds) - 1):
-        return special
-    result = _quiet_ttest(stats.ttest_1samp, ds, 0.0)
-    return TTest(float(result.statistic), len(ds) - 1, float(result.pvalue), se)
 
 
 def group_metric(flows: pd.DataFrame, metric: str) -> float:

@@ -510,3 +510,44 @@ def _draw_cdfs(ax, series: dict[str, pd.Series], xlabel: str, title: str, empty:
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=6, loc="lower right")
     ax.grid(alpha=0.3, which="both")
+
+
+#: the forest plot's colour per claim verdict
+VERDICT_COLOURS = {"reproduced": "#2a7d2a", "opposite": "#b22222", "not reproduced": "#d2691e", "undecided": "#6a6a9a"}
+
+
+def forest_png(effects: pd.DataFrame) -> bytes:
+    """The claims' effects (analysis/claims.py ``effects_table``), one line per condition: the effect
+    (a / b - 1, on a log axis) with its 95 % interval (thin) and 90 % interval (thick: the one-sided 5 %
+    tests decide by it), the margin or threshold shaded, the paper's effect as a diamond, coloured by
+    the claim's verdict."""
+    rows = effects.dropna(subset=["effect"]).reset_index(drop=True)
+    fig = Figure(figsize=(9, 1.2 + 0.32 * max(len(rows), 1)))
+    ax = fig.add_subplot()
+    if rows.empty:
+        _empty(ax, "no claim had runs on both sides")
+        return figure_png(fig)
+    for y, row in enumerate(rows.itertuples()):
+        colour = VERDICT_COLOURS.get(row.verdict, "#444444")
+        ax.fill_betweenx([y - 0.4, y + 0.4], 1 + row.margin_low, 1 + row.margin_high, color="#dddddd", lw=0)
+        if not math.isnan(row.low):
+            ax.plot([1 + row.low, 1 + row.high], [y, y], color=colour, lw=1)
+            ax.plot([1 + row.low90, 1 + row.high90], [y, y], color=colour, lw=3.5, solid_capstyle="butt")
+        ax.plot(1 + row.effect, y, "o", color=colour, ms=5)
+        if not math.isnan(row.paper):
+            ax.plot(1 + row.paper, y, "D", color="black", ms=5, fillstyle="none")
+    ax.axvline(1, color="#888888", lw=0.8)
+    ax.set_xscale("log")
+    ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4) if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
+    ax.set_xticks(ticks, [f"{t - 1:+.0%}" for t in ticks])
+    ax.minorticks_off()
+    ax.set_yticks(range(len(rows)), [textwrap.shorten(f"{r.claim} [{r.condition}]", 70) for r in rows.itertuples()],
+                  fontsize=7)  # fmt: skip
+    ax.set_ylim(len(rows) - 0.5, -0.5)
+    ax.set_xlabel("effect: a / b - 1 (log scale); thin 95 % interval, thick 90 %; diamond: the paper's effect; "
+                  "grey: the threshold or margin", fontsize=8)  # fmt: skip
+    handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items() if v in set(rows.verdict)]
+    ax.legend(handles=handles, fontsize=7, loc="lower right", title="claim verdict", title_fontsize=7)
+    ax.set_title("the papers' claims: each condition's effect with its interval", fontsize=10)
+    ax.grid(alpha=0.3, axis="x")
+    return figure_png(fig)

@@ -44,12 +44,11 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from analysis import metrics
+from analysis import metrics, stats
 from analysis.latency import summarize
 
 PRACTICAL = 0.05
-ALPHA = 0.05
-POWER = 0.80
+ALPHA = stats.ALPHA
 RATIO_FLOOR = 0.001
 DEFAULT_REPEAT = 5
 #: metric -> True when higher is better
@@ -117,33 +116,13 @@ def latency_metrics(analyses) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def power_factor(df: float) -> float:
-    """t quantiles of the two-sided test at ALPHA plus 80 % power: a standard error times this is the
-    smallest difference the test finds."""
-    return metrics.student_t_quantile(1 - ALPHA / 2, df) + metrics.student_t_quantile(POWER, df)
-
-
-def detectable_change(baseline: list[float], candidate: list[float]) -> float:
-    """The smallest relative change Welch's test would find with 80 % power at these sizes and this
-    noise (pooled standard deviation), relative to the baseline's mean; NaN with fewer than 2 a side."""
-    nb, nc = len(baseline), len(candidate)
-    if nb < 2 or nc < 2:
-        return math.nan
-    mean_b = sum(baseline) / nb
-    var_b = sum((v - mean_b) ** 2 for v in baseline) / (nb - 1)
-    mean_c = sum(candidate) / nc
-    var_c = sum((v - mean_c) ** 2 for v in candidate) / (nc - 1)
-    pooled = math.sqrt(((nb - 1) * var_b + (nc - 1) * var_c) / (nb + nc - 2))
-    return power_factor(nb + nc - 2) * pooled * math.sqrt(1 / nb + 1 / nc) / abs(mean_b) if mean_b else math.inf
-
-
 def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float]:
     """(p, detectable relative change) of the paired test on log ratios, or on differences when a
     value is not positive (module doc)."""
     logs = all(v > 0 for v in baseline + candidate)
     diffs = [math.log(c / b) if logs else c - b for b, c in zip(baseline, candidate, strict=True)]
-    test = metrics.paired_t_test(diffs)
-    smallest = power_factor(test.df) * test.se
+    test = stats.paired_t_test(diffs)
+    smallest = stats.power_factor(test.df) * test.se
     if logs:
         return test.p_value, math.expm1(smallest)
     mean_b = sum(baseline) / len(baseline)
@@ -169,7 +148,8 @@ def compare_one(point: str, cc: str, metric: str, baseline: list[float], candida
     if paired:
         p_value, detectable = _paired(baseline, candidate)
     else:
-        p_value, detectable = metrics.welch_t_test(candidate, baseline).p_value, detectable_change(baseline, candidate)
+        p_value = stats.welch_t_test(candidate, baseline).p_value
+        detectable = stats.detectable_change(baseline, candidate)
     var_b = sum((v - mean_b) ** 2 for v in baseline) / (len(baseline) - 1)
     var_c = sum((v - mean_c) ** 2 for v in candidate) / (len(candidate) - 1)
     pooled = math.sqrt((var_b + var_c) / 2)

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import claims, figures, metrics, plots
+from analysis import claims, figures, metrics, plots, stats
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
 from testbed.report import cache, latency, pages
@@ -281,13 +281,13 @@ def _seed_stats(complete: pd.DataFrame) -> dict:
     row = {}
     for column in ["goodput_mbit", "total_goodput_mbit", "recv_goodput_mbit", "retrans_ratio", "jain"]:
         values = complete[column] if column in complete else pd.Series(dtype=float)
-        stats = metrics.seed_stats(values)
-        row[column] = stats.mean
-        row[f"{column}_min"] = stats.min
-        row[f"{column}_max"] = stats.max
-        row[f"{column}_ci_low"] = stats.ci_low
-        row[f"{column}_ci_high"] = stats.ci_high
-        row[f"{column}_n"] = stats.n
+        summary = stats.seed_stats(values)
+        row[column] = summary.mean
+        row[f"{column}_min"] = summary.min
+        row[f"{column}_max"] = summary.max
+        row[f"{column}_ci_low"] = summary.ci_low
+        row[f"{column}_ci_high"] = summary.ci_high
+        row[f"{column}_n"] = summary.n
     return row
 
 
@@ -462,15 +462,12 @@ TERMINAL_COLUMNS = 100
 
 
 def _claims_headline(verdicts: list[claims.Verdict]) -> str:
-    """'k of n claims reproduced here; m not (j opposite, i not reproduced)', the claims without data apart."""
+    """'claims: 7 reproduced, 2 opposite, 5 not reproduced, 11 undecided (of 25 judged here)', then the
+    claims without data apart."""
     judged = [v for v in verdicts if v.verdict != "no data"]
     counts = claims.verdict_counts(judged)
-    reproduced = counts.pop("reproduced", 0)
-    text = f"{reproduced} of {len(judged)} claims reproduced here"
-    if judged:
-        text += f"; {len(judged) - reproduced} not"
-        if counts:
-            text += " (" + ", ".join(f"{n} {v}" for v, n in sorted(counts.items())) + ")"
+    text = "claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in claims.VERDICTS)
+    text += f" (of {len(judged)} judged here)"
     missing = [v for v in verdicts if v.verdict == "no data"]
     elsewhere = [v for v in missing if v.claim.not_here]
     if len(missing) > len(elsewhere):
@@ -481,21 +478,26 @@ def _claims_headline(verdicts: list[claims.Verdict]) -> str:
     return text
 
 
+#: the order claims are listed in: findings against the paper first, then what is not decided, then agreement
+VERDICT_ORDER = {"opposite": 0, "not reproduced": 1, "undecided": 2, "reproduced": 3}
+
+
 def _claims_lines(verdicts: list[claims.Verdict]) -> list[str]:
     """The summary's claims, verdict first: the headline, then per judged claim its verdict and the measured
     numbers of both sides per condition, the comparison, the paper's numbers and, when not reproduced, the note."""
     if not verdicts:
         return []
     lines = [_claims_headline(verdicts)]
-    order = {"opposite": 0, "not reproduced": 1, "reproduced": 2}
-    judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: order.get(v.verdict, 3))
+    judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: VERDICT_ORDER.get(v.verdict, 4))
     for v in judged:
-        texts = [c.text(v.claim.metric) for c in v.conditions] or [v.measured]
+        texts = [c.text(v.claim) for c in v.conditions] or [v.measured]
         lines.append(f"  {v.claim.id}: {v.verdict}: {texts[0]}")
         lines += [f"      {text}" for text in texts[1:]]
+        if cost := v.cost_text():
+            lines.append(f"      to decide: {cost}")
         lines.append(f"      compared: {v.claim.compared()}")
         lines.append(f"      paper ({v.claim.source}): {v.claim.paper_numbers}")
-        if v.verdict != "reproduced" and v.claim.note:
+        if v.verdict in ("opposite", "not reproduced") and v.claim.note:
             lines.append(f"      note: {v.claim.note}")
     for v in verdicts:
         if v.verdict == "no data" and v.claim.not_here:
@@ -517,6 +519,10 @@ def _summary_text(
 ) -> str:
     """What the terminal shows, the answer first: the heading, the claims' verdicts (:func:`_claims_lines`,
     wrapped to 100 columns), the table, the runs that did not complete."""
+    judged = [v for v in verdicts if v.verdict != "no data"]
+    if judged:  # the first line answers: the four verdicts' counts
+        counts = claims.verdict_counts(judged)
+        heading += "; claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in claims.VERDICTS)
     lines = [heading] + _wrapped(_claims_lines(verdicts))
     if verdicts:
         lines.append("")
@@ -623,7 +629,7 @@ def _page(
         "problems": problems,
         "shown": pages.table(shown),
         "sections": sections,
-        "claims": _claims(verdicts) if verdicts else None,
+        "claims": _claims(session_dir, verdicts) if verdicts else None,
         "runs": _runs_table(analyses, session_dir),
         "failed": [(_relative(a.run_dir, session_dir), a.status, a.reason or "no reason recorded") for a in failed],
         # the summary lists every run's problems too; the page leaves them to each run's report
@@ -813,15 +819,15 @@ def _sweep_table(table: pd.DataFrame, figure) -> pd.DataFrame:
     return shown.round(4)
 
 
-VERDICT_CLASS = {"reproduced": "good", "not reproduced": "warn", "opposite": "bad", "no data": "muted"}
+VERDICT_CLASS = {"reproduced": "good", "not reproduced": "warn", "opposite": "bad", "undecided": "muted",
+                 "no data": "muted"}  # fmt: skip
 
 
-def _claims(verdicts: list[claims.Verdict]) -> dict:
+def _claims(session_dir: Path, verdicts: list[claims.Verdict]) -> dict:
     """The judged claims' table as plain text (the summary's cells, the alignment) with each verdict's parts
     behind its row, from which the page draws richer cells (quote, one line per condition, badge); the note
     (why modern Linux may differ) stands beside the claims not reproduced. Claims without data are listed apart."""
-    order = {"opposite": 0, "not reproduced": 1, "reproduced": 2}
-    judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: order.get(v.verdict, 3))
+    judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: VERDICT_ORDER.get(v.verdict, 4))
     frame = pd.DataFrame(
         [
             {
@@ -829,7 +835,7 @@ def _claims(verdicts: list[claims.Verdict]) -> dict:
                 "verdict": v.verdict,
                 "measured here": v.measured,
                 "paper": f"{v.claim.source}: {v.claim.paper_numbers}",
-                "why it may differ": v.claim.note if v.verdict != "reproduced" else "",
+                "why it may differ": v.claim.note if v.verdict in ("opposite", "not reproduced") else "",
                 "kernel, profile": f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}",
             }
             for v in judged
@@ -845,14 +851,39 @@ def _claims(verdicts: list[claims.Verdict]) -> dict:
             "compared": v.claim.compared(),
             "source": v.claim.source,
             "paper_numbers": v.claim.paper_numbers,
-            "conditions": [c.text(v.claim.metric) for c in v.conditions],
+            "conditions": [c.text(v.claim) for c in v.conditions]
+            + ([f"to decide: {v.cost_text()}"] if v.cost_text() else []),
             "measured": v.measured,
             "css": VERDICT_CLASS.get(v.verdict, ""),
         }
         for v in judged
     ]
     no_data = [(v.claim.id, v.claim.compared(), v.measured) for v in verdicts if v.verdict == "no data"]
-    return {"headline": _claims_headline(verdicts), "rule": claims.RULE, "table": rows, "no_data": no_data}
+    effects = claims.effects_table(judged)
+    forest = session_dir / "figures" / "claims-forest.png"
+    forest.parent.mkdir(exist_ok=True)
+    forest.write_bytes(plots.forest_png(effects))
+    return {"headline": _claims_headline(verdicts), "rule": claims.RULE, "table": rows, "no_data": no_data,
+            "forest": forest.read_bytes(), "forest_path": str(forest.relative_to(session_dir)),
+            "effects": pages.table(_effects_shown(effects))}  # fmt: skip
+
+
+def _effects_shown(effects: pd.DataFrame) -> pd.DataFrame:
+    """The forest plot's numbers as text: one row per claim and condition."""
+
+    def pct(value: float) -> str:
+        return "" if math.isnan(value) else f"{value:+.0%}"
+
+    return pd.DataFrame({
+        "claim": effects["claim"], "condition": effects["condition"], "verdict": effects["verdict"],
+        "effect": effects["effect"].map(pct),
+        "95 % interval": [f"{pct(lo)} to {pct(hi)}" if not math.isnan(lo) else "" for lo, hi in
+                          zip(effects["low"], effects["high"], strict=True)],
+        "paper": effects["paper"].map(pct),
+        "margin": [f"{pct(lo)} to {pct(hi)}"
+                   for lo, hi in zip(effects["margin_low"], effects["margin_high"], strict=True)],
+        "shows": effects["finding"], "runs": effects["runs"],
+    })  # fmt: skip
 
 
 def write_selection(results_root: Path, selected: pd.DataFrame, out_dir: Path, filters: dict) -> Path:

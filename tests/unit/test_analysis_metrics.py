@@ -15,11 +15,9 @@ from analysis.metrics import (
     jain_index,
     receiver_goodput_mbit,
     retransmission_ratio,
-    seed_stats,
     split_into_intervals,
-    student_t_cdf,
-    student_t_quantile,
 )
+from analysis.stats import seed_stats, student_t_cdf, student_t_quantile
 
 
 def test_goodput_takes_retransmissions_off():

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from analysis import regression
+from analysis import regression, stats
 
 
 def test_no_difference_is_no_change():
@@ -57,7 +57,7 @@ def test_the_default_repetitions_resolve_five_percent_at_the_measured_noise():
     rng = random.Random(3)
     baseline = [rng.gauss(9.0, 0.16) for _ in range(regression.DEFAULT_REPEAT)]  # 1.8 %
     candidate = [rng.gauss(9.0, 0.16) for _ in range(regression.DEFAULT_REPEAT)]
-    assert regression.detectable_change(baseline, candidate) < 0.05
+    assert stats.detectable_change(baseline, candidate) < 0.05
 
 
 def test_too_few_runs_and_compare_over_frames():

@@ -1,0 +1,319 @@
+"""The project's statistics, in one place: every workflow that asks "is there a difference, is it
+absent, or can we not tell" (the claims' verdicts, kernel regression, lab grading, ablations) calls
+this module and keeps no test of its own (ARCHITECTURE.md: one statistics room). Pure functions on
+lists of numbers, scipy underneath; the rules built on them are stated where they are used
+(analysis/claims.py, analysis/regression.py) and in docs/results.md.
+
+* Per point: the mean over seeds and its Student-t interval (:func:`seed_stats`).
+* Two samples: Welch's t-test, the paired t-test, the smallest difference a test finds with 80 %
+  power (:func:`detectable_change`).
+* **Effects as ratios** (:class:`Effect`): side a relative to side b (or to a fixed value), on the log
+  scale, so that "+50 %" and "-33 %" are the same distance from "no difference", with its interval,
+  one-sided tests against any bound (a practical threshold, an equivalence margin, the paper's effect;
+  two of them at once are TOST) and the seeds per side that would decide a test at the measured noise.
+* **Multiplicity**: Holm's step-down adjustment (:func:`holm`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import warnings
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from scipy import stats
+
+ALPHA = 0.05
+POWER = 0.80
+#: seeds per side beyond which "how many would decide it" is answered "more than this"
+SEED_LIMIT = 200
+
+
+def _number(value) -> float:
+    """A float, NaN for None/NaN/non-numbers."""
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def _present(values: Iterable) -> np.ndarray:
+    """The numbers among ``values`` as a float array, missing ones (None/NaN) left out."""
+    numbers = np.array([_number(v) for v in values], dtype=float)
+    return numbers[~np.isnan(numbers)]
+
+
+def _quiet_ttest(test, *samples, **options):
+    """``test`` (a scipy.stats t-test) without scipy's warning about nearly identical values: those get
+    a huge t and a p near 0, as they always did here (exact ties are answered before scipy is asked)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "Precision loss occurred in moment calculation", RuntimeWarning)
+        return test(*samples, **options)
+
+
+def student_t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t distribution with ``df`` degrees of freedom."""
+    return float(stats.t.cdf(t, df))
+
+
+def student_t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (e.g. 0.975, 2 -> 4.3027)."""
+    if not 0 < p < 1 or not df > 0:  # scipy answers NaN or an infinity here; a caller's mistake should raise
+        raise ValueError("need 0 < p < 1 and df > 0")
+    return float(stats.t.ppf(p, df))
+
+
+@dataclass(frozen=True)
+class SeedStats:
+    """Summary of one quantity over the seeds of a point. ``ci_low``/``ci_high``: the two-sided confidence
+    interval of the mean with Student's t (NaN for fewer than two values: one run gives no interval)."""
+
+    n: int
+    mean: float
+    min: float
+    max: float
+    ci_low: float
+    ci_high: float
+    confidence: float = 0.95
+
+    @property
+    def ci_half_width(self) -> float:
+        return (self.ci_high - self.ci_low) / 2
+
+
+def seed_stats(values: Iterable, confidence: float = 0.95) -> SeedStats:
+    """Mean, min, max and the Student-t confidence interval of the mean over seeds.
+
+    Missing values (None/NaN) are left out and not counted in ``n``. With n = 1 the mean, min and max
+    are that value and the interval is NaN; with n = 0 everything is NaN.
+    """
+    clean = [v for v in (_number(x) for x in values) if not math.isnan(v)]
+    n = len(clean)
+    if n == 0:
+        return SeedStats(0, math.nan, math.nan, math.nan, math.nan, math.nan, confidence)
+    mean = sum(clean) / n
+    low = high = math.nan
+    if n >= 2:
+        std = math.sqrt(sum((v - mean) ** 2 for v in clean) / (n - 1))
+        half = student_t_quantile(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+        low, high = mean - half, mean + half
+    return SeedStats(n, mean, min(clean), max(clean), low, high, confidence)
+
+
+@dataclass(frozen=True)
+class TTest:
+    """A t-test of a vs b: the statistic, its degrees of freedom, the two-sided p-value and the
+    standard error of the difference it tests."""
+
+    t: float
+    df: float
+    p_value: float
+    se: float = math.nan
+
+
+def _mean_and_squared_se(values: np.ndarray) -> tuple[float, float]:
+    """The mean of ``values`` and its squared standard error (variance / n). numpy's mean and deviations
+    are scipy's, so both see "no spread" alike. An infinite value makes them NaN without numpy's
+    warning, as the plain-float arithmetic before scipy did."""
+    with np.errstate(invalid="ignore"):
+        return float(values.mean()), float(values.var(ddof=1)) / len(values)
+
+
+def _test_without_scipy(estimate: float, se: float, df: float) -> TTest | None:
+    """The test where scipy's answer is not ours, else None. No spread at all (se 0): p = 1 when the
+    estimate is 0, else p = 0 with t = +-inf; scipy gives t = 0/0 = NaN and p NaN for the first. An
+    infinite value (se NaN): NaN, while scipy's Welch test would put df = 1 for its undefined df."""
+    if se == 0 and estimate == 0:
+        return TTest(0.0, df, 1.0, 0.0)
+    if se == 0:
+        return TTest(math.copysign(math.inf, estimate), df, 0.0, 0.0)
+    if math.isnan(se):
+        return TTest(math.nan, df, math.nan, math.nan)
+    return None
+
+
+def welch_t_test(a: Iterable, b: Iterable) -> TTest:
+    """Welch's two-sample t-test of mean(a) vs mean(b) (unequal variances, Welch-Satterthwaite degrees
+    of freedom); needs two or more values on each side (else every field is NaN). Two samples with no
+    spread at all: p = 1 when their means are equal, else 0."""
+    xs, ys = _present(a), _present(b)
+    if len(xs) < 2 or len(ys) < 2:
+        return TTest(math.nan, math.nan, math.nan)
+    (mean_x, square_x), (mean_y, square_y) = _mean_and_squared_se(xs), _mean_and_squared_se(ys)
+    se = math.sqrt(square_x + square_y)
+    if special := _test_without_scipy(mean_x - mean_y, se, math.nan):
+        return special
+    result = _quiet_ttest(stats.ttest_ind, xs, ys, equal_var=False)
+    return TTest(float(result.statistic), float(result.df), float(result.pvalue), se)
+
+
+def paired_t_test(differences: Iterable) -> TTest:
+    """The paired t-test: is the mean of the pairs' ``differences`` zero? (n - 1 degrees of freedom;
+    NaN fields with fewer than two pairs). Differences with no spread: p = 1 when they are all zero,
+    else 0."""
+    ds = _present(differences)
+    if len(ds) < 2:
+        return TTest(math.nan, math.nan, math.nan)
+    mean, square = _mean_and_squared_se(ds)
+    se = math.sqrt(square)
+    if special := _test_without_scipy(mean, se, len(ds) - 1):
+        return special
+    result = _quiet_ttest(stats.ttest_1samp, ds, 0.0)
+    return TTest(float(result.statistic), len(ds) - 1, float(result.pvalue), se)
+
+
+# ------------------------------------------------------------------------------- power and detection
+
+
+@functools.lru_cache(maxsize=4096)
+def power_factor(df: float, alpha: float = ALPHA, power: float = POWER, sides: int = 2) -> float:
+    """t quantiles of a test at ``alpha`` (two-sided unless ``sides`` is 1) plus ``power``: a standard
+    error times this is the smallest difference the test finds with that power."""
+    return student_t_quantile(1 - alpha / sides, df) + student_t_quantile(power, df)
+
+
+def detectable_change(baseline: Sequence[float], candidate: Sequence[float]) -> float:
+    """The smallest relative change Welch's test would find with 80 % power (two-sided 5 %) at these
+    sizes and this noise (pooled standard deviation), relative to the baseline's mean; NaN with fewer
+    than 2 a side."""
+    nb, nc = len(baseline), len(candidate)
+    if nb < 2 or nc < 2:
+        return math.nan
+    var_b, var_c = float(np.var(baseline, ddof=1)), float(np.var(candidate, ddof=1))
+    pooled = math.sqrt(((nb - 1) * var_b + (nc - 1) * var_c) / (nb + nc - 2))
+    mean_b = float(np.mean(baseline))
+    return power_factor(nb + nc - 2) * pooled * math.sqrt(1 / nb + 1 / nc) / abs(mean_b) if mean_b else math.inf
+
+
+# ------------------------------------------------------------------------------------ effects as ratios
+
+
+@dataclass(frozen=True)
+class Effect:
+    """Side a's mean relative to side b's (or to a fixed value, ``n_b == 0``) on the log scale.
+
+    ``log_ratio`` is ``ln(mean(a) / mean(b))``; its standard error is the delta method's,
+    ``sqrt(var_a / n_a + var_b / n_b)`` with each side's variance relative to its squared mean, and its
+    degrees of freedom Welch-Satterthwaite's: Welch's test on the log ratio of means. On the log scale
+    +50 % and -33 % are the same distance from no difference. Simulated at 3 and 5 runs a side with
+    10-30 % noise, normal and lognormal, its one-sided 5 % test errs 3.7-5.0 % of the time
+    (tests/unit/test_verdict_rule.py measures it). ``var_a``, ``var_b``: one run's relative variance,
+    from which the runs a test needs are worked out. ``se`` is NaN with one run on a side (no noise
+    estimate: nothing can be shown) and 0 when no side varies."""
+
+    log_ratio: float
+    se: float
+    df: float
+    n_a: int
+    n_b: int
+    var_a: float
+    var_b: float
+
+    @property
+    def relative(self) -> float:
+        """a / b - 1 (e.g. +0.30: a is 30 % above b)."""
+        return math.expm1(self.log_ratio)
+
+    def interval(self, confidence: float = 0.95) -> tuple[float, float]:
+        """The two-sided interval of ``relative`` (NaN, NaN without a noise estimate)."""
+        if math.isnan(self.se):
+            return math.nan, math.nan
+        if self.se == 0:
+            return self.relative, self.relative
+        half = student_t_quantile(0.5 + confidence / 2, self.df) * self.se
+        return math.expm1(self.log_ratio - half), math.expm1(self.log_ratio + half)
+
+    def p_above(self, bound: float) -> float:
+        """One-sided p of "a / b - 1 is at most ``bound``": small when the runs show it above ``bound``."""
+        return self._one_sided(self.log_ratio - math.log1p(bound))
+
+    def p_below(self, bound: float) -> float:
+        """One-sided p of "a / b - 1 is at least ``bound``": small when the runs show it below ``bound``."""
+        return self._one_sided(math.log1p(bound) - self.log_ratio)
+
+    def _one_sided(self, distance: float) -> float:
+        if math.isnan(self.se):
+            return math.nan
+        if self.se == 0:
+            return 0.0 if distance > 0 else 1.0
+        return float(stats.t.sf(distance / self.se, self.df))
+
+    def seeds_to_show(self, bound: float, above: bool, alpha: float = ALPHA, power: float = POWER) -> int | None:
+        """Runs per side at which the one-sided test at ``alpha`` shows the effect above (or below)
+        ``bound`` with ``power``, were the truth the measured effect and each run as noisy as measured;
+        None when the measured effect is not on that side of ``bound`` (no number of seeds shows it) or
+        there is no noise estimate, ``SEED_LIMIT + 1`` when more than ``SEED_LIMIT`` would be needed."""
+        distance = (self.log_ratio - math.log1p(bound)) * (1 if above else -1)
+        if distance <= 0 or math.isnan(self.var_a) or math.isnan(self.var_b):
+            return None
+
+        def shown(n: int) -> bool:
+            df = n - 1 if self.n_b == 0 else 2 * n - 2
+            se = math.sqrt(self.var_a / n + (self.var_b / n if self.n_b else 0.0))
+            return distance >= power_factor(df, alpha, power, sides=1) * se
+
+        if not shown(SEED_LIMIT):
+            return SEED_LIMIT + 1
+        low, high = 1, SEED_LIMIT  # shown(high) holds; bisect for the smallest n >= 2 that shows it
+        while high - low > 1:
+            middle = (low + high) // 2
+            low, high = (low, middle) if shown(middle) else (middle, high)
+        return max(high, 2)
+
+
+def _welch_df(terms: list[tuple[float, int]]) -> float:
+    """Welch-Satterthwaite degrees of freedom of a sum of ``variance / n`` terms."""
+    squares = [(v / n) ** 2 / (n - 1) for v, n in terms]
+    total = sum(v / n for v, n in terms)
+    if not sum(squares):
+        return float(sum(n - 1 for _, n in terms))
+    return total**2 / sum(squares)
+
+
+def ratio_effect(a: Sequence[float], b: Sequence[float]) -> Effect | None:
+    """Side a's runs relative to side b's (:class:`Effect`); None when a side has no run or its mean is
+    0 or less (no ratio to speak of)."""
+    xs, ys = _present(a), _present(b)
+    if not len(xs) or not len(ys) or xs.mean() <= 0 or ys.mean() <= 0:
+        return None
+    var_a, var_b = _var(xs) / xs.mean() ** 2, _var(ys) / ys.mean() ** 2
+    se = math.sqrt(var_a / len(xs) + var_b / len(ys))
+    df = math.nan if math.isnan(se) else _welch_df([(var_a, len(xs)), (var_b, len(ys))])
+    return Effect(math.log(xs.mean() / ys.mean()), se, df, len(xs), len(ys), var_a, var_b)
+
+
+def ratio_to_value(a: Sequence[float], value: float) -> Effect | None:
+    """Side a's runs relative to a fixed ``value`` (a paper's number): the one-sample version; None
+    without runs or when ``value`` or a's mean is not positive."""
+    xs = _present(a)
+    if not len(xs) or value <= 0 or xs.mean() <= 0:
+        return None
+    var_a = _var(xs) / xs.mean() ** 2
+    return Effect(math.log(xs.mean() / value), math.sqrt(var_a / len(xs)), len(xs) - 1.0, len(xs), 0, var_a, 0.0)
+
+
+def _var(values: np.ndarray) -> float:
+    """The sample variance (NaN for fewer than two values)."""
+    return float(values.var(ddof=1)) if len(values) >= 2 else math.nan
+
+
+# ---------------------------------------------------------------------------------------- multiplicity
+
+
+def holm(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the given order: a family of tests whose adjusted p is
+    below alpha has a family-wise error rate of at most alpha, whatever their dependence. NaN (a test
+    that could not be made) counts as 1. Written here because scipy has only the false discovery rate's
+    procedure (``false_discovery_control``) and statsmodels' ``multipletests`` is a large dependency for
+    a few lines."""
+    ps = [1.0 if math.isnan(p) else min(1.0, p) for p in p_values]
+    order = sorted(range(len(ps)), key=ps.__getitem__)
+    adjusted, running = [1.0] * len(ps), 0.0
+    for rank, index in enumerate(order):
+        running = max(running, min(1.0, (len(ps) - rank) * ps[index]))
+        adjusted[index] = running
+    return adjusted
