@@ -18,6 +18,7 @@ help:
 	@echo "make setup-experiment   only what experiments need (make experiment, run, reproduce, regress, bench do this)"
 	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
 	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
+	@echo "  ... BUDGET=60m  then more seeds where they decide undecided claims, within that time (quick only)"
 	@echo "make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression]   kernel regression verdict"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
 	@echo "  ... CLUSTER=local:N|ssh:INVENTORY|slurm:FILE on experiment, run, reproduce, regress: runs spread over a Dask cluster"
@@ -42,7 +43,7 @@ experiment: setup-experiment
 	$(TESTBED) suite $(or $(SUITE),default) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
 reproduce: setup-experiment
-	@PROFILE=$(or $(PROFILE),quick) TESTBED_ARGS="$(TESTBED_ARGS)" scripts/reproduce.sh
+	@PROFILE=$(or $(PROFILE),quick) BUDGET="$(BUDGET)" TESTBED_ARGS="$(TESTBED_ARGS)" scripts/reproduce.sh
 
 regress: setup-experiment
 	@[ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }

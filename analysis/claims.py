@@ -301,6 +301,7 @@ class ConditionResult:
     seeds_needed: int | None = None  # per side, to decide it at the measured noise (undecided only)
     wall_s: float = math.nan  # one run's mean wall time here
     against_value: bool = False  # b is the claim's value, not runs
+    points: dict[str, int] = field(default_factory=dict)  # point id -> its runs at this condition
 
     @property
     def difference(self) -> float:
@@ -472,6 +473,7 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
         return result
     own = flows[flows["experiment"] == claim.experiment]
     sides: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
+    points: dict[tuple, dict[str, int]] = {}
     kernels, profiles = set(), set()
     for _run, run_flows in own.groupby("run", sort=True):
         first = run_flows.iloc[0]
@@ -489,17 +491,20 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
             kernels.add(str(first["kernel"]))
             profiles.add(str(first["profile"]))
             slot[2].append(float(first.get("wall_s", math.nan)))
+            counted = points.setdefault(condition, {})
+            counted[str(first.get("point"))] = counted.get(str(first.get("point")), 0) + 1
     for condition in sorted(sides, key=lambda c: [(k, _num(v)) for k, v in c[2]]):
         a, b, walls = sides[condition]
         wall = sum(walls) / len(walls) if walls else math.nan
         if claim.expect == "near" and a:
             result.conditions.append(ConditionResult(_condition_text(condition), a, [claim.value],
                                                      stats.ratio_to_value(a, claim.value), "undecided",
-                                                     wall_s=wall, against_value=True))  # fmt: skip
+                                                     wall_s=wall, against_value=True,
+                                                     points=points.get(condition, {})))  # fmt: skip
         elif a and b:
             effect = stats.ratio_effect(a, b)
             result.conditions.append(ConditionResult(_condition_text(condition), a, b, effect, "undecided",
-                                                     wall_s=wall))  # fmt: skip
+                                                     wall_s=wall, points=points.get(condition, {})))  # fmt: skip
     result.kernels, result.profiles = sorted(kernels), sorted(profiles)
     if result.conditions:
         result.verdict = decide(claim, result.conditions)
@@ -520,6 +525,64 @@ def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | 
     flows = flow_rows(analyses) if flows is None else flows
     ran = set(flows["experiment"]) if not flows.empty else set()
     return [judge(claim, flows) for claim in claims if claim.experiment in ran]
+
+
+# ------------------------------------------------------------------- seeds where they decide something
+
+#: a run's wall time when its runs did not record one (a guess on the long side of this machine's runs)
+UNKNOWN_WALL_S = 60.0
+
+
+@dataclass
+class SeedPlan:
+    """The runs to add next (``testbed suite --decide``): point id -> how many more runs (new seeds)."""
+
+    more: dict[str, int] = field(default_factory=dict)
+    claims: list[str] = field(default_factory=list)  # the claims these runs work towards
+    cost_s: float = 0.0  # their wall time here, by the runs' own measured times
+    left: list[str] = field(default_factory=list)  # undecided claims no run was added for, and why
+
+
+def _step(claim_verdict: Verdict) -> tuple[dict[str, int], float, float]:
+    """For one undecided claim: the next runs (point -> how many more: half way to what would decide each
+    undecided condition, at least one), their cost, and the whole way's cost (seconds)."""
+    more, step_s = {}, 0.0
+    for c in claim_verdict.conditions:
+        if c.finding != "undecided" or not c.seeds_needed or c.seeds_needed > stats.SEED_LIMIT:
+            continue
+        wall = c.wall_s if not math.isnan(c.wall_s) else UNKNOWN_WALL_S
+        for point, runs in c.points.items():
+            added = max(1, math.ceil((c.seeds_needed - runs) / 2))
+            more[point] = max(more.get(point, 0), added)
+            step_s += added * wall
+    _, whole_s = claim_verdict.cost()
+    return more, step_s, whole_s
+
+
+def seed_plan(results: list[Verdict], budget_s: float) -> SeedPlan:
+    """Where more runs move most verdicts per minute: the undecided claims in the order of what deciding
+    each would cost here (its runs per side that would decide it at the measured noise, times its runs'
+    measured wall time), each given the next step towards it (half way, so that the estimate is made again
+    with the new runs) while the steps fit in ``budget_s``. Runs of a point shared by claims count once."""
+    plan = SeedPlan()
+    ranked = []
+    for v in results:
+        if v.verdict != "undecided":
+            continue
+        more, step_s, whole_s = _step(v)
+        if not more:
+            plan.left.append(f"{v.claim.id}: no number of runs decides it at the measured effect and noise")
+            continue
+        ranked.append((whole_s, step_s, v.claim.id, more))
+    for _whole_s, step_s, claim_id, more in sorted(ranked, key=lambda r: r[:3]):
+        if plan.cost_s + step_s > budget_s:
+            plan.left.append(f"{claim_id}: its next {step_s / 60:.0f} min of runs do not fit the budget left")
+            continue
+        for point, added in more.items():
+            plan.more[point] = max(plan.more.get(point, 0), added)
+        plan.claims.append(claim_id)
+        plan.cost_s += step_s
+    return plan
 
 
 def verdict_counts(results: list[Verdict]) -> dict[str, int]:

@@ -2,7 +2,8 @@
 # make reproduce: the papers' claims decided on this machine.
 #   PROFILE=quick (the default): the suite scenarios/suites/reproduce.yaml, every claim at the points
 #     where it is decided, 3 seeds each, in one session (one guest boot, networks kept between runs),
-#     whose report leads with the verdicts. Run again, it resumes that session.
+#     whose report leads with the verdicts. Run again, it resumes that session. BUDGET=60m: then more
+#     seeds where they decide undecided claims, within that much time (testbed suite --decide).
 #   PROFILE=full: every experiment's whole sweep in the papers' durations (scenarios/*.yaml but the
 #     default suite), one session per experiment, then one report over them all.
 # Prints the estimated time first; a scenario that fails does not stop the others; the exit status is
@@ -14,7 +15,7 @@ testbed=.venv/bin/testbed
 python=.venv/bin/python
 if [ "$profile" = quick ]; then
   echo "== reproduce: the suite scenarios/suites/reproduce.yaml (every claim, 3 seeds per point)"
-  exec $testbed suite reproduce ${TESTBED_ARGS:-}
+  exec $testbed suite reproduce ${BUDGET:+--budget "$BUDGET"} ${TESTBED_ARGS:-}
 fi
 mapfile -t names < <(ls scenarios/*.yaml | xargs -n1 basename | sed 's/\.yaml$//' | grep -vx default)
 echo "== reproduce: ${#names[@]} experiments, profile $profile"

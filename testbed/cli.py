@@ -37,19 +37,20 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
         scenario = scenario.select(args.only or (), args.seed or ())
+    budget_s = _decide_budget(args, scenario)
     with _ahead(not args.no_report) as ahead:
-        result = run_session(
-            scenario,
-            backend=args.backend,
-            kernel_version=args.kernel,
-            results_root=args.results,
-            vcpus=args.cpus,
-            force=args.force,
-            keep_networks=not args.fresh_networks,
-            queue_hz=args.queue_hz,
-            observers=[ahead.observer] if ahead else [],
-            cluster=args.cluster,
-        )
+
+        def run(suite, force: bool = False) -> SessionResult:
+            return run_session(suite, backend=args.backend, kernel_version=args.kernel, results_root=args.results,
+                               vcpus=args.cpus, force=force, keep_networks=not args.fresh_networks,
+                               queue_hz=args.queue_hz, observers=[ahead.observer] if ahead else [],
+                               cluster=args.cluster)  # fmt: skip
+
+        result = run(scenario, args.force)
+        if budget_s is not None:  # more seeds where they decide claims; the same folder grows
+            from testbed.workflows.decide import decide
+
+            result = decide(scenario, result.directory, budget_s, run) or result
         report = None if args.no_report else _report(result.directory, ahead)
     if args.done_file:
         _write_done(args.done_file, result, report)
@@ -57,6 +58,18 @@ def _cmd_run(args: argparse.Namespace) -> int:
     for run in result.failed:
         print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
     return 1 if result.failed else 0
+
+
+def _decide_budget(args: argparse.Namespace, scenario) -> float | None:
+    """``--decide``'s budget in seconds (``--budget``, else the suite's own estimate); None without it."""
+    if args.command != "suite" or not (args.decide or args.budget):
+        return None
+    from testbed.workflows.decide import default_budget_s, parse_budget
+
+    try:
+        return parse_budget(args.budget) if args.budget else default_budget_s(scenario)
+    except ValueError as err:
+        raise SystemExit(f"testbed suite: {err}") from None
 
 
 def _queue_hz(text: str) -> float:
@@ -419,6 +432,15 @@ def _add_suite(sub) -> None:
     )
     suite.add_argument("suite", help="suite name in scenarios/suites/ (e.g. default) or a path to a .yaml file")
     _run_options(suite)
+    suite.add_argument(
+        "--decide", action="store_true",
+        help="after the suite's runs, run more seeds where they decide undecided claims (the cheapest to decide "
+             "first, judged again after each round) until the budget is spent; the same folder grows "
+             "(docs/results.md)",
+    )  # fmt: skip
+    suite.add_argument("--budget", metavar="TIME",
+                       help="--decide's wall time for the added runs: 60m, 1.5h, 900s or minutes (implies --decide; "
+                            "default: the suite's own estimate)")  # fmt: skip
     suite.set_defaults(func=_cmd_run)
 
 

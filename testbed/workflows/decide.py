@@ -1,0 +1,94 @@
+"""Seeds where they decide something: ``testbed suite NAME --decide [--budget 60m]`` (and
+``make reproduce BUDGET=60m``).
+
+After the suite's own runs, the session's claims are judged (analysis/claims.py); while some are
+undecided and the budget lasts, more seeds are run for the points of the claims that cost least to
+decide here (``claims.seed_plan``: half way to the runs per side that would decide each, so that the
+estimate is made again from the new runs), then the claims are judged again. The new seeds follow the
+point's highest; the runs grow the same session folder (resume keeps every run done), so an
+interrupted ``--decide`` run again continues where it stopped. It stops when nothing undecided can
+be decided within the budget left, and says what stayed undecided and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from analysis import claims
+from analysis.loaders import LoadError, load_session
+from testbed.plan import estimate
+from testbed.report.session import analyze_runs, session_run_dirs
+from testbed.scenario.points import ScenarioFile
+
+_BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$")
+
+
+def parse_budget(text: str) -> float:
+    """'60m', '1.5h', '90s' or '45' (minutes) as seconds; a clear error otherwise."""
+    match = _BUDGET.match(text)
+    if not match or float(match.group(1)) <= 0:
+        raise ValueError(f"--budget {text!r}: give a positive time such as 60m, 1.5h or 900s "
+                         "(a bare number is minutes)")
+    scale = {"s": 1, "h": 3600}.get(match.group(2) or "m", 60)
+    return float(match.group(1)) * scale
+
+
+def default_budget_s(scenario: ScenarioFile) -> float:
+    """The suite's own estimated time: deciding may take as long again as the suite did."""
+    return sum(estimate.estimate_s(run) for run in scenario.runs())
+
+
+def grow(scenario: ScenarioFile, more: dict[str, int]) -> ScenarioFile:
+    """The suite with ``more[point]`` new seeds on those points, after each point's highest seed (a run's
+    identity leaves its seeds out, so the runs already made are kept on resume)."""
+    points = []
+    for point in scenario.points:
+        seeds = list(point.scenario.seeds)
+        added = [max(seeds) + i for i in range(1, more.get(point.point_id, 0) + 1)]
+        if added:
+            point = dataclasses.replace(point, scenario=point.scenario.model_copy(update={"seeds": seeds + added}))
+        points.append(point)
+    return dataclasses.replace(scenario, points=points)
+
+
+def judge(session_dir: Path) -> list[claims.Verdict]:
+    """The claims' verdicts on the session's runs as they are now (analyses from the report's cache)."""
+    try:
+        session = load_session(session_dir)
+    except LoadError:
+        session = {}
+    analyses = analyze_runs(session_dir, session_run_dirs(session_dir, session, []))
+    return claims.verdicts(analyses)
+
+
+def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Callable[[ScenarioFile], object],
+           log: Callable[[str], object] = print) -> object | None:  # fmt: skip
+    """Run more seeds where they move verdicts, within ``budget_s`` of wall time (module doc); ``run`` runs a
+    (grown) suite into the same session and returns its ``SessionResult``. Returns the last one (None when
+    no round ran)."""
+    spent, rounds, last, complete = 0.0, 0, None, None
+    while True:
+        verdicts = judge(session_dir)
+        plan = claims.seed_plan(verdicts, budget_s - spent)
+        undecided = [v.claim.id for v in verdicts if v.verdict == "undecided"]
+        if not plan.more:
+            why = "; ".join(plan.left)
+            log(f"decide: {rounds} round(s), {spent / 60:.1f} of {budget_s / 60:.0f} min spent; "
+                f"{len(undecided)} claim(s) stay undecided" + (f": {why}" if why else ""))  # fmt: skip
+            return last
+        rounds += 1
+        log(f"decide: round {rounds}: {sum(plan.more.values())} more runs for {', '.join(plan.claims)} "
+            f"(about {plan.cost_s / 60:.1f} min; {(budget_s - spent) / 60:.1f} min of the budget left)")  # fmt: skip
+        scenario = grow(scenario, plan.more)
+        started = time.monotonic()
+        last = run(scenario)
+        spent += time.monotonic() - started
+        now_complete = len(last.runs) - len(last.failed)
+        if complete is not None and now_complete <= complete:
+            log(f"decide: stopped: none of round {rounds}'s runs completed (their reports say why)")
+            return last
+        complete = now_complete
