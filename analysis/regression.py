@@ -17,7 +17,13 @@ Either way the noise is estimated from the repetitions themselves, never assumed
 when ``p < 0.05`` and ``|change| > 5 %`` (for ``retrans_ratio`` also more than 0.1 percentage point
 apart: a tiny ratio doubling is not a regression). It is a **regression** when it goes the bad way,
 an **improvement** the good way; otherwise **no change**. With fewer than two runs (pairs) on a side
-the verdict is **too few runs**. Also reported: the test used, Cohen's d (the change in pooled
+the verdict is **too few runs**. **Multiplicity**: a run makes many comparisons (about 40 for the
+default regression suite), so the p-values are adjusted by Holm's procedure over all of a run's
+comparisons before the 0.05 is applied (``adjust``; analysis/stats.py): the chance that an A/A run
+(the same kernel on both sides) raises any alarm is then at most 5 %, where 40 unadjusted tests would
+raise one in most runs. Holm rather than the false discovery rate because each alarm sends a kernel
+developer to bisect, hours of work: the run as a whole should be wrong rarely (docs/regression.md).
+Also reported: the test used, Cohen's d (the change in pooled
 standard deviations of the two sides) and the smallest change the repetitions could have detected
 (80 % power, two-sided 5 %), from the noise measured in this very run.
 
@@ -75,6 +81,7 @@ class Comparison:
     detectable: float  # the smallest relative change these repetitions could detect
     verdict: str
     test: str = "Welch"  # "paired" (repetition r vs repetition r) or "Welch" (runs that do not pair up)
+    p_raw: float = math.nan  # the test's own p, before Holm's adjustment over the run's comparisons
 
     @property
     def name(self) -> str:
@@ -157,15 +164,33 @@ def compare_one(point: str, cc: str, metric: str, baseline: list[float], candida
         cohen_d = (mean_c - mean_b) / pooled
     else:
         cohen_d = 0.0 if mean_c == mean_b else math.copysign(math.inf, mean_c - mean_b)
+    verdict = _verdict(metric, change, p_value, mean_c - mean_b)
+    return Comparison(point, cc, metric, baseline, candidate, change, p_value, cohen_d, detectable, verdict, test,
+                      p_value)  # fmt: skip
+
+
+def _verdict(metric: str, change: float, p_value: float, difference: float) -> str:
+    """regression / improvement / no change of one comparison by the module's rule."""
     counts = p_value < ALPHA and abs(change) > PRACTICAL
     if metric == "retrans_ratio":
-        counts = counts and abs(mean_c - mean_b) > RATIO_FLOOR
+        counts = counts and abs(difference) > RATIO_FLOOR
     if not counts:
-        verdict = "no change"
-    else:
-        better = (change > 0) == METRICS[metric]
-        verdict = "improvement" if better else "regression"
-    return Comparison(point, cc, metric, baseline, candidate, change, p_value, cohen_d, detectable, verdict, test)
+        return "no change"
+    better = (change > 0) == METRICS[metric]
+    return "improvement" if better else "regression"
+
+
+def adjust(comparisons: list[Comparison]) -> list[Comparison]:
+    """Holm's adjustment over one run's comparisons (module doc): each p becomes its Holm-adjusted p
+    (``p_raw`` keeps the test's own), and its verdict is decided again on it."""
+    adjusted = stats.holm([c.p_value for c in comparisons])
+    for c, p_value in zip(comparisons, adjusted, strict=True):
+        if c.verdict == "too few runs":
+            continue
+        c.p_value = p_value
+        c.verdict = _verdict(c.metric, c.change, p_value,
+                             sum(c.candidate) / len(c.candidate) - sum(c.baseline) / len(c.baseline))  # fmt: skip
+    return comparisons
 
 
 def _side(frame: pd.DataFrame, point, cc, metric) -> pd.DataFrame:
@@ -183,7 +208,8 @@ def _common_seeds(sides: list[pd.DataFrame]) -> list:
 
 
 def compare(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[Comparison]:
-    """Every point x algorithm x metric that either side measured (``run_metrics`` frames). The runs
+    """Every point x algorithm x metric that either side measured (``run_metrics`` frames), their p-values
+    Holm-adjusted over all of them (:func:`adjust`). The runs
     are paired by seed when each side ran each seed once and two or more seeds ran on both sides; a
     run whose seed the other side lacks (its guest failed there) is then left out of the test."""
     keys = pd.concat([baseline[["point", "cc", "metric"]], candidate[["point", "cc", "metric"]]]).drop_duplicates()
@@ -198,7 +224,7 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[Comparison]
             values = [[float(v) for v in side[side["seed"].isin(common)].sort_values("seed")["value"]]
                       for side in sides]  # fmt: skip
         out.append(compare_one(point, cc, metric, values[0], values[1], paired=len(common) >= 2))
-    return out
+    return adjust(out)
 
 
 def counts(comparisons: list[Comparison]) -> dict[str, int]:

@@ -5,7 +5,8 @@ whatever queue it meets, as the bufferbloat lab's flows do).
 Each discipline is the qdisc under the shaped class in ``tc -s``; fq_codel keeps the queueing delay
 near its target where a drop-tail queue of 100 BDP lets it grow to hundreds of ms (the delay read
 from the queue's backlog, sampled at 10 Hz, and seen by a ping beside the flow); codel with ECN
-on the flow and on the queue marks packets and drops none; the queue series has about ten samples per second."""
+on the flow and on the queue marks packets and drops none (its run has no ping: an echo is not ECN-capable, so
+CoDel drops it); the queue series has about ten samples per second."""
 
 from __future__ import annotations
 

@@ -93,10 +93,12 @@ QUEUES = {
 
 def queue_point(name: str) -> Point:
     link, ecn = QUEUES[name]
+    flows = [{"cc": "reno", "rtt_ms": QUEUE_RTT_MS, "ecn": ecn}]
+    if not ecn:  # an ICMP echo is not ECN-capable: CoDel drops it where it marks the flow (1 drop, seen in CI)
+        flows.append({"kind": "ping", "rtt_ms": QUEUE_RTT_MS, "interval_ms": 100})
     data = {
         "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": QUEUE_RATE_MBIT, **link}},
-        "flows": [{"cc": "reno", "rtt_ms": QUEUE_RTT_MS, "ecn": ecn},
-                  {"kind": "ping", "rtt_ms": QUEUE_RTT_MS, "interval_ms": 100}],
+        "flows": flows,
         "duration_s": QUEUE_TRAFFIC_S,
     }  # fmt: skip
     return _single(data, f"queue-{name}")
