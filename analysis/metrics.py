@@ -18,19 +18,10 @@ from collections.abc import Iterable, Sequence
 import numpy as np
 import pandas as pd
 
+from analysis.stats import number_or_nan as _number
+
 BITS_PER_BYTE = 8
 BITS_PER_MBIT = 1e6
-
-
-def _number(value) -> float:
-    """A float, NaN for None/NaN/non-numbers."""
-    if value is None:
-        return math.nan
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return math.nan
-    return number
 
 
 def goodput_mbit(sent_bytes, retransmitted_bytes, transfer_s) -> float:

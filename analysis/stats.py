@@ -31,7 +31,7 @@ POWER = 0.80
 SEED_LIMIT = 200
 
 
-def _number(value) -> float:
+def number_or_nan(value) -> float:
     """A float, NaN for None/NaN/non-numbers."""
     if value is None:
         return math.nan
@@ -43,7 +43,7 @@ def _number(value) -> float:
 
 def _present(values: Iterable) -> np.ndarray:
     """The numbers among ``values`` as a float array, missing ones (None/NaN) left out."""
-    numbers = np.array([_number(v) for v in values], dtype=float)
+    numbers = np.array([number_or_nan(v) for v in values], dtype=float)
     return numbers[~np.isnan(numbers)]
 
 
@@ -91,7 +91,7 @@ def seed_stats(values: Iterable, confidence: float = 0.95) -> SeedStats:
     Missing values (None/NaN) are left out and not counted in ``n``. With n = 1 the mean, min and max
     are that value and the interval is NaN; with n = 0 everything is NaN.
     """
-    clean = [v for v in (_number(x) for x in values) if not math.isnan(v)]
+    clean = [v for v in (number_or_nan(x) for x in values) if not math.isnan(v)]
     n = len(clean)
     if n == 0:
         return SeedStats(0, math.nan, math.nan, math.nan, math.nan, math.nan, confidence)

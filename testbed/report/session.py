@@ -461,13 +461,17 @@ def draw_figures_ahead(session_dir: Path, run_dirs: list[Path]) -> None:
 TERMINAL_COLUMNS = 100
 
 
+def _counts_text(counts: dict[str, int]) -> str:
+    """'7 reproduced, 2 opposite, 5 not reproduced, 11 undecided': every verdict, zeros too."""
+    return ", ".join(f"{counts.get(v, 0)} {v}" for v in claims.VERDICTS)
+
+
 def _claims_headline(verdicts: list[claims.Verdict]) -> str:
     """'claims: 7 reproduced, 2 opposite, 5 not reproduced, 11 undecided (of 25 judged here)', then the
     claims without data apart."""
     judged = [v for v in verdicts if v.verdict != "no data"]
     counts = claims.verdict_counts(judged)
-    text = "claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in claims.VERDICTS)
-    text += f" (of {len(judged)} judged here)"
+    text = f"claims: {_counts_text(counts)} (of {len(judged)} judged here)"
     missing = [v for v in verdicts if v.verdict == "no data"]
     elsewhere = [v for v in missing if v.claim.not_here]
     if len(missing) > len(elsewhere):
@@ -522,7 +526,7 @@ def _summary_text(
     judged = [v for v in verdicts if v.verdict != "no data"]
     if judged:  # the first line answers: the four verdicts' counts
         counts = claims.verdict_counts(judged)
-        heading += "; claims: " + ", ".join(f"{counts.get(v, 0)} {v}" for v in claims.VERDICTS)
+        heading += f"; claims: {_counts_text(counts)}"
     lines = [heading] + _wrapped(_claims_lines(verdicts))
     if verdicts:
         lines.append("")
@@ -851,8 +855,7 @@ def _claims(session_dir: Path, verdicts: list[claims.Verdict]) -> dict:
             "compared": v.claim.compared(),
             "source": v.claim.source,
             "paper_numbers": v.claim.paper_numbers,
-            "conditions": [c.text(v.claim) for c in v.conditions]
-            + ([f"to decide: {v.cost_text()}"] if v.cost_text() else []),
+            "conditions": [c.text(v.claim) for c in v.conditions] + [f"to decide: {c}" for c in [v.cost_text()] if c],
             "measured": v.measured,
             "css": VERDICT_CLASS.get(v.verdict, ""),
         }
