@@ -34,6 +34,7 @@ import math
 import multiprocessing
 import os
 import textwrap
+import time
 import traceback
 from collections import Counter
 from concurrent.futures import ProcessPoolExecutor
@@ -49,6 +50,7 @@ from analysis.run import RunAnalysis, write_text_atomic
 from testbed.report import cache, latency, pages
 from testbed.report.pages import Link, fmt, is_missing
 from testbed.report.run import provenance_items, report_run
+from testbed.results.rundir import record_figures
 from testbed.scenario.algorithms import lookup
 
 SENDER_GOODPUT = "sender goodput Mbit/s (paper)"
@@ -385,6 +387,7 @@ def text_table(frame: pd.DataFrame) -> str:
 def write_session_report(session_dir: Path) -> SessionReport:
     """Analyse every run of a session and write its report.html and summary.md (module doc)."""
     session_dir = Path(session_dir)
+    started = time.time()
     problems: list[str] = []
     try:
         session = load_session(session_dir)
@@ -415,6 +418,8 @@ def write_session_report(session_dir: Path) -> SessionReport:
     page["latency"] = latency.section(session_dir, analyses, lambda a: _point_id(a, session_dir))
     write_text_atomic(html_path, pages.render("session.html.j2", **page))
     write_text_atomic(md_path, pages.render("session.md.j2", **page))
+    if (session_dir / "figures").is_dir():
+        record_figures(session_dir, run_dirs, started)
     return SessionReport(
         html_path=html_path,
         md_path=md_path,

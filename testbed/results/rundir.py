@@ -5,6 +5,7 @@
     results/<scenario>/<UTC time>-<git sha7>/            a sweep ("session")
         session.json                                     what was asked, on which kernel and backend
         report.html, summary.md                          the sweep report (testbed.report.session)
+        figures/*.png, figures/drawn.json                its figures, and the sha256 of each as drawn
         <point>/seed=<n>/                                one run
             manifest.json                                provenance, status, fidelity, sha256 of every file
             raw/                                         iperf3 JSON, tcp_probe trace, pcaps, tc -s, ping
@@ -30,6 +31,8 @@ from typing import Any
 
 MANIFEST = "manifest.json"
 SESSION = "session.json"
+#: the figures a session's report drew: their sha256 and the runs they were drawn from (record_figures)
+FIGURES_DRAWN = "figures/drawn.json"
 STATUSES = ("running", "complete", "failed", "incomplete")
 
 
@@ -126,3 +129,19 @@ def file_hashes(directory: Path) -> dict[str, str]:
         for p in sorted(directory.rglob("*"))
         if p.is_file() and p.name != MANIFEST and not p.name.startswith(".")
     }
+
+
+def record_figures(session: Path, run_dirs: list[Path], since: float) -> dict:
+    """Record the figures the session's report just drew (``figures/*.png`` written at or after ``since``,
+    a time.time()) in ``figures/drawn.json``: each one's sha256 and the runs it was drawn from, so that a
+    figure handed in can be told from one drawn elsewhere or edited (testbed lab check). Figures drawn
+    by an earlier report and not again keep their entry."""
+    path = session / FIGURES_DRAWN
+    record = read_json(path) if path.is_file() else {"figures": {}}
+    for png in sorted((session / "figures").glob("*.png")):
+        if png.stat().st_mtime >= since - 1:
+            record["figures"][png.name] = sha256_file(png)
+    record["runs"] = sorted(str(r.relative_to(session)) for r in run_dirs if r.is_relative_to(session))
+    record["drawn_utc"] = utc_iso()
+    write_json_atomic(path, record)
+    return record

@@ -20,14 +20,20 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from PIL import Image
 
 from analysis import catalog, metrics
+from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
-from testbed.workflows.labkit import LATENCY_METRICS, Band, Expected, Lab, Task
+from testbed.workflows import labkit
+from testbed.workflows.labkit import LATENCY_METRICS, Band, Concept, Expected, Lab, Measured, Question, Task
 
 #: an answer shorter than this many words is not one (the starter file's "(your answer)" is 2)
 MIN_ANSWER_WORDS = 5
+#: an answer whose different words are fewer than this share of its words is filler ("banana banana ...");
+#: the solutions' answers have 55-75 % different words
+FILLER_DISTINCT = 0.4
 #: latency metric -> (kind of flow, column of the catalog's latency table)
 LATENCY_COLUMNS = {m: ("ping" if m.startswith("ping") else "requests", m.split("_", 1)[1]) for m in LATENCY_METRICS}
 
@@ -42,12 +48,28 @@ class Check:
 
 @dataclass
 class TaskGrade:
+    """A task's checks. It passes when every check passes; it fails when one it could decide fails;
+    otherwise (a check nothing here can decide: no bands for the kernel, an answer the rubric cannot
+    decide) it is left to grade by hand, and gives no automatic points."""
+
     task: Task
     checks: list[Check] = field(default_factory=list)
 
     @property
+    def failed(self) -> bool:
+        return any(not c.ok for c in self.checks if c.graded)
+
+    @property
+    def by_hand(self) -> bool:
+        return not self.failed and any(not c.graded for c in self.checks)
+
+    @property
     def passed(self) -> bool:
-        return all(c.ok for c in self.checks if c.graded)
+        return not self.failed and not self.by_hand
+
+    @property
+    def status(self) -> str:
+        return "PASS" if self.passed else ("HAND" if self.by_hand else "FAIL")
 
     @property
     def score(self) -> float:
@@ -137,12 +159,29 @@ def grade(work: Path, lab: Lab, expected: Expected | None, results: Results) -> 
     kernels = sorted(set(results.runs["kernel_release"].dropna())) if not results.runs.empty else []
     tasks = []
     for task in lab.tasks:
-        checks = _run_checks(task, results) + _figure_checks(task, work)
-        checks += _answer_checks(task, work / lab.answers)
-        bands = [b for b in (expected.bands if expected else []) if b.task == task.id]
-        checks += [band_check(band, results) for band in bands]
+        checks = _run_checks(task, results) + _figure_checks(task, work, results)
+        checks += _answer_checks(task, work / lab.answers, results)
+        checks += _band_checks([b for b in (expected.bands if expected else []) if b.task == task.id], results)
         tasks.append(TaskGrade(task, checks))
     return Grade(lab, tasks, kernels[-1] if kernels else None)
+
+
+def _band_checks(bands: list[Band], results: Results) -> list[Check]:
+    """The task's bands for the kernel series its runs used (exactly: 6.1 is not 6.12); a task whose bands
+    are all for other series is left to grade by hand, and says so."""
+    if not bands:
+        return []
+    runs = results.runs
+    series = sorted({labkit.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
+    if len(series) > 1:
+        return [Check("kernel", False, f"the runs used kernels of {len(series)} series ({', '.join(series)}): "
+                                       "run every point on one kernel (testbed run --kernel)")]  # fmt: skip
+    mine = [b for b in bands if b.series in series]
+    if series and not mine:
+        have = ", ".join(sorted({b.series for b in bands}))
+        return [Check("bands", False, f"no bands for this kernel ({series[0]}; the lab has bands for {have}): "
+                                      "grade by hand", graded=False)]  # fmt: skip
+    return [band_check(band, results) for band in (mine or bands)]
 
 
 def _run_checks(task: Task, results: Results) -> list[Check]:
@@ -175,13 +214,52 @@ def _point_check(point: str, results: Results) -> Check:
     return Check(name, True, f"{len(wanted)} run(s) complete and trustworthy")
 
 
-def _figure_checks(task: Task, work: Path) -> list[Check]:
+def _figure_checks(task: Task, work: Path, results: Results) -> list[Check]:
     checks = []
     for pattern in task.figures:
-        found = sorted(work.glob(pattern))
-        detail = f"{found[-1].relative_to(work)}" if found else f"no file matches {pattern} in {work}"
-        checks.append(Check(f"figure {pattern}", bool(found), detail))
+        found = sorted(work.glob(pattern), reverse=True)  # the latest session's first
+        problems = [figure_problem(figure, task, results) for figure in found]
+        if not found:
+            checks.append(Check(f"figure {pattern}", False, f"no file matches {pattern} in {work}"))
+        elif None in problems:
+            checks.append(Check(f"figure {pattern}", True, f"{found[problems.index(None)].relative_to(work)}"))
+        else:
+            checks.append(Check(f"figure {pattern}", False, f"{found[0].relative_to(work)}: {problems[0]}"))
     return checks
+
+
+def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
+    """Why ``figure`` is not one the student's session drew from the runs graded (None: it is): a PNG
+    image, with the sha256 its session's report recorded (figures/drawn.json), drawn from at least one
+    of the task's graded runs."""
+    try:
+        with Image.open(figure) as image:
+            image.verify()
+            size = image.size
+    except (OSError, SyntaxError, ValueError) as err:  # Pillow's errors for a file that is not an image
+        return f"not a PNG image ({err})"
+    session = figure.parent.parent
+    record_path = session / rundir.FIGURES_DRAWN
+    record = rundir.read_json(record_path) if record_path.is_file() else {}
+    if record.get("figures", {}).get(figure.name) != rundir.sha256_file(figure):
+        return (f"not the figure its session's report drew ({size[0]}x{size[1]} pixels; {rundir.FIGURES_DRAWN} "
+                f"has no such figure or another sha256): draw it with 'testbed report {session.name}'")  # fmt: skip
+    graded = _graded_run_ids(task, results)
+    drawn = {f"{session.parent.name}/{session.name}/{run}" for run in record.get("runs", [])}
+    if graded and not graded & drawn:
+        return f"drawn from other runs than the {len(graded)} graded (the latest of each seed): draw it again"
+    return None
+
+
+def _graded_run_ids(task: Task, results: Results) -> set[str]:
+    """The run ids (catalog: <scenario>/<session>/<point>/seed=N) of the task's runs that are graded."""
+    if results.runs.empty:
+        return set()
+    points = set(results.seeds) if task.runs in ([], ["*"]) else set(task.runs)
+    runs = results.runs[results.runs["point_id"].isin(points)]
+    planned = [seed in results.seeds.get(point, []) for point, seed in zip(runs["point_id"], runs["seed"], strict=True)]
+    runs = runs[pd.Series(planned, index=runs.index, dtype=bool)]
+    return set(runs["run_id"])
 
 
 def answers(path: Path) -> dict[str, str]:
@@ -198,38 +276,93 @@ def answers(path: Path) -> dict[str, str]:
     return sections
 
 
-def _answer_checks(task: Task, path: Path) -> list[Check]:
-    if not task.questions:
-        return []
+def _answer_checks(task: Task, path: Path, results: Results) -> list[Check]:
     given = answers(path)
-    checks = []
-    for question in task.questions:
-        text = re.sub(r"<!--.*?-->|\(your answer\)", "", given.get(question, ""), flags=re.S)
-        words = len(text.split())
-        ok = words >= MIN_ANSWER_WORDS
-        detail = f"{words} words" if ok else (f"no answer under '## {question}' in {path.name}" if not words
-                                              else f"{words} words: write a few sentences")  # fmt: skip
-        checks.append(Check(f"answer {question}", ok, detail))
-    return checks
+    return [question_check(q, given.get(q.id, ""), path.name, results) for q in task.questions]
 
 
-def band_check(band: Band, results: Results) -> Check:
-    """The band's metric over the latest complete runs of its point (their mean) against the band."""
+def question_check(question: Question, answer: str, file: str, results: Results) -> Check:
+    """An answer graded on what it states: each number the question asks for, within its tolerance of
+    the student's own runs, and the rubric's concepts. Filler fails; an answer the rubric cannot decide
+    (some of its concepts, not enough), or a question with neither numbers nor rubric, is quoted for
+    grading by hand."""
+    name = f"answer {question.id}"
+    text = re.sub(r"<!--.*?-->|\(your answer\)", "", answer, flags=re.S).strip()
+    words = re.findall(r"[a-z]+", text.lower())
+    if not words:
+        return Check(name, False, f"no answer under '## {question.id}' in {file}")
+    if len(words) < MIN_ANSWER_WORDS:
+        return Check(name, False, f"{len(words)} words: write a few sentences")
+    if len(set(words)) < FILLER_DISTINCT * len(words):
+        return Check(name, False, f"filler: {len(words)} words, {len(set(words))} different")
+    missing = [m for m in (_number_missing(n, text, results) for n in question.numbers) if m]
+    if missing:
+        return Check(name, False, "; ".join(missing))
+    stated = [c.name for c in question.rubric if _states(text, c)]
+    needed = question.pass_at or len(question.rubric)
+    numbers = f"{len(question.numbers)} number(s) as your runs give them" if question.numbers else ""
+    if not question.rubric:
+        if numbers:
+            return Check(name, True, numbers)
+        return Check(name, True, f"to grade by hand (the lab gives no rubric): {_quote(text)}", graded=False)
+    unstated = [c.name for c in question.rubric if c.name not in stated]
+    if len(stated) >= needed:
+        return Check(name, True, "; ".join(filter(None, [numbers, f"states {', '.join(stated)}"])))
+    if not stated:
+        return Check(name, False, f"states none of what the answer needs: {', '.join(unstated)}")
+    why = f"states {', '.join(stated)}, not {', '.join(unstated)} ({needed} of {len(question.rubric)} decide it)"
+    return Check(name, True, f"to grade by hand: {why}: {_quote(text)}", graded=False)
+
+
+def _states(text: str, concept: Concept) -> bool:
+    return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), text.lower()) for term in concept.terms)
+
+
+def _quote(text: str, limit: int = 400) -> str:
+    flat = " ".join(text.split())
+    return f'"{flat[:limit]}{"..." if len(flat) > limit else ""}"'
+
+
+def _number_missing(asked: Measured, text: str, results: Results) -> str | None:
+    """Why the answer lacks the number ``asked`` (None: it states it, within the tolerance)."""
+    values = point_values(asked.point, asked, results)
+    if not values:
+        return f"{asked.what}: no complete run of {asked.point} to compare the answer with"
+    value = sum(values) / len(values) * asked.scale
+    stated = [float(n) for n in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?", text.replace(",", ""))]
+    if any(abs(n - value) <= asked.tolerance_pct / 100 * abs(value) for n in stated):
+        return None
+    return (f"{asked.what}: the answer states no number within {asked.tolerance_pct:g} % of what your "
+            f"runs give ({value:.3g})")  # fmt: skip
+
+
+def point_values(point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None) -> list[float]:
+    """The metric ``asked`` of each of the student's latest complete runs of ``point``: of the seeds their
+    scenario file asks for (``seeds`` when given: a hidden variant's), never another's."""
+    runs = results.runs
+    if runs.empty:
+        return []
+    wanted = seeds if seeds is not None else results.seeds.get(point, [])
+    runs = runs[(runs["point_id"] == point) & (runs["status"] == "complete") & runs["seed"].isin(wanted)]
+    values = (run_metric(asked, run_id, results) for run_id in runs["run_id"])
+    return [v for v in values if not math.isnan(v)]
+
+
+def band_check(band: Band, results: Results, seeds: list[int] | None = None) -> Check:
+    """The band's metric over the student's latest complete runs of its point (their mean) against the
+    band; ``seeds``: a hidden variant's runs instead of the scenario file's."""
     who = f" of {band.cc}" if band.cc else ""
     name = f"{band.metric}{who} at {band.point}"
-    runs = results.runs[(results.runs["point_id"] == band.point) & (results.runs["status"] == "complete")] \
-        if not results.runs.empty else results.runs  # fmt: skip
     if band.min is None or band.max is None:
-        return Check(name, True, "not graded: the lab's band has no values yet (testbed lab bands)", graded=False)
-    if runs.empty:
-        return Check(name, False, f"no complete run of {band.point}")
-    kernels = sorted(set(runs["kernel_release"].dropna()))
-    if not all(k.startswith(band.series) for k in kernels):
-        return Check(name, True, f"not graded: the band is for kernel {band.series}, the runs used "
-                                 f"{', '.join(kernels)}", graded=False)  # fmt: skip
-    values = [v for v in (run_metric(band, run_id, results) for run_id in runs["run_id"]) if not math.isnan(v)]
+        return Check(name, False, "no band values yet (testbed lab bands): grade by hand", graded=False)
+    runs = results.runs[results.runs["point_id"] == band.point] if not results.runs.empty else results.runs
+    kernels = sorted({labkit.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
+    if kernels and kernels != [band.series]:
+        return Check(name, False, f"not graded: the band is for kernel {band.series}, the runs used "
+                                  f"{', '.join(kernels)}: grade by hand", graded=False)  # fmt: skip
+    values = point_values(band.point, band, results, seeds)
     if not values:
-        return Check(name, False, f"no value of {band.metric}{who} in the runs of {band.point}")
+        return Check(name, False, f"no value of {band.metric}{who} in the complete runs of {band.point}")
     mean = sum(values) / len(values)
     ok = band.min <= mean <= band.max
     detail = (f"{mean:.4g} over {len(values)} run(s); expected {band.min:g} to {band.max:g} "
@@ -237,18 +370,18 @@ def band_check(band: Band, results: Results) -> Check:
     return Check(name, ok, detail)
 
 
-def run_metric(band: Band, run_id: str, results: Results) -> float:
-    """One run's value of the band's metric (NaN when it has none)."""
-    if band.metric in LATENCY_COLUMNS:
-        kind, column = LATENCY_COLUMNS[band.metric]
+def run_metric(asked: Band | Measured, run_id: str, results: Results) -> float:
+    """One run's value of a band's or a question's metric (NaN when it has none)."""
+    if asked.metric in LATENCY_COLUMNS:
+        kind, column = LATENCY_COLUMNS[asked.metric]
         rows = results.latency[(results.latency["run_id"] == run_id) & (results.latency["kind"] == kind)] \
             if not results.latency.empty else results.latency  # fmt: skip
         return float(rows[column].mean()) if not rows.empty else math.nan
     flows = results.flows[(results.flows["run_id"] == run_id) & (results.flows["direction"] == "forward")] \
         if not results.flows.empty else results.flows  # fmt: skip
-    if band.cc:
-        flows = flows[flows["cc"] == band.cc]
-    return metrics.group_metric(flows, band.metric) if not flows.empty else math.nan
+    if asked.cc:
+        flows = flows[flows["cc"] == asked.cc]
+    return metrics.group_metric(flows, asked.metric) if not flows.empty else math.nan
 
 
 # ----------------------------------------------------------------------------------------- outputs
@@ -257,18 +390,20 @@ def run_metric(band: Band, run_id: str, results: Results) -> float:
 def text(grade: Grade) -> str:
     """The terminal report: the score first, then each task and its checks."""
     passed = sum(t.passed for t in grade.tasks)
+    hand = sum(t.by_hand for t in grade.tasks)
+    to_hand = f", {hand} to grade by hand" if hand else ""
     lines = [f"{grade.lab.title}: {grade.score:g} / {grade.max_score:g} points "
-             f"({passed} of {len(grade.tasks)} tasks pass; kernel {grade.kernel or 'none'})", ""]  # fmt: skip
+             f"({passed} of {len(grade.tasks)} tasks pass{to_hand}; kernel {grade.kernel or 'none'})", ""]  # fmt: skip
     for t in grade.tasks:
-        lines.append(f"{'PASS' if t.passed else 'FAIL'}  {t.task.id}: {t.task.title} ({t.score:g}/{t.task.points:g})")
+        lines.append(f"{t.status}  {t.task.id}: {t.task.title} ({t.score:g}/{t.task.points:g})")
         for c in t.checks:
-            mark = "ok  " if c.ok and c.graded else ("--  " if not c.graded else "MISS")
+            mark = "ok  " if c.ok and c.graded else ("HAND" if not c.graded else "MISS")
             lines.append(f"        {mark} {c.name}: {c.detail}")
     return "\n".join(lines)
 
 
 def junit_xml(grade: Grade, path: Path) -> None:
-    """One test suite per task, one test case per check (a band for another kernel: skipped)."""
+    """One test suite per task, one test case per check (one to grade by hand: skipped, with why)."""
     suites = ET.Element("testsuites", name=f"cc-testbed lab: {grade.lab.title}")
     for t in grade.tasks:
         failures = sum(not c.ok for c in t.checks if c.graded)
@@ -287,9 +422,12 @@ def junit_xml(grade: Grade, path: Path) -> None:
 
 
 def gradescope(grade: Grade) -> dict:
-    """Gradescope's autograder ``results.json``: one test per task with its score and what it checked."""
-    tests = [{"name": f"{t.task.id}: {t.task.title}", "score": t.score, "max_score": t.task.points,
-              "status": "passed" if t.passed else "failed",
-              "output": "\n".join(f"{'ok' if c.ok else 'MISSING'}: {c.name}: {c.detail}" for c in t.checks)}
+    """Gradescope's autograder ``results.json``: one test per task with its score and what it checked; a
+    task left to grade by hand scores 0 and says so in its name, for the instructor to override."""
+    marks = {(True, True): "ok", (False, True): "MISSING", (True, False): "TO GRADE BY HAND",
+             (False, False): "TO GRADE BY HAND"}  # fmt: skip
+    tests = [{"name": f"{t.task.id}: {t.task.title}{' (to grade by hand)' if t.by_hand else ''}",
+              "score": t.score, "max_score": t.task.points, "status": "passed" if t.passed else "failed",
+              "output": "\n".join(f"{marks[c.ok, c.graded]}: {c.name}: {c.detail}" for c in t.checks)}
              for t in grade.tasks]  # fmt: skip
     return {"score": grade.score, "tests": tests, "output": text(grade).splitlines()[0]}

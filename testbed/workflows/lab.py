@@ -3,7 +3,7 @@
 ``check`` grades with the tasks and bands of the lab as installed in ``labs/`` (a student's copy of
 ``lab.yaml`` or ``expected.yaml`` is not trusted), runs the instructor's hidden variants first when the lab has a
 ``hidden.yaml`` (other seeds or points of the student's own scenario file, into the same results
-folder: the bands then hold for them too), and writes ``grade/junit.xml`` and ``grade/results.json``
+folder; the bands must hold for them too, on their own runs), and writes ``grade/junit.xml`` and ``grade/results.json``
 (Gradescope) beside the terminal report.
 """
 
@@ -62,16 +62,18 @@ def hidden_scenarios(work: Path, lab: labkit.Lab, hidden: labkit.Hidden) -> list
 def check(master: Path, work: Path, results: Path, run: SessionRunner | None = None) -> LabCheck:
     """Grade the student's folder ``work`` (their scenario file, answers and figures) on ``results``
     with the lab ``master`` as installed: its tasks, bands and hidden variants (``run`` runs those;
-    None skips them)."""
+    None skips them). The hidden variants' checks belong to the lab's first task that runs points: a
+    scenario file that only works for the seeds it was tried with fails the task that asked for it."""
     lab = labkit.load_lab(master)
     expected = labkit.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
-    hidden_checks = []
+    ran = []
     if run is not None and (master / "hidden.yaml").is_file():
-        hidden_checks = _run_hidden(work, lab, labkit.load_hidden(master / "hidden.yaml"), results, run)
-    graded = grading.grade(work, lab, expected, grading.load_results(work, lab, results))
-    if hidden_checks:
-        task = labkit.Task(id="hidden", title="the instructor's hidden variants", points=1.0)
-        graded.tasks.append(grading.TaskGrade(task, hidden_checks))
+        ran = _run_hidden(work, lab, labkit.load_hidden(master / "hidden.yaml"), results, run)
+    found = grading.load_results(work, lab, results)
+    graded = grading.grade(work, lab, expected, found)
+    if ran:
+        task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
+        task.checks += _hidden_checks(ran, expected, found)
     out = work / "grade"
     out.mkdir(exist_ok=True)
     grading.junit_xml(graded, out / "junit.xml")
@@ -79,19 +81,43 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     return LabCheck(graded, out / "junit.xml", out / "results.json")
 
 
+@dataclass
+class HiddenRun:
+    name: str
+    scenario: ScenarioFile | None  # None: the student's file cannot run the variant
+    problem: str | None  # why it did not run or complete
+
+
 def _run_hidden(work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Path,
-                run: SessionRunner) -> list[grading.Check]:  # fmt: skip
+                run: SessionRunner) -> list[HiddenRun]:  # fmt: skip
     from testbed.scenario.errors import ScenarioError
 
     try:
         variants = hidden_scenarios(work, lab, hidden)
     except ScenarioError as err:
-        return [grading.Check("hidden variants", False, f"the scenario file cannot run them: {err}")]
-    checks = []
+        return [HiddenRun("hidden variants", None, f"the scenario file cannot run them: {err}")]
+    ran = []
     for name, scenario in variants:
         failed = run(scenario, results)
-        detail = f"{len(scenario.runs())} run(s) complete" if not failed else f"not complete: {len(failed)} run(s)"
-        checks.append(grading.Check(f"hidden variant {name}", not failed, detail))
+        ran.append(HiddenRun(name, scenario, f"not complete: {len(failed)} run(s)" if failed else None))
+    return ran
+
+
+def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
+                   found: grading.Results) -> list[grading.Check]:  # fmt: skip
+    """Each hidden variant: its runs complete, and the bands of its points hold on its own runs (the
+    student's runs are graded apart from them)."""
+    checks = []
+    for variant in ran:
+        if variant.scenario is None or variant.problem:
+            checks.append(grading.Check(f"hidden variant {variant.name}", False, variant.problem or ""))
+            continue
+        runs = variant.scenario.runs()
+        checks.append(grading.Check(f"hidden variant {variant.name}", True, f"{len(runs)} run(s) complete"))
+        seeds = {r.point_id: sorted({s.seed for s in runs if s.point_id == r.point_id}) for r in runs}
+        for band in (b for b in (expected.bands if expected else []) if b.point in seeds):
+            band_check = grading.band_check(band, found, seeds[band.point])
+            checks.append(replace(band_check, name=f"hidden variant {variant.name}: {band_check.name}"))
     return checks
 
 

@@ -13,12 +13,13 @@ A lab is a folder ``labs/<name>/``:
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed import PROJECT
 
@@ -44,6 +45,44 @@ class Minutes(_Strict):
     kvm: float  # estimated for a laptop with KVM (a guest there runs about 3x faster outside the traffic)
 
 
+class Measured(_Strict):
+    """A number a question asks for, as the student's own runs give it: the mean over their runs of
+    ``point`` of ``metric`` (of the flows of ``cc``), times ``scale`` (100: a ratio quoted in percent)."""
+
+    what: str  # said to the student: "New Reno's mean goodput (Mbit/s)"
+    point: str
+    cc: str | None = None
+    metric: Literal[FLOW_METRICS + LATENCY_METRICS]
+    scale: float = 1.0
+    #: how far the stated number may be from the runs' value, in percent of it
+    tolerance_pct: float = Field(10.0, gt=0, le=100)
+
+
+class Concept(_Strict):
+    """One thing a right answer states, in any of its words: ``terms`` are matched at the start of a word,
+    case aside ("halv" matches "halves" and "halved")."""
+
+    name: str
+    terms: list[str] = Field(min_length=1)
+
+
+class Question(_Strict):
+    """A question of the answers file and what decides it: every number of ``numbers`` stated (within its
+    tolerance of the student's runs), and at least ``pass_at`` (default: all) of the rubric's concepts.
+    An answer that states some concepts but too few, or a question with neither, is graded by hand."""
+
+    id: str
+    numbers: list[Measured] = []
+    rubric: list[Concept] = []
+    pass_at: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _pass_at_within_rubric(self):
+        if self.pass_at is not None and self.pass_at > len(self.rubric):
+            raise ValueError(f"pass_at {self.pass_at} is more than the rubric's {len(self.rubric)} concept(s)")
+        return self
+
+
 class Task(_Strict):
     id: str
     title: str
@@ -52,8 +91,14 @@ class Task(_Strict):
     runs: list[str] = []
     #: files the student must have made, as globs relative to the lab folder
     figures: list[str] = []
-    #: headings of the answers file (``## Q1``) that must have an answer under them
-    questions: list[str] = []
+    #: the questions of the answers file (``## Q1``) this task grades: a heading alone, graded by hand,
+    #: or with the numbers and the rubric that decide it (:class:`Question`)
+    questions: list[Question] = []
+
+    @field_validator("questions", mode="before")
+    @classmethod
+    def _headings(cls, value):
+        return [{"id": q} if isinstance(q, str) else q for q in value] if isinstance(value, list) else value
 
 
 class Lab(_Strict):
@@ -75,7 +120,7 @@ class Band(_Strict):
     point: str  # a point id of the lab's scenario
     cc: str | None = None  # the flows of this algorithm (flow metrics); None: every forward flow
     metric: Literal[FLOW_METRICS + LATENCY_METRICS]
-    series: str  # a kernel series: the band applies where the kernel release starts with it (6.1)
+    series: str  # a kernel series (6.1): the band grades runs of that series only (6.12 is another)
     #: None until ``testbed lab bands`` made them from reference runs (a band without them grades nothing)
     min: float | None = None
     max: float | None = None
@@ -102,6 +147,12 @@ class HiddenVariant(_Strict):
 
 class Hidden(_Strict):
     variants: list[HiddenVariant]
+
+
+def kernel_series(release: str) -> str:
+    """A kernel release's series: "6.1.0-56-amd64" -> "6.1", "6.12.117+deb12-amd64" -> "6.12"."""
+    match = re.match(r"(\d+\.\d+)", release)
+    return match.group(1) if match else release
 
 
 def lab_names(root: Path = LABS) -> list[str]:

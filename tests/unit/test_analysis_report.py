@@ -12,6 +12,7 @@ import pytest
 from analysis.metrics import jain_index
 from analysis.stats import student_t_quantile
 from testbed.report.session import text_table, write_session_report
+from testbed.results import rundir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 FIXTURE = FIXTURES / "run-westwood"
@@ -300,9 +301,13 @@ def test_each_experiment_gets_its_own_section_and_figures(tmp_path):
     assert ">cubic<" in second and ">reno<" not in second and ">westwood<" not in second
     assert first.count("data:image/png") == 2 and second.count("data:image/png") == 2
     # one bar chart per experiment, none mixes them
-    figures = sorted(p.name for p in (session / "figures").iterdir())
+    figures = sorted(p.name for p in (session / "figures").glob("*.png"))
     assert figures == ["exp-one-goodput-bars.png", "exp-one-retrans-bars.png",
                        "exp-two-goodput-bars.png", "exp-two-retrans-bars.png"]  # fmt: skip
+    # the report records what it drew: each figure's sha256 and the runs (testbed lab check reads it)
+    drawn = json.loads((session / "figures" / "drawn.json").read_text())
+    assert sorted(drawn["figures"]) == figures and len(drawn["runs"]) == len(list(session.rglob("manifest.json")))
+    assert drawn["figures"]["exp-one-goodput-bars.png"] == rundir.sha256_file(session / "figures" / figures[0])
     assert (session / "figures" / "exp-two-goodput-bars.png").read_bytes().startswith(b"\x89PNG")
     assert "figures/exp-one-goodput-bars.png" in report.md_path.read_text()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -17,6 +18,7 @@ import pytest
 from analysis import plots
 from testbed import PROJECT
 from testbed.cli import main
+from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import load_suite
@@ -25,7 +27,6 @@ from tests.prerequisites import require_module
 
 LABS = PROJECT / "labs"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless"
-ANSWER = "The measured goodputs differ by about ten percent between the two algorithms here.\n"
 
 
 def _starter_and_solution(name: str) -> tuple[Path, Path]:
@@ -74,28 +75,38 @@ def test_lab_start_copies_the_students_part_and_never_into_a_folder_in_use(tmp_p
 
 
 def _submission(tmp_path: Path, answered: bool = True) -> tuple[Path, Path]:
-    """A student's wireless folder: the solution's scenario, answers, the fixture runs and their session figure."""
+    """A student's wireless folder: the solution's scenario and answers, the fixture runs and their
+    session's figure, recorded as its report records what it drew."""
     work = labkit.start_lab("wireless", tmp_path / "work")
     shutil.copy(LABS / "wireless" / "solution" / "wireless.yaml", work / "wireless.yaml")
-    text = "".join(f"## {q}\n{ANSWER if answered else '(your answer)'}\n" for q in ("Q1", "Q2", "Q3"))
-    (work / "answers.md").write_text(text)
+    if answered:
+        shutil.copy(LABS / "wireless" / "solution" / "answers.md", work / "answers.md")
     results = work / "results"
     shutil.copytree(FIXTURE / "results", results)
     for flows in results.rglob("flows.csv"):  # newer than its manifest, as the analysis leaves it
         os.utime(flows, (flows.stat().st_mtime + 10, flows.stat().st_mtime + 10))
-    # the figure the task asks for, of these runs: the session report's goodput bars (mean, min and max
-    # over the seeds per algorithm) drawn by its plotting function from their flows.csv (the trimmed
-    # runs keep no raw files for the report to analyse again)
-    flows = pd.concat([pd.read_csv(f) for f in sorted(results.rglob("flows.csv"))], ignore_index=True)
+    session = next((results / "wireless").iterdir())
+    _draw_goodput_bars(session)
+    return work, results
+
+
+def _draw_goodput_bars(session: Path, scale: float = 1.0) -> Path:
+    """The figure the task asks for, of the session's runs, as its report draws it (goodput bars: mean, min
+    and max over the seeds per algorithm, by the report's plotting function from their flows.csv; the
+    trimmed runs keep no raw files for the report to analyse again), and the report's record of it."""
+    flows = pd.concat([pd.read_csv(f) for f in sorted(session.rglob("flows.csv"))], ignore_index=True)
     bars = flows.groupby("cc")["goodput_mbit"].agg(["mean", "min", "max"]).reset_index()
     bars.columns = ["cc", "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max"]
+    bars[["goodput_mbit", "goodput_mbit_min", "goodput_mbit_max"]] *= scale
     png = plots.point_bars_png(bars.assign(label=bars["cc"]), "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max",
                                plots.SENDER_GOODPUT_LABEL, "wireless: sender goodput")  # fmt: skip
-    session = next((results / "wireless").iterdir())
-    (session / "figures").mkdir(exist_ok=True)
-    (session / "figures" / "wireless-goodput-bars.png").write_bytes(png)
+    figure = session / "figures" / "wireless-goodput-bars.png"
+    figure.parent.mkdir(exist_ok=True)
+    started = time.time()
+    figure.write_bytes(png)
     assert png.startswith(b"\x89PNG") and len(png) > 5000
-    return work, results
+    rundir.record_figures(session, sorted(p.parent for p in session.rglob("manifest.json")), started)
+    return figure
 
 
 def test_a_complete_submission_passes_every_task_and_writes_junit_and_gradescope(tmp_path):
@@ -105,10 +116,12 @@ def test_a_complete_submission_passes_every_task_and_writes_junit_and_gradescope
     assert checked.grade.score == checked.grade.max_score == 10
     suites = ET.parse(checked.junit).getroot()
     assert [s.get("name").split(":")[0] for s in suites] == ["t1", "t2", "t3"]
-    assert all(s.get("failures") == "0" for s in suites)
+    assert all(s.get("failures") == "0" and s.get("skipped") == "0" for s in suites)
     graded = json.loads(checked.gradescope.read_text())
     assert graded["score"] == 10 and {t["status"] for t in graded["tests"]} == {"passed"}
     assert sum(t["max_score"] for t in graded["tests"]) == 10
+    report = grading.text(checked.grade)
+    assert "2 number(s) as your runs give them" in report and "states the window halved" in report
 
 
 def test_a_failing_submission_says_what_is_missing_per_task(tmp_path):
@@ -131,6 +144,93 @@ def test_a_failing_submission_says_what_is_missing_per_task(tmp_path):
     assert graded["score"] == 0 and {t["status"] for t in graded["tests"]} == {"failed"}
 
 
+def _answer(work: Path, question: str, text: str) -> None:
+    given = grading.answers(work / "answers.md")
+    given[question] = text
+    (work / "answers.md").write_text("".join(f"## {q}\n{a.strip()}\n\n" for q, a in given.items()))
+
+
+def _filler(work: Path, results: Path) -> None:
+    for question in ("Q1", "Q2", "Q3"):
+        _answer(work, question, "banana " * 40)
+
+
+def _vague(work: Path, results: Path) -> None:
+    # a real sentence on the topic that states nothing the questions ask for
+    for question in ("Q1", "Q2", "Q3"):
+        _answer(work, question, "The two algorithms behave in their own ways on this wireless path, as expected.")
+
+
+def _wrong_numbers(work: Path, results: Path) -> None:
+    _answer(work, "Q1", "New Reno got 2.5 Mbit/s and Westwood+ got 3.1 Mbit/s, more than the link gives.")
+
+
+def _half_a_rubric(work: Path, results: Path) -> None:
+    _answer(work, "Q3", "New Reno halves its window at each Bad period and regrows slowly afterwards, "
+                        "so it spends most of the time below what the link could carry.")  # fmt: skip
+
+
+def _four_byte_png(work: Path, results: Path) -> None:
+    next(results.rglob("wireless-goodput-bars.png")).write_bytes(b"\x89PNG")
+
+
+def _another_figure(work: Path, results: Path) -> None:
+    # a real figure of these runs' kind, but not the one the session drew: its bars doubled
+    figure = next(results.rglob("wireless-goodput-bars.png"))
+    record = (figure.parent / "drawn.json").read_text()
+    _draw_goodput_bars(figure.parent.parent, scale=2.0)
+    (figure.parent / "drawn.json").write_text(record)
+
+
+def _another_kernel_series(work: Path, results: Path) -> None:
+    for path in results.rglob("manifest.json"):
+        manifest = json.loads(path.read_text())
+        manifest["kernel"]["release"] = "6.12.117+deb12-amd64"  # starts with "6.1", another series
+        path.write_text(json.dumps(manifest))
+        os.utime(path.with_name("flows.csv"), (time.time() + 10, time.time() + 10))
+
+
+def _a_seed_missing(work: Path, results: Path) -> None:
+    shutil.rmtree(next(results.rglob("cc=westwood/seed=3")))
+
+
+#: cheat -> (the points each task keeps, what the grade says about it)
+CHEATS = {
+    _filler: ({"t1": 4, "t2": 0, "t3": 0}, "filler: 40 words, 1 different"),
+    _vague: ({"t1": 4, "t2": 0, "t3": 0}, "states none of what the answer needs"),
+    _wrong_numbers: ({"t1": 4, "t2": 0, "t3": 3}, "no number within 10 % of what your runs give (1.04)"),
+    _half_a_rubric: ({"t1": 4, "t2": 3, "t3": 0}, "to grade by hand: states the window halved at a loss, not"),
+    _four_byte_png: ({"t1": 0, "t2": 3, "t3": 3}, "not a PNG image"),
+    _another_figure: ({"t1": 0, "t2": 3, "t3": 3}, "not the figure its session's report drew"),
+    _another_kernel_series: ({"t1": 0, "t2": 3, "t3": 3}, "no bands for this kernel (6.12; the lab has bands for 6.1)"),
+    _a_seed_missing: ({"t1": 0, "t2": 3, "t3": 3}, "no run of seed 3"),
+}
+
+
+@pytest.mark.parametrize("cheat", list(CHEATS), ids=[c.__name__.strip("_") for c in CHEATS])
+def test_each_cheat_loses_exactly_its_points_and_says_why(cheat, tmp_path):
+    work, results = _submission(tmp_path)
+    cheat(work, results)
+    checked = lab.check(LABS / "wireless", work, results)
+    points, message = CHEATS[cheat]
+    report = grading.text(checked.grade)
+    assert {t.task.id: t.score for t in checked.grade.tasks} == points, report
+    assert message in report, report
+
+
+def test_an_answer_the_rubric_cannot_decide_is_quoted_for_grading_by_hand(tmp_path):
+    work, results = _submission(tmp_path)
+    _half_a_rubric(work, results)
+    checked = lab.check(LABS / "wireless", work, results)
+    t3 = checked.grade.tasks[2]
+    assert t3.by_hand and not t3.failed and t3.score == 0
+    assert '"New Reno halves its window at each Bad period' in t3.checks[0].detail
+    graded = json.loads(checked.gradescope.read_text())
+    assert graded["tests"][2]["name"].endswith("(to grade by hand)") and graded["tests"][2]["score"] == 0
+    assert "TO GRADE BY HAND: answer Q3" in graded["tests"][2]["output"]
+    assert "1 to grade by hand" in grading.text(checked.grade).splitlines()[0]
+
+
 def test_a_knob_left_todo_fails_the_runs_task_with_the_files_own_message(tmp_path):
     work, results = _submission(tmp_path)
     shutil.copy(LABS / "wireless" / "wireless.yaml", work / "wireless.yaml")
@@ -145,22 +245,44 @@ def test_a_band_for_another_kernel_series_grades_nothing_and_says_so(tmp_path):
     band = labkit.Band(task="t1", point="cc=reno", cc="reno", metric="goodput", series="6.12", min=0, max=1,
                        reference=0.5)
     check = grading.band_check(band, found)
-    assert check.ok and not check.graded and "for kernel 6.12" in check.detail
+    assert not check.graded and "for kernel 6.12" in check.detail and "grade by hand" in check.detail
+    assert labkit.kernel_series("6.12.117+deb12-amd64") == "6.12" != labkit.kernel_series("6.1.0-56-amd64")
 
 
-def test_hidden_variants_run_on_the_students_file_with_their_own_seeds_and_are_graded(tmp_path):
+def test_hidden_variants_run_on_the_students_file_with_their_own_seeds_and_are_graded_apart(tmp_path):
     work, results = _submission(tmp_path)
     asked = []
+    session = next((results / "wireless").iterdir())
 
-    def runner(scenario, where):  # the session runner's part: which runs, where; none fails
+    def runner(scenario, where):  # the session runner's part: the variant's runs, here copies of seeds 1 and 2
         asked.append(([r.seed for r in scenario.runs()], where))
+        for point in ("cc=reno", "cc=westwood"):
+            for old, new in ((1, 4), (2, 5)):
+                shutil.copytree(session / point / f"seed={old}", session / point / f"seed={new}")
+                manifest = json.loads((session / point / f"seed={new}" / "manifest.json").read_text())
+                manifest["seed"] = new
+                (session / point / f"seed={new}" / "manifest.json").write_text(json.dumps(manifest))
+                flows = session / point / f"seed={new}" / "flows.csv"  # newer than its manifest
+                os.utime(flows, (time.time() + 10, time.time() + 10))
         return []
 
     checked = lab.check(LABS / "wireless", work, results, runner)
     assert len(asked) == 1 and asked[0][1] == results
     assert sorted(asked[0][0]) == [4, 4, 5, 5]  # both points, the variant's two seeds
-    hidden = checked.grade.tasks[-1]
-    assert hidden.task.id == "hidden" and hidden.passed
+    t1 = checked.grade.tasks[0]
+    hidden = [c for c in t1.checks if c.name.startswith("hidden variant")]
+    assert t1.passed and checked.grade.max_score == 10, grading.text(checked.grade)
+    assert len(hidden) == 1 + 4 and all("over 2 run(s)" in c.detail for c in hidden[1:])
+    # the student's own bands still over their three seeds, not the variant's
+    assert all("over 3 run(s)" in c.detail for c in t1.checks if c.name.startswith("goodput"))
+
+
+def test_a_hidden_variant_that_does_not_complete_fails_the_runs_task(tmp_path):
+    work, results = _submission(tmp_path)
+    checked = lab.check(LABS / "wireless", work, results, lambda scenario, where: ["a run"] * 2)
+    t1 = checked.grade.tasks[0]
+    assert t1.failed and t1.score == 0 and checked.grade.score == 6
+    assert "hidden variant two other seeds: not complete: 2 run(s)" in grading.text(checked.grade)
 
 
 def test_testbed_lab_check_exits_0_on_a_passing_folder_and_1_on_a_failing_one(tmp_path, monkeypatch, capsys):
