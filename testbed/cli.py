@@ -297,6 +297,13 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         return 0
     if args.action == "bands":
         return _lab_bands(master, args)
+    if args.action == "autograder":
+        from testbed.workflows import autograder
+
+        path = autograder.build(args.name, args.dir or Path.cwd())
+        print(f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
+              f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)")  # fmt: skip
+        return 0
     if args.action == "notebook":
         return lab.open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
     work = args.work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
@@ -553,11 +560,13 @@ def _add_lab(sub) -> None:
         "grade/; the lab's hidden variants run first when it has any. Exit 0: every task passes; 1: one fails. "
         "notebook NAME: JupyterLab on the lab's analysis.ipynb (the current folder's, if it has one). "
         "bands NAME RESULTS --how TEXT (instructors): the bands of the lab's expected.yaml from reference runs of "
-        "its solution/.",
+        "its solution/. autograder NAME [DIR] (instructors): the zip Gradescope takes as the lab's autograder, "
+        "written to DIR (default: the current folder).",
     )  # fmt: skip
-    lab.add_argument("action", choices=["list", "start", "check", "notebook", "bands"])
+    lab.add_argument("action", choices=["list", "start", "check", "notebook", "bands", "autograder"])
     lab.add_argument("name", nargs="?", help="a lab of labs/ (testbed lab list) or a folder holding a lab.yaml")
-    lab.add_argument("dir", nargs="?", type=Path, help="start: the new folder; check: the results folder")
+    lab.add_argument("dir", nargs="?", type=Path, help="start: the new folder; check: the results folder; "
+                     "autograder: where the zip goes")  # fmt: skip
     lab.add_argument("--work", type=Path, help="check: the student's lab folder (default: the current one if it "
                      "holds a lab.yaml, else the lab's own)")  # fmt: skip
     lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")

@@ -1,41 +1,39 @@
-"""The labs' autograder (``testbed lab check``): each task passes or fails on a student's results.
+"""The labs' autograder (``testbed lab check``): each task passes, fails, or is left to grade by hand.
 
 A task passes when every check of it passes: its runs complete and trustworthy (the latest run of
-each seed of each point it names), the figures it asks for present, its questions answered in the
-answers file, and its metrics within the bands of ``expected.yaml`` for the kernel the runs used. A
-band for another kernel series grades nothing and says so. The grade is printed, and written as
-JUnit XML (one test suite per task, one case per check) and as Gradescope's ``results.json``.
+each seed of each point it names), made from the student's scenario file as it is now and after
+``testbed lab start``; the figures it asks for drawn by the student's session from those runs (the
+sha256 its report recorded); each question answered with the numbers the student's own runs give
+and the concepts of the lab's rubric; and its metrics within the bands of ``expected.yaml`` for the
+kernel series the runs used. A check nothing here can decide (no bands for the kernel, an answer the
+rubric cannot decide) leaves the task to grade by hand, with no automatic points. The grade is
+printed, and written as JUnit XML (one test suite per task, one case per check) and as Gradescope's
+``results.json``.
 
-Results are read through the catalog (analysis/catalog.py): a lab's results folder may hold several
-sessions, and the latest run of each point and seed counts.
+The student's runs are read by testbed/workflows/labresults.py.
 """
 
 from __future__ import annotations
 
-import math
 import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-import yaml
 from PIL import Image
 
-from analysis import catalog, metrics
 from testbed.results import rundir
-from testbed.scenario.errors import ScenarioError
-from testbed.scenario.load import load_scenario
-from testbed.workflows import labkit
-from testbed.workflows.labkit import LATENCY_METRICS, Band, Concept, Expected, Lab, Measured, Question, Task
+from testbed.workflows import labkit, labresults
+from testbed.workflows.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
+from testbed.workflows.labresults import Results, point_values
 
 #: an answer shorter than this many words is not one (the starter file's "(your answer)" is 2)
 MIN_ANSWER_WORDS = 5
 #: an answer whose different words are fewer than this share of its words is filler ("banana banana ...");
 #: the solutions' answers have 55-75 % different words
 FILLER_DISTINCT = 0.4
-#: latency metric -> (kind of flow, column of the catalog's latency table)
-LATENCY_COLUMNS = {m: ("ping" if m.startswith("ping") else "requests", m.split("_", 1)[1]) for m in LATENCY_METRICS}
 
 
 @dataclass
@@ -91,75 +89,13 @@ class Grade:
         return sum(t.task.points for t in self.tasks)
 
 
-@dataclass
-class Results:
-    """A lab's runs and flows in a results folder: the latest run of each point and seed."""
-
-    runs: pd.DataFrame
-    flows: pd.DataFrame
-    latency: pd.DataFrame
-    seeds: dict[str, list[int]]  # point id -> the seeds the scenario file asks for
-    problem: str | None = None  # why the scenario file gave no points (e.g. a knob left TODO)
-
-
-def load_results(work: Path, lab: Lab, results: Path) -> Results:
-    """The lab's runs under ``results`` (its catalog brought up to date first): those of the lab's
-    scenario file, or every run when the lab has none (the student runs the project's experiments)."""
-    seeds, problem = _planned_seeds(work, lab)
-    if not results.is_dir():
-        empty = pd.DataFrame()
-        return Results(empty, empty, empty, seeds, problem or f"{results}: no results folder (run the lab's scenario)")
-    catalog.ingest(results)
-    name = Path(lab.scenario).stem if lab.scenario else None
-    runs = catalog.runs(results, scenario=name)
-    if not runs.empty:
-        # a run that never started (its guest did not boot) has no start time: any later attempt replaces it
-        runs = runs.sort_values("started_utc", na_position="first")
-        runs = runs.drop_duplicates(["scenario", "point_id", "seed"], keep="last")
-    if lab.scenario is None:
-        seeds = {point: sorted(set(group["seed"])) for point, group in runs.groupby("point_id")} if not runs.empty \
-            else {}  # fmt: skip
-    kept = set(runs["run_id"]) if not runs.empty else set()
-    flows = _kept(catalog.flows(results, scenario=name), kept)
-    return Results(runs, flows, _kept(catalog.latency(results, scenario=name), kept), seeds, problem)
-
-
-def _planned_seeds(work: Path, lab: Lab) -> tuple[dict[str, list[int]], str | None]:
-    """Point id -> the seeds the student's scenario file asks for, over the file's profiles (a lab may
-    run one profile per task); and why a profile gives none (e.g. a knob left TODO)."""
-    if lab.scenario is None:
-        return {}, None
-    path = work / lab.scenario
-    seeds: dict[str, list[int]] = {}
-    problems = []
-    for profile in [None, *_profiles(path)]:
-        try:
-            scenario = load_scenario(path, profile=profile)
-        except ScenarioError as err:
-            problems.append(str(err))
-            continue
-        seeds.update({p.point_id: list(p.scenario.seeds) for p in scenario.points})
-    return seeds, "\n".join(problems) or None
-
-
-def _profiles(path: Path) -> list[str]:
-    try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError):
-        return []
-    return sorted(data.get("profiles") or {}) if isinstance(data, dict) else []
-
-
-def _kept(frame: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
-    return frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
-
-
 def grade(work: Path, lab: Lab, expected: Expected | None, results: Results) -> Grade:
     """Every task of the lab graded on the student's folder ``work`` and their results."""
     kernels = sorted(set(results.runs["kernel_release"].dropna())) if not results.runs.empty else []
     tasks = []
     for task in lab.tasks:
-        checks = _run_checks(task, results) + _figure_checks(task, work, results)
+        copies = set(expected.reference.fingerprints) if expected and expected.reference else set()
+        checks = _run_checks(task, results, copies) + _figure_checks(task, work, results)
         checks += _answer_checks(task, work / lab.answers, results)
         checks += _band_checks([b for b in (expected.bands if expected else []) if b.task == task.id], results)
         tasks.append(TaskGrade(task, checks))
@@ -184,7 +120,7 @@ def _band_checks(bands: list[Band], results: Results) -> list[Check]:
     return [band_check(band, results) for band in (mine or bands)]
 
 
-def _run_checks(task: Task, results: Results) -> list[Check]:
+def _run_checks(task: Task, results: Results, copies: set[str]) -> list[Check]:
     if not task.runs:
         return []
     if results.problem and not results.seeds:
@@ -192,10 +128,12 @@ def _run_checks(task: Task, results: Results) -> list[Check]:
     if not results.seeds:
         return [Check("runs", False, "no runs in the results folder: run the experiments the handout names")]
     points = list(results.seeds) if task.runs == ["*"] else task.runs
-    return [_point_check(point, results) for point in points]
+    return [_point_check(point, results, copies) for point in points]
 
 
-def _point_check(point: str, results: Results) -> Check:
+def _point_check(point: str, results: Results, copies: set[str]) -> Check:
+    """The point's runs: one complete and trustworthy run per seed the scenario file asks for, made
+    from the file as it is now, after ``testbed lab start``, and none a copy of the reference runs."""
     name = f"runs of {point}"
     runs = results.runs[results.runs["point_id"] == point] if not results.runs.empty else results.runs
     wanted = results.seeds.get(point, [])
@@ -211,7 +149,30 @@ def _point_check(point: str, results: Results) -> Check:
         why = "; ".join(f"seed {r.seed}: {r.status}{'' if r.trustworthy == 1 else ', untrustworthy'}"
                         f"{f' ({r.reason})' if r.reason else ''}" for r in bad.itertuples())  # fmt: skip
         return Check(name, False, f"{why}: see the run's report.html, then run it again (--force)")
-    return Check(name, True, f"{len(wanted)} run(s) complete and trustworthy")
+    runs = runs[runs["seed"].isin(wanted)]
+    copied = [f"seed {r.seed}" for r in runs.itertuples() if labresults.run_fingerprint(Path(r.path)) in copies]
+    if copied:
+        return Check(name, False, f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
+                                  "byte for byte): run the scenario yourself")  # fmt: skip
+    foreign = [f"seed {r.seed}" for r in runs.itertuples()
+               if results.identities and r.identity != results.identities.get((point, r.seed))]  # fmt: skip
+    if foreign:
+        return Check(name, False, f"{', '.join(foreign)}: made with other settings than the scenario file has now "
+                                  "(edited after the run, or another file's run): run again (--force)")  # fmt: skip
+    if results.started_utc is None:
+        why = "the folder was not made by 'testbed lab start' (no lab-start.json): when its runs were made"
+        return Check(name, True, f"{why} cannot be told: grade by hand", graded=False)
+    early = [f"seed {r.seed} ({r.started_utc})" for r in runs.itertuples()
+             if r.started_utc and _utc(r.started_utc) < _utc(results.started_utc)]  # fmt: skip
+    if early:
+        return Check(name, False, f"{', '.join(early)}: made before 'testbed lab start' made this folder "
+                                  f"({results.started_utc}): not this lab's run")  # fmt: skip
+    return Check(name, True, f"{len(wanted)} run(s) complete and trustworthy, of the scenario file as it is, "
+                             "made after 'testbed lab start'")  # fmt: skip
+
+
+def _utc(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp)
 
 
 def _figure_checks(task: Task, work: Path, results: Results) -> list[Check]:
@@ -336,18 +297,6 @@ def _number_missing(asked: Measured, text: str, results: Results) -> str | None:
             f"runs give ({value:.3g})")  # fmt: skip
 
 
-def point_values(point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None) -> list[float]:
-    """The metric ``asked`` of each of the student's latest complete runs of ``point``: of the seeds their
-    scenario file asks for (``seeds`` when given: a hidden variant's), never another's."""
-    runs = results.runs
-    if runs.empty:
-        return []
-    wanted = seeds if seeds is not None else results.seeds.get(point, [])
-    runs = runs[(runs["point_id"] == point) & (runs["status"] == "complete") & runs["seed"].isin(wanted)]
-    values = (run_metric(asked, run_id, results) for run_id in runs["run_id"])
-    return [v for v in values if not math.isnan(v)]
-
-
 def band_check(band: Band, results: Results, seeds: list[int] | None = None) -> Check:
     """The band's metric over the student's latest complete runs of its point (their mean) against the
     band; ``seeds``: a hidden variant's runs instead of the scenario file's."""
@@ -368,20 +317,6 @@ def band_check(band: Band, results: Results, seeds: list[int] | None = None) -> 
     detail = (f"{mean:.4g} over {len(values)} run(s); expected {band.min:g} to {band.max:g} "
               f"(the reference runs: {band.reference:g})")  # fmt: skip
     return Check(name, ok, detail)
-
-
-def run_metric(asked: Band | Measured, run_id: str, results: Results) -> float:
-    """One run's value of a band's or a question's metric (NaN when it has none)."""
-    if asked.metric in LATENCY_COLUMNS:
-        kind, column = LATENCY_COLUMNS[asked.metric]
-        rows = results.latency[(results.latency["run_id"] == run_id) & (results.latency["kind"] == kind)] \
-            if not results.latency.empty else results.latency  # fmt: skip
-        return float(rows[column].mean()) if not rows.empty else math.nan
-    flows = results.flows[(results.flows["run_id"] == run_id) & (results.flows["direction"] == "forward")] \
-        if not results.flows.empty else results.flows  # fmt: skip
-    if asked.cc:
-        flows = flows[flows["cc"] == asked.cc]
-    return metrics.group_metric(flows, asked.metric) if not flows.empty else math.nan
 
 
 # ----------------------------------------------------------------------------------------- outputs

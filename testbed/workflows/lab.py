@@ -19,7 +19,7 @@ from pathlib import Path
 
 from testbed.scenario.load import load_scenario
 from testbed.scenario.points import ScenarioFile
-from testbed.workflows import grading, labkit
+from testbed.workflows import grading, labkit, labresults
 
 #: run_session(scenario, results_root) -> the runs that did not complete (testbed.host.session)
 SessionRunner = Callable[[ScenarioFile, Path], list]
@@ -69,7 +69,7 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     ran = []
     if run is not None and (master / "hidden.yaml").is_file():
         ran = _run_hidden(work, lab, labkit.load_hidden(master / "hidden.yaml"), results, run)
-    found = grading.load_results(work, lab, results)
+    found = labresults.load_results(work, lab, results)
     graded = grading.grade(work, lab, expected, found)
     if ran:
         task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
@@ -104,7 +104,7 @@ def _run_hidden(work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Pat
 
 
 def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
-                   found: grading.Results) -> list[grading.Check]:  # fmt: skip
+                   found: labresults.Results) -> list[grading.Check]:  # fmt: skip
     """Each hidden variant: its runs complete, and the bands of its points hold on its own runs (the
     student's runs are graded apart from them)."""
     checks = []

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.workflows import grading, labkit
+from testbed.workflows import labkit, labresults
 
 #: the band's margin on each side, as a share of the reference runs' mean
 MARGIN = 0.25
@@ -30,19 +30,20 @@ def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Exp
     """The lab's expected.yaml with every band's values from the reference runs under ``results``."""
     lab = labkit.load_lab(master)
     expected = labkit.load_expected(master, lab)
-    found = grading.load_results(master / "solution", lab, results)
+    found = labresults.load_results(master / "solution", lab, results)
     if found.runs.empty:
         raise labkit.LabError(f"no runs of the lab's scenario under {results}: run the lab's solution/ first")
     bands = [_band(band, found) for band in expected.bands]
     complete = found.runs[found.runs["status"] == "complete"]
     kernels = ", ".join(sorted(set(complete["kernel_release"].dropna())))
-    reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete))
+    fingerprints = sorted(filter(None, (labresults.run_fingerprint(Path(path)) for path in complete["path"])))
+    reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete), fingerprints=fingerprints)
     return labkit.Expected(reference=reference, bands=bands)
 
 
-def _band(band: labkit.Band, found: grading.Results) -> labkit.Band:
+def _band(band: labkit.Band, found: labresults.Results) -> labkit.Band:
     runs = found.runs[(found.runs["point_id"] == band.point) & (found.runs["status"] == "complete")]
-    values = [v for v in (grading.run_metric(band, r, found) for r in runs["run_id"]) if not math.isnan(v)]
+    values = [v for v in (labresults.run_metric(band, r, found) for r in runs["run_id"]) if not math.isnan(v)]
     if not values:
         raise labkit.LabError(f"no reference value of {band.metric} at {band.point}: its runs are missing")
     mean = sum(values) / len(values)

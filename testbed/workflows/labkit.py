@@ -13,8 +13,10 @@ A lab is a folder ``labs/<name>/``:
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
 
@@ -26,6 +28,8 @@ from testbed import PROJECT
 LABS = PROJECT / "labs"
 #: what ``lab start`` leaves out of the student's copy
 INSTRUCTOR_ONLY = ("solution", "hidden.yaml")
+#: what ``lab start`` writes into the student's folder: which lab, and when
+LAB_START = "lab-start.json"
 #: the metrics a band can bound: analysis.metrics.group_metric's (per run, the flows of one algorithm)
 #: and the latency flows' percentiles (per run, the mean over its ping or requests flows)
 FLOW_METRICS = ("goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio")
@@ -132,6 +136,8 @@ class Reference(_Strict):
     kernel: str
     commit: str
     runs: int  # complete reference runs the bands were made from
+    #: each reference run's fingerprint (labresults.run_fingerprint): a student's run with one is a copy
+    fingerprints: list[str] = []
 
 
 class Expected(_Strict):
@@ -200,9 +206,20 @@ def load_hidden(path: Path) -> Hidden:
 
 
 def start_lab(name: str, destination: Path, root: Path = LABS) -> Path:
-    """Copy a lab into ``destination`` (new or empty) for a student: everything but the instructor's files."""
+    """Copy a lab into ``destination`` (new or empty) for a student: everything but the instructor's files,
+    and ``lab-start.json`` saying when (the grader counts only runs made after it)."""
     source = lab_dir(name, root)
     if destination.exists() and any(destination.iterdir()):
         raise LabError(f"{destination} is not empty: give a new folder (nothing was copied)")
     shutil.copytree(source, destination, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*INSTRUCTOR_ONLY))
+    started = {"lab": source.name, "started_utc": datetime.now(UTC).isoformat(timespec="seconds")}
+    (destination / LAB_START).write_text(json.dumps(started, indent=2) + "\n")
     return destination
+
+
+def lab_started(folder: Path) -> str | None:
+    """When ``testbed lab start`` made ``folder`` (an ISO time), or None when it did not."""
+    try:
+        return str(json.loads((folder / LAB_START).read_text())["started_utc"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None

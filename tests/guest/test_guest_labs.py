@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.workflows import grading, labkit
+from testbed.workflows import grading, labkit, labresults
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
 COMMANDS = {
@@ -67,10 +67,10 @@ def _quote_the_runs(name: str, work: Path) -> None:
     Each question that asks for numbers gets them from this test's runs, read as the grader reads them
     (tests/unit/test_labs.py checks that reading against the reference runs' own numbers)."""
     lab_ = labkit.load_lab(labkit.LABS / name)
-    found = grading.load_results(work, lab_, work / "results")
+    found = labresults.load_results(work, lab_, work / "results")
     given = grading.answers(work / lab_.answers)
     for question in (q for t in lab_.tasks for q in t.questions if q.numbers):
-        means = {n.what: (v := grading.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
+        means = {n.what: (v := labresults.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
                  for n in question.numbers}  # fmt: skip
         quoted = "; ".join(f"{what}: {mean:.4g}" for what, mean in means.items() if mean)
         given[question.id] = f"{given[question.id].strip()}\nIn my runs: {quoted}.\n"

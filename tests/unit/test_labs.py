@@ -1,15 +1,21 @@
-"""The course labs (labs/, testbed/workflows/lab*.py, grading.py): every lab reads, its starter names
-each knob left to the student, ``lab start`` copies what a student gets, and the autograder grades
-real runs (tests/fixtures/lab-wireless: the reference runs of the wireless lab's solution, their
-manifests and flows.csv) into pass and fail, JUnit XML and Gradescope's results.json."""
+"""The course labs (labs/, testbed/workflows/lab*.py, grading.py, autograder.py): every lab reads, its
+starter names each knob left to the student, ``lab start`` copies what a student gets, and the
+autograder grades a real student's submission (tests/fixtures/lab-wireless-student: runs, figure and
+answers of a wireless lab done start to finish) to 10 / 10, and each cheat of a corpus (filler, made-up
+numbers, a 4-byte PNG, another figure, another kernel series, an edited scenario, runs before
+``lab start``, the reference runs copied in, ...) to exactly the points it should lose, with why;
+JUnit XML, Gradescope's results.json and the Gradescope autograder's zip run as Gradescope runs it."""
 
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import subprocess
+import sys
 import time
 import xml.etree.ElementTree as ET
+import zipfile
 from pathlib import Path
 
 import pandas as pd
@@ -22,11 +28,12 @@ from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import load_suite
-from testbed.workflows import grading, lab, labkit
+from testbed.workflows import autograder, grading, lab, labkit, labresults
 from tests.prerequisites import require_module
 
 LABS = PROJECT / "labs"
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless"
+STUDENT = FIXTURE.with_name("lab-wireless-student")
 
 
 def _starter_and_solution(name: str) -> tuple[Path, Path]:
@@ -75,19 +82,20 @@ def test_lab_start_copies_the_students_part_and_never_into_a_folder_in_use(tmp_p
 
 
 def _submission(tmp_path: Path, answered: bool = True) -> tuple[Path, Path]:
-    """A student's wireless folder: the solution's scenario and answers, the fixture runs and their
-    session's figure, recorded as its report records what it drew."""
-    work = labkit.start_lab("wireless", tmp_path / "work")
-    shutil.copy(LABS / "wireless" / "solution" / "wireless.yaml", work / "wireless.yaml")
-    if answered:
-        shutil.copy(LABS / "wireless" / "solution" / "answers.md", work / "answers.md")
-    results = work / "results"
-    shutil.copytree(FIXTURE / "results", results)
+    """A student's wireless folder as handed in (tests/fixtures/lab-wireless-student: made by ``testbed lab
+    start``, its knobs set, run in a guest, answered from its own report; the runs trimmed to what the
+    grader reads, the session's figure and its record kept)."""
+    work = tmp_path / "work"
+    shutil.copytree(STUDENT, work)
+    if not answered:
+        shutil.copy(LABS / "wireless" / "answers.md", work / "answers.md")
+    _analysed(work / "results")
+    return work, work / "results"
+
+
+def _analysed(results: Path) -> None:
     for flows in results.rglob("flows.csv"):  # newer than its manifest, as the analysis leaves it
         os.utime(flows, (flows.stat().st_mtime + 10, flows.stat().st_mtime + 10))
-    session = next((results / "wireless").iterdir())
-    _draw_goodput_bars(session)
-    return work, results
 
 
 def _draw_goodput_bars(session: Path, scale: float = 1.0) -> Path:
@@ -190,8 +198,32 @@ def _another_kernel_series(work: Path, results: Path) -> None:
         os.utime(path.with_name("flows.csv"), (time.time() + 10, time.time() + 10))
 
 
+def _reference_runs_copied(work: Path, results: Path) -> None:
+    # everything copied: the lab's reference runs (with their session's figure, drawn as its report
+    # would) and the solution's answers, into a folder the student started before those runs
+    shutil.rmtree(results)
+    shutil.copytree(FIXTURE / "results", results)
+    _analysed(results)
+    _draw_goodput_bars(next((results / "wireless").iterdir()))
+    shutil.copy(LABS / "wireless" / "solution" / "answers.md", work / "answers.md")
+    (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2026-11-27T06:00:00+00:00"}))
+
+
 def _a_seed_missing(work: Path, results: Path) -> None:
     shutil.rmtree(next(results.rglob("cc=westwood/seed=3")))
+
+
+def _edited_after_the_runs(work: Path, results: Path) -> None:
+    scenario = work / "wireless.yaml"
+    scenario.write_text(scenario.read_text().replace("bad_loss_pct: 10", "bad_loss_pct: 1"))
+
+
+def _runs_before_lab_start(work: Path, results: Path) -> None:
+    (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2099-01-01T00:00:00+00:00"}))
+
+
+def _not_made_by_lab_start(work: Path, results: Path) -> None:
+    (work / labkit.LAB_START).unlink()
 
 
 #: cheat -> (the points each task keeps, what the grade says about it)
@@ -204,6 +236,10 @@ CHEATS = {
     _another_figure: ({"t1": 0, "t2": 3, "t3": 3}, "not the figure its session's report drew"),
     _another_kernel_series: ({"t1": 0, "t2": 3, "t3": 3}, "no bands for this kernel (6.12; the lab has bands for 6.1)"),
     _a_seed_missing: ({"t1": 0, "t2": 3, "t3": 3}, "no run of seed 3"),
+    _reference_runs_copied: ({"t1": 0, "t2": 3, "t3": 3}, "a copy of the lab's reference runs"),
+    _edited_after_the_runs: ({"t1": 0, "t2": 3, "t3": 3}, "made with other settings than the scenario file has now"),
+    _runs_before_lab_start: ({"t1": 0, "t2": 3, "t3": 3}, "made before 'testbed lab start' made this folder"),
+    _not_made_by_lab_start: ({"t1": 0, "t2": 3, "t3": 3}, "the folder was not made by 'testbed lab start'"),
 }
 
 
@@ -241,7 +277,7 @@ def test_a_knob_left_todo_fails_the_runs_task_with_the_files_own_message(tmp_pat
 
 def test_a_band_for_another_kernel_series_grades_nothing_and_says_so(tmp_path):
     work, results = _submission(tmp_path)
-    found = grading.load_results(work, labkit.load_lab(LABS / "wireless"), results)
+    found = labresults.load_results(work, labkit.load_lab(LABS / "wireless"), results)
     band = labkit.Band(task="t1", point="cc=reno", cc="reno", metric="goodput", series="6.12", min=0, max=1,
                        reference=0.5)
     check = grading.band_check(band, found)
@@ -339,3 +375,39 @@ def test_a_run_that_never_started_is_replaced_by_a_later_attempt(tmp_path):
     (failed / "flows.csv").unlink()
     checked = lab.check(LABS / "wireless", work, results)
     assert checked.grade.tasks[0].passed, grading.text(checked.grade)
+
+
+def _gradescope_run(root: Path, upload: Path | None) -> dict:
+    """``run_autograder`` as Gradescope runs it: the upload in ``submission/``, the grade read back from
+    ``results/results.json`` (AUTOGRADER_ROOT for /autograder; the project's Python for the image's venv,
+    which setup.sh would make)."""
+    shutil.rmtree(root / "submission", ignore_errors=True)
+    shutil.rmtree(root / "results", ignore_errors=True)
+    (root / "submission").mkdir()
+    if upload is not None:  # an uploaded zip of the folder, as Gradescope unpacks it: one level down
+        shutil.copytree(upload, root / "submission" / "my-wireless-lab")
+    env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
+    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
+                          timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    return json.loads((root / "results" / "results.json").read_text())
+
+
+def test_the_gradescope_autograder_grades_an_upload_laid_out_as_gradescope_lays_it_out(tmp_path):
+    zipped = autograder.build("wireless", tmp_path)
+    root = tmp_path / "autograder"
+    with zipfile.ZipFile(zipped) as archive:
+        names = archive.namelist()
+        archive.extractall(root / "source")
+    assert {"setup.sh", "run_autograder", "cc-testbed/labs/wireless/lab.yaml", "cc-testbed/testbed/cli.py",
+            "cc-testbed/requirements.lock"} <= set(names)  # fmt: skip
+    assert not [n for n in names if "/solution/" in n or n.endswith("hidden.yaml") or "__pycache__" in n]
+    assert subprocess.run(["bash", "-n", str(root / "source" / "setup.sh")]).returncode == 0
+    work, _ = _submission(tmp_path / "student")
+    passing = _gradescope_run(root, work)
+    assert passing["score"] == 10 and {t["status"] for t in passing["tests"]} == {"passed"}, passing
+    _filler(work, work / "results")
+    failing = _gradescope_run(root, work)
+    assert failing["score"] == 4 and "filler" in json.dumps(failing), failing
+    nothing = _gradescope_run(root, None)
+    assert nothing["score"] == 0 and "no answers.md in the submission" in nothing["output"]

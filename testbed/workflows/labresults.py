@@ -1,0 +1,136 @@
+"""A student's lab runs as the autograder reads them (testbed/workflows/grading.py): the latest run of
+each point and seed of their scenario file, the identity each run of the file has as it is now, when
+``testbed lab start`` made the folder, and a metric of their runs (for a band or a question).
+
+Results are read through the catalog (analysis/catalog.py): a lab's results folder may hold several
+sessions, and the latest run of each point and seed counts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis import catalog, metrics
+from testbed.scenario.errors import ScenarioError
+from testbed.scenario.load import load_scenario
+from testbed.workflows import labkit
+from testbed.workflows.labkit import LATENCY_METRICS, Band, Lab, Measured
+
+#: latency metric -> (kind of flow, column of the catalog's latency table)
+LATENCY_COLUMNS = {m: ("ping" if m.startswith("ping") else "requests", m.split("_", 1)[1]) for m in LATENCY_METRICS}
+
+
+@dataclass
+class Results:
+    """A lab's runs and flows in a results folder: the latest run of each point and seed."""
+
+    runs: pd.DataFrame
+    flows: pd.DataFrame
+    latency: pd.DataFrame
+    seeds: dict[str, list[int]]  # point id -> the seeds the scenario file asks for
+    problem: str | None = None  # why the scenario file gave no points (e.g. a knob left TODO)
+    #: (point id, seed) -> the identity a run of the scenario file as it is now has (RunSpec.identity)
+    identities: dict[tuple[str, int], str] = field(default_factory=dict)
+    started_utc: str | None = None  # when ``testbed lab start`` made the folder (None: it did not)
+
+
+def load_results(work: Path, lab: Lab, results: Path) -> Results:
+    """The lab's runs under ``results`` (its catalog brought up to date first): those of the lab's
+    scenario file, or every run when the lab has none (the student runs the project's experiments)."""
+    seeds, identities, problem = _planned_runs(work, lab)
+    started = labkit.lab_started(work)
+    if not results.is_dir():
+        empty = pd.DataFrame()
+        return Results(empty, empty, empty, seeds, problem or f"{results}: no results folder (run the lab's scenario)",
+                       identities, started)  # fmt: skip
+    catalog.ingest(results)
+    name = Path(lab.scenario).stem if lab.scenario else None
+    runs = catalog.runs(results, scenario=name)
+    if not runs.empty:
+        # a run that never started (its guest did not boot) has no start time: any later attempt replaces it
+        runs = runs.sort_values("started_utc", na_position="first")
+        runs = runs.drop_duplicates(["scenario", "point_id", "seed"], keep="last")
+    if lab.scenario is None:
+        seeds = {point: sorted(set(group["seed"])) for point, group in runs.groupby("point_id")} if not runs.empty \
+            else {}  # fmt: skip
+    kept = set(runs["run_id"]) if not runs.empty else set()
+    flows = _kept(catalog.flows(results, scenario=name), kept)
+    latency = _kept(catalog.latency(results, scenario=name), kept)
+    return Results(runs, flows, latency, seeds, problem, identities, started)
+
+
+def _planned_runs(work: Path, lab: Lab) -> tuple[dict[str, list[int]], dict[tuple[str, int], str], str | None]:
+    """Point id -> the seeds the student's scenario file asks for, over the file's profiles (a lab may
+    run one profile per task); each run's identity as the file is now; and why a profile gives none
+    (e.g. a knob left TODO)."""
+    if lab.scenario is None:
+        return {}, {}, None
+    path = work / lab.scenario
+    seeds: dict[str, list[int]] = {}
+    identities: dict[tuple[str, int], str] = {}
+    problems = []
+    for profile in [None, *_profiles(path)]:
+        try:
+            scenario = load_scenario(path, profile=profile)
+        except ScenarioError as err:
+            problems.append(str(err))
+            continue
+        seeds.update({p.point_id: list(p.scenario.seeds) for p in scenario.points})
+        identities.update({(r.point_id, r.seed): r.identity() for r in scenario.runs()})
+    return seeds, identities, "\n".join(problems) or None
+
+
+def _profiles(path: Path) -> list[str]:
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError):
+        return []
+    return sorted(data.get("profiles") or {}) if isinstance(data, dict) else []
+
+
+def _kept(frame: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
+    return frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
+
+
+def point_values(point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None) -> list[float]:
+    """The metric ``asked`` of each of the student's latest complete runs of ``point``: of the seeds their
+    scenario file asks for (``seeds`` when given: a hidden variant's), never another's."""
+    runs = results.runs
+    if runs.empty:
+        return []
+    wanted = seeds if seeds is not None else results.seeds.get(point, [])
+    runs = runs[(runs["point_id"] == point) & (runs["status"] == "complete") & runs["seed"].isin(wanted)]
+    values = (run_metric(asked, run_id, results) for run_id in runs["run_id"])
+    return [v for v in values if not math.isnan(v)]
+
+
+def run_metric(asked: Band | Measured, run_id: str, results: Results) -> float:
+    """One run's value of a band's or a question's metric (NaN when it has none)."""
+    if asked.metric in LATENCY_COLUMNS:
+        kind, column = LATENCY_COLUMNS[asked.metric]
+        rows = results.latency[(results.latency["run_id"] == run_id) & (results.latency["kind"] == kind)] \
+            if not results.latency.empty else results.latency  # fmt: skip
+        return float(rows[column].mean()) if not rows.empty else math.nan
+    flows = results.flows[(results.flows["run_id"] == run_id) & (results.flows["direction"] == "forward")] \
+        if not results.flows.empty else results.flows  # fmt: skip
+    if asked.cc:
+        flows = flows[flows["cc"] == asked.cc]
+    return metrics.group_metric(flows, asked.metric) if not flows.empty else math.nan
+
+
+def run_fingerprint(run_dir: Path) -> str | None:
+    """What tells a run from every other: the sha256 of its manifest's list of files and their sha256
+    (its captures and traces differ from any other run's). None when the manifest lists no files."""
+    try:
+        files = json.loads((run_dir / "manifest.json").read_text()).get("files") or {}
+    except (OSError, ValueError, AttributeError):
+        return None
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest() if files else None
+
