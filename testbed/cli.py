@@ -287,6 +287,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     if args.action == "list":
         print(lab.describe())
         return 0
+    if args.action == "duplicates":
+        return _lab_duplicates(args)
     if not args.name:
         raise labkit.LabError(f"lab {args.action} needs the lab's name: one of {', '.join(labkit.lab_names())}")
     master = labkit.lab_dir(args.name)
@@ -313,6 +315,23 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     print(grading.text(checked.grade))
     print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
     return 0 if all(t.passed for t in checked.grade.tasks) else 1
+
+
+def _lab_duplicates(args: argparse.Namespace) -> int:
+    """``lab duplicates FOLDER...``: runs that two submissions share (exit 1 when any)."""
+    from testbed.workflows import lab, labkit
+
+    folders = [Path(f) for f in ([args.name] if args.name else []) + ([str(args.dir)] if args.dir else [])
+               + args.more]  # fmt: skip
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if len(folders) < 2 or missing:
+        problem = f"; not folders: {', '.join(missing)}" if missing else ""
+        raise labkit.LabError(f"lab duplicates needs two submission folders or more{problem}")
+    shared = lab.shared_runs(folders)
+    for runs in shared.values():
+        print("the same run in " + " and ".join(str(r) for r in runs))
+    print(f"{len(shared)} run(s) found in two submissions or more, of {len(folders)} submissions")
+    return 1 if shared else 0
 
 
 def _lab_bands(master: Path, args: argparse.Namespace) -> int:
@@ -561,12 +580,14 @@ def _add_lab(sub) -> None:
         "notebook NAME: JupyterLab on the lab's analysis.ipynb (the current folder's, if it has one). "
         "bands NAME RESULTS --how TEXT (instructors): the bands of the lab's expected.yaml from reference runs of "
         "its solution/. autograder NAME [DIR] (instructors): the zip Gradescope takes as the lab's autograder, "
-        "written to DIR (default: the current folder).",
+        "written to DIR (default: the current folder). duplicates FOLDER FOLDER... (instructors): runs that two "
+        "submissions share, by their captures' fingerprints (exit 1 when any).",
     )  # fmt: skip
-    lab.add_argument("action", choices=["list", "start", "check", "notebook", "bands", "autograder"])
+    lab.add_argument("action", choices=["list", "start", "check", "notebook", "bands", "autograder", "duplicates"])
     lab.add_argument("name", nargs="?", help="a lab of labs/ (testbed lab list) or a folder holding a lab.yaml")
     lab.add_argument("dir", nargs="?", type=Path, help="start: the new folder; check: the results folder; "
                      "autograder: where the zip goes")  # fmt: skip
+    lab.add_argument("more", nargs="*", help="duplicates: more submission folders")
     lab.add_argument("--work", type=Path, help="check: the student's lab folder (default: the current one if it "
                      "holds a lab.yaml, else the lab's own)")  # fmt: skip
     lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")

@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 from PIL import Image
 
+from analysis import claims
 from testbed.results import rundir
 from testbed.workflows import labkit, labresults
 from testbed.workflows.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
@@ -95,7 +96,7 @@ def grade(work: Path, lab: Lab, expected: Expected | None, results: Results) -> 
     tasks = []
     for task in lab.tasks:
         copies = set(expected.reference.fingerprints) if expected and expected.reference else set()
-        checks = _run_checks(task, results, copies) + _figure_checks(task, work, results)
+        checks = _run_checks(task, results, copies, lab.min_seeds) + _figure_checks(task, work, results)
         checks += _answer_checks(task, work / lab.answers, results)
         checks += _band_checks([b for b in (expected.bands if expected else []) if b.task == task.id], results)
         tasks.append(TaskGrade(task, checks))
@@ -120,7 +121,7 @@ def _band_checks(bands: list[Band], results: Results) -> list[Check]:
     return [band_check(band, results) for band in (mine or bands)]
 
 
-def _run_checks(task: Task, results: Results, copies: set[str]) -> list[Check]:
+def _run_checks(task: Task, results: Results, copies: set[str], min_seeds: int) -> list[Check]:
     if not task.runs:
         return []
     if results.problem and not results.seeds:
@@ -128,6 +129,11 @@ def _run_checks(task: Task, results: Results, copies: set[str]) -> list[Check]:
     if not results.seeds:
         return [Check("runs", False, "no runs in the results folder: run the experiments the handout names")]
     points = list(results.seeds) if task.runs == ["*"] else task.runs
+    few = {p: len(results.seeds.get(p, [])) for p in points if 0 < len(results.seeds.get(p, [])) < min_seeds}
+    if few:
+        named = ", ".join(f"{p} ({n})" for p, n in few.items())
+        return [Check("seeds", False, f"the lab asks for at least {min_seeds} seeds a point; the file asks for "
+                                      f"fewer at {named}: set its seeds")]  # fmt: skip
     return [_point_check(point, results, copies) for point in points]
 
 
@@ -239,7 +245,36 @@ def answers(path: Path) -> dict[str, str]:
 
 def _answer_checks(task: Task, path: Path, results: Results) -> list[Check]:
     given = answers(path)
-    return [question_check(q, given.get(q.id, ""), path.name, results) for q in task.questions]
+    checks = [question_check(q, given.get(q.id, ""), path.name, results) for q in task.questions]
+    for question, check in zip(task.questions, checks, strict=True):
+        if question.verdict and check.ok:
+            verdict = verdict_check(given.get(question.id, ""), "\n".join(given.values()), results)
+            check.ok, check.graded = verdict.ok, check.graded and verdict.graded
+            check.detail = f"{check.detail}; {verdict.detail}"
+    return checks
+
+
+def verdict_check(answer: str, all_answers: str, results: Results) -> Check:
+    """The answer states the verdict the student's runs give (analysis/claims.py's rule) on the claim the
+    answers name by its id."""
+    decided = {v.claim.id: v for v in claims.verdicts(None, flows=labresults.claim_flows(results))
+               if v.verdict != "no data"}  # fmt: skip
+    named = [claim_id for claim_id in decided if claim_id in all_answers]
+    if not named:
+        return Check("verdict", False, f"the answers name none of the claims your runs decide "
+                                       f"({', '.join(decided) or 'none: run the points of one claim'})")  # fmt: skip
+    verdict = decided[named[0]]
+    said = [v for v in claims.VERDICTS if _says(answer, v)]
+    if verdict.verdict not in said:
+        return Check("verdict", False, f"your runs give {named[0]}: {verdict.verdict}, which the answer does not "
+                                       f"say{f' (it says {said[0]})' if said else ''}")  # fmt: skip
+    return Check("verdict", True, f"states the verdict your runs give on {named[0]}: {verdict.verdict}")
+
+
+def _says(text: str, verdict: str) -> bool:
+    """The text says ``verdict`` ("reproduced" not as part of "not reproduced")."""
+    pattern = r"(?<!not )\breproduced\b" if verdict == "reproduced" else r"\b" + re.escape(verdict) + r"\b"
+    return re.search(pattern, text.lower()) is not None
 
 
 def question_check(question: Question, answer: str, file: str, results: Results) -> Check:

@@ -121,6 +121,20 @@ def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
     return checks
 
 
+def shared_runs(folders: list[Path]) -> dict[str, list[Path]]:
+    """Runs found in more than one of the submissions ``folders`` (an instructor's check across a class):
+    fingerprint -> the run folders that have it, when they belong to two submissions or more. A run is
+    found by its manifest; its fingerprint (labresults.run_fingerprint) is its captures' sha256s, which
+    no two real runs share."""
+    seen: dict[str, list[tuple[int, Path]]] = {}
+    for index, folder in enumerate(folders):
+        for manifest in sorted(folder.rglob("manifest.json")):
+            fingerprint = labresults.run_fingerprint(manifest.parent)
+            if fingerprint is not None:
+                seen.setdefault(fingerprint, []).append((index, manifest.parent))
+    return {f: [run for _, run in found] for f, found in seen.items() if len({i for i, _ in found}) > 1}
+
+
 def open_notebook(folder: Path) -> int:
     """JupyterLab on the lab folder's analysis.ipynb (replaces this process; Ctrl-C in it stops it)."""
     notebook = folder / "analysis.ipynb"

@@ -79,6 +79,9 @@ class Question(_Strict):
     numbers: list[Measured] = []
     rubric: list[Concept] = []
     pass_at: int | None = Field(None, ge=1)
+    #: the answer states the verdict the student's runs give on the claim the answers name (a claim of
+    #: analysis/claims.yaml, by its id), in the project's words: reproduced, opposite, not reproduced, undecided
+    verdict: bool = False
 
     @model_validator(mode="after")
     def _pass_at_within_rubric(self):
@@ -110,8 +113,12 @@ class Lab(_Strict):
     papers: str
     minutes: Minutes
     #: the starter experiment, a file of the lab folder; None: the student runs the project's own
-    #: experiments (scenarios/), and every run of the results folder counts
+    #: experiments (scenarios/) through ``suite``, or every run of the results folder counts
     scenario: str | None = None
+    #: with no scenario: the student's suite file (of the project's experiments), whose points and seeds count
+    suite: str | None = None
+    #: each point needs runs of at least this many seeds (the verdicts' statistics need them)
+    min_seeds: int = Field(1, ge=1)
     answers: str = "answers.md"
     tasks: list[Task]
 
@@ -188,8 +195,9 @@ def _read(path: Path, model: type[BaseModel]):
 
 def load_lab(folder: Path) -> Lab:
     lab = _read(folder / "lab.yaml", Lab)
-    if lab.scenario and not (folder / lab.scenario).is_file():
-        raise LabError(f"{folder / 'lab.yaml'}: its scenario {lab.scenario!r} is not in {folder}")
+    for file in filter(None, (lab.scenario, lab.suite)):
+        if not (folder / file).is_file():
+            raise LabError(f"{folder / 'lab.yaml'}: its scenario {file!r} is not in {folder}")
     return lab
 
 

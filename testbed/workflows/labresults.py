@@ -18,8 +18,10 @@ import pandas as pd
 import yaml
 
 from analysis import catalog, metrics
+from testbed import PROJECT
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
+from testbed.scenario.suite import load_suite
 from testbed.workflows import labkit
 from testbed.workflows.labkit import LATENCY_METRICS, Band, Lab, Measured
 
@@ -57,7 +59,7 @@ def load_results(work: Path, lab: Lab, results: Path) -> Results:
         # a run that never started (its guest did not boot) has no start time: any later attempt replaces it
         runs = runs.sort_values("started_utc", na_position="first")
         runs = runs.drop_duplicates(["scenario", "point_id", "seed"], keep="last")
-    if lab.scenario is None:
+    if lab.scenario is None and lab.suite is None:
         seeds = {point: sorted(set(group["seed"])) for point, group in runs.groupby("point_id")} if not runs.empty \
             else {}  # fmt: skip
     kept = set(runs["run_id"]) if not runs.empty else set()
@@ -70,8 +72,10 @@ def _planned_runs(work: Path, lab: Lab) -> tuple[dict[str, list[int]], dict[tupl
     """Point id -> the seeds the student's scenario file asks for, over the file's profiles (a lab may
     run one profile per task); each run's identity as the file is now; and why a profile gives none
     (e.g. a knob left TODO)."""
-    if lab.scenario is None:
+    if lab.scenario is None and lab.suite is None:
         return {}, {}, None
+    if lab.scenario is None:
+        return _planned_suite(work / lab.suite)
     path = work / lab.scenario
     seeds: dict[str, list[int]] = {}
     identities: dict[tuple[str, int], str] = {}
@@ -85,6 +89,16 @@ def _planned_runs(work: Path, lab: Lab) -> tuple[dict[str, list[int]], dict[tupl
         seeds.update({p.point_id: list(p.scenario.seeds) for p in scenario.points})
         identities.update({(r.point_id, r.seed): r.identity() for r in scenario.runs()})
     return seeds, identities, "\n".join(problems) or None
+
+
+def _planned_suite(path: Path) -> tuple[dict[str, list[int]], dict[tuple[str, int], str], str | None]:
+    """The planned runs of a student's suite file (its points are the project's experiments')."""
+    try:
+        suite = load_suite(path, PROJECT / "scenarios")
+    except ScenarioError as err:
+        return {}, {}, str(err)
+    seeds = {p.point_id: list(p.scenario.seeds) for p in suite.points}
+    return seeds, {(r.point_id, r.seed): r.identity() for r in suite.runs()}, None
 
 
 def _profiles(path: Path) -> list[str]:
@@ -133,4 +147,19 @@ def run_fingerprint(run_dir: Path) -> str | None:
     except (OSError, ValueError, AttributeError):
         return None
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest() if files else None
+
+
+def claim_flows(results: Results) -> pd.DataFrame:
+    """The student's graded runs' flows as analysis/claims.py judges them (its ``flow_rows``' columns),
+    from the catalog: the latest run of each seed their file asks for."""
+    runs = results.runs
+    if runs.empty or results.flows.empty:
+        return pd.DataFrame()
+    graded = {r.run_id for r in runs.itertuples() if r.seed in results.seeds.get(r.point_id, [])}
+    flows = results.flows[results.flows["run_id"].isin(graded)].copy()
+    flows["experiment"], flows["point"], flows["run"] = flows["scenario"], flows["point_id"], flows["run_id"]
+    flows["kernel"], flows["wall_s"] = flows["kernel_release"], math.nan
+    params = dict(zip(runs["run_id"], runs["params"], strict=True))  # the catalog's flows leave them out
+    flows["params"] = [params[r] for r in flows["run_id"]]
+    return flows.reset_index(drop=True)
 

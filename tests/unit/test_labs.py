@@ -411,3 +411,68 @@ def test_the_gradescope_autograder_grades_an_upload_laid_out_as_gradescope_lays_
     assert failing["score"] == 4 and "filler" in json.dumps(failing), failing
     nothing = _gradescope_run(root, None)
     assert nothing["score"] == 0 and "no answers.md in the submission" in nothing["output"]
+
+
+def test_lab_duplicates_names_a_run_two_submissions_share_and_passes_independent_ones(tmp_path, capsys):
+    alice, _ = _submission(tmp_path / "alice")
+    bob = tmp_path / "bob"
+    shutil.copytree(FIXTURE, bob)  # other real runs of the same lab (the reference runs)
+    assert lab.shared_runs([alice, bob]) == {}
+    assert main(["lab", "duplicates", str(alice), str(bob)]) == 0
+    copied = next(alice.rglob("cc=westwood/seed=2"))
+    shutil.copytree(copied, bob / "results" / "wireless" / "copied" / "cc=westwood" / "seed=2")
+    shared = lab.shared_runs([alice, bob])
+    assert len(shared) == 1 and sorted(r.name for r in next(iter(shared.values()))) == ["seed=2", "seed=2"]
+    assert main(["lab", "duplicates", str(alice), str(bob), str(tmp_path / "carol")]) == 2  # not a folder
+    assert main(["lab", "duplicates", str(alice), str(bob)]) == 1
+    out = capsys.readouterr().out
+    assert "the same run in" in out and "1 run(s) found in two submissions or more, of 2 submissions" in out
+
+
+REPRODUCE = FIXTURE.with_name("lab-reproduce-student")
+
+
+def _reproduce(tmp_path: Path) -> Path:
+    work = tmp_path / "reproduce"
+    shutil.copytree(REPRODUCE, work)
+    _analysed(work / "results")
+    return work
+
+
+def _grade_reproduce(work: Path) -> grading.Grade:
+    return lab.check(LABS / "reproduce", work, work / "results").grade
+
+
+def test_a_students_reproduce_lab_passes_with_the_verdict_its_runs_give(tmp_path):
+    graded = _grade_reproduce(_reproduce(tmp_path))
+    assert graded.score == graded.max_score == 10, grading.text(graded)
+    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in grading.text(graded)
+
+
+def test_the_reproduce_lab_asks_for_three_seeds_a_point(tmp_path):
+    work = _reproduce(tmp_path)
+    (work / "claim.yaml").write_text((work / "claim.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2]"))
+    graded = _grade_reproduce(work)
+    # two seeds a side: the runs graded (seeds 1 and 2) leave the claim undecided, which Q2 does not say
+    assert [t.score for t in graded.tasks] == [0, 0, 3], grading.text(graded)
+    assert "the lab asks for at least 3 seeds a point; the file asks for fewer at" in grading.text(graded)
+    assert "mobile-westwood-beats-reno-bernoulli: undecided, which the answer does not say" in grading.text(graded)
+
+
+def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
+    work = _reproduce(tmp_path)
+    _answer(work, "Q2", grading.answers(work / "answers.md")["Q2"].replace("Reproduced:", "Undecided:"))
+    graded = _grade_reproduce(work)
+    assert [t.score for t in graded.tasks] == [4, 0, 3], grading.text(graded)
+    assert ("your runs give mobile-westwood-beats-reno-bernoulli: reproduced, which the answer does not say "
+            "(it says undecided)") in grading.text(graded)  # fmt: skip
+
+
+def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
+    work = _reproduce(tmp_path)
+    text = (work / "answers.md").read_text().replace("mobile-westwood-beats-reno-bernoulli", "the claim I chose")
+    (work / "answers.md").write_text(text)
+    graded = _grade_reproduce(work)
+    assert graded.tasks[1].score == 0
+    assert "the answers name none of the claims your runs decide (mobile-westwood-beats-reno-bernoulli" \
+        in grading.text(graded)  # fmt: skip
