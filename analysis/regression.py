@@ -3,8 +3,8 @@ and a candidate kernel, N interleaved repetitions each, compared per point x alg
 
 Metrics of one run, per point and algorithm (the forward flows of that algorithm; as in
 analysis/claims.py): ``goodput`` (mean sender goodput, paper 000 §3.1; higher is better),
-``total_goodput`` (their sum; higher is better), ``jain`` (Jain's index over them when there are two
-or more; higher is better) and ``retrans_ratio`` (retransmitted / sent bytes; lower is better).
+``total_goodput`` (their sum; higher is better) and ``jain`` (Jain's index over them), both only where
+there are two flows or more (one flow's total is its goodput: compared once), higher is better, and ``retrans_ratio`` (retransmitted / sent bytes; lower is better).
 
 **The rule.** ``change = mean(candidate) / mean(baseline) - 1``. The repetitions are **paired**:
 repetition r runs seed r on both kernels, one right after the other, so the pair shares its loss
@@ -59,6 +59,8 @@ RATIO_FLOOR = 0.001
 DEFAULT_REPEAT = 5
 #: metric -> True when higher is better
 FLOW_METRICS = {"goodput": True, "total_goodput": True, "jain": True, "retrans_ratio": False}
+#: metrics of a group of several flows (a point's single flow has neither)
+SEVERAL_FLOWS = ("total_goodput", "jain")
 #: latency under load (analysis.latency): per run, the ping flows' and the requests flows' percentiles
 #: over all their samples; lower is better (a latency regression is a regression)
 LATENCY_METRICS = {"ping_p50_ms": ("ping", "p50_ms"), "ping_p99_ms": ("ping", "p99_ms"),
@@ -100,8 +102,10 @@ def run_metrics(flows: pd.DataFrame) -> pd.DataFrame:
         for cc, group in run_flows.groupby("cc", sort=True):
             if group["goodput_mbit"].isna().any():
                 continue
+            # one flow: its total is its goodput and Jain's index has no meaning; each is compared once
+            wanted = [m for m in FLOW_METRICS if len(group) > 1 or m not in SEVERAL_FLOWS]
             rows += [{"run": run, "point": point, "seed": seed, "cc": cc, "metric": m,
-                      "value": metrics.group_metric(group, m)} for m in FLOW_METRICS]  # fmt: skip
+                      "value": metrics.group_metric(group, m)} for m in wanted]  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
