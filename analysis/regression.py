@@ -4,7 +4,8 @@ and a candidate kernel, N interleaved repetitions each, compared per point x alg
 Metrics of one run, per point and algorithm (the forward flows of that algorithm; as in
 analysis/claims.py): ``goodput`` (mean sender goodput, paper 000 §3.1; higher is better),
 ``total_goodput`` (their sum; higher is better) and ``jain`` (Jain's index over them), both only where
-there are two flows or more (one flow's total is its goodput: compared once), higher is better, and ``retrans_ratio`` (retransmitted / sent bytes; lower is better).
+there are two flows or more (one flow's total is its goodput: compared once), higher is better, and
+``retrans_ratio`` (retransmitted / sent bytes; lower is better).
 
 **The rule.** ``change = mean(candidate) / mean(baseline) - 1``. The repetitions are **paired**:
 repetition r runs seed r on both kernels, one right after the other, so the pair shares its loss
