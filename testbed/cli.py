@@ -37,6 +37,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
         scenario = scenario.select(args.only or (), args.seed or ())
+    _refuse_runaway(scenario.runs(), args)
     budget_s = _decide_budget(args, scenario)
     with _ahead(not args.no_report) as ahead:
 
@@ -208,8 +209,20 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _refuse_runaway(runs: list, args: argparse.Namespace) -> None:
+    """A session estimated beyond a day starts only with --yes (testbed.plan.estimate.runaway)."""
+    from testbed.host.clusterspec import host_count
+    from testbed.plan.estimate import runaway
+
+    why = runaway(runs, host_count(args.cluster))
+    if why and not args.yes:
+        raise ValueError(f"{why}; or run it as it is with --yes")
+    if why:
+        print(f"testbed: {why}; running it as asked (--yes)", file=sys.stderr)
+
+
 def _cmd_check(args: argparse.Namespace) -> int:
-    from testbed.plan.estimate import estimate_s
+    from testbed.plan.estimate import RUNAWAY_S, estimate_s
     from testbed.scenario.load import find_scenario, load_scenario
 
     total_s = 0.0
@@ -225,6 +238,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
             print(f"  {point.point_id}")
     if len(args.scenarios) > 1:
         print(f"total: about {total_s / 60:.1f} min of runs (plus a guest boot per scenario)")
+    if total_s > RUNAWAY_S:
+        print(f"warning: about {total_s / 3600:.1f} h of runs, over a day: testbed run will ask for --yes; "
+              "cut the sweep (--only, --seed) or spread it (--cluster)", file=sys.stderr)  # fmt: skip
     return 0
 
 
@@ -386,6 +402,8 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
              "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
              "uses that network, kept for it (docs/results.md)",
     )  # fmt: skip
+    parser.add_argument("--yes", action="store_true",
+                        help="start a session estimated beyond a day of runs (refused without it)")  # fmt: skip
     parser.add_argument(
         "--force", action="store_true",
         help="run every run again in a new results folder; without it, a scenario run again on the same kernel "

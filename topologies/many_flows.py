@@ -21,8 +21,8 @@ charged to their sockets). Each flow's base RTT is measured (ping between its tw
 calibrated like a dumbbell pair's.
 
 The bottleneck, its queue and its loss (on the routers' egress toward the receiving side, after
-the queue) are the dumbbell's. Flows share their two hosts, so the per-host options (SACK off, and
-the route metrics for delayed ACKs off and the initial window) must be the same for every flow:
+the queue) are the dumbbell's. Flows share their two hosts, so the per-host options (SACK off, ECN,
+and the route metrics for delayed ACKs off and the initial window) must be the same for every flow:
 use the dumbbell to mix them.
 """
 
@@ -35,7 +35,7 @@ from topologies.netspec import Endpoint, LinkSpec, NetSpec
 from topologies.shaping import DelayClass, EgressPlan
 
 #: options applied per host: with one host per side they must agree across flows
-HOST_WIDE_OPTIONS = ("sack", "delayed_ack", "initcwnd_segs")
+HOST_WIDE_OPTIONS = ("sack", "delayed_ack", "initcwnd_segs", "ecn")
 
 
 class ManyFlowsParams(DumbbellParams):

@@ -350,8 +350,10 @@ def start(spec: ClusterSpec):
     if isinstance(spec, LocalSpec):
         from distributed import LocalCluster
 
+        # loopback only, scheduler, workers and dashboard: Dask's default TCP has no authentication, and its
+        # tasks run as root here (the dashboard's default is every interface)
         return LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, resources={"run": 1},
-                            dashboard_address=":0", silence_logs=logging.ERROR,
+                            host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
                             local_directory=str(DASK_DIRECTORY))  # fmt: skip
     if isinstance(spec, SSHSpec):
         return _ssh_cluster(spec, worker_options)

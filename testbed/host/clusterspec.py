@@ -192,6 +192,18 @@ def _ssh_host(name: str, hostvars: dict) -> SSHHost:
         raise ClusterError(f"inventory host {name}: {err}") from None
 
 
+def host_count(text: str | None) -> int:
+    """How many workers run at once for a --cluster SPEC (1: none given; a spec that cannot be read yet
+    counts 1, and its own error comes when the session starts it)."""
+    if not text:
+        return 1
+    try:
+        spec = parse(text)
+    except ClusterError:
+        return 1
+    return {"local": lambda: spec.workers, "ssh": lambda: len(spec.hosts), "slurm": lambda: spec.jobs}[spec.kind]()
+
+
 def describe(spec: ClusterSpec) -> str:
     """One line for the log and ``session.json``."""
     if isinstance(spec, LocalSpec):

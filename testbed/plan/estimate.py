@@ -52,3 +52,20 @@ def estimate_s(run: RunSpec) -> float:
     connections = len(plan_connections(scenario, TOPOLOGIES[scenario.topology.name].from_scenario(scenario)))
     return (scenario.duration_s + RUN_OVERHEAD_S + SETUP_S_PER_NODE * len(netspec(run).nodes)
             + SETUP_S_PER_CONNECTION * connections)  # fmt: skip
+
+
+#: beyond this much of estimated runs a sweep is a runaway until said otherwise (testbed run --yes)
+RUNAWAY_S = 24 * 3600.0
+
+
+def runaway(runs: list[RunSpec], hosts: int = 1) -> str | None:
+    """Why a session of ``runs`` is too long to start without asking (None: it is not): its estimate
+    here and spread over more hosts, and how to cut it."""
+    total_s = sum(estimate_s(r) for r in runs)
+    if total_s / hosts <= RUNAWAY_S:
+        return None
+    spread = ", ".join(f"{total_s / n / 3600:.1f} h on {n} hosts" for n in (10, 100) if n > hosts)
+    here = f"{total_s / hosts / 3600:.1f} h" + (f" on {hosts} hosts" if hosts > 1 else " here")
+    return (f"{len(runs)} runs, estimated {here} ({total_s / 86400:.1f} days of runs; {spread}): cut the sweep "
+            f"(--only, --seed, fewer seeds or values), or spread it (--cluster)")
+

@@ -83,3 +83,29 @@ def test_check_of_a_bad_file_exits_2_naming_the_file_and_line(tmp_path, capsys, 
     out, err = capsys.readouterr()
     assert err.splitlines() == [f"testbed: {bad}: 1 problem:", problem]
     assert "Traceback" not in err and not out
+
+
+def _runaway(tmp_path):
+    """300 RTTs x 300 seeds of 10 s: 90,000 runs, about 375 h here."""
+    path = tmp_path / "runaway.yaml"
+    path.write_text("topology: {name: dumbbell, bottleneck: {rate_mbit: 10, queue_bdp: 1}}\n"
+                    f"flows: [{{cc: reno, rtt_ms: {list(range(10, 3010, 10))}}}]\n"
+                    f"duration_s: 10\nseeds: {list(range(1, 301))}\n")  # fmt: skip
+    return path
+
+
+def test_a_sweep_of_more_than_a_day_is_refused_before_anything_runs_unless_asked(tmp_path, capsys):
+    from testbed.cli import main
+
+    path = _runaway(tmp_path)
+    assert main(["check", str(path)]) == 0
+    assert "warning: about 375.0 h of runs, over a day: testbed run will ask for --yes" in capsys.readouterr().err
+    assert main(["run", str(path), "--results", str(tmp_path / "results"), "--backend", "local"]) == 2
+    err = capsys.readouterr().err
+    assert "90000 runs, estimated 375.0 h here" in err and "3.8 h on 100 hosts" in err and "--yes" in err
+    assert not (tmp_path / "results").exists()
+    # spread over 100 workers it is under a day: not refused for its length (the session's own checks follow)
+    from testbed.host.clusterspec import host_count
+    from testbed.plan.estimate import runaway
+
+    assert host_count("local:100") == 100 and runaway([], 1) is None

@@ -4,6 +4,7 @@ and the check a shipped run folder passes before it joins the session."""
 from __future__ import annotations
 
 import io
+import os
 import tarfile
 
 import pytest
@@ -136,3 +137,23 @@ def test_a_placement_seed_sends_a_point_to_the_same_host_in_every_session():
     assert hosts == [second._placed(r)[0].split(":")[1] for r in runs]
     assert len(set(hosts)) > 1  # spread, not all on one host
     assert ClusterBackend(clusterspec.LocalSpec(workers=2), "guest", [])._placed(runs[0]) is None
+
+
+def test_a_local_cluster_listens_on_loopback_only():
+    """``local:N``: the scheduler, each worker and the dashboard bound to 127.0.0.1 (Dask's TCP is not
+    authenticated and its tasks run as root), checked on the sockets the processes really opened."""
+    import psutil
+
+    from testbed.host import cluster
+
+    dask_cluster = cluster.start(clusterspec.parse("local:1"))
+    try:
+        workers = list(dask_cluster.scheduler_info["workers"])
+        assert dask_cluster.scheduler_address.startswith("tcp://127.0.0.1:")
+        assert workers and all(w.startswith("tcp://127.0.0.1:") for w in workers), workers
+        pids = [os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))]
+        listening = [c.laddr.ip for pid in pids for c in psutil.Process(pid).net_connections("inet")
+                     if c.status == psutil.CONN_LISTEN]  # fmt: skip
+        assert listening and set(listening) == {"127.0.0.1"}, listening
+    finally:
+        dask_cluster.close()

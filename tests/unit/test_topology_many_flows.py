@@ -92,3 +92,15 @@ def test_host_wide_options_must_agree_across_flows():
         scenario_from_dict(data)
     data["flows"][1]["sack"] = False
     assert scenario_from_dict(data).points
+
+
+def test_ecn_on_one_flow_of_a_shared_host_is_refused_not_spread_to_the_others():
+    """ECN is a sysctl of the sender's host (net.ipv4.tcp_ecn): one flow asking for it would turn it on
+    for every flow of many_flows' two hosts."""
+    data = rtt_fairness(10)
+    data["flows"][1]["ecn"] = True
+    with pytest.raises(ScenarioError, match=r"flows\[1\]\.ecn: all flows of many_flows share two hosts, so 'ecn'"):
+        scenario_from_dict(data)
+    for flow in data["flows"]:
+        flow["ecn"] = True
+    assert scenario_from_dict(data).points
