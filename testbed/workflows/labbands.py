@@ -37,7 +37,9 @@ def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Exp
     complete = found.runs[found.runs["status"] == "complete"]
     kernels = ", ".join(sorted(set(complete["kernel_release"].dropna())))
     fingerprints = sorted(filter(None, (labresults.run_fingerprint(Path(path)) for path in complete["path"])))
-    reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete), fingerprints=fingerprints)
+    seeds = sorted({int(seed) for seed in complete["seed"]})
+    reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete), seeds=seeds,
+                                 fingerprints=fingerprints)  # fmt: skip
     return labkit.Expected(reference=reference, bands=bands)
 
 

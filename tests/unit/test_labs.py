@@ -476,3 +476,18 @@ def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
     assert graded.tasks[1].score == 0
     assert "the answers name none of the claims your runs decide (mobile-westwood-beats-reno-bernoulli" \
         in grading.text(graded)  # fmt: skip
+
+
+@pytest.mark.parametrize("name", ["wireless", "bufferbloat"])
+def test_a_labs_hidden_variants_run_seeds_its_bands_were_made_from(name, tmp_path):
+    """A hidden variant is graded by the lab's bands on its own runs: the reference runs those bands came
+    from must include its seeds, or a correct solution fails there (the wireless lab's seeds 4-5 did)."""
+    work = labkit.start_lab(name, tmp_path / name)
+    shutil.copy(LABS / name / "solution" / f"{name}.yaml", work / f"{name}.yaml")
+    lab_ = labkit.load_lab(LABS / name)
+    expected = labkit.load_expected(LABS / name, lab_)
+    variants = lab.hidden_scenarios(work, lab_, labkit.load_hidden(LABS / name / "hidden.yaml"))
+    asked = {(r.point_id, r.seed) for _, scenario in variants for r in scenario.runs()}
+    assert asked, "the variants run nothing"
+    assert {seed for _, seed in asked} <= set(expected.reference.seeds), expected.reference.how
+    assert {point for point, _ in asked} <= {b.point for b in expected.bands}
