@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-import pandas as pd
 from PIL import Image
 
 from analysis import claims
@@ -219,14 +218,8 @@ def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
 
 
 def _graded_run_ids(task: Task, results: Results) -> set[str]:
-    """The run ids (catalog: <scenario>/<session>/<point>/seed=N) of the task's runs that are graded."""
-    if results.runs.empty:
-        return set()
-    points = set(results.seeds) if task.runs in ([], ["*"]) else set(task.runs)
-    runs = results.runs[results.runs["point_id"].isin(points)]
-    planned = [seed in results.seeds.get(point, []) for point, seed in zip(runs["point_id"], runs["seed"], strict=True)]
-    runs = runs[pd.Series(planned, index=runs.index, dtype=bool)]
-    return set(runs["run_id"])
+    """The run ids of the task's runs that are graded (all the student's when it names none)."""
+    return labresults.graded_run_ids(results, None if task.runs in ([], ["*"]) else set(task.runs))
 
 
 def answers(path: Path) -> dict[str, str]:
@@ -257,8 +250,7 @@ def _answer_checks(task: Task, path: Path, results: Results) -> list[Check]:
 def verdict_check(answer: str, all_answers: str, results: Results) -> Check:
     """The answer states the verdict the student's runs give (analysis/claims.py's rule) on the claim the
     answers name by its id."""
-    decided = {v.claim.id: v for v in claims.verdicts(None, flows=labresults.claim_flows(results))
-               if v.verdict != "no data"}  # fmt: skip
+    decided = labresults.decided_claims(results)
     named = [claim_id for claim_id in decided if claim_id in all_answers]
     if not named:
         return Check("verdict", False, f"the answers name none of the claims your runs decide "

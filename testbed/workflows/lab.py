@@ -1,10 +1,10 @@
 """``testbed lab``: list the course labs, start one in a folder of its own, grade a student's work.
 
 ``check`` grades with the tasks and bands of the lab as installed in ``labs/`` (a student's copy of
-``lab.yaml`` or ``expected.yaml`` is not trusted), runs the instructor's hidden variants first when the lab has a
-``hidden.yaml`` (other seeds or points of the student's own scenario file, into the same results
-folder; the bands must hold for them too, on their own runs), and writes ``grade/junit.xml`` and ``grade/results.json``
-(Gradescope) beside the terminal report.
+``lab.yaml`` or ``expected.yaml`` is not trusted), runs the instructor's hidden variants first when the
+lab has a ``hidden.yaml`` (other seeds or points of the student's own scenario file, into the same
+results folder; the bands must hold for them too, on their own runs), and writes ``grade/junit.xml``
+and ``grade/results.json`` (Gradescope) beside the terminal report.
 """
 
 from __future__ import annotations
@@ -114,7 +114,9 @@ def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
             continue
         runs = variant.scenario.runs()
         checks.append(grading.Check(f"hidden variant {variant.name}", True, f"{len(runs)} run(s) complete"))
-        seeds = {r.point_id: sorted({s.seed for s in runs if s.point_id == r.point_id}) for r in runs}
+        seeds: dict[str, list[int]] = {}
+        for r in runs:
+            seeds.setdefault(r.point_id, []).append(r.seed)
         for band in (b for b in (expected.bands if expected else []) if b.point in seeds):
             band_check = grading.band_check(band, found, seeds[band.point])
             checks.append(replace(band_check, name=f"hidden variant {variant.name}: {band_check.name}"))

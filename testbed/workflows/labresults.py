@@ -17,8 +17,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis import catalog, metrics
+from analysis import catalog, claims, metrics
 from testbed import PROJECT
+from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import load_suite
@@ -113,6 +114,13 @@ def _kept(frame: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
     return frame[frame["run_id"].isin(run_ids)] if not frame.empty else frame
 
 
+def graded_run_ids(results: Results, points: set[str] | None = None) -> set[str]:
+    """The run ids (catalog: <scenario>/<session>/<point>/seed=N) the grader counts: the latest run of each
+    seed the student's file asks for, of ``points`` (all when None)."""
+    return {r.run_id for r in results.runs.itertuples()
+            if (points is None or r.point_id in points) and r.seed in results.seeds.get(r.point_id, [])}  # fmt: skip
+
+
 def point_values(point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None) -> list[float]:
     """The metric ``asked`` of each of the student's latest complete runs of ``point``: of the seeds their
     scenario file asks for (``seeds`` when given: a hidden variant's), never another's."""
@@ -143,8 +151,8 @@ def run_fingerprint(run_dir: Path) -> str | None:
     """What tells a run from every other: the sha256 of its manifest's list of files and their sha256
     (its captures and traces differ from any other run's). None when the manifest lists no files."""
     try:
-        files = json.loads((run_dir / "manifest.json").read_text()).get("files") or {}
-    except (OSError, ValueError, AttributeError):
+        files = rundir.read_json(run_dir / rundir.MANIFEST).get("files") or {}
+    except (rundir.LoadError, AttributeError):
         return None
     return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest() if files else None
 
@@ -155,11 +163,16 @@ def claim_flows(results: Results) -> pd.DataFrame:
     runs = results.runs
     if runs.empty or results.flows.empty:
         return pd.DataFrame()
-    graded = {r.run_id for r in runs.itertuples() if r.seed in results.seeds.get(r.point_id, [])}
-    flows = results.flows[results.flows["run_id"].isin(graded)].copy()
+    flows = results.flows[results.flows["run_id"].isin(graded_run_ids(results))].copy()
     flows["experiment"], flows["point"], flows["run"] = flows["scenario"], flows["point_id"], flows["run_id"]
     flows["kernel"], flows["wall_s"] = flows["kernel_release"], math.nan
     params = dict(zip(runs["run_id"], runs["params"], strict=True))  # the catalog's flows leave them out
     flows["params"] = [params[r] for r in flows["run_id"]]
     return flows.reset_index(drop=True)
+
+
+def decided_claims(results: Results) -> dict[str, claims.Verdict]:
+    """Claim id -> its verdict on the student's graded runs, for the claims those runs decide."""
+    judged = claims.verdicts(None, flows=claim_flows(results))
+    return {v.claim.id: v for v in judged if v.verdict != "no data"}
 

@@ -21,7 +21,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from analysis import claims
 from testbed.workflows import grading, labkit, labresults
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
@@ -75,8 +74,7 @@ def _quote_the_runs(name: str, work: Path) -> None:
         quoted = "; ".join(f"{what}: {mean:.4g}" for what, mean in means.items() if mean)
         given[question.id] = f"{given[question.id].strip()}\nIn my runs: {quoted}.\n"
     for question in (q for t in lab_.tasks for q in t.questions if q.verdict):
-        decided = [v for v in claims.verdicts(None, flows=labresults.claim_flows(found)) if v.verdict != "no data"]
-        said = "; ".join(f"{v.claim.id}: {v.verdict}" for v in decided)
+        said = "; ".join(f"{claim}: {v.verdict}" for claim, v in labresults.decided_claims(found).items())
         given[question.id] = f"{given[question.id].strip()}\nThe verdict my runs give: {said}.\n"
     (work / lab_.answers).write_text("".join(f"## {q}\n{a.strip()}\n\n" for q, a in given.items()))
 
