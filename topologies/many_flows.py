@@ -35,7 +35,7 @@ from topologies.netspec import Endpoint, LinkSpec, NetSpec
 from topologies.shaping import DelayClass, EgressPlan
 
 #: options applied per host: with one host per side they must agree across flows
-HOST_WIDE_OPTIONS = ("sack", "delayed_ack", "initcwnd_segs", "ecn")
+HOST_WIDE_OPTIONS = ("sack", "rack", "tlp", "frto", "delayed_ack", "initcwnd_segs", "ecn")
 
 
 class ManyFlowsParams(DumbbellParams):

@@ -16,14 +16,24 @@ from testbed.scenario.points import RunSpec
 from testbed.scenario.schema import Scenario
 from topologies.lossmodel import timeline
 
+#: per-flow switches set as a sysctl on the flow's hosts (sender and receiver) when the flow turns them
+#: off: the flow's option -> (the options' key listing those hosts, the sysctl, its value off, the kernel's
+#: default, which a kept network gets back). Each is per network namespace since Linux 4.15.
+SYSCTL_SWITCHES = {
+    "sack": ("sack_off", "net.ipv4.tcp_sack", 0, 1),
+    "rack": ("rack_off", "net.ipv4.tcp_recovery", 0, 1),
+    "tlp": ("tlp_off", "net.ipv4.tcp_early_retrans", 0, 3),
+    "frto": ("frto_off", "net.ipv4.tcp_frto", 0, 2),
+}
+
 
 def flow_options(topology, scenario: Scenario) -> dict:
     """Per-flow TCP options, as set on the flow's hosts: delayed ACKs off (route ``quickack`` on the
-    receiver), SACK off (``net.ipv4.tcp_sack=0`` on sender and receiver), ECN asked for
-    (``net.ipv4.tcp_ecn=1`` on both), initial window (route ``initcwnd`` on the sender). A host is
+    receiver), SACK, RACK, TLP or F-RTO off (:data:`SYSCTL_SWITCHES`, on sender and receiver), ECN asked
+    for (``net.ipv4.tcp_ecn=1`` on both), initial window (route ``initcwnd`` on the sender). A host is
     shared by the flows of one pair: they get the union."""
     routes: dict[str, dict[str, int]] = {}
-    no_sack: set[str] = set()
+    off: dict[str, set[str]] = {key: set() for key, *_ in SYSCTL_SWITCHES.values()}
     ecn: set[str] = set()
     for flow, pairs in zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True):
         for pair in pairs:
@@ -32,36 +42,41 @@ def flow_options(topology, scenario: Scenario) -> dict:
                 routes.setdefault(receiver, {})["quickack"] = 1
             if flow.initcwnd_segs:
                 routes.setdefault(sender, {})["initcwnd"] = flow.initcwnd_segs
-            if not flow.sack:
-                no_sack.update((sender, receiver))
+            for option, (key, *_) in SYSCTL_SWITCHES.items():
+                if not getattr(flow, option):
+                    off[key].update((sender, receiver))
             if flow.ecn:
                 ecn.update((sender, receiver))
-    return {"route_metrics": dict(sorted(routes.items())), "sack_off": sorted(no_sack), "ecn_on": sorted(ecn)}
+    return {"route_metrics": dict(sorted(routes.items())), **{key: sorted(nodes) for key, nodes in off.items()},
+            "ecn_on": sorted(ecn)}  # fmt: skip
 
 
 def apply_flow_options(net: Network, options: dict, previous: dict | None = None) -> dict:
     """Set :func:`flow_options` on the hosts; returns them (for the manifest).
 
     ``previous``: the options the run before set on this (kept) network; what it set and these do not
-    is undone (routes back to no metrics, SACK back on), so that one network serves runs with
-    different options."""
-    previous = previous or {"route_metrics": {}, "sack_off": [], "ecn_on": []}
-    for node in sorted(set(options["route_metrics"]) | set(previous["route_metrics"])):
+    is undone (routes back to no metrics, switches back to the kernel's defaults), so that one network
+    serves runs with different options."""
+    previous = previous or {}
+    for node in sorted(set(options["route_metrics"]) | set(previous.get("route_metrics", {}))):
         metrics = options["route_metrics"].get(node)
-        if metrics == previous["route_metrics"].get(node):
+        if metrics == previous.get("route_metrics", {}).get(node):
             continue
         with iproute(net.netns_path(node)) as ns:
             for dst, gateway in net.spec.routes.get(node, []):
                 # a replaced route keeps no metric it is not given: without any, the defaults are back
                 extra = {"metrics": metrics} if metrics else {}
                 ns.route("replace", dst="0.0.0.0/0" if dst == "default" else dst, gateway=gateway, **extra)
-    for node in sorted(set(options["sack_off"]) - set(previous["sack_off"])):
-        net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=0")
-    for node in sorted(set(previous["sack_off"]) - set(options["sack_off"])):
-        net.cmd(node, "sysctl -qw net.ipv4.tcp_sack=1")
-    for node in sorted(set(options["ecn_on"]) - set(previous["ecn_on"])):
+    for key, sysctl, off_value, default in SYSCTL_SWITCHES.values():
+        now, before = set(options.get(key, [])), set(previous.get(key, []))
+        for node in sorted(now - before):
+            net.cmd(node, f"sysctl -qw {sysctl}={off_value}")
+        for node in sorted(before - now):
+            net.cmd(node, f"sysctl -qw {sysctl}={default}")
+    now, before = set(options["ecn_on"]), set(previous.get("ecn_on", []))
+    for node in sorted(now - before):
         net.cmd(node, "sysctl -qw net.ipv4.tcp_ecn=1")
-    for node in sorted(set(previous["ecn_on"]) - set(options["ecn_on"])):
+    for node in sorted(before - now):
         net.cmd(node, f"sysctl -qw net.ipv4.tcp_ecn={ECN_DEFAULT}")
     return options
 

@@ -20,6 +20,7 @@ SYSCTLS = [
     "net.ipv4.tcp_ecn",
     "net.ipv4.tcp_frto",
     "net.ipv4.tcp_recovery",
+    "net.ipv4.tcp_early_retrans",
     "net.ipv4.tcp_no_metrics_save",
     "net.ipv4.tcp_slow_start_after_idle",
     "net.ipv4.tcp_rmem",

@@ -14,6 +14,10 @@ from testbed.scenario.errors import Problem, ScenarioError, _did_you_mean, _form
 from testbed.scenario.schema import Scenario
 from testbed.scenario.sweep import _canonical, _id_key
 
+#: flow options added after runs were made: left at their default they are not part of a run's
+#: identity, so that adding a switch does not turn every finished run into a new one (resume, labs)
+LATER_FLOW_OPTIONS = {"rack": True, "tlp": True, "frto": True}
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -34,6 +38,10 @@ class RunSpec:
         must not turn finished runs into new ones (an interrupted sweep resumes by identity).
         """
         resolved = self.scenario.model_dump(mode="json", exclude={"seeds", "description"})
+        for flow in resolved.get("flows", []):
+            for option, default in LATER_FLOW_OPTIONS.items():
+                if flow.get(option) == default:
+                    del flow[option]
         canonical = json.dumps([self.scenario_name, resolved, self.seed], sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -80,6 +80,17 @@ class Flow(StrictModel):
     )
     delayed_ack: bool = Field(default=True, description="false: the receiver ACKs every segment (route quickack)")
     sack: bool = Field(default=True, description="false: SACK off on the flow's hosts (net.ipv4.tcp_sack=0)")
+    rack: bool = Field(
+        default=True, description="false: RACK loss detection off on the flow's hosts (net.ipv4.tcp_recovery=0): "
+        "losses are found by three duplicate ACKs, as in the papers' TCPs",
+    )  # fmt: skip
+    tlp: bool = Field(
+        default=True, description="false: tail loss probes off on the flow's hosts (net.ipv4.tcp_early_retrans=0)"
+    )
+    frto: bool = Field(
+        default=True, description="false: F-RTO (spurious timeout detection) off on the flow's hosts "
+        "(net.ipv4.tcp_frto=0)",
+    )  # fmt: skip
     ecn: bool = Field(
         default=False,
         description="true: the flow negotiates ECN (net.ipv4.tcp_ecn=1 on its hosts; else the kernel's 2, "

@@ -1,6 +1,6 @@
-"""Per-flow TCP options on the host kernel: a fixed-size transfer, delayed ACKs off, SACK off and an
-initial window of 3, set where the flow's hosts are and seen on the wire, and undone for the next run
-on the same network."""
+"""Per-flow TCP options on the host kernel: a fixed-size transfer, delayed ACKs off, SACK, RACK, TLP
+and F-RTO off and an initial window of 3, set where the flow's hosts are and seen on the wire, and
+undone for the next run on the same network."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def options_scenario(duration_s=10):
         {
             "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
             "flows": [{"cc": "reno", "rtt_ms": 0, "size_mb": 2, "delayed_ack": False, "sack": False,
-                       "initcwnd_segs": 3},
+                       "initcwnd_segs": 3, "rack": False, "tlp": False, "frto": False},
                       {"cc": "cubic", "rtt_ms": 0}],
             "duration_s": duration_s,
         },
@@ -33,11 +33,14 @@ def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
     topology = Dumbbell.from_scenario(scenario)
     with Network(topology.netspec(), "flow-options") as net:
         applied = apply_flow_options(net, flow_options(topology, scenario))
-        assert applied == {"route_metrics": {"l0": {"initcwnd": 3}, "r0": {"quickack": 1}}, "sack_off": ["l0", "r0"],
-                           "ecn_on": []}
+        both = ["l0", "r0"]
+        assert applied == {"route_metrics": {"l0": {"initcwnd": 3}, "r0": {"quickack": 1}}, "sack_off": both,
+                           "rack_off": both, "tlp_off": both, "frto_off": both, "ecn_on": []}  # fmt: skip
         assert "initcwnd 3" in net.cmd("l0", "ip route show default")
         assert "quickack 1" in net.cmd("r0", "ip route show default")
-        assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "0"
+        for host in both:  # RACK, TLP and F-RTO off: the papers' loss recovery
+            assert net.cmd(host, "sysctl -n net.ipv4.tcp_sack net.ipv4.tcp_recovery net.ipv4.tcp_early_retrans "
+                                 "net.ipv4.tcp_frto").split() == ["0", "0", "0", "0"]
         # the other flow's hosts keep the defaults
         assert "initcwnd" not in net.cmd("l1", "ip route show default")
         assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
@@ -46,7 +49,8 @@ def test_options_land_on_the_flow_hosts_routes_and_sysctls(clean_kernel):
         apply_flow_options(net, other, previous=applied)
         assert "initcwnd" not in net.cmd("l0", "ip route show default")
         assert "quickack" not in net.cmd("r0", "ip route show default")
-        assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack").strip() == "1"
+        assert net.cmd("l0", "sysctl -n net.ipv4.tcp_sack net.ipv4.tcp_recovery net.ipv4.tcp_early_retrans "
+                             "net.ipv4.tcp_frto").split() == ["1", "1", "3", "2"]  # the kernel's defaults
         assert "quickack 1" in net.cmd("l1", "ip route show default")
         assert net.cmd("l1", "sysctl -n net.ipv4.tcp_sack").strip() == "0"
         assert net.cmd("r1", "sysctl -n net.ipv4.tcp_ecn").strip() == "1"
