@@ -11,17 +11,18 @@ TESTBED_ARGS ?=
 CLUSTER ?=
 override TESTBED_ARGS += $(if $(CLUSTER),--cluster $(CLUSTER))
 
-.PHONY: help setup setup-experiment experiment reproduce regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
+.PHONY: help setup setup-experiment experiment reproduce explain regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
 help:
 	@echo "make setup        install everything: what experiments need, and the tests', lint's and the lab VM's tools"
 	@echo "make setup-experiment   only what experiments need (make experiment, run, reproduce, regress, bench do this)"
 	@echo "make experiment   run the default quick suite in a real-kernel guest and write the report"
+	@echo "make explain CLAIM=ID   why a claim is not reproduced: its condition with each factor set as the paper had it"
 	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
 	@echo "  ... BUDGET=60m  then more seeds where they decide undecided claims, within that time (quick only)"
 	@echo "make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression]   kernel regression verdict"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
-	@echo "  ... CLUSTER=local:N|ssh:INVENTORY|slurm:FILE on experiment, run, reproduce, regress: runs spread over a Dask cluster"
+	@echo "  ... CLUSTER=local:N|ssh:INVENTORY|slurm:FILE on experiment, run, reproduce, explain, regress: runs spread over a Dask cluster"
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
 	@echo "make test-unit | test-netns | test-guest | test-vagrant   one tier"
 	@echo "  ... REQUIRE_TIERS=1 (as CI=true): a tier whose prerequisites are missing, or whose every test skipped, fails"
@@ -44,6 +45,10 @@ experiment: setup-experiment
 
 reproduce: setup-experiment
 	@PROFILE=$(or $(PROFILE),quick) BUDGET="$(BUDGET)" TESTBED_ARGS="$(TESTBED_ARGS)" scripts/reproduce.sh
+
+explain: setup-experiment
+	@[ -n "$(CLAIM)" ] || { echo "make explain CLAIM=ID [SEEDS=3] [FACTORS=a,b]: give a claim id (testbed explain --help)"; exit 2; }
+	$(TESTBED) explain $(CLAIM) --seeds $(or $(SEEDS),3) $(if $(FACTORS),--factors $(FACTORS)) $(TESTBED_ARGS)
 
 regress: setup-experiment
 	@[ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }

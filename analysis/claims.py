@@ -65,9 +65,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from analysis import metrics, stats
+from analysis.factors import ABLATE_PARAM, Ablations
 from testbed.scenario.algorithms import algorithm_of, is_cc_param
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
+#: the setting of an explain run that is today's setup (analysis/ablation.py): the only one claims judge
+BASELINE_SETTING = "baseline"
 ALPHA = stats.ALPHA
 #: higher / lower claims: the practical threshold an effect must be shown beyond, unless the claim sets its own
 THRESHOLD = 0.05
@@ -148,6 +151,8 @@ class Claim(BaseModel):
         default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
     )
     note: str = ""
+    ablations: Ablations | None = Field(default=None, description="where and how testbed explain ablates it "
+                                        "(analysis/factors.py)")  # fmt: skip
 
     @field_validator("where", mode="before")
     @classmethod
@@ -411,6 +416,8 @@ class Verdict:
     conditions: list[ConditionResult] = field(default_factory=list)
     kernels: list[str] = field(default_factory=list)
     profiles: list[str] = field(default_factory=list)
+    #: the conclusion of the claim's latest `testbed explain` (analysis/ablation.py), set by the report
+    explained: str = ""
 
     @property
     def measured(self) -> str:
@@ -479,6 +486,8 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
         first = run_flows.iloc[0]
         if not _matches_point(claim, first["params"], first["profile"]):
             continue
+        if first["params"].get(ABLATE_PARAM, BASELINE_SETTING) != BASELINE_SETTING:
+            continue  # a `testbed explain` run with a factor set as the paper had it: not today's setup
         condition = condition_of(first["experiment"], first["profile"], first["params"], claim.pair_ignoring)
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan

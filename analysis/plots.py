@@ -516,7 +516,8 @@ def _draw_cdfs(ax, series: dict[str, pd.Series], xlabel: str, title: str, empty:
 VERDICT_COLOURS = {"reproduced": "#2a7d2a", "opposite": "#b22222", "not reproduced": "#d2691e", "undecided": "#6a6a9a"}
 
 
-def forest_png(effects: pd.DataFrame) -> bytes:
+def forest_png(effects: pd.DataFrame, title: str = "the papers' claims: each condition's effect with its interval",
+               legend: str = "claim verdict") -> bytes:
     """The claims' effects (analysis/claims.py ``effects_table``), one line per condition: the effect
     (a / b - 1, on a log axis) with its 95 % interval (thin) and 90 % interval (thick: the one-sided 5 %
     tests decide by it), the margin or threshold shaded, the paper's effect as a diamond, coloured by
@@ -547,7 +548,7 @@ def forest_png(effects: pd.DataFrame) -> bytes:
     ax.set_xlabel("effect: a / b - 1 (log scale); thin 95 % interval, thick 90 %; diamond: the paper's effect; "
                   "grey: the threshold or margin", fontsize=8)  # fmt: skip
     handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items() if v in set(rows.verdict)]
-    ax.legend(handles=handles, fontsize=7, loc="lower right", title="claim verdict", title_fontsize=7)
-    ax.set_title("the papers' claims: each condition's effect with its interval", fontsize=10)
+    ax.legend(handles=handles, fontsize=7, loc="lower right", title=legend, title_fontsize=7)
+    ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     return figure_png(fig)

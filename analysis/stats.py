@@ -242,6 +242,13 @@ class Effect:
             return 0.0 if distance > 0 else 1.0
         return float(stats.t.sf(distance / self.se, self.df))
 
+    def detectable(self, alpha: float = ALPHA, power: float = POWER) -> float:
+        """The smallest relative effect (away from none, either way) the one-sided test at ``alpha`` shows
+        with ``power`` at this noise and these runs; NaN without a noise estimate."""
+        if math.isnan(self.se):
+            return math.nan
+        return math.expm1(power_factor(self.df, alpha, power, sides=1) * self.se)
+
     def seeds_to_show(self, bound: float, above: bool, alpha: float = ALPHA, power: float = POWER) -> int | None:
         """Runs per side at which the one-sided test at ``alpha`` shows the effect above (or below)
         ``bound`` with ``power``, were the truth the measured effect and each run as noisy as measured;
@@ -263,6 +270,18 @@ class Effect:
             middle = (low + high) // 2
             low, high = (low, middle) if shown(middle) else (middle, high)
         return max(high, 2)
+
+
+def effect_shift(effect: Effect, baseline: Effect) -> Effect:
+    """How far ``effect`` moved from ``baseline`` (two effects of independent runs): their ratio, on the
+    log scale, its standard error the two effects' combined and Welch's degrees of freedom over the four
+    samples (``testbed explain``: a factor's effect against the baseline's)."""
+    terms = [(effect.var_a, effect.n_a), (baseline.var_a, baseline.n_a)]
+    terms += [(v, n) for v, n in ((effect.var_b, effect.n_b), (baseline.var_b, baseline.n_b)) if n]
+    se = math.sqrt(effect.se**2 + baseline.se**2)
+    df = math.nan if math.isnan(se) else _welch_df(terms)
+    return Effect(effect.log_ratio - baseline.log_ratio, se, df, effect.n_a, baseline.n_a,
+                  effect.var_a + effect.var_b, baseline.var_a + baseline.var_b)  # fmt: skip
 
 
 def _welch_df(terms: list[tuple[float, int]]) -> float:

@@ -209,6 +209,32 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from testbed.host.session import run_session
+    from testbed.workflows import explain
+
+    claim = explain.find_claim(args.claim)
+    factors = [name for item in args.factors or [] for name in item.split(",") if name]
+    scenario = explain.plan(claim, args.seeds, factors)
+    _refuse_runaway(scenario.runs(), args)
+    with _ahead(True) as ahead:
+        result = run_session(scenario, backend=args.backend, kernel_version=args.kernel, results_root=args.results,
+                             vcpus=args.cpus, force=args.force, keep_networks=not args.fresh_networks,
+                             queue_hz=args.queue_hz, observers=[ahead.observer], cluster=args.cluster)  # fmt: skip
+        ahead.finish()
+    from testbed.report.session import write_session_report
+
+    report = write_session_report(result.directory)
+    found = explain.explain_session(claim, result.directory, report.runs)
+    print("\n".join(found.lines()))
+    print(f"explanation: {result.directory / 'explanation.md'}")
+    print(f"report: {report.html_path}")
+    _catalog(args.results)
+    for run in result.failed:
+        print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
+    return 1 if result.failed else 0
+
+
 def _refuse_runaway(runs: list, args: argparse.Namespace) -> None:
     """A session estimated beyond a day starts only with --yes (testbed.plan.estimate.runaway)."""
     from testbed.host.clusterspec import host_count
@@ -374,7 +400,8 @@ def _hidden_runner(args: argparse.Namespace):
     return run
 
 
-def _run_options(parser: argparse.ArgumentParser) -> None:
+def _run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
+    """The options of commands that run sessions; ``outputs``: with --no-report and --done-file."""
     parser.add_argument(
         "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
         help="where runs execute: the running kernel (local), the project's lab VM (vagrant: 'vagrant up' "
@@ -385,12 +412,13 @@ def _run_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
     _cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
-    parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
-    parser.add_argument(
-        "--done-file", type=Path, metavar="FILE",
-        help="when the session ends, write its folder and report path to FILE as JSON (for scripts: "
-             "testbed.plan.progress.SessionDone)",
-    )  # fmt: skip
+    if outputs:
+        parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
+        parser.add_argument(
+            "--done-file", type=Path, metavar="FILE",
+            help="when the session ends, write its folder and report path to FILE as JSON (for scripts: "
+                 "testbed.plan.progress.SessionDone)",
+        )  # fmt: skip
     parser.add_argument(
         "--queue-hz", type=_queue_hz, default=10.0, metavar="HZ",
         help="how often each bottleneck queue is read during traffic (backlog, drops, marks: raw/queues.csv); "
@@ -486,6 +514,23 @@ def _add_suite(sub) -> None:
                        help="--decide's wall time for the added runs: 60m, 1.5h, 900s or minutes (implies --decide; "
                             "default: the suite's own estimate)")  # fmt: skip
     suite.set_defaults(func=_cmd_run)
+
+
+def _add_explain(sub) -> None:
+    explain = sub.add_parser(
+        "explain", help="run a claim's deciding condition with each factor set as the paper had it, and say which "
+                        "explains the claim (docs/explain.md)",
+        description="Run the claim's deciding condition (from the reproduce suite) as one session: the baseline, "
+                    "each ablation factor of analysis/claims.yaml alone at the paper's setting, and all of them "
+                    "together, the same seeds each; then judge per factor whether the effect moves to the paper's "
+                    "(analysis/ablation.py) and conclude: explained by X, partly, or not explained by these factors.",
+    )  # fmt: skip
+    explain.add_argument("claim", help="a claim id of analysis/claims.yaml that has ablations")
+    explain.add_argument("--seeds", type=int, default=3, help="seeds per setting and side (default 3, at least 2)")
+    explain.add_argument("--factors", action="append", metavar="NAME[,NAME]",
+                         help="only these factors (default: every factor of the claim that can be switched here)")
+    _run_options(explain, outputs=False)
+    explain.set_defaults(func=_cmd_explain)
 
 
 def _add_report(sub) -> None:
@@ -617,10 +662,10 @@ def _add_lab(sub) -> None:
 
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_shell, _add_report, _add_results, _add_regress, _add_check, _add_lab,
-               _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
+SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_results, _add_regress, _add_check,
+               _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
-SESSION_COMMANDS = {"run", "suite", "regress", "bench", "lab"}
+SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bench", "lab"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import claims, figures, metrics, plots, stats
+from analysis import ablation, claims, figures, metrics, plots, stats
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
 from testbed.report import cache, latency, pages
@@ -405,6 +405,9 @@ def write_session_report(session_dir: Path) -> SessionReport:
     except claims.ClaimsError as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []
+    for v in verdicts:  # the latest `testbed explain` of a claim the runs go against, beside its verdict
+        if v.verdict in ("opposite", "not reproduced"):
+            v.explained = ablation.latest_text(v.claim.id, session_dir.parent.parent)
     _write_figures(session_dir, sections)
     summary_text = _summary_text(session_dir, heading, analyses, shown, verdicts)
     if latency.wanted(analyses):  # the latency table answers first (after the claims' verdicts, if any)
@@ -508,6 +511,8 @@ def _claims_lines(verdicts: list[claims.Verdict]) -> list[str]:
         lines.append(f"      paper ({v.claim.source}): {v.claim.paper_numbers}")
         if v.verdict in ("opposite", "not reproduced") and v.claim.note:
             lines.append(f"      note: {v.claim.note}")
+        if v.explained:
+            lines.append(f"      measured (testbed explain): {v.explained}")
     for v in verdicts:
         if v.verdict == "no data" and v.claim.not_here:
             lines.append(f"  {v.claim.id}: not decided here: {v.claim.not_here}")
@@ -844,7 +849,8 @@ def _claims(session_dir: Path, verdicts: list[claims.Verdict]) -> dict:
                 "verdict": v.verdict,
                 "measured here": v.measured,
                 "paper": f"{v.claim.source}: {v.claim.paper_numbers}",
-                "why it may differ": v.claim.note if v.verdict in ("opposite", "not reproduced") else "",
+                "why it may differ": (v.claim.note if v.verdict in ("opposite", "not reproduced") else "")
+                + (f" Measured (testbed explain): {v.explained}" if v.explained else ""),
                 "kernel, profile": f"{', '.join(v.kernels) or '-'}; {', '.join(v.profiles) or '-'}",
             }
             for v in judged
