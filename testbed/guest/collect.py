@@ -15,6 +15,7 @@ from testbed.results import provenance, rundir
 from testbed.scenario.points import RunSpec
 from testbed.scenario.schema import Scenario
 from topologies.lossmodel import timeline
+from topologies.shaping import LOSSY_NETEM
 
 #: per-flow switches set as a sysctl on the flow's hosts (sender and receiver) when the flow turns them
 #: off: the flow's option -> (the options' key listing those hosts, the sysctl, its value off, the kernel's
@@ -135,6 +136,33 @@ def read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidel
                                                      total["dropped"], total["configured_loss_pct"]))  # fmt: skip
         summaries.append({key: data[key] for key in ("node", "interface", "stream", "packets_seen", "per_state")})
     return summaries
+
+
+def netem_loss_checks(spec, tc_stats: dict, before: dict | None) -> list[fidelity.Check]:
+    """The realized loss of every Bernoulli netem (a link's ``loss_pct``) over the run against its configured
+    probability, within binomial spreads (:func:`fidelity.loss_check`, as for the BPF channel's states):
+    the lossy netem's drops among the packets it took (sent + dropped), less where its counters stood
+    before the run on a kept network (``before``). Loss models (Gilbert-Elliott, 4-state) are bursty, so a
+    binomial bound would not hold: their realized loss is not checked here."""
+    checks = []
+    for (node, intf), plan in sorted(spec.egress.items()):
+        if not plan.loss_pct or plan.loss_model is not None:
+            continue
+        now, then = _lossy_netem(tc_stats, node, intf), _lossy_netem(before or {}, node, intf)
+        if now is None:
+            checks.append(fidelity.Check(f"loss netem {node}/{intf}", False, None, plan.loss_pct,
+                                         f"no netem {LOSSY_NETEM} in the interface's qdisc statistics"))  # fmt: skip
+            continue
+        dropped = now.get("drops", 0) - (then or {}).get("drops", 0)
+        sent = now.get("packets", 0) - (then or {}).get("packets", 0)
+        checks.append(fidelity.loss_check(f"loss netem {node}/{intf}", sent + dropped, dropped, plan.loss_pct))
+    return checks
+
+
+def _lossy_netem(tc_stats: dict, node: str, intf: str) -> dict | None:
+    qdiscs = tc_stats.get(f"{node}/{intf}") or []
+    return next((q for q in qdiscs if isinstance(q, dict) and q.get("kind") == "netem"
+                 and q.get("handle") == LOSSY_NETEM), None)  # fmt: skip
 
 
 def read_sprayers(sprayers, before: list[list[int]], tc_stats: dict, report: fidelity.FidelityReport) -> list[dict]:

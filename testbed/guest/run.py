@@ -378,6 +378,7 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     carried = state.lease.carried
     if "tc_stats" in carried:
         rundir.write_json_atomic(state.raw / "tc-stats-before.json", carried["tc_stats"])
+    report.checks += collect.netem_loss_checks(state.netspec, tc_stats, carried.get("tc_stats"))
     carried["tc_stats"] = tc_stats
     state.mark("tc_stats")
     state.manifest["spray"] = collect.read_sprayers(traffic.sprayers, sprayed_before, tc_stats, report)

@@ -166,3 +166,41 @@ def test_a_queue_that_never_stood_is_checked_against_its_peak():
 def test_a_queue_that_stood_too_briefly_cannot_decide():
     samples = _queue(2.0, 0.5, backlog=30_000) + [(0.6 + t, b, 0) for t, b, _ in _queue(1.0, 3, backlog=0)]
     assert fidelity.passive_rate_check("r", samples, 2.0) is None
+
+
+def _lossy_dumbbell_spec(**bottleneck):
+    from testbed.scenario.load import scenario_from_dict
+    from topologies import TOPOLOGIES
+
+    scenario = scenario_from_dict({"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100,
+                                                                                   **bottleneck}},
+                                   "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 5}, name="t")  # fmt: skip
+    return TOPOLOGIES["dumbbell"].from_scenario(scenario.points[0].scenario).netspec()
+
+
+def _netem(packets: int, drops: int) -> list[dict]:
+    # as `tc -s -j qdisc show` lists a lossy egress: the prio, the control lane's netem, the dropping netem
+    return [{"kind": "prio", "handle": "1:", "root": True, "packets": packets + 50, "drops": drops},
+            {"kind": "netem", "handle": "10:", "parent": "1:1", "packets": 50, "drops": 0},
+            {"kind": "netem", "handle": "20:", "parent": "1:2", "packets": packets, "drops": drops}]  # fmt: skip
+
+
+def test_netem_bernoulli_loss_is_checked_against_its_configured_rate():
+    from testbed.guest.collect import netem_loss_checks
+
+    spec = _lossy_dumbbell_spec(loss_pct=5)
+    # 500 lost of 10000 is the rate; 900 is far off (9 % against 5 %: four spreads and 0.5 pp are 1.4 pp)
+    fine = {"rl/rl-eth1": _netem(9500, 500), "rr/rr-eth1": _netem(4750, 250)}
+    checks = netem_loss_checks(spec, fine, None)
+    assert [(c.name, c.ok) for c in checks] == [("loss netem rl/rl-eth1", True), ("loss netem rr/rr-eth1", True)]
+    assert "5.00 % of 10000 packets lost, configured 5 %" in checks[0].detail
+    off = {"rl/rl-eth1": _netem(9100, 900), "rr/rr-eth1": _netem(4750, 250)}
+    assert [c.ok for c in netem_loss_checks(spec, off, None)] == [False, True]
+    # on a kept network the counters go on: the run is what they moved by
+    before = {"rl/rl-eth1": _netem(9100, 400), "rr/rr-eth1": _netem(0, 0)}
+    after = {"rl/rl-eth1": _netem(9100 + 9500, 400 + 500), "rr/rr-eth1": _netem(4750, 250)}
+    assert all(c.ok for c in netem_loss_checks(spec, after, before))
+    missing = netem_loss_checks(spec, {"rr/rr-eth1": _netem(4750, 250)}, None)
+    assert not missing[0].ok and "no netem 20:" in missing[0].detail
+    # a lossless link has no check
+    assert netem_loss_checks(_lossy_dumbbell_spec(), {}, None) == []
