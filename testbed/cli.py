@@ -287,12 +287,14 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 def _cmd_cleanup(args: argparse.Namespace) -> int:
     from testbed.guest.capture import INSTANCES, remove_instance
     from testbed.guest.network import cleanup_leftovers
-    from testbed.host import vagrant
-    from testbed.host.clusterwork import clean_scratch
+    from testbed.host import clustertls, vagrant
+    from testbed.host.clusterwork import DASK_DIRECTORY, clean_scratch
     from testbed.host.virtme import stop_orphans
 
     done = stop_orphans() + cleanup_leftovers()
     done += [f"removed the folder of a killed cluster worker {folder}" for folder in clean_scratch()]
+    done += [f"removed a killed controller's cluster credentials {folder}" for folder in
+             clustertls.remove_stale(DASK_DIRECTORY)]  # fmt: skip
     if vagrant.vm_running():
         with vagrant.LabVM() as vm:
             done += vm.stop_orphan_runners()

@@ -25,8 +25,9 @@ import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlparse
 
-from testbed.host import clusterspec
+from testbed.host import clusterspec, clustertls
 from testbed.host.backends import Artefacts
 from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec, SlurmSpec, SSHSpec
 from testbed.host.clusterwork import (
@@ -310,7 +311,7 @@ def connect(spec: ClusterSpec, log=print):
 
     dask_cluster = start(spec)
     client = Client(dask_cluster)
-    log(f"cluster: Dask dashboard at {client.dashboard_link}")
+    log(f"cluster: Dask dashboard at {_dashboard(spec, client.dashboard_link)}")
     wanted = spec.workers if isinstance(spec, LocalSpec) else _expected_workers(spec)
     try:
         client.wait_for_workers(wanted, timeout=JOIN_TIMEOUT_S)
@@ -323,11 +324,31 @@ def connect(spec: ClusterSpec, log=print):
     return dask_cluster, client
 
 
+def _dashboard(spec: ClusterSpec, link: str) -> str:
+    """Where the dashboard is; an SSH cluster's listens on the scheduler host's loopback only (Dask's link
+    names the host's address), reached from here by an SSH tunnel."""
+    if not isinstance(spec, SSHSpec):
+        return link  # local and Slurm: the scheduler runs here
+    port = urlparse(link).port
+    where = f"-p {spec.scheduler.port} {spec.scheduler.user or 'root'}@{spec.scheduler.address}"
+    return (f"http://127.0.0.1:{port}/status on the scheduler host's loopback only "
+            f"(from here: ssh -N -L {port}:127.0.0.1:{port} {where})")  # fmt: skip
+
+
 def disconnect(dask_cluster, client) -> None:
     """The cluster closed before its client: an SSH cluster's scheduler ends when its last client leaves
-    (clustertether), and the cluster's own close needs it."""
-    dask_cluster.close()
-    client.close()
+    (clustertether), and the cluster's own close needs it. Then the session's TLS files are removed."""
+    try:
+        dask_cluster.close()
+        client.close()
+    finally:
+        cleanup = getattr(dask_cluster, TLS_CLEANUP, None)
+        if cleanup is not None:
+            cleanup()
+
+
+#: the attribute of a started cluster that removes its session's TLS files (clustertls)
+TLS_CLEANUP = "testbed_tls_cleanup"
 
 
 @contextlib.contextmanager
@@ -345,6 +366,7 @@ def start(spec: ClusterSpec):
     import dask
 
     dask.config.set({"temporary-directory": str(DASK_DIRECTORY)})  # the scheduler's too, not /tmp
+    clustertls.remove_stale(DASK_DIRECTORY)  # a SIGKILLed controller's credentials, here
     worker_options = {"nthreads": 1, "resources": {"run": 1}, "death_timeout": ORPHAN_TIMEOUT_S,
                       "local_directory": str(DASK_DIRECTORY)}  # fmt: skip
     if isinstance(spec, LocalSpec):
@@ -361,35 +383,53 @@ def start(spec: ClusterSpec):
 
 
 def _ssh_cluster(spec: SSHSpec, worker_options: dict):
+    import dask
     from distributed import SSHCluster
 
     everyone = [spec.scheduler, *spec.hosts]
     first = everyone[0]
+    directory = None
     try:
+        # mutual TLS with the session's own certificate, its files on every host (clustertls)
+        security = clustertls.credentials()
+        directory = clustertls.install_over_ssh(everyone, security)
         # a plain Worker, not a Nanny: a worker that dies stays gone and its run goes to another host
-        return SSHCluster(
-            hosts=[h.address for h in everyone], connect_options=[h.connect_options() for h in everyone],
-            remote_python=[h.python for h in everyone], worker_class="distributed.Worker",
-            worker_options=worker_options,
-            scheduler_options={"port": 0, "dashboard_address": ":0", "idle_timeout": ORPHAN_TIMEOUT_S,
-                               "preload": ["testbed.host.clustertether"]},
-        )  # fmt: skip
+        with dask.config.set(clustertls.file_config(directory)):  # what the remote processes inherit
+            dask_cluster = SSHCluster(
+                hosts=[h.address for h in everyone], connect_options=[h.connect_options() for h in everyone],
+                remote_python=[h.python for h in everyone], worker_class="distributed.Worker",
+                worker_options=worker_options, security=security,
+                scheduler_options={"port": 0, "dashboard_address": "127.0.0.1:0", "idle_timeout": ORPHAN_TIMEOUT_S,
+                                   "preload": ["testbed.host.clustertether"], "protocol": "tls"},
+            )  # fmt: skip
     except (OSError, Exception) as err:  # asyncssh's errors, a refused connection, a worker that never started
+        if directory is not None:
+            clustertls.remove_over_ssh(everyone, directory)
         raise ClusterError(f"cluster {spec.inventory}: cannot start Dask over SSH: {type(err).__name__}: {err} "
                            f"(check that 'ssh -p {first.port} {first.user or 'root'}@{first.address}' works without "
                            f"a password and that playbooks/site.yml provisioned the hosts)") from None  # fmt: skip
+    setattr(dask_cluster, TLS_CLEANUP, lambda: clustertls.remove_over_ssh(everyone, directory))
+    return dask_cluster
 
 
 def _slurm_cluster(spec: SlurmSpec):
     from dask_jobqueue import SLURMCluster
 
     checkout = spec.checkout or str(Path(__file__).resolve().parents[2])
-    cluster = SLURMCluster(
-        queue=spec.partition, account=spec.account, cores=spec.cores, processes=1, memory=spec.memory,
-        walltime=spec.walltime, python=f"{checkout}/.venv/bin/python", job_extra_directives=spec.extra_directives,
-        worker_extra_args=["--resources", "run=1", "--death-timeout", str(ORPHAN_TIMEOUT_S)],
-        scheduler_options={"dashboard_address": ":0"}, silence_logs=logging.ERROR, log_directory=str(slurm_logs()),
-        local_directory=str(DASK_DIRECTORY),
-    )  # fmt: skip
+    # mutual TLS with the session's own certificate; the jobs read it from a folder of mode 0700 (clustertls)
+    folder = clustertls.slurm_folder(DASK_DIRECTORY)
+    try:
+        cluster = SLURMCluster(
+            queue=spec.partition, account=spec.account, cores=spec.cores, processes=1, memory=spec.memory,
+            walltime=spec.walltime, python=f"{checkout}/.venv/bin/python", job_extra_directives=spec.extra_directives,
+            worker_extra_args=["--resources", "run=1", "--death-timeout", str(ORPHAN_TIMEOUT_S)],
+            scheduler_options={"dashboard_address": "127.0.0.1:0"}, silence_logs=logging.ERROR,
+            log_directory=str(slurm_logs()), local_directory=str(DASK_DIRECTORY), protocol="tls://",
+            security=clustertls.credentials(), shared_temp_directory=str(folder),
+        )  # fmt: skip
+    except BaseException:
+        clustertls.remove_folder(folder)
+        raise
+    setattr(cluster, TLS_CLEANUP, lambda: clustertls.remove_folder(folder))
     cluster.scale(jobs=spec.jobs)
     return cluster

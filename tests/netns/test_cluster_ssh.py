@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -111,3 +114,41 @@ def test_a_controller_killed_mid_session_leaves_nothing_running_and_the_session_
     for run_dir in ("cc=reno/seed=1", "cc=cubic/seed=1"):
         assert rundir.read_json(session / run_dir / "manifest.json")["status"] == "complete"
     assert list(clusterhosts.SCRATCH.glob("[0-9]*/")) == []
+
+
+def test_the_cluster_takes_only_its_sessions_certificate(ssh_inventory):
+    """Mutual TLS (testbed/host/clustertls.py): the scheduler speaks tls://, its dashboard is on loopback, the
+    session's key reaches every host as a file of mode 0600 (gone after the session); a client with no
+    certificate, or with a certificate of its own making, cannot connect; a worker without it cannot join."""
+    from distributed import Client
+    from distributed.security import Security
+
+    from testbed.host import cluster, clusterspec
+
+    lines = []
+    dask_cluster, client = cluster.connect(clusterspec.parse(f"ssh:{ssh_inventory}"), log=lines.append)
+    try:
+        address = client.scheduler.address
+        assert address.startswith("tls://"), address
+        port = urlparse(client.dashboard_link).port
+        assert f"http://127.0.0.1:{port}/status on the scheduler host's loopback only" in lines[0], lines
+        with socket.create_connection(("127.0.0.1", port), timeout=5):
+            pass  # the dashboard answers on loopback
+        with pytest.raises(OSError):
+            socket.create_connection((urlparse(client.dashboard_link).hostname, port), timeout=5)
+        (folder,) = Path("/tmp").glob(f"cc-testbed-tls-{os.getpid()}-*")
+        assert folder.stat().st_mode & 0o777 == 0o700
+        assert {(p.name, p.stat().st_mode & 0o777) for p in folder.iterdir()} == {("cert.pem", 0o600),
+                                                                                 ("key.pem", 0o600)}  # fmt: skip
+        assert client.submit(sum, [1, 2]).result(timeout=30) == 3  # the session's own client runs tasks
+        for security in (None, Security.temporary()):
+            with pytest.raises((OSError, TypeError, ValueError)):
+                Client(address, security=security, timeout=5)
+        joined = len(client.scheduler_info()["workers"])
+        stranger = subprocess.run([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
+                                   "--death-timeout", "8"], capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert stranger.returncode != 0
+        assert len(client.scheduler_info()["workers"]) == joined
+    finally:
+        cluster.disconnect(dask_cluster, client)
+    assert list(Path("/tmp").glob(f"cc-testbed-tls-{os.getpid()}-*")) == []

@@ -157,3 +157,26 @@ def test_a_local_cluster_listens_on_loopback_only():
         assert listening and set(listening) == {"127.0.0.1"}, listening
     finally:
         dask_cluster.close()
+
+
+def test_credentials_of_a_killed_controller_are_removed_and_a_live_ones_kept(tmp_path):
+    from testbed.host import clustertls
+
+    dead = tmp_path / f"{clustertls.PREFIX}999999999-0a1b"
+    live = tmp_path / f"{clustertls.PREFIX}{os.getpid()}-2c3d"
+    for folder in (dead, live):
+        folder.mkdir(mode=0o700)
+        (folder / clustertls.KEY).write_text("key")
+    assert dead in clustertls.remove_stale(tmp_path)
+    assert not dead.exists() and (live / clustertls.KEY).exists()
+
+
+def test_remote_processes_get_file_paths_never_the_key_itself():
+    from testbed.host import clustertls
+
+    remote = clustertls.file_security("/tmp/cc-testbed-tls-1-ab")
+    assert remote.require_encryption and remote.tls_worker_key == "/tmp/cc-testbed-tls-1-ab/key.pem"
+    names = ("tls_ca_file", "tls_client_key", "tls_scheduler_key", "tls_worker_key")
+    fields = [getattr(remote, name) for name in names]
+    assert not any("PRIVATE KEY" in value for value in fields)
+    assert "PRIVATE KEY" in clustertls.credentials().tls_client_key
