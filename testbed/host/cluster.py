@@ -430,6 +430,6 @@ def _slurm_cluster(spec: SlurmSpec):
     except BaseException:
         clustertls.remove_folder(folder)
         raise
-    setattr(cluster, TLS_CLEANUP, lambda: clustertls.remove_folder(folder))
+    setattr(cluster, TLS_CLEANUP, lambda: clustertls.remove_jobqueue_copies(cluster, folder))
     cluster.scale(jobs=spec.jobs)
     return cluster

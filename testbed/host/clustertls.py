@@ -31,6 +31,7 @@ import asyncio
 import os
 import secrets
 import shutil
+import tempfile
 from pathlib import Path
 
 from testbed.host.clusterspec import SSHHost
@@ -124,6 +125,15 @@ def slurm_folder(parent: Path) -> Path:
     folder = parent / f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}"
     folder.mkdir(mode=0o700)
     return folder
+
+
+def remove_jobqueue_copies(cluster, folder: Path) -> None:
+    """dask-jobqueue's copies of the credentials closed (it keeps their files open on the cluster as
+    ``_job_<key>`` and never closes them) and their folder removed."""
+    for name, value in list(vars(cluster).items()):
+        if name.startswith("_job_") and isinstance(value, tempfile._TemporaryFileWrapper):
+            value.close()
+    remove_folder(folder)
 
 
 def remove_folder(folder: Path) -> None:

@@ -6,10 +6,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 import yaml
 
+from testbed.host.cluster import slurm_logs
+from testbed.host.clusterwork import DASK_DIRECTORY
 from testbed.results import rundir
 from tests import clusterhosts
 from tests.conftest import PROJECT
@@ -23,6 +26,7 @@ def _needs_slurm():
 
 def test_a_sweep_runs_as_two_slurm_jobs_and_comes_home_as_one_session(tmp_path, clean_kernel):
     assert clusterhosts.slurm_processes() == [], "a Slurm of someone else's is running"
+    started = time.time()
     scenario = clusterhosts.scenario_file(tmp_path / "batch.yaml", ["reno", "cubic"], duration_s=3)
     description = tmp_path / "cluster.yaml"
     description.write_text(yaml.safe_dump({"slurm": {"partition": "test", "jobs": 2, "cores": 1, "memory": "1GiB",
@@ -46,34 +50,10 @@ def test_a_sweep_runs_as_two_slurm_jobs_and_comes_home_as_one_session(tmp_path, 
         assert manifest["status"] == "complete", manifest.get("reason")
         jobs.add(manifest["cluster"]["slurm_job"])
     assert all(job.isdigit() for job in jobs)
+    cluster_logs = slurm_logs()
+    # the jobs' workers joined over mutual TLS (testbed/host/clustertls.py), and its credentials went after
+    logs = [path.read_text() for path in cluster_logs.glob("dask-worker-*.err") if path.stat().st_mtime >= started]
+    assert logs and all("Registered to:      tls://" in log for log in logs), logs
+    assert list(DASK_DIRECTORY.glob("cc-testbed-tls-*")) == []
     assert clusterhosts.slurm_processes() == [] and clusterhosts.cluster_processes() == []
 
-
-def test_the_slurm_cluster_takes_only_its_sessions_certificate(tmp_path, monkeypatch):
-    """Mutual TLS on Slurm (testbed/host/clustertls.py): the jobs' workers join over tls:// with the session's
-    certificate, kept in a folder of mode 0700 removed after the session; a client without it is refused."""
-    from distributed import Client
-    from distributed.security import Security
-
-    from testbed.host import cluster
-    from testbed.host.clusterspec import SlurmSpec
-    from testbed.host.clusterwork import DASK_DIRECTORY
-
-    assert clusterhosts.slurm_processes() == [], "a Slurm of someone else's is running"
-    spec = SlurmSpec(partition="test", jobs=1, cores=1, memory="1GiB", walltime="00:10:00")
-    with clusterhosts.slurm(tmp_path / "slurm") as conf:
-        monkeypatch.setenv("SLURM_CONF", str(conf))
-        dask_cluster, client = cluster.connect(spec, log=lambda line: None)
-        try:
-            address = client.scheduler.address
-            assert address.startswith("tls://"), address
-            (folder,) = DASK_DIRECTORY.glob(f"cc-testbed-tls-{os.getpid()}-*")
-            assert folder.stat().st_mode & 0o777 == 0o700
-            assert client.submit(sum, [2, 3], resources={"run": 1}).result(timeout=60) == 5
-            for security in (None, Security.temporary()):
-                with pytest.raises((OSError, TypeError, ValueError)):
-                    Client(address, security=security, timeout=5)
-        finally:
-            cluster.disconnect(dask_cluster, client)
-    assert list(DASK_DIRECTORY.glob(f"cc-testbed-tls-{os.getpid()}-*")) == []
-    assert clusterhosts.slurm_processes() == [] and clusterhosts.cluster_processes() == []

@@ -4,6 +4,8 @@ judged per run and written into the run's manifest."""
 from __future__ import annotations
 
 import os
+import time
+from pathlib import Path
 
 from testbed.guest import fidelity
 from testbed.host import hostload
@@ -66,6 +68,10 @@ def test_the_guests_own_processes_are_found_by_their_marker():
     marker = guardian.marker_value("/nowhere/checkout")
     guest = subprocess.Popen(["sleep", "60"], env=dict(os.environ, **{guardian.MARKER: marker}))
     try:
+        # its environment is the marked one once it has exec'd (before, /proc shows this process's)
+        deadline = time.monotonic() + 10
+        while not Path(f"/proc/{guest.pid}/cmdline").read_bytes().startswith(b"sleep") and time.monotonic() < deadline:
+            time.sleep(0.01)
         assert hostload.marked_processes(marker) == {guest.pid}
     finally:
         guest.kill()
