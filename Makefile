@@ -11,7 +11,7 @@ TESTBED_ARGS ?=
 CLUSTER ?=
 override TESTBED_ARGS += $(if $(CLUSTER),--cluster $(CLUSTER))
 
-.PHONY: help setup setup-experiment experiment reproduce explain regress run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
+.PHONY: help setup setup-experiment experiment reproduce explain regress regress-series bisect run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
 help:
 	@echo "make setup        install everything: what experiments need, and the tests', lint's and the lab VM's tools"
@@ -21,6 +21,9 @@ help:
 	@echo "make reproduce    every experiment's sweep (PROFILE=quick, the default, or full); prints the estimate first"
 	@echo "  ... BUDGET=60m  then more seeds where they decide undecided claims, within that time (quick only)"
 	@echo "make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression]   kernel regression verdict"
+	@echo "  ... LATEST=6.1 instead: the newest installable 6.1 kernel against the newest one already run (cron, CI)"
+	@echo "make regress-series SERIES=6.1.0-47..6.1.0-56 [REPEAT=5] [SUITE=regression]   a kernel series and its change points"
+	@echo "make bisect GOOD=6.1.0-47 BAD=6.1.0-56 [POINT=id] [METRIC=goodput] [SUITE=regression]   the first version that moved"
 	@echo "make run SCENARIO=name [PROFILE=quick|full] [KERNEL=6.1.0-56]   run any scenario"
 	@echo "  ... CLUSTER=local:N|ssh:INVENTORY|slurm:FILE on experiment, run, reproduce, explain, regress: runs spread over a Dask cluster"
 	@echo "make test         all test tiers: unit, netns (host kernel), guest (Debian kernel under qemu), vagrant (lab VM)"
@@ -51,8 +54,16 @@ explain: setup-experiment
 	$(TESTBED) explain $(CLAIM) --seeds $(or $(SEEDS),3) $(if $(FACTORS),--factors $(FACTORS)) $(TESTBED_ARGS)
 
 regress: setup-experiment
-	@[ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }
-	$(TESTBED) regress --baseline $(BASELINE) --candidate $(CANDIDATE) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
+	@{ [ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ]; } || [ -n "$(LATEST)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 | LATEST=6.1 [BASELINE=...] [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }
+	$(TESTBED) regress $(if $(LATEST),--latest $(LATEST)) $(if $(BASELINE),--baseline $(BASELINE)) $(if $(CANDIDATE),--candidate $(CANDIDATE)) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
+
+regress-series: setup-experiment
+	@[ -n "$(SERIES)" ] || { echo "usage: make regress-series SERIES=6.1.0-47..6.1.0-56 (or A,B,C) [REPEAT=5] [SUITE=regression]" >&2; exit 2; }
+	$(TESTBED) regress --series $(SERIES) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
+
+bisect: setup-experiment
+	@[ -n "$(GOOD)" ] && [ -n "$(BAD)" ] || { echo "usage: make bisect GOOD=6.1.0-47 BAD=6.1.0-56 [POINT=id] [METRIC=goodput] [SUITE=regression]" >&2; exit 2; }
+	$(TESTBED) bisect --good $(GOOD) --bad $(BAD) $(if $(POINT),--point $(POINT)) $(if $(METRIC),--metric $(METRIC)) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
 
 run: setup-experiment
 	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)

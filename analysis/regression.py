@@ -212,9 +212,10 @@ def _common_seeds(sides: list[pd.DataFrame]) -> list:
     return sorted(set(seeds[0]) & set(seeds[1]))
 
 
-def compare(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[Comparison]:
+def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = True) -> list[Comparison]:
     """Every point x algorithm x metric that either side measured (``run_metrics`` frames), their p-values
-    Holm-adjusted over all of them (:func:`adjust`). The runs
+    Holm-adjusted over all of them (:func:`adjust`; ``adjusted=False`` leaves that to a caller whose family
+    is larger, as a kernel series' is). The runs
     are paired by seed when each side ran each seed once and two or more seeds ran on both sides; a
     run whose seed the other side lacks (its guest failed there) is then left out of the test."""
     keys = pd.concat([baseline[["point", "cc", "metric"]], candidate[["point", "cc", "metric"]]]).drop_duplicates()
@@ -229,7 +230,7 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame) -> list[Comparison]
             values = [[float(v) for v in side[side["seed"].isin(common)].sort_values("seed")["value"]]
                       for side in sides]  # fmt: skip
         out.append(compare_one(point, cc, metric, values[0], values[1], paired=len(common) >= 2))
-    return adjust(out)
+    return adjust(out) if adjusted else out
 
 
 def counts(comparisons: list[Comparison]) -> dict[str, int]:

@@ -198,15 +198,62 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
+    from testbed.host import kernels
     from testbed.scenario.suite import find_suite, load_suite
+    from testbed.workflows import series
     from testbed.workflows.regress import parse_flow_options, regress
 
-    options = parse_flow_options(args.candidate_flow_option or [])
+    modes = [name for name, given in (("--series", args.series), ("--latest", args.latest),
+                                      ("--candidate", args.candidate)) if given]  # fmt: skip
+    if len(modes) != 1:
+        raise ValueError("testbed regress: give one of --baseline/--candidate (a pair), --series (a kernel series) "
+                         f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}")
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
-    result = regress(args.baseline, args.candidate, suite, args.repeat, results_root=args.results,
+    inject = parse_flow_options(args.inject or [], "--inject")
+    if args.series:
+        if args.baseline:
+            raise ValueError("--series names every kernel: leave --baseline out")
+        result = series.run_series(kernels.expand_series(args.series), suite, args.repeat, results_root=args.results,
+                                   vcpus=args.cpus, cluster=args.cluster, inject=inject,
+                                   inject_from=args.inject_from)  # fmt: skip
+        _catalog(args.results)
+        return result.exit_code
+    if args.latest:
+        candidate = kernels.newest(args.latest)
+        baseline = args.baseline or series.baseline_from_history(args.results, args.latest, candidate)
+        if done := series.already_compared(args.results, baseline, candidate):
+            print(f"regress --latest {args.latest}: {candidate} was already compared with {baseline} in {done.parent} "
+                  f"(its regress.txt); nothing new to run")  # fmt: skip
+            return _recorded_exit(done)
+        print(f"regress --latest {args.latest}: candidate {candidate} (newest installable), baseline {baseline}")
+    else:
+        if not args.baseline:
+            raise ValueError("--candidate needs --baseline (the kernel to compare with)")
+        baseline, candidate = args.baseline, args.candidate
+    options = parse_flow_options(args.candidate_flow_option or [])
+    result = regress(baseline, candidate, suite, args.repeat, results_root=args.results,
                      candidate_flow_options=options, vcpus=args.cpus, cluster=args.cluster)  # fmt: skip
     _catalog(args.results)
     return result.exit_code
+
+
+def _recorded_exit(regress_json: Path) -> int:
+    from testbed.results import rundir
+
+    return int(rundir.read_json(regress_json).get("exit_code", 2))
+
+
+def _cmd_bisect(args: argparse.Namespace) -> int:
+    from testbed.scenario.suite import find_suite, load_suite
+    from testbed.workflows.bisect import run_bisect
+    from testbed.workflows.regress import parse_flow_options
+
+    suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
+    _, _, code = run_bisect(args.good, args.bad, suite, args.point, args.cc, args.metric, args.repeat,
+                            args.max_repeat, args.results, parse_flow_options(args.inject or [], "--inject"),
+                            args.inject_from, args.cpus, args.cluster)  # fmt: skip
+    _catalog(args.results)
+    return code
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
@@ -571,20 +618,32 @@ def _add_results(sub) -> None:
 
 
 def _add_regress(sub) -> None:
-    from analysis.regression import DEFAULT_REPEAT
+    from analysis.regression import DEFAULT_REPEAT, METRICS
 
     regress = sub.add_parser(
         "regress",
-        help="the same suite on two kernels, interleaved repetitions, a statistical verdict (exit 1: regression)",
+        help="the same suite on two kernels or a series, interleaved repetitions, statistical verdicts "
+             "(exit 1: regression)",
         description="Runs the suite on the baseline and the candidate kernel in turn (baseline 1, candidate 1, "
         "baseline 2, ...), each in a virtme-ng guest, then compares every point x algorithm x metric (goodput, total "
         "goodput, Jain index, retransmission ratio): a regression is a change beyond 5 %% the bad way with p < "
-        "0.05 in the paired t-test (repetition r runs seed r on both kernels). Writes regress.txt, report.html, "
-        "junit.xml and regress.json under results/regress/. Exit 0: nothing regressed; 1: a regression; 2: the "
-        "run failed (a kernel that cannot be had or does not boot, a run that did not complete).",
-    )
-    regress.add_argument("--baseline", required=True, help="kernel: Debian version (6.1.0-55), vmlinuz or .deb")
-    regress.add_argument("--candidate", required=True, help="kernel, as for --baseline")
+        "0.05 in the paired t-test (repetition r runs seed r on both kernels), Holm-adjusted over the run's "
+        "comparisons. Writes regress.txt, report.html, junit.xml and regress.json under results/regress/. With "
+        "--series, every kernel of a series in turn and its change points (series.txt, report.html with one figure "
+        "per metric, trend.csv); with --latest, the newest installable kernel of a series against the newest one "
+        "already run here. Exit 0: nothing regressed; 1: a regression; 2: the run failed (a kernel that cannot be "
+        "had or does not boot, a run that did not complete, a positive control missed). docs/regression.md.",
+    )  # fmt: skip
+    regress.add_argument("--baseline", help="kernel: Debian version (6.1.0-55), vmlinuz or .deb")
+    regress.add_argument("--candidate", help="kernel, as for --baseline")
+    regress.add_argument("--series", metavar="KERNELS",
+                         help="a kernel series instead of a pair: 6.1.0-47..6.1.0-56 (every installable version "
+                              "between, both included; 6.1.0-50-cloud..6.1.0-56-cloud for a flavour) or a list "
+                              "6.1.0-56,6.12.117+deb12")  # fmt: skip
+    regress.add_argument("--latest", metavar="SERIES",
+                         help="6.1 or 6.12: the newest installable kernel of that series as the candidate, against "
+                              "--baseline or the newest kernel of the series already in the results catalog "
+                              "(for cron, a systemd timer or a CI job: docs/regression.md)")  # fmt: skip
     regress.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
     regress.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
                          help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
@@ -597,7 +656,39 @@ def _add_regress(sub) -> None:
         help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N, "
              "window_kb=N): a known regression, to check that the verdict finds it",
     )  # fmt: skip
+    _inject_options(regress)
     regress.set_defaults(func=_cmd_regress)
+    bisect = sub.add_parser(
+        "bisect",
+        help="which Debian kernel version between a good and a bad one first moved a metric",
+        description="Binary search of the installable versions from --good to --bad: step 0 confirms that they "
+        "differ (and picks the metric unless given), each later step runs the version halfway with the same seeds "
+        "and compares it, paired by seed, with both ends, adding repetitions while undecided. Writes bisect.txt, "
+        "bisect.json and bisect.png under results/bisect/. Exit 0: the first bad version named; 2: nothing to "
+        "bisect, or a run failed. docs/regression.md.",
+    )  # fmt: skip
+    bisect.add_argument("--good", required=True, help="the older kernel, where the metric is as it should be")
+    bisect.add_argument("--bad", required=True, help="the newer kernel, where it moved")
+    bisect.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
+    bisect.add_argument("--point", help="only this point of the suite (e.g. upload.default): faster")
+    bisect.add_argument("--cc", help="follow this algorithm (ping, requests for latency)")
+    bisect.add_argument("--metric", choices=sorted(METRICS),
+                        help="follow this metric (default: the one that moved most surely between the ends)")
+    bisect.add_argument("--repeat", type=int, default=3, help="seeds per kernel to start with (default 3)")
+    bisect.add_argument("--max-repeat", type=int, default=9,
+                        help="seeds per kernel at most, added 'repeat' at a time while a step is undecided (default 9)")
+    bisect.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+    bisect.add_argument("--cpus", type=int, help="guest vCPUs (default 2)")
+    _cluster_option(bisect)
+    _inject_options(bisect)
+    bisect.set_defaults(func=_cmd_bisect)
+
+
+def _inject_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--inject", action="append", metavar="NAME=VALUE",
+                        help="a positive control: give every flow this option (as --candidate-flow-option) on "
+                             "--inject-from and every later kernel; the verdict must find it there")  # fmt: skip
+    parser.add_argument("--inject-from", metavar="KERNEL", help="the first kernel that --inject harms")
 
 
 def _add_check(sub) -> None:
@@ -667,7 +758,7 @@ def _add_lab(sub) -> None:
 SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_results, _add_regress, _add_check,
                _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
-SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bench", "lab"}
+SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bisect", "bench", "lab"}
 
 
 def build_parser() -> argparse.ArgumentParser:

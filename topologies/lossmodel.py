@@ -3,7 +3,10 @@
 A link's ``loss`` names one model (``model:`` picks it); ``loss_pct`` stays as the short form of
 Bernoulli loss. Every model applies per direction of the link, in both directions.
 
-* ``bernoulli``: each packet is lost with ``loss_pct`` (netem ``loss``).
+* ``bernoulli``: each packet is lost with ``loss_pct`` (netem ``loss``). With ``seeded: true`` the
+  draws come from the run's seed instead (the timed channel's tc-BPF program with one state of that
+  loss, :meth:`BernoulliLoss.as_timed`): the same seed loses the same packets, so two kernels run
+  with one seed share their losses (``testbed regress`` pairs them; netem here takes no seed).
 * ``gilbert_elliott``: netem's per-packet Gilbert-Elliott chain (``loss gemodel p r 1-h 1-k``, where 1-h is the loss
   probability in Bad and 1-k in Good): at
   each packet the chain moves Good->Bad with ``p_pct`` and Bad->Good with ``r_pct``; a packet is
@@ -40,6 +43,8 @@ from topologies.base import StrictModel
 
 #: the BPF program's timeline map holds this many states (testbed/guest/bpf/timed_loss.bpf.c MAX_STATES)
 MAX_STATES = 65_536
+#: seeded Bernoulli loss is a timed channel whose first state outlasts any run (the schema's longest state)
+SEEDED_STATE_S = 100_000
 
 
 class BernoulliLoss(StrictModel):
@@ -47,6 +52,12 @@ class BernoulliLoss(StrictModel):
 
     model: Literal["bernoulli"] = "bernoulli"
     loss_pct: float = Field(ge=0, le=100, description="probability that a packet is lost")
+    seeded: bool = Field(default=False, description="draw each packet's fate from the run's seed (tc-BPF), not netem")
+
+    def as_timed(self) -> TimedTwoStateLoss:
+        """The seeded form: the timed channel with one state (far longer than any run) of this loss."""
+        return TimedTwoStateLoss(good_s=SEEDED_STATE_S, bad_s=SEEDED_STATE_S, good_loss_pct=self.loss_pct,
+                                 bad_loss_pct=self.loss_pct)  # fmt: skip
 
 
 class GilbertElliottLoss(StrictModel):
@@ -197,7 +208,7 @@ def probe_loss_pct(model: LossModel | None) -> float:
     """The loss a UDP rate probe sees before traffic starts: the stationary loss of a per-packet model;
     a timed channel is not armed yet (it starts with the traffic, at t0) and loses nothing."""
     if isinstance(model, BernoulliLoss):
-        return model.loss_pct
+        return 0.0 if model.seeded else model.loss_pct
     if isinstance(model, GilbertElliottLoss):
         share_bad = model.p_pct / (model.p_pct + model.r_pct)
         return share_bad * model.bad_loss_pct + (1 - share_bad) * model.good_loss_pct

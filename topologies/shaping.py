@@ -120,7 +120,10 @@ class EgressPlan:
 
     @classmethod
     def with_loss(cls, model: LossModel | None, **kwargs) -> EgressPlan:
-        """A plan carrying ``model`` (Bernoulli as ``loss_pct``, the others as ``loss_model``)."""
+        """A plan carrying ``model`` (Bernoulli as ``loss_pct``, seeded Bernoulli as its timed channel, the
+        others as ``loss_model``)."""
+        if isinstance(model, BernoulliLoss) and model.seeded:
+            return cls(loss_model=model.as_timed(), **kwargs)
         if isinstance(model, BernoulliLoss):
             return cls(loss_pct=model.loss_pct, **kwargs)
         return cls(loss_model=model, **kwargs)

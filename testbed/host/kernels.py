@@ -140,3 +140,57 @@ def _from_path(path: Path, log) -> Kernel:
     if not kernel.modules_dir.is_dir():
         raise KernelError(f"{path}: its modules are expected in {kernel.modules_dir} (the layout of dpkg-deb -x)")
     return kernel
+
+
+#: Debian's other flavours of a kernel build: ``6.1.0-56-cloud`` names linux-image-6.1.0-56-cloud-amd64
+FLAVOURS = ("cloud", "rt")
+
+
+def _split_flavour(version: str) -> tuple[str, str]:
+    """``6.1.0-56-cloud`` -> (``6.1.0-56``, ``-cloud``); a plain version -> (it, "")."""
+    match = re.fullmatch(rf"(.+)(-(?:{'|'.join(FLAVOURS)}))", version)
+    return (match.group(1), match.group(2)) if match else (version, "")
+
+
+def expand_series(spec: str, available: list[str] | None = None) -> list[str]:
+    """The kernels of ``testbed regress --series``, oldest first: ``6.1.0-47..6.1.0-56`` is every version
+    installable here from the one to the other (both included; a flavour on both ends, ``-cloud`` or
+    ``-rt``, applies to all), ``6.1.0-55,6.1.0-56,6.12.117+deb12`` that list in its order. Refused
+    (KernelError, listing what can be had): an end that cannot be had, ends in the wrong order, fewer
+    than two kernels, a kernel named twice."""
+    spec = spec.strip()
+    if ".." in spec:
+        first, _, last = (part.strip() for part in spec.partition(".."))
+        (first, flavour), (last, last_flavour) = _split_flavour(first), _split_flavour(last)
+        if flavour != last_flavour:
+            raise KernelError(f"--series {spec}: both ends need the same flavour ({flavour or 'plain'} vs "
+                              f"{last_flavour or 'plain'})")  # fmt: skip
+        available = available_versions() if available is None else available
+        shown = ", ".join(available) or "none (run 'apt-get update')"
+        for end in (first, last):
+            if end not in available:
+                raise KernelError(f"--series {spec}: kernel {end} cannot be had here. Versions that can be had: "
+                                  f"{shown}")  # fmt: skip
+        i, j = available.index(first), available.index(last)
+        if i >= j:
+            raise KernelError(f"--series {spec}: {first} is not older than {last}; give the oldest first "
+                              f"(--series {last}..{first})")  # fmt: skip
+        kernels = [v + flavour for v in available[i : j + 1]]
+    else:
+        kernels = [part.strip() for part in spec.split(",") if part.strip()]
+    if len(kernels) < 2:
+        raise KernelError(f"--series {spec}: a series needs two kernels or more (a range A..B, or a list A,B,C)")
+    if twice := sorted({k for k in kernels if kernels.count(k) > 1}):
+        raise KernelError(f"--series {spec}: {', '.join(twice)} named twice")
+    return kernels
+
+
+def newest(series: str, available: list[str] | None = None) -> str:
+    """The newest installable version of a series (``6.1``: 6.1.0-56; ``6.12``: 6.12.117+deb12)."""
+    available = available_versions() if available is None else available
+    mine = [v for v in available if v == series or any(v.startswith(series + sep) for sep in ".-+")]
+    if not mine:
+        series_here = sorted({".".join(v.split(".")[:2]) for v in available})
+        raise KernelError(f"--latest {series}: no installable kernel of that series; series here: "
+                          f"{', '.join(series_here) or 'none (run apt-get update)'}")  # fmt: skip
+    return mine[-1]

@@ -70,24 +70,23 @@ class RegressResult:
     exit_code: int = 0
 
 
-def parse_flow_options(items: list[str]) -> dict:
+def parse_flow_options(items: list[str], option: str = "--candidate-flow-option") -> dict:
     """``sack=false`` -> {"sack": False}; a bad name or value names the valid ones."""
     options = {}
     for item in items:
         name, sep, value = item.partition("=")
         if not sep or name not in FLOW_OPTIONS:
-            raise ValueError(f"--candidate-flow-option {item!r}: expected NAME=VALUE with NAME one of "
-                             f"{', '.join(FLOW_OPTIONS)}")  # fmt: skip
+            raise ValueError(f"{option} {item!r}: expected NAME=VALUE with NAME one of {', '.join(FLOW_OPTIONS)}")
         kind = FLOW_OPTIONS[name]
         if kind is bool:
             if value.lower() not in ("true", "false"):
-                raise ValueError(f"--candidate-flow-option {item!r}: {name} is true or false")
+                raise ValueError(f"{option} {item!r}: {name} is true or false")
             options[name] = value.lower() == "true"
         else:
             try:
                 options[name] = int(value)
             except ValueError:
-                raise ValueError(f"--candidate-flow-option {item!r}: {name} is a whole number") from None
+                raise ValueError(f"{option} {item!r}: {name} is a whole number") from None
     return options
 
 
@@ -98,8 +97,9 @@ def _control_base(suite: ScenarioFile, point_id: str) -> str | None:
     return base if base != point_id and any(p.point_id == base for p in suite.points) else None
 
 
-def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None, candidate: bool = False) -> ScenarioFile:
-    """The suite with every point's seeds set to ``[seed]`` and ``flow_options`` on every flow. For
+def variant(suite: ScenarioFile, seed: int | list[int], flow_options: dict | None = None,
+            candidate: bool = False) -> ScenarioFile:  # fmt: skip
+    """The suite with every point's seeds set to ``[seed]`` (or the list) and ``flow_options`` on every flow. For
     the ``candidate``, the positive controls' options on their points' flows too; for the baseline,
     without the controls whose point the suite runs anyway (the judge compares with that point)."""
     points = []
@@ -107,7 +107,7 @@ def variant(suite: ScenarioFile, seed: int, flow_options: dict | None = None, ca
         if not candidate and point.point_id in suite.controls and _control_base(suite, point.point_id):
             continue
         data = point.scenario.model_dump(mode="json", exclude_none=True)
-        data["seeds"] = [seed]
+        data["seeds"] = [seed] if isinstance(seed, int) else list(seed)
         options = {**(flow_options or {}), **(suite.controls.get(point.point_id, {}) if candidate else {})}
         for flow in data["flows"]:
             flow.update(options)
@@ -166,7 +166,7 @@ def regress(
                  {control: base for control, base in bases.items() if base})  # fmt: skip
 
 
-def _side_metrics(session_dirs: set[Path]):
+def side_metrics_of(session_dirs: set[Path]):
     """Analyse every run of a side: (run_metrics frame, {point: [statuses]})."""
 
 
@@ -222,7 +222,7 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     result = RegressResult(directory)
     side_metrics, side_status = {}, {}
     for side in SIDES:
-        side_metrics[side], side_status[side] = _side_metrics(sessions[side])
+        side_metrics[side], side_status[side] = side_metrics_of(sessions[side])
     base_frame = side_metrics["baseline"]
     for control, base in (control_bases or {}).items():
         copied = base_frame[base_frame["point"] == base].assign(point=control)

@@ -1,8 +1,9 @@
-"""``testbed regress`` on real guests: two builds of Debian 6.1 (6.1.0-55 and 6.1.0-56, whose TCP code
-is the same) with the suite ``regression-check``, 3 interleaved repetitions each. The 1 MB upload
-must show no regression on any metric, and its positive control (the candidate's socket buffers cut
-to 32 KiB) must be found, with the metric and the effect size named. Six guest boots, about 6 min
-under TCG (a first run also downloads 6.1.0-55)."""
+"""``testbed regress`` on real guests: a series of three builds of Debian 6.1 (6.1.0-54, -55, -56, whose
+TCP code is the same) with the suite ``regression-check``, 3 interleaved repetitions each. No change
+point may be found (nor a drift from first to last), the positive control (the last kernel's socket
+buffers cut to 32 KiB) must be, with its metric and size; and the pair judge of ``testbed regress``
+on the last two kernels' runs gives its own verdicts, control found, exit 0. Nine guest boots, about
+5-7 min under TCG (a first run also downloads the kernels)."""
 
 from __future__ import annotations
 
@@ -14,45 +15,75 @@ import pytest
 
 from testbed.results import rundir
 from testbed.scenario.suite import load_suite
-from testbed.workflows import regress
+from testbed.workflows import regress, series
 
 PROJECT = Path(__file__).resolve().parents[2]
-BASELINE, CANDIDATE = "6.1.0-55", "6.1.0-56"
+KERNELS = ["6.1.0-54", "6.1.0-55", "6.1.0-56"]
 
 
 @pytest.fixture(scope="module")
-def result(tmp_path_factory):
-    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
-    return regress.regress(BASELINE, CANDIDATE, suite, 3, results_root=tmp_path_factory.mktemp("results"))
+def suite():
+    return load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
 
 
-def test_both_kernels_ran_every_repetition_in_turn(result):
-    # the candidate runs the upload and its control; the baseline the upload only (the control unharmed)
-    for side, version, points in (("baseline", BASELINE, 1), ("candidate", CANDIDATE, 2)):
-        manifests = [rundir.read_json(m) for m in sorted((result.directory / side).rglob("manifest.json"))]
-        assert len(manifests) == 3 * points, side
+@pytest.fixture(scope="module")
+def result(suite, tmp_path_factory):
+    return series.run_series(KERNELS, suite, 3, results_root=tmp_path_factory.mktemp("results"))
+
+
+def _manifests(folder: Path) -> list[dict]:
+    return [rundir.read_json(m) for m in sorted(folder.rglob("manifest.json"))]
+
+
+def test_every_kernel_ran_every_repetition_in_turn(result):
+    started = []
+    for kernel in KERNELS:
+        manifests = _manifests(result.directory / kernel)
+        points = 2 if kernel == KERNELS[-1] else 1  # the last kernel runs the control too
+        assert len(manifests) == 3 * points, kernel
         assert {m["status"] for m in manifests} == {"complete"}, [m.get("reason") for m in manifests]
-        assert {m["kernel"]["release"] for m in manifests} == {f"{version}-amd64"}
+        assert {m["kernel"]["release"] for m in manifests} == {f"{kernel}-amd64"}
         assert sorted(m["seed"] for m in manifests) == sorted([1, 2, 3] * points)
+        started += [(m["seed"], m["started_utc"], kernel) for m in manifests if m["point_id"] == "upload.default"]
+    # interleaved: seed 1 on every kernel, then seed 2 on every kernel, ...
+    assert [k for _, _, k in sorted(started, key=lambda s: s[1])] == KERNELS * 3
 
 
-def test_two_builds_of_one_series_show_no_regression(result):
-    plain = [c for c in result.comparisons if c.point == "upload.default"]
-    assert {c.metric for c in plain} >= {"goodput", "retrans_ratio"}
-    assert all(c.test == "paired" and len(c.baseline) == 3 for c in plain)
-    assert all(c.verdict == "no change" for c in plain), [(c.metric, c.change, c.p_value) for c in plain]
+def test_three_builds_of_one_series_show_no_change_point(result):
+    compared = [s for s in result.steps if s.kind != "control"]
+    assert {(s.before, s.after) for s in compared} == {(KERNELS[0], KERNELS[1]), (KERNELS[1], KERNELS[2]),
+                                                         (KERNELS[0], KERNELS[2])}  # fmt: skip
+    assert all(s.comparison.test == "paired" and len(s.comparison.baseline) == 3 for s in compared)
+    assert result.change_points == [], [(s.before, s.after, s.comparison.metric, s.comparison.change)
+                                        for s in result.change_points]  # fmt: skip
+    assert not any(s.moved for s in compared)
     assert result.exit_code == 0, result.failures
 
 
-def test_the_injected_regression_is_found_with_its_metric_and_effect_size(result):
-    goodput = next(c for c in result.comparisons if c.point == "upload.default.control" and c.metric == "goodput")
+def test_the_control_is_found_and_the_outputs_written(result):
+    [goodput] = [s.comparison for s in result.steps if s.kind == "control" and s.comparison.metric == "goodput"]
     assert goodput.verdict == "regression" and goodput.change < -0.3, goodput
     [line] = result.controls
+    assert ": detected: reno goodput " in line
+    text = (result.directory / "series.txt").read_text()
+    assert "change points: 0 of 6 comparisons" in text and "exit status 0 (no regression)" in text
+    recorded = json.loads((result.directory / "series.json").read_text())
+    assert recorded["compared"] == KERNELS and len(recorded["steps"]) == 8
+    assert ET.parse(result.directory / "junit.xml").getroot().findall(".//failure") == []
+    page = (result.directory / "report.html").read_text()
+    assert page.count("<img") == 2  # goodput and retransmission ratio across the kernels
+    assert "trend.csv" not in page and (result.directory / "trend.csv").stat().st_size > 0
+
+
+def test_the_pair_judge_on_the_last_two_kernels_finds_the_control_and_nothing_else(result, suite):
+    sessions = {side: {p.parent for p in (result.directory / kernel).rglob(rundir.SESSION)}
+                for side, kernel in zip(regress.SIDES, KERNELS[1:], strict=True)}  # fmt: skip
+    assert all(len(found) == 3 for found in sessions.values()), sessions
+    bases = {c: regress._control_base(suite, c) for c in suite.controls}
+    (result.directory / "pair").mkdir()
+    pair = regress.judge(result.directory / "pair", sessions, KERNELS[1], KERNELS[2], 3, None, suite.controls, bases)
+    plain = [c for c in pair.comparisons if c.point == "upload.default"]
+    assert plain and all(c.verdict == "no change" for c in plain), [(c.metric, c.change, c.p_value) for c in plain]
+    [line] = pair.controls
     assert ": detected: reno goodput " in line and "Cohen's d" in line
-    text = (result.directory / "regress.txt").read_text()
-    assert "regression (positive control)" in text and "exit status 0 (nothing regressed)" in text
-    recorded = json.loads((result.directory / "regress.json").read_text())
-    assert recorded["controls"] == {"upload.default.control": {"window_kb": 32}}
-    suites = ET.parse(result.directory / "junit.xml").getroot()
-    assert not suites.findall(".//failure") and not suites.findall(".//error")
-    assert suites.find(".//testcase[@name='positive control detected']") is not None
+    assert pair.exit_code == 0, pair.failures

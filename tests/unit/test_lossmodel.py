@@ -123,6 +123,18 @@ def test_egress_plans_per_model():
         EgressPlan(rate_mbit=10, loss_model=timed)
 
 
+def test_seeded_bernoulli_is_one_long_state_of_its_loss_drawn_by_the_bpf_channel():
+    seeded = BernoulliLoss(loss_pct=1, seeded=True)
+    plan = EgressPlan.with_loss(seeded, delay_ms=5)
+    assert plan.loss_pct == 0 and not plan.is_lossy  # netem draws nothing: the BPF channel does
+    states = timeline(plan.timed_loss, seed=3, horizon_s=60)
+    assert [(s.start_s, s.loss_pct) for s in states] == [(0, 1)] and states[0].end_s >= 60
+    assert timeline(plan.timed_loss, seed=3, horizon_s=60) == states
+    assert probe_loss_pct(seeded) == 0  # armed when the traffic starts, after the probes
+    with pytest.raises(ValueError):
+        BernoulliLoss(loss_pct=1, seeded="yes")
+
+
 SCENARIO = """
 topology:
   name: dumbbell

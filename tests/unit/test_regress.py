@@ -84,7 +84,7 @@ def _real_side(runs: list[Path], goodput_factor: float = 1.0) -> pd.DataFrame:
 def _judge_real(tmp_path, monkeypatch, candidate_runs: list[Path], goodput_factor: float = 1.0):
     sides = {"baseline": _real_side(REAL_RUNS), "candidate": _real_side(candidate_runs, goodput_factor)}
     statuses = {"wireless.cc=reno": [("complete", None)] * 3}
-    monkeypatch.setattr(regress, "_side_metrics", lambda sessions: (sides[next(iter(sessions)).name], statuses))
+    monkeypatch.setattr(regress, "side_metrics_of", lambda sessions: (sides[next(iter(sessions)).name], statuses))
     return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
                          "6.1.0-55", "6.1.0-56", 3)  # fmt: skip
 
@@ -121,7 +121,7 @@ def test_a_regression_fails_its_junit_case_and_exits_1(tmp_path, monkeypatch):
         return pd.DataFrame([{"run": f"r{i}", "point": "lab.cc=westwood", "cc": "westwood", "metric": "goodput",
                               "value": v * drop} for i, v in enumerate([9.0, 9.1, 8.9, 9.05, 8.95])]), {}  # fmt: skip
 
-    monkeypatch.setattr(regress, "_side_metrics", fake)
+    monkeypatch.setattr(regress, "side_metrics_of", fake)
     result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
                            "6.1.0-55", "6.1.0-56", 5)  # fmt: skip
     assert result.exit_code == 1
@@ -149,7 +149,7 @@ def test_a_single_repetition_is_refused():
 
 
 def _fake_sides(candidate_values: dict):
-    """``_side_metrics`` replaced: the baseline's goodput is the same on every point; the candidate's
+    """``side_metrics_of`` replaced: the baseline's goodput is the same on every point; the candidate's
     is ``candidate_values[point]`` times it, repetition by repetition (seeds 1..5, paired)."""
     base = [9.0, 9.1, 8.9, 9.05, 8.95]
 
@@ -168,7 +168,7 @@ def _judge_with_a_control(tmp_path, monkeypatch, control_factor: float):
     """``judge`` on an unharmed upload and its control, whose candidate goodput is ``control_factor``
     times the baseline's."""
     fake = _fake_sides({"upload.default": 1.0, "upload.default.control": control_factor})
-    monkeypatch.setattr(regress, "_side_metrics", fake)
+    monkeypatch.setattr(regress, "side_metrics_of", fake)
     return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
                          "6.1.0-55", "6.1.0-56", 5, controls={"upload.default.control": {"initcwnd_segs": 1}},
                          control_bases={"upload.default.control": "upload.default"})  # fmt: skip

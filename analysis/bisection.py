@@ -1,0 +1,186 @@
+"""Bisection of a kernel change (``testbed bisect``, issue 40): which version between a good and a bad
+kernel first moved a metric. Pure: the runs come from a ``measure`` callable, so the search is tested
+on simulated metrics of known truth (tests/unit/test_bisection.py) and run on real kernels by
+testbed/workflows/bisect.py.
+
+**Step 0** confirms the change: the good and the bad kernel run seeds 1..r, every point x algorithm x
+metric is compared (analysis/regression.py's paired rule, Holm over all of them), and the metric to
+follow is the one that counts with the smallest p (or the one asked for). Nothing counting is an
+error: there is nothing to bisect at these repetitions, and the message says the smallest change
+they could detect.
+
+**Each later step** runs the version halfway between the last good and the first bad one with the
+same seeds and compares it, paired by seed, with both ends: it is **bad** (the change happened at or
+before it) when it differs from the good kernel the way the bad one does, **good** when it is still
+apart from the bad kernel the same way the good one is, and **undecided** when neither counts; then
+every kernel of the step runs ``repeat`` more seeds, up to ``max_repeat``, after which it goes to the
+end its mean is nearer (said in its evidence). A comparison counts at p < 0.05 / (the search's
+planned steps) and a change beyond 5 %: Bonferroni over the planned decisions bounds the chance that
+any step calls a version moved when it did not by 5 %. With N versions the search takes
+ceil(log2(N - 1)) steps after step 0.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from analysis import regression
+
+#: (point, cc, metric): what a bisection follows
+Key = tuple[str, str, str]
+#: measure(kernel, seeds) -> run_metrics rows (point, seed, cc, metric, value) of those seeds on that kernel
+Measure = Callable[[str, list[int]], pd.DataFrame]
+
+
+class NothingToBisect(ValueError):
+    """The good and the bad kernel do not differ at these repetitions (or a bad input: the message says)."""
+
+
+@dataclass
+class Evidence:
+    """One version judged: its comparisons with the good and the bad kernel on the same seeds."""
+
+    kernel: str
+    seeds: list[int]
+    vs_good: regression.Comparison
+    vs_bad: regression.Comparison | None  # None at step 0 (the bad kernel itself)
+    side: str  # "good", "bad"
+    note: str = ""
+
+    def line(self) -> str:
+        def said(c: regression.Comparison) -> str:
+            return f"{c.change:+.1%} (p = {c.p_value:.2g}, detectable {c.detectable:.1%})"
+
+        against_bad = f", vs bad {said(self.vs_bad)}" if self.vs_bad else ""
+        note = f" ({self.note})" if self.note else ""
+        return f"{self.kernel}: {self.side}{note}: vs good {said(self.vs_good)}{against_bad}, {len(self.seeds)} seeds"
+
+
+@dataclass
+class Bisection:
+    versions: list[str]
+    key: Key | None = None
+    alpha: float = regression.ALPHA
+    steps: list[Evidence] = field(default_factory=list)
+    first_bad: str | None = None
+    last_good: str | None = None
+
+    @property
+    def planned_steps(self) -> int:
+        return planned_steps(len(self.versions))
+
+
+def planned_steps(n_versions: int) -> int:
+    """Step 0 and the halvings of the versions strictly between good and bad."""
+    return 1 + (math.ceil(math.log2(n_versions - 1)) if n_versions > 2 else 0)
+
+
+def counts(c: regression.Comparison, alpha: float) -> bool:
+    return c.verdict != "too few runs" and c.p_value < alpha and abs(c.change) > regression.PRACTICAL
+
+
+def _values(frame: pd.DataFrame, key: Key, seeds: list[int]) -> list[float]:
+    point, cc, metric = key
+    chosen = frame[(frame["point"] == point) & (frame["cc"] == cc) & (frame["metric"] == metric)]
+    by_seed = dict(zip(chosen["seed"], chosen["value"], strict=True))
+    return [float(by_seed.get(s, math.nan)) for s in seeds]
+
+
+def _pair(key: Key, a: pd.DataFrame, b: pd.DataFrame, seeds: list[int]) -> regression.Comparison:
+    return regression.compare_one(*key, _values(a, key, seeds), _values(b, key, seeds), paired=True)
+
+
+class Runs:
+    """Every kernel's measured seeds, measured once each (more seeds are added, never run again)."""
+
+    def __init__(self, measure: Measure):
+        self.measure = measure
+        self.frames: dict[str, pd.DataFrame] = {}
+
+    def upto(self, kernel: str, n: int) -> pd.DataFrame:
+        have = self.frames.get(kernel)
+        done = set() if have is None else set(have["seed"])
+        missing = [s for s in range(1, n + 1) if s not in done]
+        if missing:
+            new = self.measure(kernel, missing)
+            self.frames[kernel] = new if have is None else pd.concat([have, new], ignore_index=True)
+        return self.frames[kernel]
+
+
+def _choose(good: pd.DataFrame, bad: pd.DataFrame, wanted: dict, alpha: float) -> regression.Comparison | None:
+    """The comparison of good vs bad to follow: the one that counts with the smallest Holm-adjusted p,
+    among those matching ``wanted`` (point, cc, metric given on the command line)."""
+    found = regression.compare(good, bad)
+    found = [c for c in found if all(getattr(c, name) == value for name, value in wanted.items() if value)]
+    moved = [c for c in found if counts(c, alpha)]
+    return min(moved, key=lambda c: c.p_value) if moved else None
+
+
+def confirm(runs: Runs, result: Bisection, wanted: dict, repeat: int, max_repeat: int) -> int:
+    """Step 0 (module doc): the repetitions it took; raises NothingToBisect when nothing counts."""
+    good, bad = result.versions[0], result.versions[-1]
+    n = repeat
+    while True:
+        chosen = _choose(runs.upto(good, n), runs.upto(bad, n), wanted, regression.ALPHA)
+        if chosen is not None or n >= max_repeat:
+            break
+        n = min(n + repeat, max_repeat)
+    if chosen is None:
+        raise NothingToBisect(f"{good} and {bad} do not differ on {_wanted_text(wanted)} at {n} repetitions "
+                              f"(Holm over the suite's comparisons): nothing to bisect. Give --max-repeat higher, "
+                              f"or another --point/--metric")  # fmt: skip
+    result.key = (chosen.point, chosen.cc, chosen.metric)
+    seeds = list(range(1, n + 1))
+    result.steps.append(Evidence(bad, seeds, chosen, None, "bad", "step 0: the change confirmed, Holm-adjusted p"))
+    return n
+
+
+def _wanted_text(wanted: dict) -> str:
+    shown = ", ".join(f"{k} {v}" for k, v in wanted.items() if v)
+    return shown or "any point x algorithm x metric of the suite"
+
+
+def judge_version(runs: Runs, result: Bisection, kernel: str, n: int, repeat: int, max_repeat: int) -> Evidence:
+    """One later step (module doc): ``kernel`` against both ends, adding repetitions while undecided."""
+    good, bad = result.versions[0], result.versions[-1]
+    alpha = regression.ALPHA / result.planned_steps
+    while True:
+        seeds = list(range(1, n + 1))
+        frames = {k: runs.upto(k, n) for k in (good, bad, kernel)}
+        vs_good = _pair(result.key, frames[good], frames[kernel], seeds)
+        vs_bad = _pair(result.key, frames[kernel], frames[bad], seeds)
+        direction = math.copysign(1, result.steps[0].vs_good.change)
+        like_bad = counts(vs_good, alpha) and math.copysign(1, vs_good.change) == direction
+        like_good = counts(vs_bad, alpha) and math.copysign(1, vs_bad.change) == direction
+        if like_bad or like_good:
+            return Evidence(kernel, seeds, vs_good, vs_bad, "bad" if like_bad else "good")
+        if n >= max_repeat:
+            nearer_bad = abs(math.log1p(vs_good.change)) > abs(math.log1p(vs_bad.change))
+            return Evidence(kernel, seeds, vs_good, vs_bad, "bad" if nearer_bad else "good",
+                            f"undecided at {n} repetitions: the nearer end")  # fmt: skip
+        n = min(n + repeat, max_repeat)
+
+
+def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, repeat: int = 3,
+           max_repeat: int = 9) -> Bisection:  # fmt: skip
+    """Binary search of ``versions`` (oldest first: the good kernel, ..., the bad one) for the first
+    version whose metric moved (module doc)."""
+    if len(versions) < 2:
+        raise NothingToBisect(f"bisection needs a good and a bad kernel; got {versions}")
+    if repeat < 2 or max_repeat < repeat:
+        raise NothingToBisect(f"--repeat {repeat} / --max-repeat {max_repeat}: at least 2, and max at least repeat")
+    result = Bisection(list(versions))
+    runs = Runs(measure)
+    n = confirm(runs, result, wanted or {}, repeat, max_repeat)
+    lo, hi = 0, len(versions) - 1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        evidence = judge_version(runs, result, versions[mid], n, repeat, max_repeat)
+        result.steps.append(evidence)
+        lo, hi = (mid, hi) if evidence.side == "good" else (lo, mid)
+    result.first_bad, result.last_good = versions[hi], versions[lo]
+    return result

@@ -1,0 +1,163 @@
+"""``testbed bisect``: which Debian kernel version between a good and a bad one first moved a metric
+(issue 40). The search and its statistics are analysis/bisection.py's; this runs its measurements:
+each time a kernel needs more seeds, one guest session on that kernel runs the suite's points (or
+the one asked for) with those seeds, and its runs' metrics come back.
+
+A positive control proves the search: ``--inject window_kb=32 --inject-from 6.1.0-53`` gives every
+flow that option on 6.1.0-53 and every later version, a regression of known size at a known
+version, which the bisection must name.
+
+Output in ``results/bisect/<UTC time>-<good>..<bad>/``: ``bisect.txt`` (the steps with their evidence,
+also printed), ``bisect.json``, ``bisect.png`` (the followed metric per version tried, every seed),
+each kernel's sessions in a folder of its own, and the runs in the catalog. Exit 0 when a first bad
+version is named, 2 when nothing could be bisected (the ends do not differ) or a run failed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import pandas as pd
+from matplotlib.figure import Figure
+
+from analysis import bisection
+from analysis.plots import figure_png
+from testbed import PROJECT
+from testbed.host import kernels
+from testbed.host.session import log, run_session
+from testbed.results import rundir
+from testbed.scenario.points import ScenarioFile
+from testbed.workflows import regress
+from testbed.workflows.series import check_injection, injected, label
+
+
+class BisectError(ValueError):
+    """Bad input or a failed run: the message says which and what would do."""
+
+
+def versions_between(good: str, bad: str, available: list[str] | None = None) -> list[str]:
+    """Every installable version from ``good`` to ``bad``, both included, oldest first."""
+    available = kernels.available_versions() if available is None else available
+    for option, end in (("--good", good), ("--bad", bad)):
+        if end not in available:
+            raise BisectError(f"{option} {end}: not an installable Debian kernel version here; versions: "
+                              f"{', '.join(available) or 'none (run apt-get update)'}")  # fmt: skip
+    if available.index(good) >= available.index(bad):
+        raise BisectError(f"--good {good} is not older than --bad {bad}: give the older kernel as --good "
+                          f"(--good {bad} --bad {good} if the older one is the good one)")  # fmt: skip
+    versions = available[available.index(good) : available.index(bad) + 1]
+    if len(versions) < 3:
+        raise BisectError(f"{good} and {bad} are adjacent versions: nothing between them to bisect")
+    return versions
+
+
+def only_points(suite: ScenarioFile, point: str | None) -> ScenarioFile:
+    """The suite without its positive controls, and only ``point`` when one is named."""
+    points = [p for p in suite.points if p.point_id not in suite.controls]
+    if point:
+        chosen = [p for p in points if p.point_id == point]
+        if not chosen:
+            raise BisectError(f"--point {point}: not in suite {suite.name}; its points: "
+                              f"{', '.join(p.point_id for p in points)}")  # fmt: skip
+        points = chosen
+    return replace(suite, points=points, controls={})
+
+
+class Measurer:
+    """analysis.bisection's ``measure``: one guest session per call, on that kernel, with those seeds."""
+
+    def __init__(self, suite: ScenarioFile, versions: list[str], directory: Path, inject: dict | None,
+                 inject_from: str | None, vcpus: int | None, cluster: str | None) -> None:  # fmt: skip
+        self.suite, self.versions, self.directory = suite, versions, directory
+        self.inject, self.inject_from, self.vcpus, self.cluster = inject, inject_from, vcpus, cluster
+        self.sessions = 0
+        self.started = time.monotonic()
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        self.sessions += 1
+        log(f"bisect: session {self.sessions} ({(time.monotonic() - self.started) / 60:.0f} min so far): {kernel}, "
+            f"seeds {seeds[0]}-{seeds[-1]}")  # fmt: skip
+        options = injected(kernel, self.versions, self.inject, self.inject_from)
+        scenario = regress.variant(self.suite, seeds, options)
+        session = run_session(scenario, backend="guest", kernel_version=kernel,
+                              results_root=self.directory / label(kernel), vcpus=self.vcpus,
+                              cluster=self.cluster).directory  # fmt: skip
+        frame, statuses = regress.side_metrics_of({session})
+        failed = {point: [r for s, r in seen if s != "complete"] for point, seen in statuses.items()}
+        if any(failed.values()):
+            reasons = "; ".join(sorted({r or "no reason recorded" for rs in failed.values() for r in rs}))[:400]
+            raise BisectError(f"bisect: runs on {kernel} did not complete ({reasons}); see {session}")
+        return frame
+
+
+def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = None, cc: str | None = None,
+               metric: str | None = None, repeat: int = 3, max_repeat: int = 9,
+               results_root: Path = PROJECT / "results", inject: dict | None = None, inject_from: str | None = None,
+               vcpus: int | None = None, cluster: str | None = None,
+               ) -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
+    """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
+    versions = versions_between(good, bad)
+    check_injection(inject, inject_from, versions)
+    chosen = only_points(suite, point)
+    for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
+        kernels.fetch(kernel, log=log)
+    directory = results_root / "bisect" / f"{rundir.utc_stamp()}-{label(good)}..{label(bad)}"
+    directory.mkdir(parents=True)
+    measure = Measurer(chosen, versions, directory, inject, inject_from, vcpus, cluster)
+    log(f"bisect: {len(versions)} versions, {bisection.planned_steps(len(versions))} steps planned")
+    try:
+        result = bisection.bisect(versions, measure, {"point": point, "cc": cc, "metric": metric}, repeat, max_repeat)
+    except (bisection.NothingToBisect, BisectError) as err:
+        (directory / "bisect.txt").write_text(f"{err}\n")
+        print(err)
+        return None, directory, 2
+    _write(directory, result, measure, inject, inject_from)
+    return result, directory, 0
+
+
+def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inject: dict | None,
+           inject_from: str | None) -> None:  # fmt: skip
+    point, cc, metric = result.key
+    lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
+             f"{point} {cc} {metric}"
+             + (f"; flows with {regress._options_text(inject)} from {inject_from} on" if inject else ""),
+             f"first bad version: {result.first_bad} (last good: {result.last_good}), {len(result.steps)} steps "
+             f"({result.planned_steps} planned), {measure.sessions} guest sessions",
+             f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
+             f"(Bonferroni over the planned steps) and a change beyond 5 %"]  # fmt: skip
+    lines += [f"  step {i}: {e.line()}" for i, e in enumerate(result.steps)]
+    text = "\n".join(lines)
+    print(text)
+    (directory / "bisect.txt").write_text(text + "\n")
+    rundir.write_json_atomic(directory / "bisect.json", {
+        "versions": result.versions, "key": list(result.key), "first_bad": result.first_bad,
+        "last_good": result.last_good, "planned_steps": result.planned_steps, "sessions": measure.sessions,
+        "inject": inject or {}, "inject_from": inject_from,
+        "steps": [{"kernel": e.kernel, "side": e.side, "note": e.note, "seeds": e.seeds,
+                   "vs_good": e.vs_good.__dict__, "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None}
+                  for e in result.steps],
+    })  # fmt: skip
+    (directory / "bisect.png").write_bytes(_png(result))
+
+
+def _png(result: bisection.Bisection) -> bytes:
+    """The followed metric of every version tried, each seed a dot, coloured by the side it was put on."""
+    fig = Figure(figsize=(max(6, 0.8 * len(result.versions) + 2), 3.8))
+    ax = fig.add_subplot()
+    colours = {"good": "tab:green", "bad": "tab:red"}
+    first = result.steps[0].vs_good
+    tried = [(result.versions[0], first.baseline, "good"), (result.versions[-1], first.candidate, "bad")]
+    tried += [(e.kernel, e.vs_good.candidate, e.side) for e in result.steps[1:]]
+    for kernel, values, side in tried:
+        x = result.versions.index(kernel)
+        ax.scatter([x] * len(values), values, color=colours[side], alpha=0.8)
+    ax.set_xticks(range(len(result.versions)))
+    ax.set_xticklabels(result.versions, rotation=30, ha="right", fontsize=8)
+    ax.axvline(result.versions.index(result.first_bad) - 0.5, color="red", ls="--", lw=1)
+    ax.set_ylabel(result.key[2])
+    ax.set_title(f"bisect: {' '.join(result.key)}; first bad {result.first_bad} (green good, red bad)", fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return figure_png(fig)

@@ -1,0 +1,85 @@
+"""The bisection's search (analysis/bisection.py) on simulated kernels of known truth: a metric that moves
+at a chosen version, seeded per-run noise, no kernel involved."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pandas as pd
+import pytest
+
+from analysis import bisection
+
+VERSIONS = [f"6.1.0-{n}" for n in range(47, 57)]  # ten, as Debian's 6.1 series here
+
+
+class Simulated:
+    """measure(kernel, seeds): two points' goodput and retransmission ratio; ``point1`` goodput falls by
+    ``factor`` from version ``moved_at`` on. Each (kernel, seed) run is drawn once, from its own seed,
+    with ``noise`` relative and a per-seed effect shared by every kernel (the seeded losses)."""
+
+    def __init__(self, moved_at: str | None, factor: float = 0.7, noise: float = 0.03):
+        self.moved_at, self.factor, self.noise = moved_at, factor, noise
+        self.calls: list[tuple[str, tuple[int, ...]]] = []
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        self.calls.append((kernel, tuple(seeds)))
+        rows = []
+        for seed in seeds:
+            rng = random.Random(f"{kernel}/{seed}")
+            shared = random.Random(seed).gauss(0, 0.1)
+            for point in ("point0", "point1"):
+                for metric, level in (("goodput", 9.0), ("retrans_ratio", 0.02)):
+                    moved = (self.moved_at and VERSIONS.index(kernel) >= VERSIONS.index(self.moved_at)
+                             and (point, metric) == ("point1", "goodput"))  # fmt: skip
+                    value = level * (self.factor if moved else 1) * math.exp(shared + rng.gauss(0, self.noise))
+                    rows.append({"run": f"{kernel}/{point}/{seed}", "point": point, "seed": seed, "cc": "reno",
+                                 "metric": metric, "value": value})  # fmt: skip
+        return pd.DataFrame(rows)
+
+
+@pytest.mark.parametrize("moved_at", VERSIONS[1:])
+def test_the_first_moved_version_is_named_within_log2_n_plus_2_steps(moved_at):
+    measure = Simulated(moved_at)
+    result = bisection.bisect(VERSIONS, measure)
+    assert result.key == ("point1", "reno", "goodput")
+    assert result.first_bad == moved_at and VERSIONS.index(result.last_good) == VERSIONS.index(moved_at) - 1
+    assert len(result.steps) <= math.log2(len(VERSIONS)) + 2 and len(result.steps) <= result.planned_steps
+    # every run measured once: a kernel's seeds are never run again
+    runs = [(k, s) for k, seeds in measure.calls for s in seeds]
+    assert len(runs) == len(set(runs))
+
+
+def test_a_step_undecided_at_first_adds_repetitions_and_still_decides():
+    # 12 % noise and a 15 % fall: three seeds cannot tell, more can
+    measure = Simulated("6.1.0-52", factor=0.85, noise=0.12)
+    result = bisection.bisect(VERSIONS, measure, {"point": "point1", "metric": "goodput"}, repeat=3, max_repeat=12)
+    assert max(len(e.seeds) for e in result.steps) > 3
+    assert result.first_bad == "6.1.0-52"
+
+
+def test_ends_that_do_not_differ_leave_nothing_to_bisect():
+    with pytest.raises(bisection.NothingToBisect, match="do not differ on any point .* at 6 repetitions"):
+        bisection.bisect(VERSIONS, Simulated(None), repeat=3, max_repeat=6)
+    with pytest.raises(bisection.NothingToBisect, match="do not differ on point point0"):
+        bisection.bisect(VERSIONS, Simulated("6.1.0-50"), {"point": "point0"}, max_repeat=3)
+
+
+def test_the_evidence_of_each_step_names_its_comparisons():
+    result = bisection.bisect(VERSIONS, Simulated("6.1.0-49"))
+    assert "step 0" in result.steps[0].line()
+    later = result.steps[1].line()
+    assert "vs good" in later and "vs bad" in later and "seeds" in later
+
+
+def test_bad_ends_are_refused_with_what_would_do():
+    from testbed.workflows.bisect import BisectError, versions_between
+
+    assert versions_between("6.1.0-47", "6.1.0-50", VERSIONS) == VERSIONS[:4]
+    with pytest.raises(BisectError, match="not older than --bad 6.1.0-47"):
+        versions_between("6.1.0-50", "6.1.0-47", VERSIONS)
+    with pytest.raises(BisectError, match="--good 6.1.0-40: not an installable .* versions: 6.1.0-47, 6.1.0-48"):
+        versions_between("6.1.0-40", "6.1.0-50", VERSIONS)
+    with pytest.raises(BisectError, match="adjacent versions"):
+        versions_between("6.1.0-49", "6.1.0-50", VERSIONS)
