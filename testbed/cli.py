@@ -332,20 +332,25 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
+    from testbed.guest import kernellock
     from testbed.guest.capture import INSTANCES, remove_instance
     from testbed.guest.network import cleanup_leftovers
     from testbed.host import clustertls, vagrant
     from testbed.host.clusterwork import DASK_DIRECTORY, clean_scratch
     from testbed.host.virtme import stop_orphans
 
-    done = stop_orphans() + cleanup_leftovers()
+    running = kernellock.busy()
+    if running:  # its processes, interfaces and trace instances are not leftovers
+        print(f"cleanup: a session runs on this kernel ({running}): its runs' processes, interfaces and trace "
+              f"instances are left alone")  # fmt: skip
+    done = stop_orphans() + ([] if running else cleanup_leftovers())
     done += [f"removed the folder of a killed cluster worker {folder}" for folder in clean_scratch()]
     done += [f"removed a killed controller's cluster credentials {folder}" for folder in
              clustertls.remove_stale(DASK_DIRECTORY)]  # fmt: skip
     if vagrant.vm_running():
         with vagrant.LabVM() as vm:
             done += vm.stop_orphan_runners()
-    for name in INSTANCES:
+    for name in INSTANCES if not running else ():
         remove_instance(name)
     print(f"cleanup: {len(done)} leftovers removed" if done else "cleanup: nothing left behind")
     return 0

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.guest import capture, launch, lossbpf
+from testbed.guest import capture, kernellock, launch, lossbpf
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.guest.keeper import NetworkKeeper
@@ -61,15 +61,16 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
     done_s = 0.0
     total_s = sum(r.estimate_s for r in runs)
     keeper = NetworkKeeper(enabled=plan.context.keep_networks)
-    try:
-        for i, run in enumerate(runs, 1):
-            manifest = _run_with_watchdog(run, i, runs, session_dir, plan, keeper, (started, done_s, total_s))
-            done_s += run.estimate_s
-            if manifest["status"] != "complete":
-                not_complete += 1
-    finally:
-        keeper.close()
-        capture.release_instances()
+    with kernellock.one_session(f"session {session_dir}", log):  # one session at a time on this kernel
+        try:
+            for i, run in enumerate(runs, 1):
+                manifest = _run_with_watchdog(run, i, runs, session_dir, plan, keeper, (started, done_s, total_s))
+                done_s += run.estimate_s
+                if manifest["status"] != "complete":
+                    not_complete += 1
+        finally:
+            keeper.close()
+            capture.release_instances()
     return not_complete
 
 

@@ -29,7 +29,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.guest import collect, launch, lossbpf
+from testbed.guest import collect, kernellock, launch, lossbpf
 from testbed.guest.kernel import ensure_kernel_support
 from testbed.guest.network import Network, cleanup_leftovers
 from testbed.guest.run import HOST_SYSCTLS
@@ -262,11 +262,16 @@ def _release() -> str:
 
 def open_shell(plan: Plan) -> None:
     """Build the plan's one run's network, open the CLI on it, tear it all down when the CLI ends."""
-    from mininet.log import setLogLevel
-
     spec = plan.runs[0].spec()
     lossbpf.use_objects(plan.context.bpf_objects)
-    cleanup_leftovers()
+    with kernellock.one_session(f"testbed shell {spec.point_id}", lambda m: print(f"[testbed] {m}", flush=True)):
+        _open_shell(plan, spec)
+
+
+def _open_shell(plan: Plan, spec: RunSpec) -> None:
+    from mininet.log import setLogLevel
+
+    cleanup_leftovers()  # with the kernel's session lock held: what is left is a dead session's
     scenario = spec.scenario
     topology = TOPOLOGIES[scenario.topology.name].from_scenario(scenario)
     netspec = topology.netspec()

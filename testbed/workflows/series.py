@@ -34,8 +34,11 @@ from matplotlib.figure import Figure
 from analysis import regression, series
 from analysis.plots import figure_png
 from testbed import PROJECT
+from testbed.guest.lossbpf import LossChannelError
+from testbed.guest.modules import ModuleBuildError
 from testbed.host import kernels
 from testbed.host.session import log, run_session
+from testbed.host.virtme import GuestError
 from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
 from testbed.report.pages import Badge, render, table
 from testbed.report.session import text_table
@@ -43,6 +46,10 @@ from testbed.results import rundir
 from testbed.scenario.algorithms import lookup
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import regress
+
+#: what a session raises when its kernel cannot run the suite at all (a module that does not build for it,
+#: headers apt cannot find, a guest that cannot start, a loss channel its kernel lacks): the kernel is dropped
+KERNEL_REFUSALS = (ModuleBuildError, GuestError, kernels.KernelError, LossChannelError)
 
 
 @dataclass
@@ -151,22 +158,30 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
         log(f"series: {done + 1}/{len(plan)}: {kernel}, repetition {rep}/{repeat} (ETA {left / 60:.0f} min)")
         is_last = kernel == kernel_list[-1]
         scenario = regress.variant(suite, rep, injected(kernel, kernel_list, inject, inject_from), candidate=is_last)
-        session = run_session(scenario, backend="guest", kernel_version=kernel, results_root=directory / label(kernel),
-                              vcpus=vcpus, cluster=cluster, placement_seed=placement_seed).directory  # fmt: skip
+        try:
+            session = run_session(scenario, backend="guest", kernel_version=kernel,
+                                  results_root=directory / label(kernel), vcpus=vcpus, cluster=cluster,
+                                  placement_seed=placement_seed).directory  # fmt: skip
+        except KERNEL_REFUSALS as err:  # this kernel cannot run the suite: the others still can
+            _drop(result, dropped, kernel, f"it refused the suite before any run ({err})")
+            continue
         sessions[kernel].add(session)
         complete, reasons = _completed(session)
         if rep == 1 and not complete:
-            dropped.add(kernel)
-            why = "; ".join(sorted(set(reasons)))[:300]
-            result.failures.append(f"{kernel}: no run of its first repetition completed ({why}); the series goes on "
-                                   f"without it")  # fmt: skip
-            log(f"series: {result.failures[-1]}")
+            why = "; ".join(sorted(set(reasons)))
+            _drop(result, dropped, kernel, f"no run of its first repetition completed ({why})")
     kept = [k for k in kernel_list if k not in dropped]
     if len(kept) < 2:
         result.exit_code = 2
         _write(result, suite, repeat, {}, [], inject, inject_from)
         return result
     return judge(result, kept, sessions, suite, repeat, inject, inject_from)
+
+
+def _drop(result: SeriesResult, dropped: set[str], kernel: str, why: str) -> None:
+    dropped.add(kernel)
+    result.failures.append(f"{kernel}: {why[:400]}; the series goes on without it")
+    log(f"series: {result.failures[-1]}")
 
 
 def _control_steps(frame: pd.DataFrame, kernel: str, suite: ScenarioFile) -> list[series.Step]:

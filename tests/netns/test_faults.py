@@ -162,3 +162,27 @@ def test_a_second_writer_of_a_results_folder_is_refused_and_moves_nothing(tmp_pa
     first.send_signal(signal.SIGINT)
     first.wait(timeout=60)
     assert run_status(running) == "incomplete"
+
+
+def test_two_sessions_on_one_kernel_take_turns_and_cleanup_leaves_a_live_one_alone(tmp_path, clean_kernel):
+    """Two `testbed run --backend local` on different folders at once: the second waits, naming the first
+    session and its pid, and starts when it ends; both complete. `testbed cleanup` meanwhile removes
+    nothing of the live session."""
+    first_dir, second_dir = tmp_path / "first", tmp_path / "second"
+    first_dir.mkdir(), second_dir.mkdir()
+    first = _start_cli(first_dir, duration_s=15)
+    _wait_for(_iperf3_clients)
+    second = _start_cli(second_dir, duration_s=3)
+    _wait_for(lambda: "waiting: another session" in (second_dir / "cli.log").read_text(), timeout_s=60)
+    cleanup = subprocess.run([sys.executable, "-m", "testbed.cli", "cleanup"], cwd=PROJECT, capture_output=True,
+                             text=True, env={k: v for k, v in os.environ.items() if k != MARKER})  # fmt: skip
+    assert cleanup.returncode == 0 and "a session runs on this kernel (session " in cleanup.stdout, cleanup.stdout
+    first.wait(timeout=120)
+    second.wait(timeout=120)
+    said = (second_dir / "cli.log").read_text()
+    assert first.returncode == 0 and second.returncode == 0, said
+    assert "waiting: another session runs on this kernel (session " in said and f"pid {first.pid}," in said
+    ran = [rundir.read_json(_run_dir(d) / "manifest.json") for d in (first_dir, second_dir)]
+    assert [m["status"] for m in ran] == ["complete", "complete"]
+    assert ran[1]["started_utc"] >= ran[0]["ended_utc"]  # one after the other (to the second)
+    _wait_for(lambda: leftovers() == [], timeout_s=15)

@@ -122,3 +122,32 @@ def test_latest_finds_a_pair_already_compared_but_not_a_failed_one(tmp_path):
     rundir.write_json_atomic(folder / "regress.json", {"exit_code": 1})
     assert series_workflow.already_compared(tmp_path, "6.1.0-55", "6.1.0-56") == folder / "regress.json"
     assert series_workflow.already_compared(tmp_path, "6.1.0-54", "6.1.0-56") is None
+
+
+def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_path, monkeypatch):
+    """run_session replaced: 6.1.0-48 refuses (its module cannot be built, as 6.12.100's headers were not
+    in apt here); the other two run every repetition and are compared; the series exits 2 naming it."""
+    from testbed.guest.modules import ModuleBuildError
+    from testbed.scenario.suite import load_suite
+    from tests.conftest import PROJECT
+
+    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
+    ran, judged = [], {}
+
+    def run_session(scenario, kernel_version, results_root, **_):
+        if kernel_version == "6.1.0-48":
+            raise ModuleBuildError("kernel headers missing for 6.1.0-48")
+        ran.append(kernel_version)
+        folder = results_root / f"session{len(ran)}"
+        folder.mkdir(parents=True)
+        return type("Result", (), {"directory": folder})()
+
+    monkeypatch.setattr(series_workflow.kernels, "fetch", lambda kernel, log: None)
+    monkeypatch.setattr(series_workflow, "run_session", run_session)
+    monkeypatch.setattr(series_workflow, "_completed", lambda session: (1, []))
+    monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: judged.update(kept=kept) or result)
+    result = series_workflow.run_series(["6.1.0-47", "6.1.0-48", "6.1.0-49"], suite, 2, results_root=tmp_path)
+    assert ran == ["6.1.0-47", "6.1.0-49"] * 2 and judged["kept"] == ["6.1.0-47", "6.1.0-49"]
+    [failure] = result.failures
+    assert failure.startswith("6.1.0-48: it refused the suite before any run (kernel headers missing")
+    assert failure.endswith("the series goes on without it")
