@@ -30,7 +30,7 @@ from testbed.host.session import log, run_session
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import regress
-from testbed.workflows.series import check_injection, injected, label
+from testbed.workflows.series import KERNEL_REFUSALS, check_injection, injected, label
 
 
 class BisectError(ValueError):
@@ -81,9 +81,13 @@ class Measurer:
             f"seeds {seeds[0]}-{seeds[-1]}")  # fmt: skip
         options = injected(kernel, self.versions, self.inject, self.inject_from)
         scenario = regress.variant(self.suite, seeds, options)
-        session = run_session(scenario, backend="guest", kernel_version=kernel,
-                              results_root=self.directory / label(kernel), vcpus=self.vcpus,
-                              cluster=self.cluster).directory  # fmt: skip
+        try:
+            session = run_session(scenario, backend="guest", kernel_version=kernel,
+                                  results_root=self.directory / label(kernel), vcpus=self.vcpus,
+                                  cluster=self.cluster).directory  # fmt: skip
+        except KERNEL_REFUSALS as err:
+            raise BisectError(f"bisect: {kernel} refused the suite ({err}); a point it can run (--point) or a "
+                              f"range without it would bisect") from err  # fmt: skip
         frame, statuses = regress.side_metrics_of({session})
         failed = {point: [r for s, r in seen if s != "complete"] for point, seen in statuses.items()}
         if any(failed.values()):
