@@ -151,3 +151,16 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
     [failure] = result.failures
     assert failure.startswith("6.1.0-48: it refused the suite before any run (kernel headers missing")
     assert failure.endswith("the series goes on without it")
+
+
+def test_latest_compares_with_the_newest_older_kernel_of_its_series_in_the_catalog(tmp_path, monkeypatch):
+    import analysis.catalog
+
+    history = pd.DataFrame({"kernel_release": ["6.1.0-47-amd64", "6.1.0-55-amd64", "6.12.117+deb12-amd64"]})
+    monkeypatch.setattr(analysis.catalog, "ingest", lambda root: None)
+    monkeypatch.setattr(analysis.catalog, "runs", lambda root, **filters: history)
+    monkeypatch.setattr(kernels, "available_versions", lambda: AVAILABLE)
+    assert series_workflow.baseline_from_history(tmp_path, "6.1", "6.1.0-56") == "6.1.0-55"
+    assert series_workflow.baseline_from_history(tmp_path, "6.1", "6.1.0-50") == "6.1.0-47"
+    with pytest.raises(ValueError, match="no kernel of that series older than 6.1.0-47 .* give --baseline"):
+        series_workflow.baseline_from_history(tmp_path, "6.1", "6.1.0-47")
