@@ -623,7 +623,7 @@ def _add_results(sub) -> None:
 
 
 def _add_regress(sub) -> None:
-    from analysis.regression import DEFAULT_REPEAT, METRICS
+    from analysis.regression import DEFAULT_REPEAT
 
     regress = sub.add_parser(
         "regress",
@@ -663,6 +663,11 @@ def _add_regress(sub) -> None:
     )  # fmt: skip
     _inject_options(regress)
     regress.set_defaults(func=_cmd_regress)
+
+
+def _add_bisect(sub) -> None:
+    from analysis.regression import METRICS
+
     bisect = sub.add_parser(
         "bisect",
         help="which Debian kernel version between a good and a bad one first moved a metric",
@@ -760,8 +765,8 @@ def _add_lab(sub) -> None:
 
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_results, _add_regress, _add_check,
-               _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
+SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_results, _add_regress, _add_bisect,
+               _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
 SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bisect", "bench", "lab"}
 

@@ -126,7 +126,7 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
     point, cc, metric = result.key
     lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
              f"{point} {cc} {metric}"
-             + (f"; flows with {regress._options_text(inject)} from {inject_from} on" if inject else ""),
+             + (f"; flows with {regress.options_text(inject)} from {inject_from} on" if inject else ""),
              f"first bad version: {result.first_bad} (last good: {result.last_good}), {len(result.steps)} steps "
              f"({result.planned_steps} planned), {measure.sessions} guest sessions",
              f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "

@@ -90,7 +90,7 @@ def parse_flow_options(items: list[str], option: str = "--candidate-flow-option"
     return options
 
 
-def _control_base(suite: ScenarioFile, point_id: str) -> str | None:
+def control_base(suite: ScenarioFile, point_id: str) -> str | None:
     """The point a positive control repeats, when the suite runs that point too (then the baseline
     need not run the control: unharmed, it is that point)."""
     base = point_id.removesuffix(".control")
@@ -104,7 +104,7 @@ def variant(suite: ScenarioFile, seed: int | list[int], flow_options: dict | Non
     without the controls whose point the suite runs anyway (the judge compares with that point)."""
     points = []
     for point in suite.points:
-        if not candidate and point.point_id in suite.controls and _control_base(suite, point.point_id):
+        if not candidate and point.point_id in suite.controls and control_base(suite, point.point_id):
             continue
         data = point.scenario.model_dump(mode="json", exclude_none=True)
         data["seeds"] = [seed] if isinstance(seed, int) else list(seed)
@@ -161,7 +161,7 @@ def regress(
                              results_root=directory / side, vcpus=vcpus, cluster=cluster,
                              placement_seed=placement_seed)  # fmt: skip
         sessions[side].add(result.directory)
-    bases = {control: _control_base(suite, control) for control in suite.controls}
+    bases = {control: control_base(suite, control) for control in suite.controls}
     return judge(directory, sessions, baseline, candidate, repeat, candidate_flow_options, suite.controls,
                  {control: base for control, base in bases.items() if base})  # fmt: skip
 
@@ -186,7 +186,7 @@ def side_metrics_of(session_dirs: set[Path]):
     return metrics, statuses
 
 
-def _options_text(options: dict) -> str:
+def options_text(options: dict) -> str:
     return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
 
 
@@ -195,14 +195,14 @@ def _check_controls(result: RegressResult, controls: dict) -> None:
     for point, options in controls.items():
         mine = [c for c in result.comparisons if c.point == point]
         found = [c for c in mine if c.verdict == "regression"]
-        what = f"positive control {point} (candidate flows with {_options_text(options)})"
+        what = f"positive control {point} (candidate flows with {options_text(options)})"
         if found:
             metrics = ", ".join(f"{c.cc} {c.metric} {c.change:+.1%} (p = {c.p_value:.2g}, Cohen's d = {c.cohen_d:.2g})"
                                 for c in found)  # fmt: skip
             result.controls.append(f"{what}: detected: {metrics}")
         elif mine and all(c.verdict != "too few runs" for c in mine):
             smallest = min((c.detectable for c in mine if not math.isnan(c.detectable)), default=math.nan)
-            missed = (f"{what}: missed: no metric regressed (smallest detectable change {_detectable(smallest)}); "
+            missed = (f"{what}: missed: no metric regressed (smallest detectable change {detectable_text(smallest)}); "
                       f"these repetitions cannot see a regression of that size: raise --repeat")  # fmt: skip
             result.controls.append(missed)
             result.failures.append(missed)
@@ -267,11 +267,11 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     return result
 
 
-def _fmt(value: float, digits: int = 3) -> str:
+def fmt_value(value: float, digits: int = 3) -> str:
     return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
 
 
-def _detectable(value: float) -> str:
+def detectable_text(value: float) -> str:
     if math.isnan(value):
         return "n/a"
     return "> 1000%" if value > 10 else f"{value:.1%}"
@@ -284,11 +284,11 @@ def _rows(comparisons, controls: dict) -> list[dict]:
         mean = lambda v: sum(v) / len(v) if v else math.nan  # noqa: E731
         rows.append({
             "point": c.point, "cc": c.cc, "metric": c.metric,
-            "baseline": f"{_fmt(mean(c.baseline))} (n={len(c.baseline)})",
-            "candidate": f"{_fmt(mean(c.candidate))} (n={len(c.candidate)})",
+            "baseline": f"{fmt_value(mean(c.baseline))} (n={len(c.baseline)})",
+            "candidate": f"{fmt_value(mean(c.candidate))} (n={len(c.candidate)})",
             "change": "n/a" if math.isnan(c.change) else f"{c.change:+.1%}",
-            "p": _fmt(c.p_value, 2), "Cohen's d": _fmt(c.cohen_d, 2),
-            "detectable": _detectable(c.detectable),
+            "p": fmt_value(c.p_value, 2), "Cohen's d": fmt_value(c.cohen_d, 2),
+            "detectable": detectable_text(c.detectable),
             "test": c.test, "verdict": c.verdict + control,
         })  # fmt: skip
     return rows

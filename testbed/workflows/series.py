@@ -188,7 +188,7 @@ def _control_steps(frame: pd.DataFrame, kernel: str, suite: ScenarioFile) -> lis
     """Each positive control of the suite on the last kernel against that kernel's own runs of its point."""
     steps = []
     for control in suite.controls:
-        base = regress._control_base(suite, control)
+        base = regress.control_base(suite, control)
         if base is None:
             continue
         plain = frame[frame["point"] == base].assign(point=control)
@@ -225,7 +225,7 @@ def _check_controls(result: SeriesResult, suite: ScenarioFile) -> None:
     for control in suite.controls:
         mine = [s.comparison for s in result.steps if s.kind == "control" and s.comparison.point == control]
         found = [c for c in mine if c.verdict == "regression"]
-        what = f"positive control {control} (last kernel, flows with {regress._options_text(suite.controls[control])})"
+        what = f"positive control {control} (last kernel, flows with {regress.options_text(suite.controls[control])})"
         if found:
             result.controls.append(f"{what}: detected: " + ", ".join(
                 f"{c.cc} {c.metric} {c.change:+.1%} (p = {c.p_value:.2g})" for c in found))  # fmt: skip
@@ -244,7 +244,7 @@ def _step_rows(steps: list[series.Step]) -> list[dict]:
         c = s.comparison
         rows.append({"from": s.before, "to": s.after, "kind": s.kind, "point": c.point, "cc": c.cc, "metric": c.metric,
                      "change": "n/a" if math.isnan(c.change) else f"{c.change:+.1%}",
-                     "p (Holm)": regress._fmt(c.p_value, 2), "detectable": regress._detectable(c.detectable),
+                     "p (Holm)": regress.fmt_value(c.p_value, 2), "detectable": regress.detectable_text(c.detectable),
                      "test": c.test, "verdict": c.verdict})  # fmt: skip
     return rows
 
@@ -252,7 +252,7 @@ def _step_rows(steps: list[series.Step]) -> list[dict]:
 def _summary(result: SeriesResult, repeat: int, inject: dict | None, inject_from: str | None) -> str:
     n_steps = sum(s.kind != "control" for s in result.steps)
     lines = [f"regress --series: {' -> '.join(result.kernels)}, {repeat} repetitions each"
-             + (f"; flows with {regress._options_text(inject)} from {inject_from} on" if inject else "")]  # fmt: skip
+             + (f"; flows with {regress.options_text(inject)} from {inject_from} on" if inject else "")]  # fmt: skip
     points = result.change_points
     lines.append(f"change points: {len(points)} of {n_steps} comparisons (adjacent kernels and first vs last, paired "
                  f"by seed, Holm over all: at most 5 % of series with no change raise any)")  # fmt: skip

@@ -79,7 +79,7 @@ def test_the_pair_judge_on_the_last_two_kernels_finds_the_control_and_nothing_el
     sessions = {side: {p.parent for p in (result.directory / kernel).rglob(rundir.SESSION)}
                 for side, kernel in zip(regress.SIDES, KERNELS[1:], strict=True)}  # fmt: skip
     assert all(len(found) == 3 for found in sessions.values()), sessions
-    bases = {c: regress._control_base(suite, c) for c in suite.controls}
+    bases = {c: regress.control_base(suite, c) for c in suite.controls}
     (result.directory / "pair").mkdir()
     pair = regress.judge(result.directory / "pair", sessions, KERNELS[1], KERNELS[2], 3, None, suite.controls, bases)
     plain = [c for c in pair.comparisons if c.point == "upload.default"]
