@@ -204,6 +204,20 @@ def netem_loss_args(model: BernoulliLoss | GilbertElliottLoss | FourStateLoss) -
             f"{model.bad_loss_pct:g}%", f"{model.good_loss_pct:g}%"]  # fmt: skip
 
 
+def packet_chain(model: GilbertElliottLoss | FourStateLoss) -> tuple[list[list[float]], list[float]]:
+    """A per-packet model as netem runs it: the transition matrix of its Markov chain (``P[i][j]``: from
+    state i to j at a packet) and each state's loss probability. Gilbert-Elliott: Good, Bad (a packet's
+    fate drawn in the state it finds). 4-state: states 1-4 as above (a packet lost in 3 and 4)."""
+    if isinstance(model, GilbertElliottLoss):
+        p, r = model.p_pct / 100, model.r_pct / 100
+        return [[1 - p, p], [r, 1 - r]], [model.good_loss_pct / 100, model.bad_loss_pct / 100]
+    p13, p31, p32, p23, p14 = (v / 100 for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct,
+                                                  model.p14_pct))  # fmt: skip
+    chain = [[1 - p13 - p14, 0.0, p13, p14], [0.0, 1 - p23, p23, 0.0], [p31, p32, 1 - p31 - p32, 0.0],
+             [1.0, 0.0, 0.0, 0.0]]  # fmt: skip
+    return chain, [0.0, 0.0, 1.0, 1.0]
+
+
 def probe_loss_pct(model: LossModel | None) -> float:
     """The loss a UDP rate probe sees before traffic starts: the stationary loss of a per-packet model;
     a timed channel is not armed yet (it starts with the traffic, at t0) and loses nothing."""

@@ -14,7 +14,7 @@ from testbed.plan.connections import Connection
 from testbed.results import provenance, rundir
 from testbed.scenario.points import RunSpec
 from testbed.scenario.schema import Scenario
-from topologies.lossmodel import timeline
+from topologies.lossmodel import FourStateLoss, GilbertElliottLoss, packet_chain, timeline
 from topologies.shaping import LOSSY_NETEM
 
 #: per-flow switches set as a sysctl on the flow's hosts (sender and receiver) when the flow turns them
@@ -139,24 +139,38 @@ def read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidel
 
 
 def netem_loss_checks(spec, tc_stats: dict, before: dict | None) -> list[fidelity.Check]:
-    """The realized loss of every Bernoulli netem (a link's ``loss_pct``) over the run against its configured
-    probability, within binomial spreads (:func:`fidelity.loss_check`, as for the BPF channel's states):
-    the lossy netem's drops among the packets it took (sent + dropped), less where its counters stood
-    before the run on a kept network (``before``). Loss models (Gilbert-Elliott, 4-state) are bursty, so a
-    binomial bound would not hold: their realized loss is not checked here."""
+    """The realized loss of every netem loss (a link's ``loss_pct``, Gilbert-Elliott, 4-state) over the run
+    against its configured stationary probability (:func:`fidelity.loss_check`, as for the BPF channel's
+    states): the lossy netem's drops among the packets it took (sent + dropped), less where its counters
+    stood before the run on a kept network (``before``). Bernoulli within binomial spreads; the chains'
+    losses come in bursts, so their spread is the chain's own (:func:`fidelity.chain_loss`)."""
     checks = []
     for (node, intf), plan in sorted(spec.egress.items()):
-        if not plan.loss_pct or plan.loss_model is not None:
+        expected = _expected_netem_loss(plan)
+        if expected is None:
             continue
+        configured_pct, variance = expected
         now, then = _lossy_netem(tc_stats, node, intf), _lossy_netem(before or {}, node, intf)
         if now is None:
-            checks.append(fidelity.Check(f"loss netem {node}/{intf}", False, None, plan.loss_pct,
+            checks.append(fidelity.Check(f"loss netem {node}/{intf}", False, None, configured_pct,
                                          f"no netem {LOSSY_NETEM} in the interface's qdisc statistics"))  # fmt: skip
             continue
         dropped = now.get("drops", 0) - (then or {}).get("drops", 0)
         sent = now.get("packets", 0) - (then or {}).get("packets", 0)
-        checks.append(fidelity.loss_check(f"loss netem {node}/{intf}", sent + dropped, dropped, plan.loss_pct))
+        checks.append(fidelity.loss_check(f"loss netem {node}/{intf}", sent + dropped, dropped, configured_pct,
+                                          variance))  # fmt: skip
     return checks
+
+
+def _expected_netem_loss(plan) -> tuple[float, float | None] | None:
+    """(configured stationary loss %, per-packet variance or None for binomial) of an egress's netem loss;
+    None where it has none, or a chain too slow to judge."""
+    if plan.loss_pct and plan.loss_model is None:
+        return plan.loss_pct, None
+    if not isinstance(plan.loss_model, GilbertElliottLoss | FourStateLoss):
+        return None  # the timed channel is checked per state by its own counters (read_loss_channels)
+    settled = fidelity.chain_loss(*packet_chain(plan.loss_model))
+    return None if settled is None else (100 * settled[0], settled[1])
 
 
 def _lossy_netem(tc_stats: dict, node: str, intf: str) -> dict | None:

@@ -159,20 +159,25 @@ def cpu_check(busy_pct: float) -> Check:
 
 
 def host_check(host: dict) -> Check:
-    """Did the host give the guest its CPUs during traffic? ``host``: a ``hostload.HostSummary`` as a
-    dict (the manifest's ``host``)."""
+    """Did the host give the guest (or a local run) its CPUs during traffic? ``host``: a
+    ``hostload.HostSummary`` as a dict (the manifest's ``host``); a pinned guest is judged on its cores."""
     problems = []
+    subject = "the run's processes" if host.get("subject") == "run" else "the guest"
+    where = (f"its cores {','.join(map(str, host['cores']))}" if host.get("cores")
+             else f"the host's {host['cpus']} CPUs")  # fmt: skip
     if host["other_busy_pct"] > OTHER_BUSY_LIMIT_PCT:
-        problems.append(f"others than the guest used {host['other_busy_pct']:.0f} % of the host's {host['cpus']} "
-                        f"CPUs (limit {OTHER_BUSY_LIMIT_PCT:g} %)")  # fmt: skip
+        problems.append(f"others than {subject} used {host['other_busy_pct']:.0f} % of {where} "
+                        f"(limit {OTHER_BUSY_LIMIT_PCT:g} %)")  # fmt: skip
     if host["host_steal_pct"] > HOST_STEAL_LIMIT_PCT:
-        problems.append(f"the host's hypervisor stole {host['host_steal_pct']:.0f} % of its CPU time "
+        problems.append(f"the host's hypervisor stole {host['host_steal_pct']:.0f} % of the CPU time of {where} "
                         f"(limit {HOST_STEAL_LIMIT_PCT:g} %)")  # fmt: skip
     if host["other_guests"]:
-        problems.append(f"other guests ran on the host: {'; '.join(host['other_guests'])}")
-    figures = (f"host busy {host['host_busy_pct']:.0f} % of {host['cpus']} CPUs, {host['other_busy_pct']:.0f} % by "
-               f"others than the guest; load {host['load_1m']:.2f}; the guest's vCPUs waited for a CPU "
-               f"{host['vcpu_wait_pct']:.0f} % of the time they wanted one")  # fmt: skip
+        on = "on its cores" if host.get("cores") else "on the host"
+        problems.append(f"other guests ran {on}: {'; '.join(host['other_guests'])}")
+    figures = (f"{where} busy {host['host_busy_pct']:.0f} %, {host['other_busy_pct']:.0f} % by others than "
+               f"{subject}; load {host['load_1m']:.2f}")  # fmt: skip
+    if host.get("subject", "guest") == "guest":
+        figures += f"; the guest's vCPUs waited for a CPU {host['vcpu_wait_pct']:.0f} % of the time they wanted one"
     detail = ("the host was contended: " + "; ".join(problems) + f" ({figures})") if problems else figures
     return Check("host contention", not problems, host["other_busy_pct"], OTHER_BUSY_LIMIT_PCT, detail)
 
@@ -204,15 +209,51 @@ LOSS_SIGMAS = 4.0
 LOSS_TOLERANCE_PP = 0.5
 
 
-def loss_check(name: str, seen: int, dropped: int, configured_pct: float) -> Check:
-    """Realized loss of one channel state vs its configured probability (binomial tolerance)."""
+def loss_check(name: str, seen: int, dropped: int, configured_pct: float, variance: float | None = None) -> Check:
+    """Realized loss of one channel state vs its configured probability: binomial tolerance, or that of
+    a bursty chain when ``variance`` (its per-packet asymptotic variance, :func:`chain_loss`) is given."""
     if seen == 0:
         return Check(name, True, None, configured_pct, "no packet crossed the channel in this state")
     realized = 100 * dropped / seen
     p = configured_pct / 100
-    tolerance = 100 * LOSS_SIGMAS * (p * (1 - p) / seen) ** 0.5 + LOSS_TOLERANCE_PP
-    detail = f"{realized:.2f} % of {seen} packets lost, configured {configured_pct:g} % (tolerance ±{tolerance:.2f} pp)"
+    spread = variance if variance is not None else p * (1 - p)
+    tolerance = 100 * LOSS_SIGMAS * (spread / seen) ** 0.5 + LOSS_TOLERANCE_PP
+    bursty = ", the chain's bursts counted" if variance is not None else ""
+    detail = (f"{realized:.2f} % of {seen} packets lost, configured {configured_pct:.4g} % "
+              f"(tolerance ±{tolerance:.2f} pp{bursty})")  # fmt: skip
     return Check(name, abs(realized - configured_pct) <= tolerance, round(realized, 4), configured_pct, detail)
+
+
+#: lags summed at most for a chain's autocovariance (a chain slower than this to forget is not judged)
+CHAIN_MAX_LAGS = 100_000
+
+
+def chain_loss(chain: list[list[float]], loss: list[float]) -> tuple[float, float] | None:
+    """Stationary loss probability of a Markov-modulated loss (a packet lost with ``loss[s]`` in state s of
+    the per-packet ``chain``) and its per-packet asymptotic variance: the binomial p(1 - p) plus twice the
+    sum of the autocovariances, which bursts make positive. The realized share over n packets then spreads
+    by sqrt(variance / n). None when the sum does not settle within :data:`CHAIN_MAX_LAGS` (a periodic or
+    very slow chain). Written out (a few lines of pure Python) because the runner in the guest avoids
+    numpy's import for one 4 x 4 matrix."""
+    states = range(len(loss))
+    step = [[(chain[i][j] + (i == j)) / 2 for j in states] for i in states]  # lazy: same π, never periodic
+    pi = [1 / len(loss)] * len(loss)
+    for _ in range(CHAIN_MAX_LAGS):
+        nxt = [sum(pi[i] * step[i][j] for i in states) for j in states]
+        settled = max(abs(a - b) for a, b in zip(nxt, pi, strict=True)) < 1e-15
+        pi = nxt
+        if settled:
+            break
+    mean = sum(pi[i] * loss[i] for i in states)
+    ahead, total, quiet = list(loss), 0.0, 0
+    for _ in range(CHAIN_MAX_LAGS):
+        ahead = [sum(chain[i][j] * ahead[j] for j in states) for i in states]  # E[loss k packets on | state]
+        covariance = sum(pi[i] * loss[i] * ahead[i] for i in states) - mean * mean
+        total += covariance
+        quiet = quiet + 1 if abs(covariance) < 1e-12 else 0
+        if quiet >= 50:
+            return mean, max(0.0, mean * (1 - mean) + 2 * total)
+    return None
 
 
 #: the passive rate check decides from this much time in which the link was provably busy (10 intervals at 10 Hz)

@@ -11,9 +11,9 @@ and both follow it with :func:`testbed.host.remote.follow_plan`; each runner lin
 contention watch (:mod:`testbed.host.hostload`), then to the session's observers
 (:data:`testbed.host.remote.Observer`: the report's analysis ahead, handed down as a callable because
 the host does not import the report). The local backend runs the plan in this process: it has no
-lines to pass on and ignores its observers. What a failure means for the runs
-(marking those not finished) is the session's, the same for every backend: a backend names the
-errors that say it could not finish the plan (:attr:`~Backend.failures`).
+lines to pass on and ignores its observers, but its contention watch follows the runner's log. What a
+failure means for the runs (marking those not finished) is the session's, the same for every backend:
+a backend names the errors that say it could not finish the plan (:attr:`~Backend.failures`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from testbed import PROJECT
-from testbed.guest import launch, lossbpf, modules
+from testbed.guest import console, launch, lossbpf, modules
 from testbed.guest.runner import execute_plan
 from testbed.host import guardian, hostload, kernels, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
@@ -131,7 +131,11 @@ class LocalBackend:
         return sum(estimates)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        execute_plan(plan, session)
+        # the host's contention is watched as for a guest, the run's own processes being this process's tree
+        run_dirs = [run.run_dir for run in plan.runs]
+        watch = hostload.HostWatch(run_dirs, set, session=session, cores=hostload.host_cores(), tree=os.getpid())
+        with console.following(watch.on_line):
+            execute_plan(plan, session)
         return {}
 
     def close(self) -> None:
@@ -260,7 +264,9 @@ def _boot(guest, kernel, config, session: Path, log, observers: tuple[Observer, 
 
     run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
     ours = guardian.marker_value(str(PROJECT))
-    watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session)
+    # a guest pinned to some cores (a local:N worker's) is judged on them alone
+    watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session,
+                               cores=hostload.host_cores())  # fmt: skip
     return guest.run_in_guest(kernel, config, plan, [session], session / "guest-console.log",
                               timeout_s=estimate_s * 3 + guest.BOOT_TIMEOUT_S, echo=log,
                               on_line=with_observers(watch.on_line, observers, session, run_dirs))  # fmt: skip

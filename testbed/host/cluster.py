@@ -90,11 +90,16 @@ class ClusterBackend:
         self.pinning: dict[str, list[int]] = {}
 
     def prepare(self) -> str:
+        cores = sorted(os.sched_getaffinity(0))
+        if isinstance(self.spec, LocalSpec) and self.inner == "guest":
+            check_pinned_guests(self.spec.workers, cores)  # before any worker starts
         self.log(f"cluster: starting {clusterspec.describe(self.spec)}")
         self.cluster, self.client = connect(self.spec, self.log)
         self.facts = self._ask_workers()
         if isinstance(self.spec, LocalSpec):
-            self.pinning = share_cores(sorted(os.sched_getaffinity(0)), list(self.facts))
+            if self._worker_backend() == "guest":  # --backend auto chose guests
+                check_pinned_guests(self.spec.workers, cores)
+            self.pinning = share_cores(cores, list(self.facts))
         return self._common_release()
 
     def _ask_workers(self) -> dict[str, dict]:
@@ -294,6 +299,17 @@ def spread_s(costs: list[float], workers: int) -> float:
     for cost in sorted(costs, reverse=True):
         loads[loads.index(min(loads))] += cost
     return max(loads, default=0.0)
+
+
+def check_pinned_guests(workers: int, cores: list[int]) -> None:
+    """``local:N`` guests are trusted because each is pinned to cores of its own and judged on them
+    (:mod:`testbed.host.hostload`); N guests on fewer than N cores would share cores, and each would see
+    the others as contention. :class:`ClusterError` naming what this host allows."""
+    if workers > len(cores):
+        raise ClusterError(
+            f"--cluster local:{workers} --backend guest: each worker's guest is pinned to cores of its own, and "
+            f"this process may use {len(cores)} core(s) ({','.join(map(str, cores))}): at most "
+            f"local:{len(cores)} here (one core per guest), or the local backend, or more hosts (ssh:, slurm:)")
 
 
 def share_cores(cores: list[int], workers: list[str]) -> dict[str, list[int]]:

@@ -7,7 +7,12 @@ traffic (the runner logs both: :class:`testbed.plan.progress.TrafficWindow`): th
 and steal (``/proc/stat``), the CPU time of the guest's own processes and the run-queue wait of its
 vCPU threads (``/proc/<pid>/task/*/schedstat``: how long they were runnable but not running), its
 load average, and any qemu process that is not this guest's. What the host's CPUs did for others
-than the guest is the contention; the vCPUs' wait is reported beside it but not judged, because a
+than the guest is the contention. A guest pinned to some of the host's cores (a ``local:N`` cluster's
+worker) is judged on those cores only: their ticks, their steal, and the other guests that may run on
+them; a guest pinned elsewhere is no competitor. On the local backend the "guest" is the run's own
+process tree (the runner, its namespaces' shells, iperf3, tcpdump), whose CPU time is read from
+``/proc/<pid>/stat`` with what its reaped children used (an iperf3 that ended before the window's end
+still counts as the run's). The contention is the vCPUs' wait is reported beside it but not judged, because a
 busy guest's vCPU threads also wait for each other and for qemu's main loop on a 2-core host
 (measured here: 18 % on a quiet host, 43 % with a hog). :func:`fidelity.host_check` judges the
 summary; the controller adds it to the run's manifest.
@@ -38,9 +43,55 @@ class Snapshot:
     other_qemu: tuple[str, ...]
 
 
-def _cpu_ticks() -> tuple[int, ...]:
-    fields = Path("/proc/stat").read_text().splitlines()[0].split()[1:9]
-    return tuple(int(f) for f in fields)
+def _cpu_ticks(cores: frozenset[int] | None = None) -> tuple[int, ...]:
+    """/proc/stat's ticks of the whole host (its "cpu" line), or summed over the "cpuN" lines of ``cores``."""
+    lines = Path("/proc/stat").read_text().splitlines()
+    if cores is None:
+        return tuple(int(f) for f in lines[0].split()[1:9])
+    rows = [line.split() for line in lines[1:] if line.startswith("cpu")]
+    picked = [[int(f) for f in row[1:9]] for row in rows if int(row[0][3:]) in cores]
+    return tuple(sum(column) for column in zip(*picked, strict=True))
+
+
+def host_cores() -> frozenset[int] | None:
+    """The cores this process may run on when it is pinned to fewer than the host's online CPUs (its guest
+    inherits them), or None: the whole host."""
+    mine = frozenset(os.sched_getaffinity(0))
+    return mine if len(mine) < (os.cpu_count() or len(mine)) else None
+
+
+def _shares_cores(pid: int, cores: frozenset[int] | None) -> bool:
+    if cores is None:
+        return True
+    try:
+        return bool(os.sched_getaffinity(pid) & cores)
+    except OSError:
+        return False
+
+
+def tree_cpu_ns(root: int) -> int:
+    """CPU time of ``root`` and its descendants, with what their reaped children used (ns, tick resolution).
+
+    Each live process counts its own time plus its waited-for children's (``cutime``, ``cstime``), so a
+    child that ended and was reaped inside the tree is counted once, by its parent."""
+    parents: dict[int, int] = {}
+    times: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
+        except OSError:
+            continue
+        parents[int(entry)] = int(fields[1])
+        times[int(entry)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
+    tree, frontier = {root}, [root]
+    while frontier:
+        parent = frontier.pop()
+        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
+        tree.update(children)
+        frontier.extend(children)
+    return int(sum(times.get(pid, 0) for pid in tree) * 1e9 / os.sysconf("SC_CLK_TCK"))
 
 
 def _schedstat(pid: int) -> tuple[int, int, int]:
@@ -84,15 +135,19 @@ def qemu_pids() -> dict[int, str]:
     return found
 
 
-def snapshot(own: set[int]) -> Snapshot:
-    """The host now; ``own``: the guest's processes (qemu, and virtiofsd where there is one)."""
+def snapshot(own: set[int], cores: frozenset[int] | None = None, tree: int | None = None) -> Snapshot:
+    """The host now (its ``cores``, or all of it); ``own``: the guest's processes (qemu, and virtiofsd
+    where there is one), or ``tree``: the root of a local run's processes."""
     run = wait = own_run = 0
     for pid in own:
         vcpu_run, vcpu_wait, total_run = _schedstat(pid)
         run, wait, own_run = run + vcpu_run, wait + vcpu_wait, own_run + total_run
-    others = tuple(f"{pid} {cmd}" for pid, cmd in sorted(qemu_pids().items()) if pid not in own)
+    if tree is not None:
+        own_run = tree_cpu_ns(tree)
+    others = tuple(f"{pid} {cmd}" for pid, cmd in sorted(qemu_pids().items())
+                   if pid not in own and _shares_cores(pid, cores))  # fmt: skip
     load_1m = float(Path("/proc/loadavg").read_text().split()[0])
-    return Snapshot(time.monotonic(), _cpu_ticks(), run, wait, own_run, load_1m, others)
+    return Snapshot(time.monotonic(), _cpu_ticks(cores), run, wait, own_run, load_1m, others)
 
 
 @dataclass(frozen=True)
@@ -110,13 +165,18 @@ class HostSummary:
     other_busy_pct: float  # host CPU time used by others than the guest, in % of all CPUs
     load_1m: float
     other_guests: list[str]
+    #: the cores judged when the guest was pinned to some (None: the whole host)
+    cores: list[int] | None = None
+    #: what "own" CPU time was: the guest's processes, or a local run's process tree
+    subject: str = "guest"
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None) -> HostSummary:
-    cpus = cpus or os.cpu_count() or 1
+def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None, cores: frozenset[int] | None = None,
+              subject: str = "guest") -> HostSummary:  # fmt: skip
+    cpus = len(cores) if cores else (cpus or os.cpu_count() or 1)
     ticks = [a - b for a, b in zip(after.cpu_ticks, before.cpu_ticks, strict=True)]
     total = sum(ticks) or 1
     idle = ticks[3] + ticks[4]
@@ -138,6 +198,8 @@ def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None) -> Hos
         other_busy_pct=round(max(0.0, 100 * (busy_s - guest_s) / (window_s * cpus)), 1) if window_s > 0 else 0.0,
         load_1m=after.load_1m,
         other_guests=sorted(set(before.other_qemu) | set(after.other_qemu)),
+        cores=sorted(cores) if cores else None,
+        subject=subject,
     )
 
 
@@ -145,12 +207,15 @@ class HostWatch:
     """Follows the runner's lines (``on_line``) and keeps a :class:`HostSummary` per run of the plan
     (by its ``run_dir``); ``own()`` names this guest's processes. With ``session`` (a folder
     the runner writes into directly), each run's manifest gets its summary as the run ends; otherwise
-    :meth:`apply` adds them once the folder is back."""
+    :meth:`apply` adds them once the folder is back. ``cores``: the cores the guest is pinned to (judged
+    alone); ``tree``: a local run's root process, whose process tree is the "guest"."""
 
-    def __init__(self, run_dirs: list[str], own: Callable[[], set[int]], session: Path | None = None):
+    def __init__(self, run_dirs: list[str], own: Callable[[], set[int]], session: Path | None = None,
+                 cores: frozenset[int] | None = None, tree: int | None = None) -> None:  # fmt: skip
         self.run_dirs = run_dirs
         self.own = own
         self.session = session
+        self.cores, self.tree = cores, tree
         self.current: int | None = None
         self.before: Snapshot | None = None
         self.summaries: dict[str, HostSummary] = {}
@@ -162,9 +227,11 @@ class HostWatch:
         elif isinstance(event, progress.RunEnded) and self.session is not None and self.current is not None:
             self.apply(self.session, self._run_dir())
         elif isinstance(event, progress.TrafficWindow) and event.edge == "begins":
-            self.before = snapshot(self.own())
+            self.before = snapshot(self.own(), self.cores, self.tree)
         elif isinstance(event, progress.TrafficWindow) and self.before is not None and self._run_dir():
-            self.summaries[self._run_dir()] = summarize(self.before, snapshot(self.own()))
+            after = snapshot(self.own(), self.cores, self.tree)
+            subject = "guest" if self.tree is None else "run"
+            self.summaries[self._run_dir()] = summarize(self.before, after, cores=self.cores, subject=subject)
             self.before = None
 
     def _run_dir(self) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 
 import pytest
@@ -71,6 +72,10 @@ def test_run_directory_is_complete(sweep):
     assert manifest["fidelity"]["checks"], "fidelity checks were recorded"
     bottleneck_checks = [c for c in manifest["fidelity"]["checks"] if c["name"].startswith("bottleneck rate")]
     assert bottleneck_checks and bottleneck_checks[0]["ok"], bottleneck_checks
+    # the local backend is watched for contention as a guest is, its run's process tree being the "guest"
+    (host,) = [c for c in manifest["fidelity"]["checks"] if c["name"] == "host contention"]
+    assert host["ok"] and "by others than the run's processes" in host["detail"], host
+    assert manifest["host"]["subject"] == "run" and manifest["host"]["guest_cpu_s"] > 0
 
 
 def test_runs_after_the_first_use_its_network_and_count_their_own_packets(sweep):
@@ -180,3 +185,21 @@ def test_pcap_accounting_agrees_with_tcptrace_on_fresh_captures(sweep, cc):
     for label, value in pairs.items():
         message = f"{cc} {label}: ours {value}, tcptrace {theirs[label]}"
         assert value == pytest.approx(theirs[label], rel=0.01, abs=1e-3), message
+
+
+def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host(tmp_path):
+    # busy loops outside this process's tree (a child of this test would count as the run's own): each
+    # started in the background by a shell that exits at once
+    loops = " ".join(["sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!;"] * (os.cpu_count() or 1))
+    hogs = [int(pid) for pid in subprocess.run(["sh", "-c", loops], capture_output=True, text=True).stdout.split()]
+    try:
+        result = run_session(host_scenario(["reno"], duration_s=2, name="hogged"), backend="local",
+                             results_root=tmp_path)  # fmt: skip
+    finally:
+        for pid in hogs:
+            os.kill(pid, 9)
+    manifest = rundir.read_json(result.runs[0] / "manifest.json")
+    assert manifest["status"] == "complete", manifest.get("reason")
+    assert manifest["fidelity"]["trustworthy"] is False
+    (problem,) = [p for p in manifest["fidelity"]["problems"] if p.startswith("host contention")]
+    assert "others than the run's processes used" in problem, problem

@@ -75,6 +75,27 @@ def test_each_local_worker_gets_cores_of_its_own():
     assert share_cores([0, 1], ["0", "1", "2"]) == {"0": [0], "1": [1], "2": [0]}
 
 
+def test_more_pinned_guests_than_cores_are_refused_before_anything_runs(tmp_path):
+    """``local:N --backend guest`` on a process allowed one core: refused, saying what this host allows,
+    before a worker starts or a results folder exists."""
+    import subprocess
+    import sys
+
+    from tests.conftest import PROJECT
+
+    core = min(os.sched_getaffinity(0))
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("topology: {name: dumbbell, bottleneck: {rate_mbit: 5}}\n"
+                        "flows: [{cc: reno, rtt_ms: 20}]\nduration_s: 3\n")
+    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "guest",
+                           "--cluster", "local:2", "--no-report", "--results", str(tmp_path / "results")],
+                          cwd=PROJECT, capture_output=True, text=True, timeout=120,
+                          preexec_fn=lambda: os.sched_setaffinity(0, {core}))  # fmt: skip
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"may use 1 core(s) ({core}): at most local:1 here" in done.stderr
+    assert "cluster: starting" not in done.stdout and not (tmp_path / "results").exists()
+
+
 def _run_folder(path):
     (path / "raw").mkdir(parents=True)
     (path / "raw" / "iperf3.json").write_text('{"end": {}}')

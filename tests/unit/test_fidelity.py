@@ -204,3 +204,48 @@ def test_netem_bernoulli_loss_is_checked_against_its_configured_rate():
     assert not missing[0].ok and "no netem 20:" in missing[0].detail
     # a lossless link has no check
     assert netem_loss_checks(_lossy_dumbbell_spec(), {}, None) == []
+
+
+def _simulate_chain(chain, loss, packets, rng):
+    state, lost = 0, 0
+    for _ in range(packets):
+        lost += rng.random() < loss[state]
+        draw, state_next = rng.random(), 0
+        for j, p in enumerate(chain[state]):
+            draw -= p
+            if draw < 0:
+                state_next = j
+                break
+        else:
+            state_next = state
+        state = state_next
+    return lost
+
+
+def test_bursty_netem_loss_is_checked_within_its_chains_own_spread():
+    """Gilbert-Elliott and 4-state loss: the chain's spread matches the closed form where there is one,
+    simulated chains of the configured model pass (at most 1 in 100 fails) and a chain that loses half as
+    much as configured fails."""
+    import random
+
+    from testbed.guest.collect import netem_loss_checks
+    from topologies.lossmodel import FourStateLoss, GilbertElliottLoss, packet_chain
+
+    ge = GilbertElliottLoss(p_pct=5, r_pct=50, bad_loss_pct=100)
+    mean, variance = fidelity.chain_loss(*packet_chain(ge))
+    lag1 = 1 - 0.05 - 0.5
+    assert mean == pytest.approx(0.05 / 0.55) and variance == pytest.approx(mean * (1 - mean) * (1 + lag1) / (1 - lag1))
+    four = FourStateLoss(p13_pct=2, p31_pct=60, p32_pct=20, p23_pct=60, p14_pct=1)
+    assert 100 * fidelity.chain_loss(*packet_chain(four))[0] == pytest.approx(four.stationary_loss_pct())
+    rng = random.Random(7)
+    for model in (ge, four):
+        settled = fidelity.chain_loss(*packet_chain(model))
+        failed = sum(not fidelity.loss_check("x", 2000, _simulate_chain(*packet_chain(model), 2000, rng),
+                                             100 * settled[0], settled[1]).ok for _ in range(100))  # fmt: skip
+        assert failed <= 1, (model, failed)
+    half = GilbertElliottLoss(p_pct=5, r_pct=50, bad_loss_pct=50)  # what a netem losing half as often would do
+    lost = _simulate_chain(*packet_chain(half), 20_000, rng)
+    spec = _lossy_dumbbell_spec(loss=ge.model_dump())
+    checks = netem_loss_checks(spec, {"rl/rl-eth1": _netem(20_000 - lost, lost), "rr/rr-eth1": _netem(0, 0)}, None)
+    assert [c.ok for c in checks] == [False, True]
+    assert "configured 9.091 %" in checks[0].detail and "the chain's bursts counted" in checks[0].detail

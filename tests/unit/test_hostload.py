@@ -4,8 +4,11 @@ judged per run and written into the run's manifest."""
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
+
+import pytest
 
 from testbed.guest import fidelity
 from testbed.host import hostload
@@ -45,7 +48,7 @@ def test_a_quiet_host_passes_and_a_contended_one_fails_naming_why():
 
 def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, monkeypatch):
     snapshots = iter([BEFORE, snap(10, 20 * TICK, 0, 0, 6, vcpu_wait_s=6)])
-    monkeypatch.setattr(hostload, "snapshot", lambda own: next(snapshots))
+    monkeypatch.setattr(hostload, "snapshot", lambda own, cores=None, tree=None: next(snapshots))
     for name in ("a", "b"):
         rundir.write_json_atomic(tmp_path / name / rundir.MANIFEST, {
             "status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}})  # fmt: skip
@@ -76,3 +79,59 @@ def test_the_guests_own_processes_are_found_by_their_marker():
     finally:
         guest.kill()
         guest.wait()
+
+
+def _spin(seconds: float) -> None:
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        pass
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="judging a pinned guest's cores needs two cores to pin to")
+def test_a_pinned_guest_is_judged_on_its_own_cores_only(tmp_path):
+    """A busy process pinned to one core is contention on that core and none on another; a qemu pinned
+    elsewhere is no competitor of a guest pinned here (real /proc, real affinities)."""
+    import multiprocessing
+    import shutil
+    import subprocess
+
+    busy, quiet = sorted(os.sched_getaffinity(0))[:2]
+    # a stand-in qemu: a sleep under qemu's process name, pinned to the busy core
+    fake_qemu = tmp_path / "qemu-system-x86_64"
+    shutil.copy("/bin/sleep", fake_qemu)
+    other = subprocess.Popen([str(fake_qemu), "30"], preexec_fn=lambda: os.sched_setaffinity(0, {busy}))
+    hog = multiprocessing.get_context("fork").Process(target=_spin, args=(1.5,))
+    try:
+        deadline = time.monotonic() + 10
+        while other.pid not in hostload.qemu_pids() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        before = {core: hostload.snapshot(set(), frozenset({core})) for core in (busy, quiet)}
+        hog.start()
+        os.sched_setaffinity(hog.pid, {busy})
+        hog.join()
+        after = {core: hostload.snapshot(set(), frozenset({core})) for core in (busy, quiet)}
+    finally:
+        other.kill()
+        other.wait()
+    on_busy = hostload.summarize(before[busy], after[busy], cores=frozenset({busy}))
+    on_quiet = hostload.summarize(before[quiet], after[quiet], cores=frozenset({quiet}))
+    assert on_busy.cpus == 1 and on_busy.cores == [busy]
+    assert on_busy.other_busy_pct > 60, on_busy
+    assert on_quiet.other_busy_pct < 30, on_quiet
+    assert on_quiet.other_guests == [] and any(str(other.pid) in g for g in on_busy.other_guests)
+    check = fidelity.host_check(on_busy.to_dict())
+    assert not check.ok and f"of its cores {busy} (limit 30 %)" in check.detail
+    assert f"other guests ran on its cores: {other.pid}" in check.detail
+    assert fidelity.host_check(on_quiet.to_dict()).ok
+
+
+def test_a_local_runs_processes_count_with_their_children_that_ended():
+    """The local backend's "guest" is the run's process tree: a child's CPU time still counts once it
+    has ended and been reaped."""
+    import subprocess
+
+    before = hostload.tree_cpu_ns(os.getpid())
+    spin = "import time\nend = time.monotonic() + 0.5\nwhile time.monotonic() < end: pass"
+    subprocess.run([sys.executable, "-c", spin], check=True)
+    used_s = (hostload.tree_cpu_ns(os.getpid()) - before) / 1e9
+    assert 0.4 < used_s < 2.0, used_s

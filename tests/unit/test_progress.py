@@ -100,7 +100,7 @@ def test_lines_from_a_runner_process_drive_the_hang_watch_and_the_host_watch(tmp
                             stderr=subprocess.STDOUT)  # fmt: skip
     snapshots = iter([hostload.Snapshot(0.0, (0,) * 8, 0, 0, 0, 0.0, ()),
                       hostload.Snapshot(10.0, (10,) * 8, 0, 0, 0, 0.0, ())])  # fmt: skip
-    monkeypatch.setattr(hostload, "snapshot", lambda own: next(snapshots))
+    monkeypatch.setattr(hostload, "snapshot", lambda own, cores=None, tree=None: next(snapshots))
     watch = hostload.HostWatch(["p/seed1", "p/seed2"], own=set)
     hang = remote.RunnerProgress([100.0, 50.0], started=0.0, start_timeout_s=60)
     seen = []
