@@ -478,7 +478,7 @@ def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
         in grading.text(graded)  # fmt: skip
 
 
-@pytest.mark.parametrize("name", ["wireless", "bufferbloat"])
+@pytest.mark.parametrize("name", ["wireless", "bufferbloat", "cwnd", "fairness"])
 def test_a_labs_hidden_variants_run_seeds_its_bands_were_made_from(name, tmp_path):
     """A hidden variant is graded by the lab's bands on its own runs: the reference runs those bands came
     from must include its seeds, or a correct solution fails there (the wireless lab's seeds 4-5 did)."""
