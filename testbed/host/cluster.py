@@ -97,7 +97,7 @@ class ClusterBackend:
         self.cluster, self.client = connect(self.spec, self.log)
         self.facts = self._ask_workers()
         if isinstance(self.spec, LocalSpec):
-            if self._worker_backend() == "guest":  # --backend auto chose guests
+            if self.inner == "auto" and self._worker_backend() == "guest":  # auto chose guests: known only now
                 check_pinned_guests(self.spec.workers, cores)
             self.pinning = share_cores(cores, list(self.facts))
         return self._common_release()

@@ -12,7 +12,7 @@ worker) is judged on those cores only: their ticks, their steal, and the other g
 them; a guest pinned elsewhere is no competitor. On the local backend the "guest" is the run's own
 process tree (the runner, its namespaces' shells, iperf3, tcpdump), whose CPU time is read from
 ``/proc/<pid>/stat`` with what its reaped children used (an iperf3 that ended before the window's end
-still counts as the run's). The contention is the vCPUs' wait is reported beside it but not judged, because a
+still counts as the run's). The vCPUs' wait is reported beside the contention but not judged, because a
 busy guest's vCPU threads also wait for each other and for qemu's main loop on a 2-core host
 (measured here: 18 % on a quiet host, 43 % with a hog). :func:`fidelity.host_check` judges the
 summary; the controller adds it to the run's manifest.
@@ -72,26 +72,23 @@ def _shares_cores(pid: int, cores: frozenset[int] | None) -> bool:
 def tree_cpu_ns(root: int) -> int:
     """CPU time of ``root`` and its descendants, with what their reaped children used (ns, tick resolution).
 
-    Each live process counts its own time plus its waited-for children's (``cutime``, ``cstime``), so a
-    child that ended and was reaped inside the tree is counted once, by its parent."""
-    parents: dict[int, int] = {}
-    times: dict[int, int] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
+    Each live process counts its own time plus its waited-for children's, so a child that ended and was
+    reaped inside the tree is counted once, by its parent."""
+    import psutil
+
+    try:
+        top = psutil.Process(root)
+        tree = [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return 0
+    total_s = 0.0
+    for process in tree:
         try:
-            fields = Path(f"/proc/{entry}/stat").read_text().rpartition(")")[2].split()
-        except OSError:
+            t = process.cpu_times()
+        except psutil.NoSuchProcess:  # ended since the tree was listed: its parent counts it once reaped
             continue
-        parents[int(entry)] = int(fields[1])
-        times[int(entry)] = sum(int(f) for f in fields[11:15])  # utime stime cutime cstime
-    tree, frontier = {root}, [root]
-    while frontier:
-        parent = frontier.pop()
-        children = [pid for pid, ppid in parents.items() if ppid == parent and pid not in tree]
-        tree.update(children)
-        frontier.extend(children)
-    return int(sum(times.get(pid, 0) for pid in tree) * 1e9 / os.sysconf("SC_CLK_TCK"))
+        total_s += t.user + t.system + t.children_user + t.children_system
+    return int(total_s * 1e9)
 
 
 def _schedstat(pid: int) -> tuple[int, int, int]:
