@@ -28,6 +28,8 @@ cache=${XDG_CACHE_HOME:-$HOME/.cache}/cc-testbed
 boot_id=$(cat /proc/sys/kernel/random/boot_id 2>/dev/null || echo unknown)
 key=$(printf '%s' "$kernel" | sha256sum | cut -c1-12)
 stamp="$cache/kvm-probe-$boot_id-$key"
+# answers of earlier boots say nothing now: remove them rather than let them pile up
+find "$cache" -maxdepth 1 -name 'kvm-probe-*' ! -name "kvm-probe-$boot_id-*" -delete 2>/dev/null || true
 if [ -s "$stamp" ]; then cat "$stamp"; exit 0; fi
 
 timeout_s=${KVM_PROBE_TIMEOUT_S:-20}

@@ -68,7 +68,7 @@ if ! command -v ansible-playbook >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends ansible >/dev/null
 fi
 if [ "$purpose" = experiment ]; then
-  echo "setup (experiment): running $playbook against $where: apt mininet iperf3 tcpdump clang bpftool qemu ..., virtiofsd, pip .venv ('make setup' adds the test, lint and lab VM tools)"
+  echo "setup (experiment): running $playbook against $where: virtiofsd (built), the default guest kernel (fetched), apt mininet iperf3 tcpdump clang bpftool qemu ..., .venv (uv) ('make setup' adds the test, lint and lab VM tools)"
 else
   echo "setup (all): running $playbook against $where: the experiment tools, and for the tests, make lint and the lab VM: vagrant libvirt mmdebstrap openssh-server slurm-wlm munge yamllint ansible-lint"
 fi
