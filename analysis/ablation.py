@@ -14,10 +14,15 @@ together):
 * what the setting shows about the claim: the claim's own tests (analysis/claims.py: holds, opposite,
   absent or undecided), Holm-adjusted over the settings as over a claim's conditions;
 * how far the setting **moves** the effect from the baseline: the ratio of the two effects, on the log
-  scale, its standard error the two effects' combined, Welch's degrees of freedom; tested one-sided
-  *towards the paper's effect* (the claim's ``paper_effect``, or no difference for similar and not_lower
-  claims), Holm-adjusted over the settings, at alpha = 0.05. Where no move is shown, the smallest move the
-  runs could have shown (80 % power) is given, so "no move shown" is never read as "no move".
+  scale; every setting runs the same seeds, so the move is paired by seed (each seed's log ratio at the
+  setting minus the baseline's at that seed, analysis/stats.py ``effect_shift``; the two effects' combined
+  error with Welch's degrees of freedom where the runs do not pair). Tested **two-sided** (a move either
+  way), Holm-adjusted over the settings, at alpha = 0.05; a move shown is *towards* the paper's effect
+  (the claim's ``paper_effect``, or no difference for similar and not_lower claims) or *away* from it by
+  its sign. (A one-sided test in the direction the baseline happened to lie from the paper's would err
+  about twice its alpha when the baseline sits at the paper's effect.) Where no move is shown, the
+  smallest move the runs could have shown (80 % power) is given, so "no move shown" is never read as
+  "no move".
 
 A factor **explains** the claim when, set as the paper had it, the claim holds and the move towards the
 paper's effect is shown. The conclusion: **explained by X** (one factor or more explain it); **partly
@@ -102,14 +107,18 @@ def target_effect(claim: Claim) -> float:
     return claim.paper_effect if claim.paper_effect is not None else 0.0
 
 
-def judge(claim: Claim, samples: dict[str, tuple[list[float], list[float]]], factors: dict[str, Factor],
+Runs = list[tuple[object, float]]  # (seed, value) of one side at one setting
+
+
+def judge(claim: Claim, samples: dict[str, tuple[Runs, Runs]], factors: dict[str, Factor],
           walls: dict[str, float] | None = None, alpha: float = stats.ALPHA) -> Explanation:  # fmt: skip
-    """The explanation from each setting's samples of side a and side b (``samples[setting] = (a, b)``,
-    the baseline's among them): the module doc's rule."""
+    """The explanation from each setting's runs of side a and side b (``samples[setting] = (a, b)``, each
+    a list of ``(seed, value)``, the baseline's among them): the module doc's rule."""
     walls = walls or {}
     order = [BASELINE, *[name for name in factors if name in samples], *([ALL] if ALL in samples else [])]
-    results = [ConditionResult(name, *samples[name], stats.ratio_effect(*samples[name]), "undecided",
-                               wall_s=walls.get(name, math.nan)) for name in order if name in samples]  # fmt: skip
+    results = [ConditionResult(name, [v for _, v in samples[name][0]], [v for _, v in samples[name][1]],
+                               stats.seeded_effect(*samples[name]), "undecided", wall_s=walls.get(name, math.nan))
+               for name in order if name in samples]  # fmt: skip
     explanation = Explanation(claim, "not judged: the baseline has no runs on both sides", factors=factors,
                               target=target_effect(claim))  # fmt: skip
     if not results or results[0].condition != BASELINE or results[0].effect is None:
@@ -121,7 +130,7 @@ def judge(claim: Claim, samples: dict[str, tuple[list[float], list[float]]], fac
     raw = []
     for r in results[1:]:
         shift = stats.effect_shift(r.effect, base.effect) if r.effect else None
-        raw.append(math.nan if shift is None else (shift.p_above(0.0) if towards_up else shift.p_below(0.0)))
+        raw.append(math.nan if shift is None else shift.p_two_sided(0.0))
         settings.append(SettingResult(r.condition, r, shift))
     for s, adjusted in zip(settings[1:], stats.holm(raw), strict=True):
         s.shift_p = adjusted
@@ -134,16 +143,17 @@ def judge(claim: Claim, samples: dict[str, tuple[list[float], list[float]]], fac
 def _outcome(s: SettingResult, towards_up: bool, alpha: float, tests: int) -> str:
     if s.shift is None or math.isnan(s.shift.se):
         return "no move can be shown (a side has fewer than two runs)"
-    if s.shift_p < alpha:
+    towards = (s.shift.log_ratio > 0) == towards_up
+    if s.shift_p < alpha and towards:
         held = s.condition.finding == "holds"
         return f"to the paper's: the claim holds (p = {s.shift_p:.3g})" if held else \
             f"towards the paper's, the claim still not shown (p = {s.shift_p:.3g})"  # fmt: skip
-    away = s.shift.p_below(0.0) if towards_up else s.shift.p_above(0.0)
-    if away * tests < alpha:
-        return f"away from the paper's (p = {min(1.0, away * tests):.3g})"
-    s.detectable_shift = s.shift.detectable(alpha / tests)
+    if s.shift_p < alpha:
+        return f"away from the paper's (p = {s.shift_p:.3g})"
+    # Holm's first step is Bonferroni's; each direction of the two-sided test gets half
+    s.detectable_shift = s.shift.detectable(alpha / tests, sides=2)
     text = f"no move shown (these runs would show one of {s.detectable_shift:.0%} or more"
-    needed = s.shift.seeds_to_show(0.0, towards_up, alpha / tests)  # were the measured move the truth
+    needed = s.shift.seeds_to_show(0.0, towards_up, alpha / tests / 2)  # were the measured move the truth
     if needed is not None and needed <= stats.SEED_LIMIT:
         text += f"; about {needed} runs a side would show the {s.shift.relative:+.0%} measured"
     return text + ")"
@@ -182,7 +192,7 @@ def _moved(s: SettingResult) -> str:
 def samples_of(claim: Claim, flows: pd.DataFrame, variant: str | None) -> tuple[dict, dict]:
     """Each setting's samples of side a and b from ``claims.flow_rows`` of an explain session (a run's
     setting is its ``ablate`` parameter), and each setting's mean wall time per run."""
-    samples: dict[str, tuple[list[float], list[float]]] = {}
+    samples: dict[str, tuple[Runs, Runs]] = {}
     walls: dict[str, list[float]] = {}
     for _run, run_flows in flows.groupby("run", sort=True):
         setting = run_flows["params"].iloc[0].get(ABLATE_PARAM)
@@ -191,10 +201,11 @@ def samples_of(claim: Claim, flows: pd.DataFrame, variant: str | None) -> tuple[
         mapped = variant if setting in ("variant", ALL) else None
         a_side, b_side = mapped_side(claim.a, mapped), mapped_side(claim.b, mapped)
         slot = samples.setdefault(setting, ([], []))
+        seed = run_flows["seed"].iloc[0]
         for values, side in zip(slot, (a_side, b_side), strict=True):
             value = claims.side_value(run_flows, side, claim.metric)
             if not math.isnan(value):
-                values.append(value)
+                values.append((seed, value))
         walls.setdefault(setting, []).append(float(run_flows["wall_s"].iloc[0]))
     return samples, {k: sum(v) / len(v) for k, v in walls.items()}
 

@@ -20,21 +20,26 @@ The metric of a side in one run (complete runs only):
 
 **The rule**, written once here, printed next to every verdict and checked by simulation
 (tests/unit/test_verdict_rule.py; docs/results.md states it for a reviewer). At each condition the
-**effect** is side a's mean over its runs relative to side b's, ``d = mean(a) / mean(b) - 1``, tested on
-the log scale (``ln(1 + d)``, its standard error by the delta method, Welch's degrees of freedom:
-analysis/stats.py ``Effect``). Each claim states its bounds in
+**effect** is side a relative to side b, tested on the log scale (analysis/stats.py ``Effect``). Both
+sides of a condition run the same seeds, and a seed gives both the same random numbers (its loss
+pattern, its schedules), so the effect is **paired by seed** (``stats.seeded_effect``): the mean of the
+seeds' log ratios ``ln(a_s / b_s)``, the paired t-test, ``d`` the geometric mean of the seeds' ratios
+minus 1; the seed-to-seed spread both sides share drops out. Where the runs do not pair up (a seed run
+twice on a side, fewer than two seeds on both) ``d = mean(a) / mean(b) - 1`` with Welch's test (delta
+method, Welch's degrees of freedom). Each verdict line says which. Each claim states its bounds in
 claims.yaml: higher/lower claims a practical ``margin`` (threshold, default 5 %) and ``paper_effect``,
 the smallest effect the paper reports; similar, not_lower and near claims an equivalence or
 non-inferiority ``margin`` with its reason. At each condition, one-sided t-tests at alpha = 0.05:
 
 * ``higher``: **holds** when d is shown above +margin; **opposite** when shown below -margin;
-  **absent** when shown below the paper's effect (its interval excludes the paper's). ``lower``: the
-  mirror image.
+  **absent** when shown below the paper's effect (its interval excludes the paper's). Shown both above
+  the margin and below the paper's effect, the claim holds and is marked **smaller than the paper's
+  effect**. ``lower``: the mirror image.
 * ``similar`` and ``near`` (a against the claim's ``value``): **holds** when d is shown inside the
   margin by two one-sided tests (TOST); **absent** when shown outside it (either way, Bonferroni over
   the two directions). No opposite.
 * ``not_lower``: **holds** when d is shown above -margin (non-inferiority); **opposite** when shown
-  below it.
+  below it. Where the paper reports a gain (``paper_effect``), the margin must be below it.
 * Otherwise the condition is **undecided**, with the runs per side that would decide it at the
   measured noise with 80 % power, were the measured effect the truth.
 
@@ -56,6 +61,7 @@ A verdict is never typed in: it is always this rule applied to the runs' numbers
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -77,12 +83,14 @@ THRESHOLD = 0.05
 VERDICTS = ("reproduced", "opposite", "not reproduced", "undecided")
 
 RULE = (
-    "at each condition (same experiment, profile and parameters but the algorithm) the effect is a's runs "
-    "relative to b's, d = mean(a) / mean(b) - 1, tested on the log scale (delta method, Welch's df). "
-    "One-sided tests at "
-    f"{ALPHA:g}, Holm-adjusted over the claim's conditions: higher/lower claims hold where the effect is shown "
+    "at each condition (same experiment, profile and parameters but the algorithm) the effect d is a's runs "
+    "relative to b's on the log scale: paired by seed where both sides ran the same seeds (the geometric mean of "
+    "the seeds' ratios, paired t-test), else mean(a) / mean(b) - 1 with Welch's test. One-sided tests at "
+    f"{ALPHA:g} (at a look of a sequential design, that look's share of it), Holm-adjusted over the claim's "
+    "conditions: higher/lower claims hold where the effect is shown "
     f"beyond the claim's threshold ({THRESHOLD:.0%} unless stated), are opposite where shown beyond it the other "
-    "way, absent where shown smaller than the paper's effect; similar/near claims hold where equivalence within "
+    "way, absent where shown smaller than the paper's effect (both shown: reproduced, smaller than the paper's "
+    "effect); similar/near claims hold where equivalence within "
     "the claim's margin is shown (TOST), absent where a difference beyond it is shown; not_lower claims hold "
     "where non-inferiority within the margin is shown. Reproduced: holds at more than half of the conditions and "
     "nothing shown against it; opposite: the opposite at more than half; not reproduced: the opposite or an "
@@ -145,7 +153,8 @@ class Claim(BaseModel):
     margin_reason: str = Field(default="", description="why this margin: what difference would matter, and "
                                "why it is smaller than the effects the paper reports")  # fmt: skip
     paper_effect: float | None = Field(default=None, description="higher, lower: the smallest effect the paper "
-                                       "reports (relative, signed: 0.34 for +34 %, -0.5 for half)")  # fmt: skip
+                                       "reports (relative, signed: 0.34 for +34 %, -0.5 for half); not_lower: the "
+                                       "gain the paper reports, which the margin must stay below")  # fmt: skip
     paper_effect_from: str = Field(default="", description="where paper_effect comes from in the paper")
     not_here: str | None = Field(
         default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
@@ -178,6 +187,13 @@ class Claim(BaseModel):
         elif self.margin is None or not self.margin_reason:
             raise ValueError(f"expect {self.expect} needs margin (the equivalence or non-inferiority margin, e.g. 0.1) "
                              "and margin_reason (why that margin)")  # fmt: skip
+        if self.expect == "not_lower" and self.paper_effect is not None:
+            # a margin as large as the paper's gain would pass an a below b by what the paper has it above
+            if not self.paper_effect_from or not 0 < self.margin < self.paper_effect:
+                raise ValueError(f"not_lower: the margin {self.margin:g} must be below the paper's gain "
+                                 f"paper_effect {self.paper_effect:g} (and paper_effect_from say where it comes "
+                                 "from); give a smaller margin, or leave paper_effect out where the paper reports "
+                                 "no gain")  # fmt: skip
         return self
 
     def compared(self) -> str:
@@ -307,6 +323,8 @@ class ConditionResult:
     wall_s: float = math.nan  # one run's mean wall time here
     against_value: bool = False  # b is the claim's value, not runs
     points: dict[str, int] = field(default_factory=dict)  # point id -> its runs at this condition
+    #: higher / lower: the claim holds here and the effect is also shown short of the paper's
+    smaller: bool = False
 
     @property
     def difference(self) -> float:
@@ -324,6 +342,8 @@ class ConditionResult:
         ma, mb = sum(self.a) / len(self.a) * scale, sum(self.b) / len(self.b) * scale
         runs = (f"{len(self.a)} run{'s' * (len(self.a) != 1)} vs the paper's value" if self.against_value
                 else f"{len(self.a)} vs {len(self.b)} runs")  # fmt: skip
+        if self.effect is not None and not self.against_value:
+            runs += f", {self.effect.test}" if self.effect.paired else ", Welch (unpaired)"
         low, high = self.interval()
         shown = f"{self.difference:+.0%}" if self.effect else "no ratio (a mean of 0)"
         if not math.isnan(low):
@@ -399,6 +419,9 @@ def finding_text(claim: Claim, result: ConditionResult) -> str:
     if kind == "similar":
         texts[(kind, "holds")] = f"shown within {b['low']:+.0%} to {b['high']:+.0%} (equivalence, TOST)"
         texts[(kind, "absent")] = f"shown outside {b['low']:+.0%} to {b['high']:+.0%}"
+    if result.smaller:
+        return (f"{texts[(kind, 'holds')]} (p = {p['holds']:.3g}), and short of the paper's {b['paper']:+.0%} "
+                f"(p = {p['absent']:.3g}): smaller than the paper's effect")  # fmt: skip
     if result.finding in FINDINGS:
         return f"{texts[(kind, result.finding)]} (p = {p[result.finding]:.3g})"
     needed = result.seeds_needed
@@ -418,6 +441,18 @@ class Verdict:
     profiles: list[str] = field(default_factory=list)
     #: the conclusion of the claim's latest `testbed explain` (analysis/ablation.py), set by the report
     explained: str = ""
+    #: the level its tests were made at (less than 0.05 at a look of a sequential design)
+    alpha: float = ALPHA
+
+    @property
+    def smaller(self) -> bool:
+        """Reproduced, and at some condition where it holds the effect is shown short of the paper's."""
+        return self.verdict == "reproduced" and any(c.smaller for c in self.conditions)
+
+    @property
+    def label(self) -> str:
+        """The verdict as shown: 'reproduced, smaller than the paper's effect' where that is shown too."""
+        return "reproduced, smaller than the paper's effect" if self.smaller else self.verdict
 
     @property
     def measured(self) -> str:
@@ -462,6 +497,7 @@ def decide(claim: Claim, results: list[ConditionResult], alpha: float = ALPHA, p
             r.p_values[finding] = adjusted
     for r in results:
         r.finding = next((f for f in FINDINGS if r.p_values[f] < alpha), "undecided")
+        r.smaller = r.finding == "holds" and claim.expect in ("higher", "lower") and r.p_values["absent"] < alpha
         if plan and r.finding == "undecided":  # Holm's first step is Bonferroni's: alpha over the conditions
             r.seeds_needed = seeds_needed(claim, r.effect, alpha / len(results))
     findings = [r.finding for r in results]
@@ -473,13 +509,14 @@ def decide(claim: Claim, results: list[ConditionResult], alpha: float = ALPHA, p
     return "reproduced" if findings.count("holds") > half else "undecided"
 
 
-def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
-    """The verdict of one claim on the flows of ``flow_rows`` (module doc)."""
+def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
+    """The verdict of one claim on the flows of ``flow_rows`` (module doc), its tests at ``alpha`` (less
+    than 0.05 at a look of a sequential design: analysis/sequential.py)."""
     result = Verdict(claim=claim, verdict="no data")
     if flows.empty:
         return result
     own = flows[flows["experiment"] == claim.experiment]
-    sides: dict[tuple, tuple[list[float], list[float], list[float]]] = {}
+    sides: dict[tuple, tuple[list[tuple], list[tuple], list[float]]] = {}  # (seed, value) per side, walls
     points: dict[tuple, dict[str, int]] = {}
     kernels, profiles = set(), set()
     for _run, run_flows in own.groupby("run", sort=True):
@@ -492,10 +529,11 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan
         slot = sides.setdefault(condition, ([], [], []))
+        seed = first.get("seed")
         if not math.isnan(a_value):
-            slot[0].append(a_value)
+            slot[0].append((seed, a_value))
         if not math.isnan(b_value):
-            slot[1].append(b_value)
+            slot[1].append((seed, b_value))
         if not (math.isnan(a_value) and math.isnan(b_value)):
             kernels.add(str(first["kernel"]))
             profiles.add(str(first["profile"]))
@@ -503,7 +541,8 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
             counted = points.setdefault(condition, {})
             counted[str(first.get("point"))] = counted.get(str(first.get("point")), 0) + 1
     for condition in sorted(sides, key=lambda c: [(k, _num(v)) for k, v in c[2]]):
-        a, b, walls = sides[condition]
+        a_runs, b_runs, walls = sides[condition]
+        a, b = [v for _, v in a_runs], [v for _, v in b_runs]
         wall = sum(walls) / len(walls) if walls else math.nan
         if claim.expect == "near" and a:
             result.conditions.append(ConditionResult(_condition_text(condition), a, [claim.value],
@@ -511,12 +550,13 @@ def judge(claim: Claim, flows: pd.DataFrame) -> Verdict:
                                                      wall_s=wall, against_value=True,
                                                      points=points.get(condition, {})))  # fmt: skip
         elif a and b:
-            effect = stats.ratio_effect(a, b)
+            effect = stats.seeded_effect(a_runs, b_runs)
             result.conditions.append(ConditionResult(_condition_text(condition), a, b, effect, "undecided",
                                                      wall_s=wall, points=points.get(condition, {})))  # fmt: skip
     result.kernels, result.profiles = sorted(kernels), sorted(profiles)
     if result.conditions:
-        result.verdict = decide(claim, result.conditions)
+        result.verdict = decide(claim, result.conditions, alpha)
+        result.alpha = alpha
     return result
 
 
@@ -527,13 +567,16 @@ def _num(text: str):
         return (1, 0.0, text)
 
 
-def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | None = None) -> list[Verdict]:
+def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | None = None,
+             alpha: float | Callable[[str], float] = ALPHA) -> list[Verdict]:  # fmt: skip
     """The verdict of every claim about an experiment that ran in ``analyses`` (or ``flows``, their
-    ``flow_rows``, when already made)."""
+    ``flow_rows``, when already made), at ``alpha`` (or ``alpha(claim id)``: a sequential design's level for
+    that claim, analysis/sequential.py)."""
     claims = load_claims() if claims is None else claims
     flows = flow_rows(analyses) if flows is None else flows
     ran = set(flows["experiment"]) if not flows.empty else set()
-    return [judge(claim, flows) for claim in claims if claim.experiment in ran]
+    level = alpha if callable(alpha) else (lambda _claim_id: alpha)
+    return [judge(claim, flows, level(claim.id)) for claim in claims if claim.experiment in ran]
 
 
 # ------------------------------------------------------------------- seeds where they decide something
@@ -595,9 +638,12 @@ def seed_plan(results: list[Verdict], budget_s: float) -> SeedPlan:
 
 
 def verdict_counts(results: list[Verdict]) -> dict[str, int]:
+    """Claims per verdict; ``smaller``: the reproduced ones whose effect is shown short of the paper's."""
     counts: dict[str, int] = {}
     for result in results:
         counts[result.verdict] = counts.get(result.verdict, 0) + 1
+    if smaller := sum(result.smaller for result in results):
+        counts["smaller"] = smaller
     return counts
 
 

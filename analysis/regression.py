@@ -132,12 +132,11 @@ def latency_metrics(analyses) -> pd.DataFrame:
 def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float]:
     """(p, detectable relative change) of the paired test on log ratios, or on differences when a
     value is not positive (module doc)."""
-    logs = all(v > 0 for v in baseline + candidate)
-    diffs = [math.log(c / b) if logs else c - b for b, c in zip(baseline, candidate, strict=True)]
-    test = stats.paired_t_test(diffs)
+    if all(v > 0 for v in baseline + candidate):  # the claims' paired effect, two-sided
+        effect = stats.paired_ratio_effect(dict(enumerate(candidate)), dict(enumerate(baseline)))
+        return effect.p_two_sided(0.0), effect.detectable(sides=2)
+    test = stats.paired_t_test([c - b for b, c in zip(baseline, candidate, strict=True)])
     smallest = stats.power_factor(test.df) * test.se
-    if logs:
-        return test.p_value, math.expm1(smallest)
     mean_b = sum(baseline) / len(baseline)
     return test.p_value, smallest / abs(mean_b) if mean_b else math.inf
 

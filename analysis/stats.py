@@ -11,7 +11,13 @@ lists of numbers, scipy underneath; the rules built on them are stated where the
   scale, so that "+50 %" and "-33 %" are the same distance from "no difference", with its interval,
   one-sided tests against any bound (a practical threshold, an equivalence margin, the paper's effect;
   two of them at once are TOST) and the seeds per side that would decide a test at the measured noise.
-* **Multiplicity**: Holm's step-down adjustment (:func:`holm`).
+* **Paired by seed** (:func:`seeded_effect`): when both sides ran the same seeds, each seed's two runs
+  share the seed's random numbers (its loss timeline, its schedules), so the effect is tested on the
+  seeds' own log ratios (the paired t-test) and what varies from seed to seed drops out; Welch's test on
+  the two sides only where the runs do not pair up. Claims, explain's moves, regress, series and bisect
+  all take their effects from here.
+* **Multiplicity**: Holm's step-down adjustment (:func:`holm`); over repeated looks at growing data,
+  alpha spent look by look (analysis/sequential.py).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from __future__ import annotations
 import functools
 import math
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -212,6 +218,25 @@ class Effect:
     n_b: int
     var_a: float
     var_b: float
+    #: a paired effect's seeds and their log ratios ``ln(a_s / b_s)`` (:func:`paired_ratio_effect`: then
+    #: ``log_ratio`` is their mean, ``var_a`` their variance, ``var_b`` 0); empty when the sides did not pair
+    pairs: tuple[tuple[object, float], ...] = ()
+    #: runs of either side left out of a paired test because the other side has no run of that seed
+    unpaired: int = 0
+
+    @property
+    def paired(self) -> bool:
+        return bool(self.pairs)
+
+    @property
+    def test(self) -> str:
+        """How it was tested, for a verdict's line: 'paired over 3 seeds', 'Welch, 3 vs 2 runs'."""
+        if self.paired:
+            left = f", {self.unpaired} unpaired run{'s' * (self.unpaired != 1)} left out" if self.unpaired else ""
+            return f"paired over {len(self.pairs)} seeds{left}"
+        if self.n_b == 0:
+            return f"one-sample, {self.n_a} runs"
+        return f"Welch, {self.n_a} vs {self.n_b} runs"
 
     @property
     def relative(self) -> float:
@@ -235,6 +260,10 @@ class Effect:
         """One-sided p of "a / b - 1 is at least ``bound``": small when the runs show it below ``bound``."""
         return self._one_sided(math.log1p(bound) - self.log_ratio)
 
+    def p_two_sided(self, bound: float = 0.0) -> float:
+        """Two-sided p of "a / b - 1 is ``bound``" (a move either way)."""
+        return min(1.0, 2 * min(self.p_above(bound), self.p_below(bound)))
+
     def _one_sided(self, distance: float) -> float:
         if math.isnan(self.se):
             return math.nan
@@ -242,12 +271,12 @@ class Effect:
             return 0.0 if distance > 0 else 1.0
         return float(stats.t.sf(distance / self.se, self.df))
 
-    def detectable(self, alpha: float = ALPHA, power: float = POWER) -> float:
-        """The smallest relative effect (away from none, either way) the one-sided test at ``alpha`` shows
-        with ``power`` at this noise and these runs; NaN without a noise estimate."""
+    def detectable(self, alpha: float = ALPHA, power: float = POWER, sides: int = 1) -> float:
+        """The smallest relative effect (away from none) the test at ``alpha`` (one-sided unless ``sides``
+        is 2) shows with ``power`` at this noise and these runs; NaN without a noise estimate."""
         if math.isnan(self.se):
             return math.nan
-        return math.expm1(power_factor(self.df, alpha, power, sides=1) * self.se)
+        return math.expm1(power_factor(self.df, alpha, power, sides=sides) * self.se)
 
     def seeds_to_show(self, bound: float, above: bool, alpha: float = ALPHA, power: float = POWER) -> int | None:
         """Runs per side at which the one-sided test at ``alpha`` shows the effect above (or below)
@@ -258,8 +287,8 @@ class Effect:
         if distance <= 0 or math.isnan(self.var_a) or math.isnan(self.var_b):
             return None
 
-        def shown(n: int) -> bool:
-            df = n - 1 if self.n_b == 0 else 2 * n - 2
+        def shown(n: int) -> bool:  # a paired effect is a one-sample test of its seeds' log ratios
+            df = n - 1 if self.n_b == 0 or self.paired else 2 * n - 2
             se = math.sqrt(self.var_a / n + (self.var_b / n if self.n_b else 0.0))
             return distance >= power_factor(df, alpha, power, sides=1) * se
 
@@ -273,9 +302,17 @@ class Effect:
 
 
 def effect_shift(effect: Effect, baseline: Effect) -> Effect:
-    """How far ``effect`` moved from ``baseline`` (two effects of independent runs): their ratio, on the
-    log scale, its standard error the two effects' combined and Welch's degrees of freedom over the four
-    samples (``testbed explain``: a factor's effect against the baseline's)."""
+    """How far ``effect`` moved from ``baseline`` (``testbed explain``: a factor's effect against the
+    baseline's): their ratio, on the log scale. When both are paired and share two seeds or more, paired
+    again: each shared seed's log ratio minus the baseline's at that seed, a one-sample test of those
+    (the seed's random numbers drop out of the move as they did of each effect). Otherwise the two effects
+    are taken as independent: the standard error their combined, Welch's degrees of freedom over the four
+    samples."""
+    if effect.paired and baseline.paired:
+        base = dict(baseline.pairs)
+        moves = [(seed, d - base[seed]) for seed, d in effect.pairs if seed in base]
+        if len(moves) >= 2:
+            return _one_sample_log(moves, unpaired=len(effect.pairs) + len(baseline.pairs) - 2 * len(moves))
     terms = [(effect.var_a, effect.n_a), (baseline.var_a, baseline.n_a)]
     terms += [(v, n) for v, n in ((effect.var_b, effect.n_b), (baseline.var_b, baseline.n_b)) if n]
     se = math.sqrt(effect.se**2 + baseline.se**2)
@@ -303,6 +340,45 @@ def ratio_effect(a: Sequence[float], b: Sequence[float]) -> Effect | None:
     se = math.sqrt(var_a / len(xs) + var_b / len(ys))
     df = math.nan if math.isnan(se) else _welch_df([(var_a, len(xs)), (var_b, len(ys))])
     return Effect(math.log(xs.mean() / ys.mean()), se, df, len(xs), len(ys), var_a, var_b)
+
+
+def paired_ratio_effect(a: Mapping[object, float], b: Mapping[object, float]) -> Effect | None:
+    """Side a relative to side b paired by seed (``a[seed]``, ``b[seed]``: one run's value each): the mean
+    of the seeds' log ratios ``ln(a_s / b_s)``, a one-sample t-test of them (n - 1 degrees of freedom).
+    Its ``relative`` is the geometric mean of the seeds' ratios. None with fewer than two seeds on both
+    sides or a value of 0 or less among them (no log ratio)."""
+    shared = [seed for seed in a if seed in b]
+    values = [(number_or_nan(a[seed]), number_or_nan(b[seed])) for seed in shared]
+    if len(shared) < 2 or any(not (x > 0 and y > 0) for x, y in values):
+        return None
+    logs = [(seed, math.log(x / y)) for seed, (x, y) in zip(shared, values, strict=True)]
+    return _one_sample_log(logs, unpaired=len(a) + len(b) - 2 * len(shared))
+
+
+def _one_sample_log(logs: list[tuple[object, float]], unpaired: int = 0) -> Effect:
+    """The paired effect of these seeds' log ratios (or log moves)."""
+    values = np.array([d for _, d in logs], dtype=float)
+    variance = _var(values)
+    se = math.sqrt(variance / len(values))
+    return Effect(float(values.mean()), se, len(values) - 1.0, len(values), len(values), variance, 0.0,
+                  pairs=tuple(logs), unpaired=unpaired)  # fmt: skip
+
+
+def seeded_effect(a: Sequence[tuple[object, float]], b: Sequence[tuple[object, float]]) -> Effect | None:
+    """Side a relative to side b from ``(seed, value)`` runs, by the design: **paired** (:func:`
+    paired_ratio_effect`) when no seed ran twice on a side and two seeds or more ran on both (a run whose
+    seed the other side lacks is left out, and the effect says so); else **Welch** on all runs
+    (:func:`ratio_effect`). The choice depends on which seeds ran, never on the values, so it spends no
+    alpha; a value of 0 or less (a ratio of 0 retransmissions) has no log ratio and falls back to Welch."""
+    a_seeds, b_seeds = [s for s, _ in a], [s for s, _ in b]
+    repeated = len(set(a_seeds)) < len(a_seeds) or len(set(b_seeds)) < len(b_seeds)
+    if not repeated:
+        a_map = {s: v for s, v in a if not math.isnan(number_or_nan(v))}
+        b_map = {s: v for s, v in b if not math.isnan(number_or_nan(v))}
+        paired = paired_ratio_effect(a_map, b_map)
+        if paired is not None:
+            return paired
+    return ratio_effect([v for _, v in a], [v for _, v in b])
 
 
 def ratio_to_value(a: Sequence[float], value: float) -> Effect | None:

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import ablation, claims, figures, metrics, plots, stats
+from analysis import ablation, claims, figures, metrics, plots, sequential, stats
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
 from testbed.report import cache, latency, pages
@@ -400,9 +400,10 @@ def write_session_report(session_dir: Path) -> SessionReport:
     complete = sum(a.status == "complete" for a in analyses)
     heading = f"{scenario or session_dir.name}: {complete}/{len(analyses)} runs complete"
     table, shown, flows, sections = _tables_and_figures(session_dir, analyses, scenario)
-    try:
-        verdicts = claims.verdicts(analyses, flows=flows)
-    except claims.ClaimsError as exc:  # a broken claims file must not take the report down
+    try:  # a session grown by `--decide` is judged at the levels of its sequential design
+        record = sequential.read_record(session_dir)
+        verdicts = claims.verdicts(analyses, flows=flows, alpha=record.alpha_for if record else claims.ALPHA)
+    except (claims.ClaimsError, LoadError) as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []
     for v in verdicts:  # the latest `testbed explain` of a claim the runs go against, beside its verdict
@@ -470,8 +471,10 @@ TERMINAL_COLUMNS = 100
 
 
 def _counts_text(counts: dict[str, int]) -> str:
-    """'7 reproduced, 2 opposite, 5 not reproduced, 11 undecided': every verdict, zeros too."""
-    return ", ".join(f"{counts.get(v, 0)} {v}" for v in claims.VERDICTS)
+    """'7 reproduced, 2 opposite, 5 not reproduced, 11 undecided': every verdict, zeros too; '7 reproduced (2
+    smaller than the paper's effect)' where some are shown short of the paper's."""
+    smaller = f" ({counts['smaller']} smaller than the paper's effect)" if counts.get("smaller") else ""
+    return ", ".join(f"{counts.get(v, 0)} {v}" + (smaller if v == "reproduced" else "") for v in claims.VERDICTS)
 
 
 def _claims_headline(verdicts: list[claims.Verdict]) -> str:
@@ -503,7 +506,7 @@ def _claims_lines(verdicts: list[claims.Verdict]) -> list[str]:
     judged = sorted((v for v in verdicts if v.verdict != "no data"), key=lambda v: VERDICT_ORDER.get(v.verdict, 4))
     for v in judged:
         texts = [c.text(v.claim) for c in v.conditions] or [v.measured]
-        lines.append(f"  {v.claim.id}: {v.verdict}: {texts[0]}")
+        lines.append(f"  {v.claim.id}: {v.label}: {texts[0]}")
         lines += [f"      {text}" for text in texts[1:]]
         if cost := v.cost_text():
             lines.append(f"      to decide: {cost}")
@@ -846,7 +849,7 @@ def _claims(session_dir: Path, verdicts: list[claims.Verdict]) -> dict:
         [
             {
                 "claim": f"{v.claim.id}: {v.claim.compared()}",
-                "verdict": v.verdict,
+                "verdict": v.label,
                 "measured here": v.measured,
                 "paper": f"{v.claim.source}: {v.claim.paper_numbers}",
                 "why it may differ": (v.claim.note if v.verdict in ("opposite", "not reproduced") else "")

@@ -7,7 +7,13 @@ decide here (``claims.seed_plan``: half way to the runs per side that would deci
 estimate is made again from the new runs), then the claims are judged again. The new seeds follow the
 point's highest; the runs grow the same session folder (resume keeps every run done), so an
 interrupted ``--decide`` run again continues where it stopped. It stops when nothing undecided can
-be decided within the budget left, and says what stayed undecided and why.
+be decided within the budget left, or after the design's last look, and says what stayed undecided and why.
+
+Every judgement is a look of one group-sequential design (analysis/sequential.py): at most
+``sequential.DECIDE_LOOKS`` looks, the suite's own runs the first, each at its share of the 5 %; a claim
+decided at a look keeps that verdict and gets no more runs. The design and what each look decided are
+written to ``sequential.json`` in the session folder, and the session's report judges each claim at the
+level of the look that decided it (the last look's for the others).
 """
 
 from __future__ import annotations
@@ -18,10 +24,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis import claims
+from analysis import claims, sequential
 from analysis.loaders import LoadError, load_session
 from testbed.plan import estimate
 from testbed.report.session import analyze_runs, session_run_dirs
+from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$")
@@ -55,14 +62,14 @@ def grow(scenario: ScenarioFile, more: dict[str, int]) -> ScenarioFile:
     return dataclasses.replace(scenario, points=points)
 
 
-def judge(session_dir: Path) -> list[claims.Verdict]:
-    """The claims' verdicts on the session's runs as they are now (analyses from the report's cache)."""
+def judge(session_dir: Path, alpha: float = claims.ALPHA) -> list[claims.Verdict]:
+    """The claims' verdicts on the session's runs as they are now (analyses from the report's cache), at ``alpha``."""
     try:
         session = load_session(session_dir)
     except LoadError:
         session = {}
     analyses = analyze_runs(session_dir, session_run_dirs(session_dir, session, []))
-    return claims.verdicts(analyses)
+    return claims.verdicts(analyses, alpha=alpha)
 
 
 def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Callable[[ScenarioFile], object],
@@ -71,10 +78,19 @@ def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Call
     (grown) suite into the same session and returns its ``SessionResult``. Returns the last one (None when
     no round ran)."""
     spent, rounds, last, complete = 0.0, 0, None, None
-    while True:
-        verdicts = judge(session_dir)
-        plan = claims.seed_plan(verdicts, budget_s - spent)
-        undecided = [v.claim.id for v in verdicts if v.verdict == "undecided"]
+    record = sequential.read_record(session_dir) or sequential.Record(sequential.Design(sequential.DECIDE_LOOKS))
+    log(f"decide: {record.design.describe()}; a claim decided at a look keeps its verdict")
+    while record.left():
+        alpha = record.alpha_now()
+        verdicts = [v for v in judge(session_dir, alpha) if v.claim.id not in record.decided]
+        record.look({v.claim.id: v.verdict for v in verdicts})
+        rundir.write_json_atomic(Path(session_dir) / sequential.RECORD_FILE, record.to_json())
+        log(f"decide: look {record.looks} at alpha {alpha:.3g}: " + (", ".join(
+            f"{k} {v}" for k, (look, v) in record.decided.items() if look == record.looks) or "nothing decided"))
+        plan = claims.seed_plan([v for v in verdicts if v.claim.id not in record.decided], budget_s - spent)
+        undecided = [v.claim.id for v in verdicts if v.claim.id not in record.decided]
+        if not record.left():
+            plan = claims.SeedPlan(left=["the design's last look was made"])
         if not plan.more:
             why = "; ".join(plan.left)
             log(f"decide: {rounds} round(s), {spent / 60:.1f} of {budget_s / 60:.0f} min spent; "
@@ -92,3 +108,4 @@ def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Call
             log(f"decide: stopped: none of round {rounds}'s runs completed (their reports say why)")
             return last
         complete = now_complete
+    return last
