@@ -3,10 +3,12 @@
 A link's ``loss`` names one model (``model:`` picks it); ``loss_pct`` stays as the short form of
 Bernoulli loss. Every model applies per direction of the link, in both directions.
 
-* ``bernoulli``: each packet is lost with ``loss_pct`` (netem ``loss``). With ``seeded: true`` the
-  draws come from the run's seed instead (the timed channel's tc-BPF program with one state of that
-  loss, :meth:`BernoulliLoss.as_timed`): the same seed loses the same packets, so two kernels run
-  with one seed share their losses (``testbed regress`` pairs them; netem here takes no seed).
+* ``bernoulli``: each packet is lost with ``loss_pct``, drawn from the run's seed (the timed channel's
+  tc-BPF program with one state of that loss, :meth:`BernoulliLoss.as_timed`): the same seed loses the
+  same packets (by their index on the link), so every side of a comparison run at one seed meets the
+  same losses (common random numbers: the claims, ``testbed explain`` and ``testbed regress`` pair runs
+  by seed). A link's ``loss_pct`` is this model's short form. ``seeded: false`` draws with netem's own
+  ``loss`` instead, which takes no seed here (Debian 12's iproute2): not reproducible, not paired.
 * ``gilbert_elliott``: netem's per-packet Gilbert-Elliott chain (``loss gemodel p r 1-h 1-k``, where 1-h is the loss
   probability in Bad and 1-k in Good): at
   each packet the chain moves Good->Bad with ``p_pct`` and Bad->Good with ``r_pct``; a packet is
@@ -52,7 +54,8 @@ class BernoulliLoss(StrictModel):
 
     model: Literal["bernoulli"] = "bernoulli"
     loss_pct: float = Field(ge=0, le=100, description="probability that a packet is lost")
-    seeded: bool = Field(default=False, description="draw each packet's fate from the run's seed (tc-BPF), not netem")
+    seeded: bool = Field(default=True, description="draw each packet's fate from the run's seed (tc-BPF); false: "
+                         "netem's unseeded draws")  # fmt: skip
 
     def as_timed(self) -> TimedTwoStateLoss:
         """The seeded form: the timed channel with one state (far longer than any run) of this loss."""

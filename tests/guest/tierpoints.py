@@ -44,7 +44,8 @@ def smoke_point(path: Path) -> Point:
 
 #: loss model name -> the link's loss setting
 LOSS_MODELS = {
-    "bernoulli": {"loss_pct": 5},
+    # netem's own (unseeded) Bernoulli loss; a link's loss_pct is seeded (the BPF channel, as timed_two_state)
+    "bernoulli": {"loss": {"model": "bernoulli", "loss_pct": 5, "seeded": False}},
     "gilbert_elliott": {"loss": {"model": "gilbert_elliott", "p_pct": 5, "r_pct": 50, "bad_loss_pct": 100}},
     # short bursts, many of them: over ~3000 packets the realized loss has a spread of ~0.5 points
     "four_state": {"loss": {"model": "four_state", "p13_pct": 2, "p31_pct": 60, "p32_pct": 20, "p23_pct": 60,

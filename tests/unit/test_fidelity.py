@@ -188,7 +188,7 @@ def _netem(packets: int, drops: int) -> list[dict]:
 def test_netem_bernoulli_loss_is_checked_against_its_configured_rate():
     from testbed.guest.collect import netem_loss_checks
 
-    spec = _lossy_dumbbell_spec(loss_pct=5)
+    spec = _lossy_dumbbell_spec(loss={"model": "bernoulli", "loss_pct": 5, "seeded": False})
     # 500 lost of 10000 is the rate; 900 is far off (9 % against 5 %: four spreads and 0.5 pp are 1.4 pp)
     fine = {"rl/rl-eth1": _netem(9500, 500), "rr/rr-eth1": _netem(4750, 250)}
     checks = netem_loss_checks(spec, fine, None)

@@ -115,7 +115,8 @@ def test_four_state_netem_arguments_and_refusals():
 
 
 def test_egress_plans_per_model():
-    assert EgressPlan.with_loss(BernoulliLoss(loss_pct=2)) == EgressPlan(loss_pct=2)
+    assert EgressPlan.with_loss(BernoulliLoss(loss_pct=2, seeded=False)) == EgressPlan(loss_pct=2)
+    assert EgressPlan.with_loss(BernoulliLoss(loss_pct=2)).timed_loss.good_loss_pct == 2  # seeded unless said
     timed = TimedTwoStateLoss(good_s=1, bad_s=1, bad_loss_pct=5)
     plan = EgressPlan.with_loss(timed)
     assert plan.timed_loss == timed and not plan.needs_netem and not plan.is_empty
