@@ -247,6 +247,7 @@ def flow_rows(analyses) -> pd.DataFrame:
         totals["run"] = str(analysis.run_dir)
         totals["kernel"] = (manifest.get("kernel") or {}).get("release")
         totals["wall_s"] = ((manifest.get("timing") or {}).get("run_wall_s")) or math.nan
+        totals["duration_s"] = (manifest.get("resolved") or {}).get("duration_s") or math.nan
         frames.append(totals)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
@@ -258,8 +259,10 @@ def condition_of(experiment, profile, params: dict, ignoring=()) -> tuple:
 
 
 def _condition_text(condition: tuple) -> str:
-    params = ", ".join(f"{k}={v}" for k, v in condition[2])
-    return params or "-"
+    """'loss_pct=5, 30 s runs': the parameters, and the runs' length where known."""
+    params = ", ".join(f"{k}={v}" for k, v in condition[2]) or "-"
+    duration = condition[3] if len(condition) > 3 else None
+    return params if duration is None else f"{params}, {duration:g} s runs"
 
 
 def _matches_point(claim: Claim, params: dict, profile) -> bool:
@@ -526,6 +529,9 @@ def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
         if first["params"].get(ABLATE_PARAM, BASELINE_SETTING) != BASELINE_SETTING:
             continue  # a `testbed explain` run with a factor set as the paper had it: not today's setup
         condition = condition_of(first["experiment"], first["profile"], first["params"], claim.pair_ignoring)
+        # runs of another length are another experiment (the effect moves with it: docs/experiments.md)
+        duration = stats.number_or_nan(first.get("duration_s"))
+        condition += (None if math.isnan(duration) else duration,)  # None, not NaN: NaN != NaN as a key
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan
         slot = sides.setdefault(condition, ([], [], []))

@@ -552,3 +552,33 @@ def forest_png(effects: pd.DataFrame, title: str = "the papers' claims: each con
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3, axis="x")
     return figure_png(fig)
+
+
+def lengths_png(table: pd.DataFrame, paper: dict[str, float]) -> bytes:
+    """Each claim's effect against the window it is measured over (analysis/lengths.py ``table``): one
+    panel per claim and condition, the first-T-seconds windows left to right and the warm-ups after them,
+    the effect with its 95 % interval, the paper's effect (``paper[claim]``) as a dashed line."""
+    groups = list(table.groupby(["claim", "condition"], sort=False)) if not table.empty else []
+    fig = Figure(figsize=(9, 2.6 * max(len(groups), 1)))
+    if not groups:
+        _empty(fig.add_subplot(), "no goodput claim had runs long enough to window")
+        return figure_png(fig)
+    for index, ((claim, condition), rows) in enumerate(groups):
+        ax = fig.add_subplot(len(groups), 1, index + 1)
+        x = range(len(rows))
+        ax.errorbar(x, 1 + rows["effect"], yerr=[rows["effect"] - rows["low"], rows["high"] - rows["effect"]],
+                    fmt="o", color="#1f77b4", capsize=3)  # fmt: skip
+        ax.axhline(1, color="#888888", lw=0.8)
+        if not math.isnan(paper.get(claim, math.nan)):
+            ax.axhline(1 + paper[claim], color="black", ls="--", lw=0.8, label="the paper's effect")
+            ax.legend(fontsize=7, loc="best")
+        ax.set_yscale("log")
+        ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4) if ax.get_ylim()[0] <= t <= ax.get_ylim()[1]]
+        ax.set_yticks(ticks, [f"{t - 1:+.0%}" for t in ticks])
+        ax.minorticks_off()
+        ax.set_xticks(list(x), list(rows["window"]), fontsize=7)
+        ax.set_title(textwrap.shorten(f"{claim} [{condition}]", 90), fontsize=9)
+        ax.grid(alpha=0.3, axis="y")
+    fig.supxlabel("window of each run measured (0-T: the first T s; W-end: the first W s left out)", fontsize=8)
+    fig.supylabel("effect a / b - 1 (95 % interval)", fontsize=8)
+    return figure_png(fig)

@@ -596,6 +596,24 @@ def _add_report(sub) -> None:
     report.set_defaults(func=_cmd_report)
 
 
+def _add_lengths(sub) -> None:
+    lengths = sub.add_parser(
+        "lengths", help="a session's goodput claims judged over windows of its runs (first T s, a warm-up left out): "
+                        "where each effect settles (docs/experiments.md)",
+    )  # fmt: skip
+    lengths.add_argument("session", type=Path, help="results/<scenario>/<time>-<sha>/ (long runs show the most)")
+    lengths.set_defaults(func=_cmd_lengths)
+
+
+def _cmd_lengths(args: argparse.Namespace) -> int:
+    from testbed.workflows import lengths
+
+    path, lines = lengths.run(args.session)
+    print("\n".join(lines))
+    print(f"written: {path}")
+    return 0
+
+
 def _add_results(sub) -> None:
     results = sub.add_parser(
         "results",
@@ -765,8 +783,8 @@ def _add_lab(sub) -> None:
 
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_results, _add_regress, _add_bisect,
-               _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
+SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_lengths, _add_results, _add_regress,
+               _add_bisect, _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
 SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bisect", "bench", "lab"}
 

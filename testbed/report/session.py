@@ -510,6 +510,8 @@ def _claims_lines(verdicts: list[claims.Verdict]) -> list[str]:
         lines += [f"      {text}" for text in texts[1:]]
         if cost := v.cost_text():
             lines.append(f"      to decide: {cost}")
+        if v.alpha < claims.ALPHA:  # judged at a look of testbed suite --decide's design (sequential.json)
+            lines.append(f"      tested at alpha {v.alpha:.3g}: its look's share of 0.05 (sequential.json)")
         lines.append(f"      compared: {v.claim.compared()}")
         lines.append(f"      paper ({v.claim.source}): {v.claim.paper_numbers}")
         if v.verdict in ("opposite", "not reproduced") and v.claim.note:

@@ -1,0 +1,69 @@
+"""A claim's effect over windows of its runs (analysis/lengths.py), on synthetic runs whose truth is known:
+Westwood+ slow for its first 10 s and faster than New Reno after, so the first window and the rest disagree."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from analysis import claims, lengths
+from analysis.run import RunAnalysis
+
+CLAIM = claims.Claim.model_validate({
+    "id": "w-beats-r", "experiment": "exp", "source": "s", "quote": "q", "paper_numbers": "n", "metric": "goodput",
+    "expect": "higher", "paper_effect": 0.2, "paper_effect_from": "test", "a": {"cc": "westwood"}, "b": {"cc": "reno"},
+})  # fmt: skip
+
+
+def _series(rates: list[tuple[float, float]], duration: float) -> pd.DataFrame:
+    """acked_mb every 0.1 s of a connection sending ``rate`` Mbit/s from each ``start`` on."""
+    t = np.arange(0.0, duration + 0.05, 0.1)
+    rate = np.zeros_like(t)
+    for start, value in rates:
+        rate[t >= start] = value
+    acked = np.concatenate([[0.0], np.cumsum(rate[:-1] * 0.1 / 8)])
+    return pd.DataFrame({"conn": "c0", "t_s": t, "metric": "acked_mb", "value": acked})
+
+
+def _run(cc: str, seed: int, rates: list[tuple[float, float]], duration: float = 60.0) -> RunAnalysis:
+    manifest = {"scenario": "exp", "profile": "quick", "params": {"cc": cc}, "point_id": f"exp.cc={cc}",
+                "seed": seed, "kernel": {"release": "6.1.0-56-amd64"}, "resolved": {"duration_s": duration}}  # fmt: skip
+    flows = pd.DataFrame([{"conn": "c0", "flow": 0, "replica": 0}])
+    totals = pd.DataFrame([{"flow": 0, "replica": 0, "cc": cc, "direction": "forward", "goodput_mbit": 1.0,
+                            "recv_goodput_mbit": 1.0}])  # fmt: skip
+    return RunAnalysis(Path(f"/runs/{cc}-{seed}"), manifest, flows, _series(rates, duration), status="complete",
+                       flow_totals=totals)  # fmt: skip
+
+
+def test_a_windows_goodput_is_the_acknowledged_bytes_in_it():
+    series = _series([(0, 1.0), (10, 3.0)], 60)
+    assert lengths.acked_goodput(series, "c0", 0, 10) == pytest.approx(1.0, rel=0.02)
+    assert lengths.acked_goodput(series, "c0", 10, 60) == pytest.approx(3.0, rel=0.02)
+    assert lengths.acked_goodput(series, "c0", 0, 60) == pytest.approx((10 + 150) / 60, rel=0.02)
+    assert math.isnan(lengths.acked_goodput(series, "c0", 0, 90))  # the trace does not reach 90 s
+    assert math.isnan(lengths.acked_goodput(series, "c9", 0, 10))
+
+
+def test_the_windows_a_run_allows():
+    assert [w.label for w in lengths.windows_for(60)] == ["0-10 s", "0-20 s", "0-30 s", "0-end s", "10-end s",
+                                                          "20-end s", "30-end s"]  # fmt: skip
+    assert [w.label for w in lengths.windows_for(10)] == ["0-end s"]
+
+
+def test_the_effect_flips_after_the_warm_up_and_each_window_is_judged_by_the_claims_rule():
+    runs = []
+    for seed, noise in zip((1, 2, 3), (0.97, 1.0, 1.04), strict=True):  # each seed's spread, shared by both sides
+        runs.append(_run("westwood", seed, [(0, 0.5 * noise), (10, 1.6 * noise)]))
+        runs.append(_run("reno", seed, [(0, 1.0 * noise)]))
+    table = lengths.table(runs, [CLAIM]).set_index("window")
+    first, after = table.loc["0-10 s"], table.loc["10-end s"]
+    assert first["effect"] == pytest.approx(-0.5, abs=0.02) and first["verdict"] == "opposite"
+    assert after["effect"] == pytest.approx(0.6, abs=0.02) and after["verdict"] == "reproduced"
+    assert first["test"] == "paired over 3 seeds"
+    whole = table.loc["0-end s"]
+    assert whole["effect"] == pytest.approx((0.5 * 10 + 1.6 * 50) / 60 - 1, abs=0.02)
+    assert "0-end s" in table.index and "60 s runs" in whole["condition"]
