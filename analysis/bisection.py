@@ -14,10 +14,13 @@ same seeds and compares it, paired by seed, with both ends: it is **bad** (the c
 before it) when it differs from the good kernel the way the bad one does, **good** when it is still
 apart from the bad kernel the same way the good one is, and **undecided** when neither counts; then
 every kernel of the step runs ``repeat`` more seeds, up to ``max_repeat``, after which it goes to the
-end its mean is nearer (said in its evidence). A comparison counts at p < 0.05 / (the search's
-planned steps) and a change beyond 5 %: Bonferroni over the planned decisions bounds the chance that
-any step calls a version moved when it did not by 5 %. With N versions the search takes
-ceil(log2(N - 1)) steps after step 0.
+end its mean is nearer (said in its evidence). A step's share of alpha is 0.05 / (the search's
+planned steps): Bonferroni over the planned decisions bounds the chance that any step calls a version
+moved when it did not by 5 %. Within a step (and step 0), each time repetitions are added the
+comparison is made again: those looks spend the step's share by the one group-sequential design of
+analysis/sequential.py (Pocock-type spending over the looks ``--repeat`` up to ``--max-repeat`` allows),
+so adding repetitions does not buy a decision. A comparison counts at its look's level and a change
+beyond 5 %. With N versions the search takes ceil(log2(N - 1)) steps after step 0.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import regression
+from analysis import regression, sequential
 
 #: (point, cc, metric): what a bisection follows
 Key = tuple[str, str, str]
@@ -120,15 +123,20 @@ def _choose(good: pd.DataFrame, bad: pd.DataFrame, wanted: dict, alpha: float) -
     return min(moved, key=lambda c: c.p_value) if moved else None
 
 
+def looks(repeat: int, max_repeat: int) -> int:
+    """The looks a step can take: at ``repeat`` repetitions, then ``repeat`` more each, up to ``max_repeat``."""
+    return 1 + math.ceil((max_repeat - repeat) / repeat)
+
+
 def confirm(runs: Runs, result: Bisection, wanted: dict, repeat: int, max_repeat: int) -> int:
     """Step 0 (module doc): the repetitions it took; raises NothingToBisect when nothing counts."""
     good, bad = result.versions[0], result.versions[-1]
-    n = repeat
+    design, look, n = sequential.Design(looks(repeat, max_repeat), regression.ALPHA), 1, repeat
     while True:
-        chosen = _choose(runs.upto(good, n), runs.upto(bad, n), wanted, regression.ALPHA)
+        chosen = _choose(runs.upto(good, n), runs.upto(bad, n), wanted, design.alpha_at(look))
         if chosen is not None or n >= max_repeat:
             break
-        n = min(n + repeat, max_repeat)
+        n, look = min(n + repeat, max_repeat), look + 1
     if chosen is None:
         raise NothingToBisect(f"{good} and {bad} do not differ on {_wanted_text(wanted)} at {n} repetitions "
                               f"(Holm over the suite's comparisons): nothing to bisect. Give --max-repeat higher, "
@@ -147,8 +155,10 @@ def _wanted_text(wanted: dict) -> str:
 def judge_version(runs: Runs, result: Bisection, kernel: str, n: int, repeat: int, max_repeat: int) -> Evidence:
     """One later step (module doc): ``kernel`` against both ends, adding repetitions while undecided."""
     good, bad = result.versions[0], result.versions[-1]
-    alpha = regression.ALPHA / result.planned_steps
+    left = looks(repeat, max_repeat) - looks(repeat, n) + 1  # the looks from n repetitions on
+    design, look = sequential.Design(left, regression.ALPHA / result.planned_steps), 1
     while True:
+        alpha = design.alpha_at(look)
         seeds = list(range(1, n + 1))
         frames = {k: runs.upto(k, n) for k in (good, bad, kernel)}
         vs_good = _pair(result.key, frames[good], frames[kernel], seeds)
@@ -162,7 +172,7 @@ def judge_version(runs: Runs, result: Bisection, kernel: str, n: int, repeat: in
             nearer_bad = abs(math.log1p(vs_good.change)) > abs(math.log1p(vs_bad.change))
             return Evidence(kernel, seeds, vs_good, vs_bad, "bad" if nearer_bad else "good",
                             f"undecided at {n} repetitions: the nearer end")  # fmt: skip
-        n = min(n + repeat, max_repeat)
+        n, look = min(n + repeat, max_repeat), look + 1
 
 
 def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, repeat: int = 3,

@@ -52,9 +52,9 @@ def test_the_first_moved_version_is_named_within_log2_n_plus_2_steps(moved_at):
 
 
 def test_a_step_undecided_at_first_adds_repetitions_and_still_decides():
-    # 12 % noise and a 15 % fall: three seeds cannot tell, more can
+    # 12 % noise and a 15 % fall: three seeds cannot tell, more can (each look at its share of alpha)
     measure = Simulated("6.1.0-52", factor=0.85, noise=0.12)
-    result = bisection.bisect(VERSIONS, measure, {"point": "point1", "metric": "goodput"}, repeat=3, max_repeat=12)
+    result = bisection.bisect(VERSIONS, measure, {"point": "point1", "metric": "goodput"}, repeat=3, max_repeat=18)
     assert max(len(e.seeds) for e in result.steps) > 3
     assert result.first_bad == "6.1.0-52"
 

@@ -31,7 +31,8 @@ def _series(rates: list[tuple[float, float]], duration: float) -> pd.DataFrame:
 
 def _run(cc: str, seed: int, rates: list[tuple[float, float]], duration: float = 60.0) -> RunAnalysis:
     manifest = {"scenario": "exp", "profile": "quick", "params": {"cc": cc}, "point_id": f"exp.cc={cc}",
-                "seed": seed, "kernel": {"release": "6.1.0-56-amd64"}, "resolved": {"duration_s": duration}}  # fmt: skip
+                "seed": seed, "kernel": {"release": "6.1.0-56-amd64"},
+                "resolved": {"duration_s": duration}}  # fmt: skip
     flows = pd.DataFrame([{"conn": "c0", "flow": 0, "replica": 0}])
     totals = pd.DataFrame([{"flow": 0, "replica": 0, "cc": cc, "direction": "forward", "goodput_mbit": 1.0,
                             "recv_goodput_mbit": 1.0}])  # fmt: skip
