@@ -93,7 +93,8 @@ def _flow_goodput(series: pd.DataFrame, conns: list[str], start_s: float, stop_s
 
 def table(analyses, claims: list[claims_module.Claim]) -> pd.DataFrame:
     """One row per claim, condition and window: the effect with its 95 % interval, the test, the finding
-    and the claim's verdict on that window alone (module doc)."""
+    and the claim's verdict on that window alone (module doc), the two sides' correlation across seeds
+    (``r``) and the smallest effect its test shows with 80 % power at this noise (``detectable``)."""
     complete = [a for a in analyses if a.status == "complete"]
     durations = {float((a.manifest.get("resolved") or {}).get("duration_s") or math.nan) for a in complete}
     longest = max((d for d in durations if not math.isnan(d)), default=math.nan)
@@ -109,6 +110,21 @@ def table(analyses, claims: list[claims_module.Claim]) -> pd.DataFrame:
                 rows.append({"claim": claim.id, "condition": c.condition, "window": window.label,
                              "effect": c.difference, "low": low, "high": high,
                              "test": c.effect.test if c.effect else "", "finding": c.finding,
-                             "verdict": verdict.label})  # fmt: skip
-    return pd.DataFrame(rows, columns=["claim", "condition", "window", "effect", "low", "high", "test", "finding",
-                                       "verdict"])  # fmt: skip
+                             "verdict": verdict.label, "r": pair_correlation(c),
+                             "detectable": c.effect.detectable() if c.effect else math.nan})  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+COLUMNS = ["claim", "condition", "window", "effect", "low", "high", "test", "finding", "verdict", "r", "detectable"]
+
+
+def pair_correlation(condition: claims_module.ConditionResult) -> float:
+    """Pearson's r of the two sides' values across the seeds they share (what pairing can take out); NaN with
+    fewer than three pairs or without a paired effect."""
+    effect = condition.effect
+    if effect is None or not effect.paired or len(effect.pairs) < 3 or len(condition.a) != len(condition.b):
+        return math.nan
+    a, b = np.array(condition.a, dtype=float), np.array(condition.b, dtype=float)
+    if a.std() == 0 or b.std() == 0:
+        return math.nan
+    return float(np.corrcoef(a, b)[0, 1])

@@ -20,6 +20,8 @@ def shown(table) -> list[str]:
     frame = table.copy()
     for column in ("effect", "low", "high"):
         frame[column] = [f"{v:+.0%}" if v == v else "-" for v in frame[column]]
+    frame["detectable"] = [f"{v:.0%}" if v == v else "-" for v in frame["detectable"]]
+    frame["r"] = [f"{v:.2f}" if v == v else "-" for v in frame["r"]]
     return text_table(frame.drop(columns=["condition"])).splitlines()
 
 

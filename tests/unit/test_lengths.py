@@ -65,6 +65,7 @@ def test_the_effect_flips_after_the_warm_up_and_each_window_is_judged_by_the_cla
     assert first["effect"] == pytest.approx(-0.5, abs=0.02) and first["verdict"] == "opposite"
     assert after["effect"] == pytest.approx(0.6, abs=0.02) and after["verdict"] == "reproduced"
     assert first["test"] == "paired over 3 seeds"
+    assert first["r"] == pytest.approx(1.0, abs=0.01) and first["detectable"] < 0.05  # the seeds' spread is shared
     whole = table.loc["0-end s"]
     assert whole["effect"] == pytest.approx((0.5 * 10 + 1.6 * 50) / 60 - 1, abs=0.02)
     assert "0-end s" in table.index and "60 s runs" in whole["condition"]
