@@ -123,6 +123,25 @@ def load_loss_channels(net: Network, spec: RunSpec, horizon_s: float) -> list[lo
     return channels
 
 
+def random_sources(egress: dict, seed: int) -> list[dict]:
+    """Every random source of a run and what it is drawn from (the manifest's ``random_sources``): each
+    timed or seeded-Bernoulli loss channel from the run's seed (its stream, as :func:`load_loss_channels`
+    numbers them, and the draws' seed), netem's per-packet losses from nothing reproducible (Debian 12's
+    netem takes no seed), and the schedules, which draw nothing: flows' start and stop times, ON/OFF
+    periods and request arrivals are fixed by the scenario, and multipath spraying is round-robin. So two
+    runs of one seed share every source but netem's."""
+    timed = sorted(key for key, plan in egress.items() if plan.timed_loss is not None)
+    sources = [{"source": f"loss {node}/{intf}", "drawn_from": f"run seed {seed}, stream {stream}",
+                "draw_seed": lossbpf.draw_seed(seed, stream)} for stream, (node, intf) in enumerate(timed)]  # fmt: skip
+    sources += [{"source": f"netem loss {node}/{intf}", "drawn_from": None,
+                 "why": "netem takes no seed here (Debian 12's iproute2): not shared between runs of one seed"}
+                for (node, intf), plan in sorted(egress.items()) if plan.is_lossy]  # fmt: skip
+    sources.append({"source": "schedules", "drawn_from": None,
+                    "why": "start, stop, ON/OFF and request times are fixed by the scenario; spraying is "
+                           "round-robin: nothing is drawn"})  # fmt: skip
+    return sources
+
+
 def read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidelity.FidelityReport) -> list[dict]:
     """Write each channel's realized timeline to raw/loss-<node>-<intf>.json; summaries for the manifest.
     Each channel is cleared once read (disarmed, counters zero), as new for the next run on its network."""

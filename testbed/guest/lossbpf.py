@@ -140,6 +140,11 @@ def hex_bytes(data: bytes) -> str:
     return " ".join(f"{b:02x}" for b in data)
 
 
+def draw_seed(seed: int, stream: int) -> int:
+    """The 64-bit seed of channel ``stream``'s per-packet draws in a run of ``seed``."""
+    return int.from_bytes(hashlib.sha256(f"{seed}/{stream}".encode()).digest()[:8], "little")
+
+
 def _threshold(loss_pct: float) -> int:
     return round(loss_pct / 100 * (1 << 32))
 
@@ -163,7 +168,7 @@ class Channel:
         """Write the timeline (the channel still passes everything until :func:`start`)."""
         self.maps = program_maps(self.netns_path, self.ifname, PROGRAM, f"{self.node}/{self.ifname}")
         self.states = states
-        self.draw_seed = int.from_bytes(hashlib.sha256(f"{seed}/{self.stream}".encode()).digest()[:8], "little")
+        self.draw_seed = draw_seed(seed, self.stream)
         lines = []
         for index, state in enumerate(states):
             value = struct.pack("<QQ", round(state.end_s * 1e9), _threshold(state.loss_pct))

@@ -383,6 +383,7 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     state.mark("tc_stats")
     state.manifest["spray"] = collect.read_sprayers(traffic.sprayers, sprayed_before, tc_stats, report)
     state.manifest["loss_channels"] = collect.read_loss_channels(traffic.channels, state.raw, report)
+    state.manifest["random_sources"] = collect.random_sources(state.netspec.egress, state.spec.seed)
     state.mark("bpf_counters")
     state.manifest["fidelity"] = report.to_dict()
     return collect.connection_failures(state.connections, traffic.clients, state.raw) + latency_failures

@@ -178,3 +178,24 @@ def test_the_runner_does_not_import_numpy():
     code = "import sys, testbed.guest.runner; print(sorted(m for m in ('numpy', 'pandas') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_the_manifest_names_every_random_source_and_what_it_is_drawn_from():
+    from testbed.guest.collect import random_sources
+    from testbed.guest.lossbpf import draw_seed
+    from testbed.scenario.load import scenario_from_dict
+    from topologies import TOPOLOGIES
+
+    def egress(loss: dict) -> dict:
+        bottleneck = {"rate_mbit": 10, "queue_pkts": 100, **loss}
+        scenario = scenario_from_dict({"topology": {"name": "dumbbell", "bottleneck": bottleneck},
+                                       "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 5}, name="t")  # fmt: skip
+        return TOPOLOGIES["dumbbell"].from_scenario(scenario.points[0].scenario).netspec().egress
+
+    seeded = random_sources(egress({"loss_pct": 5}), seed=3)
+    channels = [s for s in seeded if s["source"].startswith("loss ")]
+    assert [s["drawn_from"] for s in channels] == ["run seed 3, stream 0", "run seed 3, stream 1"]
+    assert channels[0]["draw_seed"] == draw_seed(3, 0) != draw_seed(4, 0)
+    assert seeded[-1]["source"] == "schedules" and "nothing is drawn" in seeded[-1]["why"]
+    netem = random_sources(egress({"loss": {"model": "gilbert_elliott", "p_pct": 5, "r_pct": 50}}), seed=3)
+    assert [s["drawn_from"] for s in netem if s["source"].startswith("netem loss")] == [None, None]
