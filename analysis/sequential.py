@@ -37,6 +37,8 @@ from testbed.results import rundir
 DECIDE_LOOKS = 4
 #: where a session keeps its record (testbed/workflows/decide.py writes it, the report reads it)
 RECORD_FILE = "sequential.json"
+#: looks of one `testbed explain` session: run again with more --seeds, it judges the grown runs again
+EXPLAIN_LOOKS = 3
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,20 @@ class Record:
     #: claim id -> (the look that decided it, its verdict there)
     decided: dict[str, tuple[int, str]] = field(default_factory=dict)
     looks: int = 0
+    #: the complete runs each look judged (a judgement of the same runs again is the same look)
+    runs_at: list[int] = field(default_factory=list)
+
+    def look_at(self, runs: int) -> int | None:
+        """The look that judges ``runs`` complete runs: the earlier one that judged as many (the same data
+        judged again, e.g. a report written anew), else the next look; None when the design's looks are
+        spent (a judgement of more runs would be a look the design did not plan)."""
+        if runs in self.runs_at:
+            return self.runs_at.index(runs) + 1
+        if self.looks >= self.design.max_looks:
+            return None
+        self.looks += 1
+        self.runs_at.append(runs)
+        return self.looks
 
     def look(self, verdicts: dict[str, str]) -> float:
         """Take the next look's verdicts (claim id -> verdict, judged at :meth:`alpha_now`): the claims that
@@ -101,6 +117,7 @@ class Record:
 
     def to_json(self) -> dict:
         return {"max_looks": self.design.max_looks, "alpha": self.design.alpha, "looks": self.looks,
+                "runs_at": self.runs_at,
                 "levels": [self.design.alpha_at(k) for k in range(1, self.design.max_looks + 1)],
                 "decided": {k: {"look": look, "verdict": v} for k, (look, v) in self.decided.items()}}  # fmt: skip
 
@@ -108,7 +125,7 @@ class Record:
     def from_json(cls, data: dict) -> Record:
         design = Design(int(data["max_looks"]), float(data.get("alpha", stats.ALPHA)))
         decided = {k: (int(v["look"]), str(v["verdict"])) for k, v in (data.get("decided") or {}).items()}
-        return cls(design, decided, int(data.get("looks", 0)))
+        return cls(design, decided, int(data.get("looks", 0)), [int(n) for n in data.get("runs_at") or []])
 
 
 def read_record(session_dir: Path) -> Record | None:

@@ -24,7 +24,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from analysis import ablation, claims
+from analysis import ablation, claims, sequential
 from analysis.ablation import ABLATE_PARAM, ALL, BASELINE, EXPLANATION, ExplanationRecord, SettingRecord
 from analysis.factors import Factor
 from analysis.plots import forest_png
@@ -139,11 +139,26 @@ def variant_of(claim: claims.Claim) -> str | None:
 
 
 def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Explanation:
-    """Judge an explain session's runs and write explanation.json, explanation.md and figures/explain.png."""
+    """Judge an explain session's runs and write explanation.json, explanation.md and figures/explain.png.
+
+    Run again with more ``--seeds``, the same session grows and is judged again: each judgement of more
+    runs is a look of one sequential design (``sequential.EXPLAIN_LOOKS`` looks spending 0.05,
+    ``sequential.json``), so more seeds do not buy an explanation; past the last look the runs are kept
+    and the last look's explanation stands."""
+    record = sequential.read_record(session) or sequential.Record(sequential.Design(sequential.EXPLAIN_LOOKS))
+    complete = sum(a.status == "complete" for a in analyses)
+    look = record.look_at(complete)
+    if look is None:
+        raise ValueError(f"{session}: this session's {record.design.max_looks} looks are spent "
+                           f"({record.design.describe()}); its explanation.md is the last look's. Start a new "
+                           "session (--force) to explain the claim anew")  # fmt: skip
+    rundir.write_json_atomic(session / sequential.RECORD_FILE, record.to_json())
     flows = claims.flow_rows(analyses)
     samples, walls = ablation.samples_of(claim, flows, variant_of(claim)) if not flows.empty else ({}, {})
     factors = {name: f for name, f in claim.ablations.factors.items() if name in samples}
-    result = ablation.judge(claim, samples, factors, walls)
+    result = ablation.judge(claim, samples, factors, walls, alpha=record.design.alpha_at(look))
+    if look > 1:
+        result.conclusion += f" (look {look} of {record.design.max_looks}, at alpha {record.design.alpha_at(look):.3g})"
     frame = ablation.table(result)
     record = ExplanationRecord(claim=claim.id, conclusion=result.conclusion, kind=ablation.kind(result.conclusion),
                                paper_effect=result.target, factors=factors,

@@ -93,3 +93,12 @@ def test_the_simulated_runs_share_each_seeds_noise():
     noise = dataclasses.replace(sim.NOISES["paired, rho 0.9"], cv=0.1)
     a, b = sim._runs(rng, 0.0, noise, range(400))
     assert np.corrcoef([v for _, v in a], [v for _, v in b])[0, 1] == pytest.approx(0.9, abs=0.05)
+
+
+def test_judging_the_same_runs_again_is_the_same_look_and_more_runs_past_the_last_look_are_refused():
+    """``testbed explain`` run again with more seeds judges the grown session: a new look; the same runs
+    judged again (a report written anew) are the look that judged them."""
+    record = sequential.Record(sequential.Design(sequential.EXPLAIN_LOOKS))
+    assert [record.look_at(n) for n in (10, 10, 20, 30, 20)] == [1, 1, 2, 3, 2]
+    assert record.look_at(40) is None  # a fourth look the design did not plan
+    assert sequential.Record.from_json(record.to_json()).runs_at == [10, 20, 30]
