@@ -31,7 +31,7 @@ from analysis import claims as claims_module
 #: claims' metrics computed from the flows' goodput, which a window changes
 WINDOWED_METRICS = ("goodput", "total_goodput", "jain")
 #: window ends and warm-ups tried, in seconds (those a run is long enough for)
-PREFIXES_S = (10, 20, 30, 60, 100, 200, 300)
+PREFIXES_S = (10, 15, 20, 25, 30, 40, 60, 100, 200, 300)
 WARMUPS_S = (10, 20, 30, 60)
 
 

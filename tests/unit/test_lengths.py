@@ -50,8 +50,8 @@ def test_a_windows_goodput_is_the_acknowledged_bytes_in_it():
 
 
 def test_the_windows_a_run_allows():
-    assert [w.label for w in lengths.windows_for(60)] == ["0-10 s", "0-20 s", "0-30 s", "0-end s", "10-end s",
-                                                          "20-end s", "30-end s"]  # fmt: skip
+    assert [w.label for w in lengths.windows_for(60)] == ["0-10 s", "0-15 s", "0-20 s", "0-25 s", "0-30 s", "0-40 s",
+                                                          "0-end s", "10-end s", "20-end s", "30-end s"]  # fmt: skip
     assert [w.label for w in lengths.windows_for(10)] == ["0-end s"]
 
 
