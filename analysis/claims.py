@@ -98,6 +98,8 @@ RULE = (
 )
 
 Metric = Literal["goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio"]
+#: metrics computed from the flows' goodput, which a measurement window (a warm-up left out) changes
+WINDOWED_METRICS = ("goodput", "total_goodput", "jain")
 Expect = Literal["higher", "lower", "similar", "not_lower", "near"]
 
 
@@ -156,6 +158,9 @@ class Claim(BaseModel):
                                        "reports (relative, signed: 0.34 for +34 %, -0.5 for half); not_lower: the "
                                        "gain the paper reports, which the margin must stay below")  # fmt: skip
     paper_effect_from: str = Field(default="", description="where paper_effect comes from in the paper")
+    warmup_s: float | None = Field(default=None, gt=0, description="goodput claims: the first seconds of each run "
+                                   "left out of the metric (slow start's transient; testbed lengths measures it)")
+    warmup_from: str = Field(default="", description="what showed the warm-up to be needed and enough")
     not_here: str | None = Field(
         default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
     )
@@ -187,6 +192,9 @@ class Claim(BaseModel):
         elif self.margin is None or not self.margin_reason:
             raise ValueError(f"expect {self.expect} needs margin (the equivalence or non-inferiority margin, e.g. 0.1) "
                              "and margin_reason (why that margin)")  # fmt: skip
+        if self.warmup_s is not None and (self.metric not in WINDOWED_METRICS or not self.warmup_from):
+            raise ValueError(f"warmup_s needs a goodput metric ({', '.join(WINDOWED_METRICS)}), not {self.metric}, "
+                             "and warmup_from (what showed it)")  # fmt: skip
         if self.expect == "not_lower" and self.paper_effect is not None:
             # a margin as large as the paper's gain would pass an a below b by what the paper has it above
             if not self.paper_effect_from or not 0 < self.margin < self.paper_effect:
@@ -259,10 +267,15 @@ def condition_of(experiment, profile, params: dict, ignoring=()) -> tuple:
 
 
 def _condition_text(condition: tuple) -> str:
-    """'loss_pct=5, 30 s runs': the parameters, and the runs' length where known."""
+    """'loss_pct=5, 30 s runs' or 'loss_pct=5, 5-20 s of 20 s runs': the parameters, and the runs' length
+    and the window measured where known."""
     params = ", ".join(f"{k}={v}" for k, v in condition[2]) or "-"
-    duration = condition[3] if len(condition) > 3 else None
-    return params if duration is None else f"{params}, {duration:g} s runs"
+    duration, start = (condition[3], condition[4]) if len(condition) > 4 else (None, None)
+    if duration is None:
+        return params
+    if not start:
+        return f"{params}, {duration:g} s runs"
+    return f"{params}, {start:g}-{duration:g} s of {duration:g} s runs"
 
 
 def _matches_point(claim: Claim, params: dict, profile) -> bool:
@@ -531,7 +544,9 @@ def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
         condition = condition_of(first["experiment"], first["profile"], first["params"], claim.pair_ignoring)
         # runs of another length are another experiment (the effect moves with it: docs/experiments.md)
         duration = stats.number_or_nan(first.get("duration_s"))
-        condition += (None if math.isnan(duration) else duration,)  # None, not NaN: NaN != NaN as a key
+        start = stats.number_or_nan(first.get("window_from_s"))
+        # None and 0, not NaN: NaN != NaN as a key
+        condition += (None if math.isnan(duration) else duration, 0.0 if math.isnan(start) else start)
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan
         slot = sides.setdefault(condition, ([], [], []))
@@ -582,7 +597,20 @@ def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | 
     flows = flow_rows(analyses) if flows is None else flows
     ran = set(flows["experiment"]) if not flows.empty else set()
     level = alpha if callable(alpha) else (lambda _claim_id: alpha)
-    return [judge(claim, flows, level(claim.id)) for claim in claims if claim.experiment in ran]
+    return [judge(claim, measured_flows(claim, flows, analyses), level(claim.id)) for claim in claims
+            if claim.experiment in ran]  # fmt: skip
+
+
+def measured_flows(claim: Claim, flows: pd.DataFrame, analyses) -> pd.DataFrame:
+    """The flows a claim is judged on: with ``warmup_s``, each run's goodput after its warm-up (from the
+    runs' traces: analysis/lengths.py); the whole runs when there are no analyses to window (the flows
+    alone) or the claim has no warm-up."""
+    if claim.warmup_s is None or analyses is None:
+        return flows
+    from analysis import lengths  # here: lengths judges windows with this module
+
+    own = [a for a in analyses if a.status == "complete" and a.manifest.get("scenario") == claim.experiment]
+    return lengths.windowed_flows(own, lengths.Window(claim.warmup_s, None))
 
 
 # ------------------------------------------------------------------- seeds where they decide something

@@ -28,8 +28,7 @@ import pandas as pd
 
 from analysis import claims as claims_module
 
-#: claims' metrics computed from the flows' goodput, which a window changes
-WINDOWED_METRICS = ("goodput", "total_goodput", "jain")
+WINDOWED_METRICS = claims_module.WINDOWED_METRICS
 #: window ends and warm-ups tried, in seconds (those a run is long enough for)
 PREFIXES_S = (10, 15, 20, 25, 30, 40, 60, 100, 200, 300)
 WARMUPS_S = (10, 20, 30, 60)
@@ -66,7 +65,8 @@ def acked_goodput(series: pd.DataFrame, conn: str, start_s: float, stop_s: float
 
 def windowed_flows(analyses, window: Window) -> pd.DataFrame:
     """``claims.flow_rows`` of ``analyses`` with each flow's ``goodput_mbit`` over ``window`` instead of the
-    whole run (from its connections' acknowledged bytes), and ``duration_s`` the window's length."""
+    whole run (from its connections' acknowledged bytes), ``duration_s`` the run's length as far as the
+    window goes and ``window_from_s`` where the window starts."""
     frames = []
     for analysis in analyses:
         rows = claims_module.flow_rows([analysis])
@@ -81,7 +81,9 @@ def windowed_flows(analyses, window: Window) -> pd.DataFrame:
             _flow_goodput(analysis.series, conns.get((flow, replica), []), window.start_s, stop)
             for flow, replica in zip(rows["flow"], rows.get("replica", pd.Series([0] * len(rows))), strict=True)
         ]  # fmt: skip
-        rows["duration_s"] = stop - window.start_s
+        # a first-T-seconds window is what a run of T s measures; a warm-up window is the run's, less its start
+        rows["duration_s"] = stop
+        rows["window_from_s"] = window.start_s
         frames.append(rows)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 

@@ -153,7 +153,7 @@ def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Ex
                            f"({record.design.describe()}); its explanation.md is the last look's. Start a new "
                            "session (--force) to explain the claim anew")  # fmt: skip
     rundir.write_json_atomic(session / sequential.RECORD_FILE, record.to_json())
-    flows = claims.flow_rows(analyses)
+    flows = claims.measured_flows(claim, claims.flow_rows(analyses), analyses)  # after its warm-up, if any
     samples, walls = ablation.samples_of(claim, flows, variant_of(claim)) if not flows.empty else ({}, {})
     factors = {name: f for name, f in claim.ablations.factors.items() if name in samples}
     result = ablation.judge(claim, samples, factors, walls, alpha=record.design.alpha_at(look))

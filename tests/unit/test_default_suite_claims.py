@@ -1,7 +1,7 @@
-"""The default suite is designed to decide claims: every claim of analysis/claims.yaml about a point
-it runs, with both sides' algorithms in it, gets both sides at one condition (judged by
-analysis/claims.py's own pairing on the flows the suite's runs would give), and the three claims it
-is built for get 3 runs per side."""
+"""The default and headline suites are designed to decide claims: every claim of analysis/claims.yaml
+about a point they run, with both sides' algorithms in it, gets both sides at one condition (judged by
+analysis/claims.py's own pairing on the flows the suite's runs would give), and the claims each is built
+for get 3 runs per side."""
 
 from __future__ import annotations
 
@@ -17,11 +17,8 @@ from testbed.scenario.suite import find_suite, load_suite
 
 PROJECT = Path(__file__).resolve().parents[2]
 SCENARIOS = PROJECT / "scenarios"
-DESIGNED_FOR = {
-    "mobile-westwood-beats-reno-bernoulli",
-    "gilbert-westwood-beats-reno-delack",
-    "lab-westwood-beats-cubic-with-loss",
-}
+DESIGNED_FOR = {"mobile-westwood-beats-reno-bernoulli"}
+HEADLINE = DESIGNED_FOR | {"gilbert-westwood-beats-reno-delack", "lab-westwood-beats-cubic-with-loss"}
 
 
 def suite_flows(suite: ScenarioFile) -> pd.DataFrame:
@@ -82,6 +79,11 @@ def test_every_claim_about_the_default_suites_points_has_both_sides_at_one_condi
         assert verdict.verdict != "no data", f"{claim.id}: {verdict.measured}"
 
 
+@pytest.fixture(scope="module")
+def headline_flows() -> pd.DataFrame:
+    return suite_flows(load_suite(find_suite("headline", SCENARIOS / "suites"), SCENARIOS))
+
+
 @pytest.mark.parametrize("claim_id", sorted(DESIGNED_FOR))
 def test_the_claims_the_default_suite_is_built_for_get_three_runs_per_side(default_flows, claim_id):
     (claim,) = [claim for claim in claims.load_claims() if claim.id == claim_id]
@@ -89,8 +91,16 @@ def test_the_claims_the_default_suite_is_built_for_get_three_runs_per_side(defau
     assert runs_per_side(verdict) == [(3, 3)], f"{claim_id}: {verdict.measured}"
 
 
-def test_the_check_sees_an_unreachable_claim(default_flows):
+@pytest.mark.parametrize("claim_id", sorted(HEADLINE))
+def test_the_headline_suites_claims_get_three_runs_per_side(headline_flows, claim_id):
+    (claim,) = [claim for claim in claims.load_claims() if claim.id == claim_id]
+    verdict = claims.judge(claim, headline_flows)
+    assert runs_per_side(verdict) == [(3, 3)], f"{claim_id}: {verdict.measured}"
+
+
+def test_the_check_sees_an_unreachable_claim(headline_flows):
     # the lab claim without its CUBIC runs: about the suite's experiment, but side b never runs
+    default_flows = headline_flows
     without_cubic = default_flows[default_flows["cc"] != "cubic"]
     (claim,) = [claim for claim in claims.load_claims() if claim.id == "lab-westwood-beats-cubic-with-loss"]
     assert claims.judge(claim, without_cubic).verdict == "no data"

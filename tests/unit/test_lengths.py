@@ -69,3 +69,18 @@ def test_the_effect_flips_after_the_warm_up_and_each_window_is_judged_by_the_cla
     whole = table.loc["0-end s"]
     assert whole["effect"] == pytest.approx((0.5 * 10 + 1.6 * 50) / 60 - 1, abs=0.02)
     assert "0-end s" in table.index and "60 s runs" in whole["condition"]
+
+
+def test_a_claim_with_a_warm_up_is_judged_on_its_runs_after_it():
+    runs = []
+    for seed, noise in zip((1, 2, 3), (0.97, 1.0, 1.04), strict=True):
+        runs.append(_run("westwood", seed, [(0, 0.5 * noise), (10, 1.6 * noise)]))
+        runs.append(_run("reno", seed, [(0, 1.0 * noise)]))
+    warm = CLAIM.model_copy(update={"warmup_s": 10.0, "warmup_from": "test"})
+    (verdict,) = claims.verdicts(runs, [warm])
+    assert verdict.verdict == "reproduced" and verdict.conditions[0].difference == pytest.approx(0.6, abs=0.02)
+    assert "10-60 s of 60 s runs" in verdict.measured
+    (whole,) = claims.verdicts(runs, [CLAIM])  # the flows' own goodput: the fixture's 1.0 on both sides
+    assert "60 s runs" in whole.measured and "10-60" not in whole.measured
+    with pytest.raises(ValueError, match="warmup_s needs a goodput metric"):
+        claims.Claim.model_validate(CLAIM.model_dump() | {"metric": "retrans_ratio", "warmup_s": 5, "warmup_from": "x"})
