@@ -21,6 +21,7 @@ Pure: it reads analyses already made (analysis/run.py), no kernel.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 import numpy as np
@@ -109,7 +110,8 @@ def table(analyses, claims: list[claims_module.Claim]) -> pd.DataFrame:
             verdict = claims_module.judge(claim, flows)
             for c in verdict.conditions:
                 low, high = c.interval()
-                rows.append({"claim": claim.id, "condition": c.condition, "window": window.label,
+                rows.append({"claim": claim.id, "condition": c.condition, "point": _point(c.condition),
+                             "window": window.label,
                              "effect": c.difference, "low": low, "high": high,
                              "test": c.effect.test if c.effect else "", "finding": c.finding,
                              "verdict": verdict.label, "r": pair_correlation(c),
@@ -117,7 +119,15 @@ def table(analyses, claims: list[claims_module.Claim]) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-COLUMNS = ["claim", "condition", "window", "effect", "low", "high", "test", "finding", "verdict", "r", "detectable"]
+COLUMNS = ["claim", "condition", "point", "window", "effect", "low", "high", "test", "finding", "verdict", "r",
+           "detectable"]  # fmt: skip
+#: the run length and window that claims._condition_text appends to a condition's parameters
+_LENGTH = re.compile(r", (?:[\d.]+-)?[\d.]+ s (?:of [\d.]+ s )?runs$")
+
+
+def _point(condition: str) -> str:
+    """The condition's parameters without its run length and window: what the windows of one point share."""
+    return _LENGTH.sub("", condition)
 
 
 def pair_correlation(condition: claims_module.ConditionResult) -> float:

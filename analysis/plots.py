@@ -558,7 +558,7 @@ def lengths_png(table: pd.DataFrame, paper: dict[str, float]) -> bytes:
     """Each claim's effect against the window it is measured over (analysis/lengths.py ``table``): one
     panel per claim and condition, the first-T-seconds windows left to right and the warm-ups after them,
     the effect with its 95 % interval, the paper's effect (``paper[claim]``) as a dashed line."""
-    groups = list(table.groupby(["claim", "condition"], sort=False)) if not table.empty else []
+    groups = list(table.groupby(["claim", "point"], sort=False)) if not table.empty else []
     fig = Figure(figsize=(9, 2.6 * max(len(groups), 1)))
     if not groups:
         _empty(fig.add_subplot(), "no goodput claim had runs long enough to window")

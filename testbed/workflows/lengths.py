@@ -22,7 +22,7 @@ def shown(table) -> list[str]:
         frame[column] = [f"{v:+.0%}" if v == v else "-" for v in frame[column]]
     frame["detectable"] = [f"{v:.0%}" if v == v else "-" for v in frame["detectable"]]
     frame["r"] = [f"{v:.2f}" if v == v else "-" for v in frame["r"]]
-    return text_table(frame.drop(columns=["condition"])).splitlines()
+    return text_table(frame.drop(columns=["condition", "point"])).splitlines()
 
 
 def run(session_dir: Path) -> tuple[Path, list[str]]:

@@ -69,6 +69,8 @@ def test_the_effect_flips_after_the_warm_up_and_each_window_is_judged_by_the_cla
     whole = table.loc["0-end s"]
     assert whole["effect"] == pytest.approx((0.5 * 10 + 1.6 * 50) / 60 - 1, abs=0.02)
     assert "0-end s" in table.index and "60 s runs" in whole["condition"]
+    assert set(table["point"]) == {"-"}  # one point: every window of it in one panel of the figure
+    assert table.loc["10-end s", "condition"] == "-, 10-60 s of 60 s runs"
 
 
 def test_a_claim_with_a_warm_up_is_judged_on_its_runs_after_it():
@@ -84,3 +86,16 @@ def test_a_claim_with_a_warm_up_is_judged_on_its_runs_after_it():
     assert "60 s runs" in whole.measured and "10-60" not in whole.measured
     with pytest.raises(ValueError, match="warmup_s needs a goodput metric"):
         claims.Claim.model_validate(CLAIM.model_dump() | {"metric": "retrans_ratio", "warmup_s": 5, "warmup_from": "x"})
+
+
+def test_the_figure_draws_one_panel_per_claim_and_point():
+    from analysis import plots
+
+    runs = []
+    for seed in (1, 2, 3):
+        runs.append(_run("westwood", seed, [(0, 0.5 + 0.01 * seed), (10, 1.6)]))
+        runs.append(_run("reno", seed, [(0, 1.0 + 0.02 * seed)]))
+    table = lengths.table(runs, [CLAIM])
+    png = plots.lengths_png(table, {CLAIM.id: CLAIM.paper_effect})
+    assert png.startswith(b"\x89PNG")
+    assert len(table.groupby(["claim", "point"])) == 1 and len(table) == len(lengths.windows_for(60))
