@@ -54,4 +54,4 @@ def test_a_claim_is_explained_from_real_runs_with_each_factor_set(tmp_path, clea
     assert (result.directory / "figures" / "explain.png").read_bytes()[:4] == b"\x89PNG"
     # the claims' own verdict in the session's report takes only the baseline's runs
     verdict = next(v for v in claims.verdicts(report.runs, [claim]))
-    assert [c.condition for c in verdict.conditions] == ["ablate='baseline'"]
+    assert [c.condition for c in verdict.conditions] == ["ablate='baseline', 3 s runs"]
