@@ -22,6 +22,9 @@ nor add runs for it (``Record``). A claim still undecided after the last planned
 saying what it would need.
 
 A plain run (no ``--decide``) is a design of one look: the full alpha.
+
+Written here rather than taken from a library: neither scipy nor statsmodels has alpha spending (the
+well-kept implementations, gsDesign and rpact, are R packages), and the spending function is one line.
 """
 
 from __future__ import annotations
