@@ -183,6 +183,16 @@ def _rows(run_id: str, frame: pd.DataFrame) -> list[list]:
             for rec in frame.itertuples(index=False)]  # fmt: skip
 
 
+def update(results_root: Path) -> list[str]:
+    """:func:`ingest` after runs: what did not go in, as lines to show (the runs themselves are kept
+    whatever happens to their catalog)."""
+    try:
+        result = ingest(results_root)
+    except CatalogError as err:
+        return [f"catalog not updated: {err}"]
+    return [f"catalog: {problem}" for problem in result.problems]
+
+
 def ingest(results_root: Path, rebuild: bool = False) -> IngestResult:
     """Bring the catalog of a results folder up to date with its run folders (module doc).
 

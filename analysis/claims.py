@@ -56,6 +56,10 @@ of any wrong finding among them is at most 0.05. Then:
 * **no data**: no condition had runs on both sides (the experiment, or its comparison, did not run).
 
 A verdict is never typed in: it is always this rule applied to the runs' numbers.
+
+Past 500 lines because a claim's model (what claims.yaml may say, checked as it loads) and the rule
+that judges it read each other's fields at every step; where more runs would decide is
+analysis/seedplan.py, a claim's effect over windows of its runs analysis/lengths.py.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from analysis import metrics, stats
 from analysis.factors import ABLATE_PARAM, Ablations
+from analysis.flowrows import WINDOWED_METRICS, Window, flow_rows, windowed_flows
 from testbed.scenario.algorithms import algorithm_of, is_cc_param
 
 CLAIMS_FILE = Path(__file__).with_name("claims.yaml")
@@ -98,8 +103,6 @@ RULE = (
 )
 
 Metric = Literal["goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio"]
-#: metrics computed from the flows' goodput, which a measurement window (a warm-up left out) changes
-WINDOWED_METRICS = ("goodput", "total_goodput", "jain")
 Expect = Literal["higher", "lower", "similar", "not_lower", "near"]
 
 
@@ -236,28 +239,6 @@ def load_claims(path: Path = CLAIMS_FILE) -> list[Claim]:
 
 
 # ------------------------------------------------------------------------------------- the data
-
-
-def flow_rows(analyses) -> pd.DataFrame:
-    """One row per flow of every complete run: experiment, profile, params, seed, run, the flow's
-    index, algorithm, direction and totals (metrics.flow_totals)."""
-    frames = []
-    for analysis in analyses:
-        if analysis.status != "complete" or analysis.flow_totals.empty:
-            continue
-        manifest = analysis.manifest
-        totals = analysis.flow_totals.copy()
-        totals["experiment"] = manifest.get("scenario")
-        totals["profile"] = manifest.get("profile")
-        totals["params"] = [manifest.get("params") or {}] * len(totals)
-        totals["point"] = manifest.get("point_id")
-        totals["seed"] = manifest.get("seed")
-        totals["run"] = str(analysis.run_dir)
-        totals["kernel"] = (manifest.get("kernel") or {}).get("release")
-        totals["wall_s"] = ((manifest.get("timing") or {}).get("run_wall_s")) or math.nan
-        totals["duration_s"] = (manifest.get("resolved") or {}).get("duration_s") or math.nan
-        frames.append(totals)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
 def condition_of(experiment, profile, params: dict, ignoring=()) -> tuple:
@@ -603,72 +584,12 @@ def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | 
 
 def measured_flows(claim: Claim, flows: pd.DataFrame, analyses) -> pd.DataFrame:
     """The flows a claim is judged on: with ``warmup_s``, each run's goodput after its warm-up (from the
-    runs' traces: analysis/lengths.py); the whole runs when there are no analyses to window (the flows
+    runs' traces: analysis/flowrows.py); the whole runs when there are no analyses to window (the flows
     alone) or the claim has no warm-up."""
     if claim.warmup_s is None or analyses is None:
         return flows
-    from analysis import lengths  # here: lengths judges windows with this module
-
     own = [a for a in analyses if a.status == "complete" and a.manifest.get("scenario") == claim.experiment]
-    return lengths.windowed_flows(own, lengths.Window(claim.warmup_s, None))
-
-
-# ------------------------------------------------------------------- seeds where they decide something
-
-#: a run's wall time when its runs did not record one (a guess on the long side of this machine's runs)
-UNKNOWN_WALL_S = 60.0
-
-
-@dataclass
-class SeedPlan:
-    """The runs to add next (``testbed suite --decide``): point id -> how many more runs (new seeds)."""
-
-    more: dict[str, int] = field(default_factory=dict)
-    claims: list[str] = field(default_factory=list)  # the claims these runs work towards
-    cost_s: float = 0.0  # their wall time here, by the runs' own measured times
-    left: list[str] = field(default_factory=list)  # undecided claims no run was added for, and why
-
-
-def _step(claim_verdict: Verdict) -> tuple[dict[str, int], float, float]:
-    """For one undecided claim: the next runs (point -> how many more: half way to what would decide each
-    undecided condition, at least one), their cost, and the whole way's cost (seconds)."""
-    more, step_s = {}, 0.0
-    for c in claim_verdict.conditions:
-        if c.finding != "undecided" or not c.seeds_needed or c.seeds_needed > stats.SEED_LIMIT:
-            continue
-        wall = c.wall_s if not math.isnan(c.wall_s) else UNKNOWN_WALL_S
-        for point, runs in c.points.items():
-            added = max(1, math.ceil((c.seeds_needed - runs) / 2))
-            more[point] = max(more.get(point, 0), added)
-            step_s += added * wall
-    _, whole_s = claim_verdict.cost()
-    return more, step_s, whole_s
-
-
-def seed_plan(results: list[Verdict], budget_s: float) -> SeedPlan:
-    """Where more runs move most verdicts per minute: the undecided claims in the order of what deciding
-    each would cost here (its runs per side that would decide it at the measured noise, times its runs'
-    measured wall time), each given the next step towards it (half way, so that the estimate is made again
-    with the new runs) while the steps fit in ``budget_s``. Runs of a point shared by claims count once."""
-    plan = SeedPlan()
-    ranked = []
-    for v in results:
-        if v.verdict != "undecided":
-            continue
-        more, step_s, whole_s = _step(v)
-        if not more:
-            plan.left.append(f"{v.claim.id}: no number of runs decides it at the measured effect and noise")
-            continue
-        ranked.append((whole_s, step_s, v.claim.id, more))
-    for _whole_s, step_s, claim_id, more in sorted(ranked, key=lambda r: r[:3]):
-        if plan.cost_s + step_s > budget_s:
-            plan.left.append(f"{claim_id}: its next {step_s / 60:.0f} min of runs do not fit the budget left")
-            continue
-        for point, added in more.items():
-            plan.more[point] = max(plan.more.get(point, 0), added)
-        plan.claims.append(claim_id)
-        plan.cost_s += step_s
-    return plan
+    return windowed_flows(own, Window(claim.warmup_s, None))
 
 
 def verdict_counts(results: list[Verdict]) -> dict[str, int]:

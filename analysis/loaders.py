@@ -17,7 +17,8 @@ A run folder (see ARCHITECTURE.md, "Results layout")::
 Every loader raises :class:`LoadError` naming the file and what is wrong with it (missing, empty,
 cut short, not what it should be), so the caller can report it and go on with the other files.
 Files are read through ``testbed.results.rundir`` (the one JSON and text reader, which raises that
-error). Nothing here needs root or a kernel: results can be analysed anywhere.
+error). Nothing here needs root or a kernel: results can be analysed anywhere. Past 500 lines because it
+holds one short loader per raw file above, each with the model of what it returns; nothing else.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Figures for the run and session reports, rendered to PNG bytes (no display, no pyplot state).
 
 Names, colours and markers of the algorithms come from testbed/scenario/algorithms.py, so every figure agrees.
+Past 500 lines because it holds every figure of a run's and a session's report, each a short function
+sharing the labels and helpers above; split by figure, the pieces would import one another.
 The ssthresh that tcp_probe reports is the kernel's tcp_current_ssthresh() (outside recovery
 max(ssthresh, 3/4 cwnd)), not the real ssthresh: its label says so. The real ssthresh comes only from
 our module's trace (westwood_tb_cong events, kernel-patch/README.md), drawn by ``real_ssthresh_png``.

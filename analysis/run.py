@@ -28,39 +28,38 @@ else is still analysed, and a number that cannot be computed stays empty ("n/a")
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from pydantic import ValidationError
 
 from analysis import metrics
+from analysis.connection import SERIES_COLUMNS, concat, connection_row, goodput_series, probe_series
+from analysis.dropcheck import DROP_CHECK_COLUMNS, drop_checks
 from analysis.latency import QUEUE_COLUMNS, SAMPLE_COLUMNS, SUMMARY_COLUMNS, latency_frames, queue_delays
 from analysis.loaders import (
-    INFINITE_SSTHRESH,
-    WESTWOOD_CONG_FIELDS,
-    Iperf3Result,
     LoadError,
     TcpProbeTrace,
     WestwoodTrace,
     display_path,
-    leaf_qdiscs,
     load_iperf3,
     load_manifest,
-    load_tc_stats,
     load_tcp_probe,
-    load_udp_probe,
-    load_westwood_tb,
-    udp_probe_files,
 )
 from analysis.pcap import PcapAccounting
 from analysis.pcapfast import account_pcap_fast
+from analysis.westwood_run import (
+    add_estimate_columns,
+    congestion_table,
+    load_westwood,
+    mss_bytes,
+    westwood_of,
+    westwood_series,
+)
 from testbed.results.manifest import MANIFEST, Manifest
 from testbed.results.pcapfile import PcapError
 from testbed.results.rundir import write_text_atomic
-from testbed.scenario.algorithms import REGISTRY
 
 FLOW_COLUMNS = [
     "conn",
@@ -109,28 +108,6 @@ _COUNT_COLUMNS = [
     "ece_acks",
     "cwr_segments",
 ]
-SERIES_COLUMNS = ["conn", "t_s", "metric", "value"]
-#: flows.csv columns added when the run has the module's trace (raw/westwood_tb.txt)
-WESTWOOD_FLOW_COLUMNS = ["bwe_mbit_final", "bwe_error_pct"]
-#: the algorithms whose runs write raw/westwood_tb.txt (testbed/guest/runner.py, uses_project_module)
-WESTWOOD_TB_CCS = {name for name, cc in REGISTRY.items() if cc.module == "tcp_westwood_tb"}
-#: payload of a full segment on the testbed's links: MTU 1500 - 20 (IP) - 20 (TCP) - 12 (timestamp option);
-#: tcp_probe does not print the MSS, and the manifest records no MTU
-MSS_BYTES = 1448
-MSS_BYTES_NO_TIMESTAMPS = 1460
-DROP_CHECK_COLUMNS = [
-    "bottleneck",
-    "direction",
-    "queue_drops",
-    "udp_probe_lost",
-    "netem_drops",
-    "tcp_retrans_pkts",
-    "difference",
-    "verdict",
-]
-#: retransmitted segments and queue drops agree when they differ by at most this many or this fraction
-DROP_TOLERANCE_PKTS = 2
-DROP_TOLERANCE_FRACTION = 0.05
 #: goodput intervals in the run report: the smallest of these giving at most ~25 intervals
 _INTERVAL_WIDTHS_S = [1, 2, 5, 10, 25, 50, 100, 250, 500, 1000]
 
@@ -192,7 +169,7 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
     manifest, status = _manifest_of(run_dir, raw, problems)
     connections = _connections(manifest, raw, problems)
     probe = _load_probe(raw, connections, problems)
-    westwood = _load_westwood(raw, manifest, connections, problems)
+    westwood = load_westwood(raw, manifest, connections, problems)
     captures = _captures(raw, manifest, connections, problems)
     t0 = _t0(manifest, probe, problems, westwood)
     parts = _Parts()
@@ -200,21 +177,21 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         parts.add(conn, manifest, raw, captures, probe, westwood, t0, problems)
     flows = _flows_frame(parts.rows)
     if westwood is not None:
-        flows = _add_estimate_columns(flows, connections, parts.westwood_samples)
-    series = _concat(parts.series, SERIES_COLUMNS)
+        flows = add_estimate_columns(flows, connections, parts.westwood_samples)
+    series = concat(parts.series, SERIES_COLUMNS)
     series = series.sort_values(["conn", "metric", "t_s"], kind="stable").reset_index(drop=True)
     analysis = RunAnalysis(run_dir=run_dir, manifest=manifest, flows=flows, series=series, problems=problems,
                            status=status, reason=manifest.get("reason"))  # fmt: skip
     if westwood is not None:
         analysis.westwood_samples = _concat_frames(parts.westwood_samples, westwood.samples)
-        analysis.congestion_events = _congestion_table(
+        analysis.congestion_events = congestion_table(
             _concat_frames(parts.westwood_events, westwood.events), analysis.westwood_samples, mss_bytes(manifest)
         )
     if not flows.empty:
         analysis.flow_totals = metrics.flow_totals(flows)
         analysis.jain = metrics.jain_by_direction(analysis.flow_totals)
     analysis.intervals = _interval_goodput(parts.interval_samples, manifest, connections)
-    analysis.drop_checks = _drop_checks(raw, manifest, flows, problems)
+    analysis.drop_checks = drop_checks(raw, manifest, flows, problems)
     analysis.latency_samples, analysis.latency = latency_frames(raw, manifest)
     analysis.queue_delays = queue_delays(raw, manifest)
     if write:
@@ -254,17 +231,17 @@ class _Parts:
     def add(self, conn: dict, manifest: dict, raw: Path, captures: dict, probe: TcpProbeTrace | None,
             westwood: WestwoodTrace | None, t0: float | None, problems: list[str]) -> None:  # fmt: skip
         node = capture_node(conn, manifest, raw)
-        row, samples = _connection_row(conn, raw, node, captures.get(node) if node else None, probe, problems)
+        row, samples = connection_row(conn, raw, node, captures.get(node) if node else None, probe, problems)
         self.rows.append(row)
         self.interval_samples.append(samples)
         if probe is not None:
-            self.series.append(_probe_series(conn, probe, t0))
-        self.series.append(_goodput_series(samples))
+            self.series.append(probe_series(conn, probe, t0))
+        self.series.append(goodput_series(samples))
         if westwood is not None:
-            own_samples, own_events = _westwood_of(conn, westwood, t0, problems)
+            own_samples, own_events = westwood_of(conn, westwood, t0, problems)
             self.westwood_samples.append(own_samples)
             self.westwood_events.append(own_events)
-            self.series.append(_westwood_series(conn, own_samples, own_events))
+            self.series.append(westwood_series(conn, own_samples, own_events))
 
 
 # ------------------------------------------------------------------------------------- gathering
@@ -384,263 +361,7 @@ def _captures(
     return captures
 
 
-def _load_iperf3(path: Path, problems: list[str]) -> Iperf3Result | None:
-    try:
-        result = load_iperf3(path)
-    except LoadError as exc:
-        problems.append(str(exc))
-        return None
-    if result.error:
-        problems.append(f"{display_path(path)}: iperf3 reported an error: {result.error}")
-    elif not result.totals:
-        problems.append(f"{display_path(path)}: no end totals (iperf3 died before the end of the test?)")
-    return result
-
-
-def _nan(value) -> float:
-    return math.nan if value is None else float(value)
-
-
-#: the manifest's fields of a connection that flows.csv repeats
-CONNECTION_FIELDS = ["flow", "replica", "period", "pair", "cc", "direction", "sender", "receiver", "start_s", "stop_s",
-                     "base_rtt_ms"]  # fmt: skip
-
-
-def _connection_row(
-    conn: dict,
-    raw: Path,
-    node: str | None,
-    capture: PcapAccounting | None,
-    probe: TcpProbeTrace | None,
-    problems: list[str],
-) -> tuple[dict, pd.DataFrame]:
-    """One connection's row of flows.csv (sender side from the capture, receiver side from iperf3, the
-    mean RTT) and its receiver's interval samples."""
-    row = {name: conn.get(name) for name in CONNECTION_FIELDS}
-    row["conn"] = conn["id"]
-    row.update(_sender_side(conn, node, capture, problems))
-    server = _load_iperf3(raw / f"iperf3-{conn['id']}-server.json", problems)
-    client = _load_iperf3(raw / f"iperf3-{conn['id']}-client.json", problems)
-    row.update(_receiver_side(server, client))
-    if client is not None:
-        row["iperf3_retransmits"] = client.totals.get("retransmits")
-    row.update(_mean_rtt(conn, probe, client, problems))
-    return row, _receiver_samples(conn, server)
-
-
-def _sender_side(conn: dict, node: str | None, capture: PcapAccounting | None, problems: list[str]) -> dict:
-    """What the capture next to the sender counted: sent, retransmitted and unique bytes, goodput."""
-    conn_id = conn["id"]
-    row: dict = {"capture": f"{node}.pcap" if node else None}
-    direction = None
-    if node is None:
-        problems.append(f"{conn_id}: no capture to count it in (cannot tell which router is next to its sender)")
-    if capture is not None:
-        direction = capture.direction(
-            conn.get("sender_ip"), conn.get("client_port"), conn.get("receiver_ip"), conn.get("server_port")
-        )
-        if direction is None or direction.data_pkts == 0:
-            problems.append(
-                f"raw/{node}.pcap: no data segments of {conn_id} "
-                f"({conn.get('sender_ip')}:{conn.get('client_port')} -> "
-                f"{conn.get('receiver_ip')}:{conn.get('server_port')})"
-            )
-            direction = None
-    if direction is not None:
-        row.update(sent_pkts=direction.data_pkts, sent_bytes=direction.data_bytes, retrans_pkts=direction.rexmit_pkts,
-                   retrans_bytes=direction.rexmit_bytes, unique_bytes=direction.unique_bytes,
-                   transfer_s=direction.transfer_s, cwr_segments=direction.cwr_count)  # fmt: skip
-        # the ACKs pass the same router on their way back: those that echo a CE mark (ECN)
-        acks = capture.direction(conn.get("receiver_ip"), conn.get("server_port"), conn.get("sender_ip"),
-                                 conn.get("client_port"))  # fmt: skip
-        row["ece_acks"] = acks.ece_count if acks is not None else None
-    row["goodput_mbit"] = metrics.goodput_mbit(row.get("sent_bytes"), row.get("retrans_bytes"), row.get("transfer_s"))
-    row["retrans_ratio"] = metrics.retransmission_ratio(row.get("retrans_bytes"), row.get("sent_bytes"))
-    return row
-
-
-def _receiver_side(server: Iperf3Result | None, client: Iperf3Result | None) -> dict:
-    """Bytes received and their time, from the iperf3 server (else the server's report the client got)."""
-    row: dict = {}
-    if server is not None and "received_bytes" in server.totals:
-        row.update(recv_bytes=server.totals["received_bytes"], recv_s=server.totals.get("received_s"),
-                   recv_source="iperf3 server")  # fmt: skip
-    elif client is not None and "received_bytes" in client.totals:
-        # the client's end section carries the server's own totals, sent back at the end of the test
-        row.update(recv_bytes=client.totals["received_bytes"], recv_s=client.totals.get("received_s"),
-                   recv_source="iperf3 client (server's report)")  # fmt: skip
-    row["recv_goodput_mbit"] = metrics.receiver_goodput_mbit(row.get("recv_bytes"), row.get("recv_s"))
-    return row
-
-
-def _receiver_samples(conn: dict, server: Iperf3Result | None) -> pd.DataFrame:
-    """The server's interval byte counts on the run's clock (the connection's start + iperf3's own)."""
-    if server is None or server.intervals.empty:
-        return pd.DataFrame(columns=["conn", "t_start_s", "t_end_s", "bytes"])
-    offset = _nan(conn.get("start_s"))
-    offset = 0.0 if math.isnan(offset) else offset
-    intervals = server.intervals
-    return pd.DataFrame({"conn": conn["id"], "t_start_s": intervals["start_s"] + offset,
-                         "t_end_s": intervals["end_s"] + offset, "bytes": intervals["bytes"]})  # fmt: skip
-
-
-def _mean_rtt(conn: dict, probe: TcpProbeTrace | None, client: Iperf3Result | None, problems: list[str]) -> dict:
-    """The sender kernel's srtt at every ACK (tcp_probe), else iperf3's mean of its samples."""
-    events = _probe_events(conn, probe)
-    if events is not None and events.empty:
-        problems.append(f"raw/tcp_probe.txt: no events of {conn['id']} "
-                        f"(source {conn.get('sender_ip')}:{conn.get('client_port')})")  # fmt: skip
-    if events is not None and not events.empty and "srtt" in events:
-        return {"mean_rtt_ms": float(events["srtt"].mean()) / 1000, "mean_rtt_source": "tcp_probe srtt"}
-    if client is not None and "mean_rtt_ms" in client.totals:
-        return {"mean_rtt_ms": client.totals["mean_rtt_ms"], "mean_rtt_source": "iperf3 mean_rtt"}
-    return {}
-
-
-def _probe_events(conn: dict, probe: TcpProbeTrace | None) -> pd.DataFrame | None:
-    if probe is None:
-        return None
-    events = probe.events
-    if "src_ip" not in events or "src_port" not in events:
-        return events.iloc[0:0]
-    # the data connection's sender side: its source is the client port (the control connection shares
-    # only the server port)
-    mask = (events["src_ip"] == conn.get("sender_ip")) & (events["src_port"] == conn.get("client_port"))
-    if "dest_port" in events and conn.get("server_port") is not None:
-        mask &= events["dest_port"] == conn.get("server_port")
-    return events[mask]
-
-
-def _probe_series(conn: dict, probe: TcpProbeTrace, t0: float | None) -> pd.DataFrame:
-    events = _probe_events(conn, probe)
-    if events is None or events.empty or t0 is None:
-        return pd.DataFrame(columns=SERIES_COLUMNS)
-    t_s = events["t_mono_s"].to_numpy(dtype=float) - t0
-    parts = []
-    if "snd_cwnd" in events:
-        parts.append(("cwnd_pkts", events["snd_cwnd"].to_numpy(dtype=float)))
-    if "ssthresh" in events:
-        ssthresh = events["ssthresh"].to_numpy(dtype=float)
-        parts.append(("ssthresh_current_pkts", np.where(ssthresh >= INFINITE_SSTHRESH, np.nan, ssthresh)))
-    if "srtt" in events:
-        parts.append(("srtt_ms", events["srtt"].to_numpy(dtype=float) / 1000))
-    if "snd_una" in events and len(events):
-        parts.append(("acked_mb", _unwrapped_seq(events["snd_una"].to_numpy(dtype=np.int64)) / 1e6))
-    frames = [
-        pd.DataFrame({"conn": conn["id"], "t_s": t_s, "metric": name, "value": values})
-        for name, values in parts
-    ]
-    return _concat(frames, SERIES_COLUMNS)
-
-
-def _unwrapped_seq(values: np.ndarray) -> np.ndarray:
-    """Sequence numbers (mod 2**32) as bytes since the first one, unwrapped: each step is taken as the
-    shortest way round the sequence space (paper 000 Figs 14-16 plot sequence numbers vs time)."""
-    steps = np.diff(values % (1 << 32)) % (1 << 32)
-    steps = np.where(steps >= 1 << 31, steps - (1 << 32), steps)
-    return np.concatenate([[0], np.cumsum(steps)]).astype(float)
-
-
-def _goodput_series(samples: pd.DataFrame) -> pd.DataFrame:
-    if samples.empty:
-        return pd.DataFrame(columns=SERIES_COLUMNS)
-    seconds = samples["t_end_s"] - samples["t_start_s"]
-    value = (samples["bytes"] * metrics.BITS_PER_BYTE / seconds / metrics.BITS_PER_MBIT).where(seconds > 0)
-    return pd.DataFrame(
-        {"conn": samples["conn"], "t_s": samples["t_end_s"], "metric": "recv_goodput_mbit", "value": value}
-    )
-
-
 # ------------------------------------------------------------------- the module's trace (westwood_tb)
-
-
-def _load_westwood(raw: Path, manifest: dict, connections: list[dict], problems: list[str]) -> WestwoodTrace | None:
-    path = raw / "westwood_tb.txt"
-    if not path.exists():
-        captured = "westwood_tb" in (manifest.get("capture") or {})
-        if raw.is_dir() and (captured or any(c.get("cc") in WESTWOOD_TB_CCS for c in connections)):
-            problems.append(
-                f"{display_path(path)}: missing (the run uses the westwood_tb module: no bandwidth estimate, "
-                "no real ssthresh)"
-            )
-        return None
-    try:
-        trace = load_westwood_tb(path)
-    except LoadError as exc:
-        problems.append(str(exc))
-        return None
-    problems.extend(trace.problems)
-    return trace
-
-
-def mss_bytes(manifest: dict) -> int:
-    timestamps = (manifest.get("sysctls") or {}).get("net.ipv4.tcp_timestamps")
-    return MSS_BYTES_NO_TIMESTAMPS if str(timestamps).strip() == "0" else MSS_BYTES
-
-
-def _westwood_of(
-    conn: dict, trace: WestwoodTrace, t0: float | None, problems: list[str]
-) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The connection's samples and congestion events, with ``conn`` and ``t_s`` (since the run's t0)."""
-
-    def own(frame: pd.DataFrame) -> pd.DataFrame:
-        mask = frame["sport"] == conn.get("client_port")
-        if conn.get("server_port") is not None:
-            mask &= frame["dport"] == conn.get("server_port")
-        mine = frame[mask].copy()
-        mine.insert(0, "conn", conn["id"])
-        mine.insert(1, "t_s", mine["t_mono_s"] - (t0 if t0 is not None else math.nan))
-        return mine.reset_index(drop=True)
-
-    samples, events = own(trace.samples), own(trace.events)
-    if samples.empty and conn.get("cc") in WESTWOOD_TB_CCS:
-        problems.append(
-            f"{display_path(trace.path)}: no samples of {conn['id']} (sport {conn.get('client_port')})"
-        )
-    return samples, events
-
-
-def _westwood_series(conn: dict, samples: pd.DataFrame, events: pd.DataFrame) -> pd.DataFrame:
-    to_mbit = metrics.BITS_PER_BYTE / metrics.BITS_PER_MBIT
-    parts = [
-        ("bwe_mbit", samples["t_s"], samples["est_Bps"] * to_mbit),
-        ("bwe_sample_mbit", samples["t_s"], samples["sample_Bps"] * to_mbit),
-        ("ssthresh_pkts", events["t_s"], events["ssthresh_after"]),  # NaN while infinite (loader)
-    ]
-    frames = [
-        pd.DataFrame(
-            {
-                "conn": conn["id"],
-                "t_s": t_s.to_numpy(dtype=float),
-                "metric": name,
-                "value": pd.to_numeric(values, errors="coerce").to_numpy(dtype=float),
-            }
-        )
-        for name, t_s, values in parts
-    ]
-    return _concat(frames, SERIES_COLUMNS)
-
-
-def _add_estimate_columns(flows: pd.DataFrame, connections: list[dict], samples: list[pd.DataFrame]) -> pd.DataFrame:
-    """``bwe_mbit_final``: mean estimate over the connection's last half (start_s + (stop_s - start_s)/2 on,
-    or the second half of its samples' span when its times are unknown); ``bwe_error_pct``: that estimate's
-    error vs the connection's sender goodput, in %. NaN for connections without samples."""
-    final, error = [], []
-    for row, own in zip(flows.itertuples(), samples, strict=True):
-        if own.empty:
-            final.append(math.nan)
-            error.append(math.nan)
-            continue
-        start, stop = _nan(row.start_s), _nan(row.stop_s)
-        if math.isnan(start) or math.isnan(stop) or stop <= start:
-            start, stop = float(own["t_s"].min()), float(own["t_s"].max())
-        half = start + (stop - start) / 2
-        final.append(metrics.mean_estimate_mbit(own, half))
-        error.append(metrics.estimate_vs_goodput(own, row.goodput_mbit, half) * 100)
-    flows = flows.copy()
-    flows["bwe_mbit_final"] = np.array(final, dtype=float)
-    flows["bwe_error_pct"] = np.array(error, dtype=float)
-    return flows
 
 
 def _concat_frames(parts: list[pd.DataFrame], template: pd.DataFrame) -> pd.DataFrame:
@@ -651,39 +372,6 @@ def _concat_frames(parts: list[pd.DataFrame], template: pd.DataFrame) -> pd.Data
     empty.insert(0, "conn", pd.Series(dtype="object"))
     empty.insert(1, "t_s", pd.Series(dtype="float64"))
     return empty
-
-
-CONGESTION_COLUMNS = [
-    "conn",
-    "t_s",
-    *(field for field in WESTWOOD_CONG_FIELDS if field not in ("sport", "dport")),
-    "expected",
-    "diff_segments",
-]
-
-
-def _congestion_table(events: pd.DataFrame, samples: pd.DataFrame, mss_bytes: float) -> pd.DataFrame:
-    """The congestion events, sorted by time, with the papers' expected ssthresh for westwood_paper's
-    recovery and loss events (metrics.paper_ssthresh_check; NaN for the others)."""
-    check = metrics.paper_ssthresh_check(events, samples, mss_bytes)
-    check = check[["t_s", "sport", "kind", "expected", "diff_segments"]].drop_duplicates(["t_s", "sport", "kind"])
-    if check.empty:
-        table = events.assign(expected=math.nan, diff_segments=math.nan)
-    else:
-        table = events.merge(check.astype({"sport": events["sport"].dtype}), on=["t_s", "sport", "kind"], how="left")
-    for name in CONGESTION_COLUMNS:
-        if name not in table.columns:
-            table[name] = pd.Series(dtype="float64")
-    return table.sort_values(["t_s", "conn"], kind="stable")[CONGESTION_COLUMNS].reset_index(drop=True)
-
-
-def _concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
-    frames = [f for f in frames if not f.empty]
-    if not frames:
-        return pd.DataFrame(
-            {c: pd.Series(dtype="float64" if c in ("t_s", "value") else "object") for c in columns}
-        )
-    return pd.concat(frames, ignore_index=True)[columns]
 
 
 def _flows_frame(rows: list[dict]) -> pd.DataFrame:
@@ -720,94 +408,6 @@ def _interval_goodput(samples: list[pd.DataFrame], manifest: dict, connections: 
         split.insert(0, "conn", s["conn"].iloc[0])
         parts.append(split)
     return pd.concat(parts, ignore_index=True)[columns]
-
-
-def _drop_checks(raw: Path, manifest: dict, flows: pd.DataFrame, problems: list[str]) -> pd.DataFrame:
-    """Post-run check: bottleneck queue drops (tc -s) vs retransmitted segments (capture).
-
-    Every packet the bottleneck queue drops is a packet the sender has to send again, so, without
-    random loss, queue drops = UDP probe packets lost (the probe ran before TCP, through the same
-    queue) + TCP retransmitted segments. Spurious retransmissions (after an RTO) make the second
-    larger; losses not repaired before the end of the run make it smaller.
-    """
-    bottlenecks = (manifest.get("topology") or {}).get("bottlenecks") or []
-    if not bottlenecks:
-        return pd.DataFrame(columns=DROP_CHECK_COLUMNS)
-    try:
-        tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
-    except LoadError as exc:
-        problems.append(str(exc))
-        tc = None
-    rows = []
-    directions = set(flows["direction"].dropna()) if not flows.empty else set()
-    for bottleneck in bottlenecks:
-        node, intf, direction = bottleneck.get("node"), bottleneck.get("intf"), bottleneck.get("direction")
-        if directions and direction not in directions:
-            continue
-        queue_drops = netem_drops = math.nan
-        if tc is not None:
-            leaves = leaf_qdiscs(tc)
-            here = leaves[(leaves["node"] == node) & (leaves["intf"] == intf)]
-            if not here.empty:
-                queue_drops = float(here["drops"].sum())
-            netem = leaves[leaves["kind"] == "netem"]
-            netem_drops = float(netem["drops"].sum()) if not netem.empty else 0.0
-        probe_lost = math.nan
-        files = udp_probe_files(raw, direction)
-        for path in files:
-            try:
-                lost = load_udp_probe(path).get("lost_packets")
-            except LoadError as exc:
-                problems.append(str(exc))
-                continue
-            if lost is not None:
-                probe_lost = float(lost)
-                break
-        mine = flows[flows["direction"] == direction] if not flows.empty else flows
-        retrans = metrics.sum_or_nan(mine["retrans_pkts"]) if not mine.empty else math.nan
-        difference, verdict = _drop_verdict(queue_drops, probe_lost, netem_drops, retrans, bool(files))
-        rows.append(
-            {
-                "bottleneck": f"{node}/{intf}",
-                "direction": direction,
-                "queue_drops": queue_drops,
-                "udp_probe_lost": probe_lost,
-                "netem_drops": netem_drops,
-                "tcp_retrans_pkts": retrans,
-                "difference": difference,
-                "verdict": verdict,
-            }
-        )
-    return pd.DataFrame(rows, columns=DROP_CHECK_COLUMNS)
-
-
-def _drop_verdict(
-    queue_drops: float, probe_lost: float, netem_drops: float, retrans: float, probe_ran: bool
-) -> tuple[float, str]:
-    if math.isnan(queue_drops) or math.isnan(retrans):
-        return math.nan, "n/a: " + (
-            "no tc stats for this queue" if math.isnan(queue_drops) else "retransmissions unknown"
-        )
-    if math.isnan(probe_lost):
-        if probe_ran:
-            return math.nan, "n/a: the UDP probe's loss is unknown"
-        probe_lost = 0.0
-    expected = queue_drops - probe_lost
-    difference = retrans - expected
-    if netem_drops and not math.isnan(netem_drops):
-        return difference, (
-            f"not compared: random loss (netem dropped {netem_drops:g} packets, both directions) also causes "
-            "retransmissions"
-        )
-    tolerance = max(DROP_TOLERANCE_PKTS, DROP_TOLERANCE_FRACTION * max(expected, retrans))
-    if abs(difference) <= tolerance:
-        return difference, "consistent: every queue drop was retransmitted once"
-    if difference > 0:
-        return difference, "more retransmissions than drops (spurious retransmissions, e.g. after a timeout)"
-    return (
-        difference,
-        "more drops than retransmissions (losses not repaired before the end, or drops of other traffic)",
-    )
 
 
 # ---------------------------------------------------------------------------------------- writing

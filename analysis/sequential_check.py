@@ -6,7 +6,7 @@ by the seed's two runs (its random numbers: correlation ``rho``) and a part of e
 heavy-tailed (Student's t with 3 degrees of freedom, scaled to the same spread), and side a may be
 noisier than side b (``spread_ratio``). The loop is the workflow's own parts: the claims' rule at the
 design's level for the look (``claims.decide``), and the seed planner's next step for an undecided claim
-(``claims.seed_plan``); a claim decided at a look stops there, one undecided after the last look stays
+(``seedplan.seed_plan``); a claim decided at a look stops there, one undecided after the last look stays
 undecided. ``python -m analysis.sequential_check`` prints the table docs/results.md shows.
 
 Pure: numpy draws, no kernel, no files.
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from analysis import claims, sequential, stats
+from analysis import claims, seedplan, sequential, stats
 
 CLAIM = claims.Claim.model_validate({
     "id": "simulated", "experiment": "e", "source": "s", "quote": "q", "paper_numbers": "n", "metric": "goodput",
@@ -69,7 +69,7 @@ def one_claim(rng, truth: float, noise: Noise, design: sequential.Design, start:
         verdict = claims.decide(CLAIM, [result], design.alpha_at(look))
         if verdict != "undecided" or look == design.max_looks:
             return verdict, look
-        plan = claims.seed_plan([claims.Verdict(CLAIM, verdict, [result])], math.inf)
+        plan = seedplan.seed_plan([claims.Verdict(CLAIM, verdict, [result])], math.inf)
         more = min(plan.more.get("p", 0), MAX_SEEDS - len(a))
         if more <= 0:
             return verdict, look

@@ -3,8 +3,11 @@
 Exit status: 0 when every run completed, 1 when a run failed or was incomplete, 2 when the
 command itself could not start (bad scenario, unknown kernel, missing tool).
 
-Each subcommand imports what it needs inside its function: ``testbed --help`` and shell completion
-must answer at once, without loading pandas, matplotlib or pyroute2.
+It only parses: each command's work is a function of its workflow (testbed/workflows/, testbed/labs/,
+testbed/host/cleanup.py), given typed options (:class:`testbed.workflows.sessions.Where`). Each
+subcommand imports what it needs inside its function: ``testbed --help`` and shell completion must
+answer at once, without loading pandas, matplotlib or pyroute2. Past 500 lines because it declares
+every command's options and help, and nothing else.
 """
 
 from __future__ import annotations
@@ -15,50 +18,35 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from testbed import PROJECT
 from testbed.plan import progress
 
-if TYPE_CHECKING:
-    from testbed.host.session import SessionResult
-    from testbed.report.ahead import AheadAnalysis
-
 SUITES = PROJECT / "scenarios" / "suites"
 
 
+def _where(args: argparse.Namespace):
+    """The options every command that runs things shares, typed (testbed.workflows.sessions.Where)."""
+    from testbed.workflows.sessions import Where
+
+    return Where(backend=getattr(args, "backend", "guest"), kernel=getattr(args, "kernel", None), cpus=args.cpus,
+                 cluster=args.cluster, results=args.results, force=args.force, yes=args.yes,
+                 fresh_networks=getattr(args, "fresh_networks", False),
+                 queue_hz=getattr(args, "queue_hz", 10.0))  # fmt: skip
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
-    from testbed.host.session import run_session
     from testbed.scenario.load import find_scenario, load_scenario
     from testbed.scenario.suite import find_suite, load_suite
+    from testbed.workflows import sessions
 
     if args.command == "suite":
         scenario = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
     else:
         scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
         scenario = scenario.select(args.only or (), args.seed or ())
-    _refuse_runaway(scenario.runs(), args)
-    budget_s = _decide_budget(args, scenario)
-    with _ahead(not args.no_report) as ahead:
-
-        def run(suite, force: bool = False) -> SessionResult:
-            return run_session(suite, backend=args.backend, kernel_version=args.kernel, results_root=args.results,
-                               vcpus=args.cpus, force=force, keep_networks=not args.fresh_networks,
-                               queue_hz=args.queue_hz, observers=[ahead.observer] if ahead else [],
-                               cluster=args.cluster)  # fmt: skip
-
-        result = run(scenario, args.force)
-        if budget_s is not None:  # more seeds where they decide claims; the same folder grows
-            from testbed.workflows.decide import decide
-
-            result = decide(scenario, result.directory, budget_s, run) or result
-        report = None if args.no_report else _report(result.directory, ahead)
-    if args.done_file:
-        _write_done(args.done_file, result, report)
-    _catalog(args.results)
-    for run in result.failed:
-        print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
-    return 1 if result.failed else 0
+    return sessions.run_scenario(scenario, _where(args), report=not args.no_report, done_file=args.done_file,
+                                 budget_s=_decide_budget(args, scenario))  # fmt: skip
 
 
 def _decide_budget(args: argparse.Namespace, scenario) -> float | None:
@@ -84,214 +72,65 @@ def _queue_hz(text: str) -> float:
     return hz
 
 
-def _write_done(path: Path, result: SessionResult, report: Path | None) -> None:
-    """The session's end for scripts (``make reproduce``): its folder and report, as JSON."""
-    from testbed.results import rundir
-
-    done = progress.SessionDone(session=str(result.directory), report=str(report) if report else None,
-                       complete=len(result.runs) - len(result.failed), total=len(result.runs))  # fmt: skip
-    rundir.write_json_atomic(path, done.model_dump(mode="json"))
-
-
-def _reason(run_dir: Path) -> str:
-    from testbed.results import rundir
-
-    try:
-        return rundir.read_json(run_dir / rundir.MANIFEST).get("reason") or "no reason recorded"
-    except (OSError, ValueError):
-        return "no manifest"
-
-
-def _ahead(wanted: bool) -> contextlib.AbstractContextManager:
-    """The runs analysed while the session runs (testbed/report/ahead.py), for the report after it."""
-    if not wanted:
-        return contextlib.nullcontext(None)
-    from testbed.report.ahead import AheadAnalysis
-
-    return AheadAnalysis()
-
-
-def _report(session: Path, ahead: AheadAnalysis | None = None) -> Path:
-    from testbed.report.session import write_session_report
-
-    if ahead is not None:
-        ahead.finish()  # its runs are then in the report's cache
-    result = write_session_report(session)
-    print(result.summary_text)
-    print(f"report: {result.html_path}")
-    return result.html_path
-
-
 def _cmd_report(args: argparse.Namespace) -> int:
+    from testbed.workflows.sessions import write_report
+
     if len(args.session) == 1 and args.out is None:
-        _report(args.session[0])
+        write_report(args.session[0])
         return 0
     if args.out is None:
         print("testbed: several sessions need --out DIR for their combined report", file=sys.stderr)
         return 2
     from testbed.report.session import combine_sessions
 
-    _report(combine_sessions(args.session, args.out))
+    write_report(combine_sessions(args.session, args.out))
     return 0
-
-
-def _catalog(results_root: Path) -> None:
-    """Bring the results folder's catalog up to date after a run (analysis/catalog.py)."""
-    from analysis.catalog import CatalogError, ingest
-
-    try:
-        result = ingest(results_root)
-    except CatalogError as err:
-        print(f"catalog not updated: {err}", file=sys.stderr)
-        return
-    for problem in result.problems:
-        print(f"catalog: {problem}", file=sys.stderr)
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    import pandas as pd
+    from analysis.catalog import FILTERS
+    from testbed.workflows import results
 
-    from analysis import catalog
-
-    if not args.no_update:
-        result = catalog.ingest(args.results, rebuild=args.rebuild)
-        print(result.summary(), file=sys.stderr)
-    filters = {name: getattr(args, name) for name in [*catalog.FILTERS, "cc"]}
-    runs = catalog.runs(args.results, **filters)
-    if args.report:
-        if runs.empty:
-            print("testbed: no catalogued run matches: nothing to report", file=sys.stderr)
-            return 1
-        from testbed.report import session as session_report
-
-        out = session_report.write_selection(args.results, runs, args.report, filters)
-        _report(out)
-        return 0
-    if args.latency:
-        frame = catalog.latency(args.results, **filters)
-        shown = frame[["run_id", "id", "kind", "samples", "lost", "p50_ms", "p90_ms", "p99_ms", "kernel_release",
-                       "status"]]  # fmt: skip
-    elif args.flows:
-        frame = catalog.flows(args.results, **filters)
-        shown = frame[["run_id", "conn", "cc", "direction", "goodput_mbit", "recv_goodput_mbit", "retrans_ratio",
-                       "kernel_release", "status"]]  # fmt: skip
-    else:
-        flows = catalog.flows(args.results, **filters)
-        forward = flows[flows["direction"] == "forward"].groupby("run_id")
-        runs = runs.set_index("run_id")
-        runs["flows"] = flows.groupby("run_id").size()
-        runs["goodput_mbit"] = forward["goodput_mbit"].sum(min_count=1)
-        shown = runs.reset_index()[["run_id", "scenario", "seed", "kernel_release", "accel", "status",
-                                    "trustworthy", "flows", "goodput_mbit"]]  # fmt: skip
-        shown.columns = ["run", "scenario", "seed", "kernel", "accel", "status", "trusted", "flows",
-                         "fwd goodput Mbit/s"]  # fmt: skip
-        frame = shown
-    if args.csv:
-        frame.to_csv(args.csv, index=False)
-        print(f"{len(frame)} rows written to {args.csv}", file=sys.stderr)
-    if shown.empty:
-        print("no catalogued run matches")
-        return 0
-    with pd.option_context("display.max_rows", None, "display.width", 250, "display.max_colwidth", 90):
-        print(shown.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    return 0
+    filters = {name: getattr(args, name) for name in [*FILTERS, "cc"]}
+    view = "latency" if args.latency else ("flows" if args.flows else "runs")
+    return results.listing(args.results, filters, view, csv=args.csv, report=args.report, update=not args.no_update,
+                           rebuild=args.rebuild)  # fmt: skip
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
-    from testbed.host import kernels
     from testbed.scenario.suite import find_suite, load_suite
-    from testbed.workflows import series
-    from testbed.workflows.regress import parse_flow_options, regress
+    from testbed.workflows import regress, sessions
+    from testbed.workflows.compare import parse_flow_options
 
-    modes = [name for name, given in (("--series", args.series), ("--latest", args.latest),
-                                      ("--candidate", args.candidate)) if given]  # fmt: skip
-    if len(modes) != 1:
-        raise ValueError("testbed regress: give one of --baseline/--candidate (a pair), --series (a kernel series) "
-                         f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}")
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
-    inject = parse_flow_options(args.inject or [], "--inject")
-    if args.series:
-        if args.baseline:
-            raise ValueError("--series names every kernel: leave --baseline out")
-        result = series.run_series(kernels.expand_series(args.series), suite, args.repeat, results_root=args.results,
-                                   vcpus=args.cpus, cluster=args.cluster, inject=inject,
-                                   inject_from=args.inject_from)  # fmt: skip
-        _catalog(args.results)
-        return result.exit_code
-    if args.latest:
-        candidate = kernels.newest(args.latest)
-        baseline = args.baseline or series.baseline_from_history(args.results, args.latest, candidate)
-        if done := series.already_compared(args.results, baseline, candidate):
-            print(f"regress --latest {args.latest}: {candidate} was already compared with {baseline} in {done.parent} "
-                  f"(its regress.txt); nothing new to run")  # fmt: skip
-            return _recorded_exit(done)
-        print(f"regress --latest {args.latest}: candidate {candidate} (newest installable), baseline {baseline}")
-    else:
-        if not args.baseline:
-            raise ValueError("--candidate needs --baseline (the kernel to compare with)")
-        baseline, candidate = args.baseline, args.candidate
-    options = parse_flow_options(args.candidate_flow_option or [])
-    result = regress(baseline, candidate, suite, args.repeat, results_root=args.results,
-                     candidate_flow_options=options, vcpus=args.cpus, cluster=args.cluster)  # fmt: skip
-    _catalog(args.results)
-    return result.exit_code
-
-
-def _recorded_exit(regress_json: Path) -> int:
-    from testbed.results import rundir
-
-    return int(rundir.read_json(regress_json).get("exit_code", 2))
+    code = regress.command(suite, args.repeat, _where(args), baseline=args.baseline, candidate=args.candidate,
+                           series_spec=args.series, latest=args.latest,
+                           flow_options=parse_flow_options(args.candidate_flow_option or []),
+                           inject=parse_flow_options(args.inject or [], "--inject"),
+                           inject_from=args.inject_from)  # fmt: skip
+    sessions.update_catalog(args.results)
+    return code
 
 
 def _cmd_bisect(args: argparse.Namespace) -> int:
     from testbed.scenario.suite import find_suite, load_suite
+    from testbed.workflows import sessions
     from testbed.workflows.bisect import run_bisect
-    from testbed.workflows.regress import parse_flow_options
+    from testbed.workflows.compare import parse_flow_options
 
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
     _, _, code = run_bisect(args.good, args.bad, suite, args.point, args.cc, args.metric, args.repeat,
                             args.max_repeat, args.results, parse_flow_options(args.inject or [], "--inject"),
-                            args.inject_from, args.cpus, args.cluster)  # fmt: skip
-    _catalog(args.results)
+                            args.inject_from, args.cpus, args.cluster, force=args.force, yes=args.yes)  # fmt: skip
+    sessions.update_catalog(args.results)
     return code
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    from testbed.host.session import run_session
-    from testbed.workflows import explain
+    from testbed.workflows import sessions
 
-    claim = explain.find_claim(args.claim)
     factors = [name for item in args.factors or [] for name in item.split(",") if name]
-    scenario = explain.plan(claim, args.seeds, factors)
-    _refuse_runaway(scenario.runs(), args)
-    with _ahead(True) as ahead:
-        result = run_session(scenario, backend=args.backend, kernel_version=args.kernel, results_root=args.results,
-                             vcpus=args.cpus, force=args.force, keep_networks=not args.fresh_networks,
-                             queue_hz=args.queue_hz, observers=[ahead.observer], cluster=args.cluster)  # fmt: skip
-        ahead.finish()
-    from testbed.report.session import write_session_report
-
-    report = write_session_report(result.directory)
-    found = explain.explain_session(claim, result.directory, report.runs)
-    print("\n".join(found.lines()))
-    print(f"explanation: {result.directory / 'explanation.md'}")
-    print(f"report: {report.html_path}")
-    _catalog(args.results)
-    for run in result.failed:
-        print(f"not complete: {run}: {_reason(run)}", file=sys.stderr)
-    return 1 if result.failed else 0
-
-
-def _refuse_runaway(runs: list, args: argparse.Namespace) -> None:
-    """A session estimated beyond a day starts only with --yes (testbed.plan.estimate.runaway)."""
-    from testbed.host.clusterspec import host_count
-    from testbed.plan.estimate import runaway
-
-    why = runaway(runs, host_count(args.cluster))
-    if why and not args.yes:
-        raise ValueError(f"{why}; or run it as it is with --yes")
-    if why:
-        print(f"testbed: {why}; running it as asked (--yes)", file=sys.stderr)
+    return sessions.explain_claim(args.claim, args.seeds, factors, _where(args))
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -332,27 +171,9 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
 
 
 def _cmd_cleanup(args: argparse.Namespace) -> int:
-    from testbed.guest import kernellock
-    from testbed.guest.capture import INSTANCES, remove_instance
-    from testbed.guest.network import cleanup_leftovers
-    from testbed.host import clustertls, vagrant
-    from testbed.host.clusterwork import DASK_DIRECTORY, clean_scratch
-    from testbed.host.virtme import stop_orphans
+    from testbed.host.cleanup import cleanup
 
-    running = kernellock.busy()
-    if running:  # its processes, interfaces and trace instances are not leftovers
-        print(f"cleanup: a session runs on this kernel ({running}): its runs' processes, interfaces and trace "
-              f"instances are left alone")  # fmt: skip
-    done = stop_orphans() + ([] if running else cleanup_leftovers())
-    done += [f"removed the folder of a killed cluster worker {folder}" for folder in clean_scratch()]
-    done += [f"removed a killed controller's cluster credentials {folder}" for folder in
-             clustertls.remove_stale(DASK_DIRECTORY)]  # fmt: skip
-    if vagrant.vm_running():
-        with vagrant.LabVM() as vm:
-            done += vm.stop_orphan_runners()
-    for name in INSTANCES if not running else ():
-        remove_instance(name)
-    print(f"cleanup: {len(done)} leftovers removed" if done else "cleanup: nothing left behind")
+    print("\n".join(cleanup()))
     return 0
 
 
@@ -378,77 +199,20 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from testbed.workflows import grading, lab, labkit
+    from testbed.labs import lab
 
-    if args.action == "list":
-        print(lab.describe())
-        return 0
-    if args.action == "duplicates":
-        return _lab_duplicates(args)
-    if not args.name:
-        raise labkit.LabError(f"lab {args.action} needs the lab's name: one of {', '.join(labkit.lab_names())}")
-    master = labkit.lab_dir(args.name)
-    if args.action == "start":
-        destination = labkit.start_lab(args.name, args.dir or Path(master.name))
-        print(f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
-              f"scenario ({labkit.load_lab(master).scenario}) from there")  # fmt: skip
-        return 0
-    if args.action == "bands":
-        return _lab_bands(master, args)
-    if args.action == "autograder":
-        from testbed.workflows import autograder
-
-        path = autograder.build(args.name, args.dir or Path.cwd())
-        print(f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
-              f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)")  # fmt: skip
-        return 0
-    if args.action == "notebook":
-        return lab.open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
-    work = args.work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
-    results = args.dir or work / "results"
-    runner = None if args.no_hidden else _hidden_runner(args)
-    checked = lab.check(master, work, results, runner)
-    print(grading.text(checked.grade))
-    print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
-    return 0 if all(t.passed for t in checked.grade.tasks) else 1
-
-
-def _lab_duplicates(args: argparse.Namespace) -> int:
-    """``lab duplicates FOLDER...``: runs that two submissions share (exit 1 when any)."""
-    from testbed.workflows import lab, labkit
-
-    folders = [Path(f) for f in ([args.name] if args.name else []) + ([str(args.dir)] if args.dir else [])
-               + args.more]  # fmt: skip
-    missing = [str(f) for f in folders if not f.is_dir()]
-    if len(folders) < 2 or missing:
-        problem = f"; not folders: {', '.join(missing)}" if missing else ""
-        raise labkit.LabError(f"lab duplicates needs two submission folders or more{problem}")
-    shared = lab.shared_runs(folders)
-    for runs in shared.values():
-        print("the same run in " + " and ".join(str(r) for r in runs))
-    print(f"{len(shared)} run(s) found in two submissions or more, of {len(folders)} submissions")
-    return 1 if shared else 0
-
-
-def _lab_bands(master: Path, args: argparse.Namespace) -> int:
-    from testbed.results import provenance
-    from testbed.workflows import labbands, labkit
-
-    if not args.dir or not args.how:
-        raise labkit.LabError("lab bands needs the reference runs' results folder and --how (how they were made)")
-    expected = labbands.make_bands(master, args.dir, args.how, provenance.git_state(PROJECT).get("sha") or "unknown")
-    labbands.write_expected(master / "expected.yaml", expected)
-    print(f"{master / 'expected.yaml'}: {len(expected.bands)} bands from {expected.reference.runs} reference runs")
-    return 0
+    runner = None if args.action != "check" or args.no_hidden else _hidden_runner(args)
+    return lab.command(args.action, args.name, args.dir, args.more, args.work, args.how, runner, args.student)
 
 
 def _hidden_runner(args: argparse.Namespace):
     """How ``lab check`` runs the instructor's hidden variants: a session each, as ``testbed run`` would."""
     from testbed.host.session import run_session
+    from testbed.workflows.sessions import update_catalog
 
     def run(scenario, results: Path) -> list:
         result = run_session(scenario, backend=args.backend, kernel_version=args.kernel, results_root=results)
-        _catalog(results)
+        update_catalog(results)
         return result.failed
 
     return run
@@ -456,16 +220,7 @@ def _hidden_runner(args: argparse.Namespace):
 
 def _run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
     """The options of commands that run sessions; ``outputs``: with --no-report and --done-file."""
-    parser.add_argument(
-        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
-        help="where runs execute: the running kernel (local), the project's lab VM (vagrant: 'vagrant up' "
-             "first) or a virtme-ng guest; auto picks local when this kernel has every algorithm and qdisc "
-             "the scenario needs, else the lab VM when it is up, else a guest",
-    )  # fmt: skip
-    parser.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
-    parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
-    _cluster_option(parser)
-    parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+    _where_options(parser)
     if outputs:
         parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
         parser.add_argument(
@@ -484,13 +239,38 @@ def _run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
              "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
              "uses that network, kept for it (docs/results.md)",
     )  # fmt: skip
-    parser.add_argument("--yes", action="store_true",
-                        help="start a session estimated beyond a day of runs (refused without it)")  # fmt: skip
+    _again_options(parser, "run every run again in a new results folder; without it, a scenario run again on the same "
+                           "kernel resumes its newest results folder: complete runs are kept, failed and incomplete "
+                           "ones run again")  # fmt: skip
+
+
+def _where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> None:
+    """Where runs execute and land, shared by every command that runs things; ``kernels``: --backend and
+    --kernel too (a kernel comparison names its kernels and runs them in guests)."""
+    if kernels:
+        _backend_options(parser)
+    parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
+    _cluster_option(parser)
+    parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+
+
+def _backend_options(parser: argparse.ArgumentParser, backend_help: str = "", kernel_help: str = "") -> None:
+    """--backend and --kernel, as every command that runs or builds a network has them."""
     parser.add_argument(
-        "--force", action="store_true",
-        help="run every run again in a new results folder; without it, a scenario run again on the same kernel "
-             "resumes its newest results folder: complete runs are kept, failed and incomplete ones run again",
+        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
+        help=backend_help or "where runs execute: the running kernel (local), the project's lab VM (vagrant: "
+                             "'vagrant up' first) or a virtme-ng guest; auto picks local when this kernel has every "
+                             "algorithm and qdisc the scenario needs, else the lab VM when it is up, else a guest",
     )  # fmt: skip
+    parser.add_argument("--kernel", help=kernel_help or "guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), "
+                                                        "vmlinuz or .deb")  # fmt: skip
+
+
+def _again_options(parser: argparse.ArgumentParser, force_help: str) -> None:
+    """--yes (start what is estimated beyond a day) and --force (start anew instead of resuming)."""
+    parser.add_argument("--yes", action="store_true",
+                        help="start what is estimated beyond a day of runs (refused without it)")  # fmt: skip
+    parser.add_argument("--force", action="store_true", help=force_help)
 
 
 def _cluster_option(parser: argparse.ArgumentParser) -> None:
@@ -543,11 +323,7 @@ def _add_shell(sub) -> None:
     shell.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
     shell.add_argument("--profile", help="profile of the scenario file (default: quick if it has one)")
     _selection_options(shell)
-    shell.add_argument(
-        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
-        help="where the network is built, chosen as 'testbed run' chooses (auto)",
-    )  # fmt: skip
-    shell.add_argument("--kernel", help="guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb")
+    _backend_options(shell, "where the network is built, chosen as 'testbed run' chooses (auto)")
     shell.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
     shell.set_defaults(func=_cmd_shell)
 
@@ -671,15 +447,14 @@ def _add_regress(sub) -> None:
     regress.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
                          help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
                               "the noise measured here; analysis/regression.py says how)")  # fmt: skip
-    regress.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
-    regress.add_argument("--cpus", type=int, help="guest vCPUs (default 2)")
-    _cluster_option(regress)
+    _where_options(regress, kernels=False)
     regress.add_argument(
         "--candidate-flow-option", action="append", metavar="NAME=VALUE",
         help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N, "
              "window_kb=N): a known regression, to check that the verdict finds it",
     )  # fmt: skip
     _inject_options(regress)
+    _again_options(regress, _RESUME_HELP.format(what="comparison"))
     regress.set_defaults(func=_cmd_regress)
 
 
@@ -705,10 +480,9 @@ def _add_bisect(sub) -> None:
     bisect.add_argument("--repeat", type=int, default=3, help="seeds per kernel to start with (default 3)")
     bisect.add_argument("--max-repeat", type=int, default=9,
                         help="seeds per kernel at most, added 'repeat' at a time while a step is undecided (default 9)")
-    bisect.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
-    bisect.add_argument("--cpus", type=int, help="guest vCPUs (default 2)")
-    _cluster_option(bisect)
+    _where_options(bisect, kernels=False)
     _inject_options(bisect)
+    _again_options(bisect, _RESUME_HELP.format(what="bisection"))
     bisect.set_defaults(func=_cmd_bisect)
 
 
@@ -717,6 +491,10 @@ def _inject_options(parser: argparse.ArgumentParser) -> None:
                         help="a positive control: give every flow this option (as --candidate-flow-option) on "
                              "--inject-from and every later kernel; the verdict must find it there")  # fmt: skip
     parser.add_argument("--inject-from", metavar="KERNEL", help="the first kernel that --inject harms")
+
+
+_RESUME_HELP = ("start a new {what} instead of resuming an unfinished one with the same arguments (a killed one "
+                "goes on in its folder: its complete sessions are not run again)")
 
 
 def _add_check(sub) -> None:
@@ -775,10 +553,13 @@ def _add_lab(sub) -> None:
     lab.add_argument("--work", type=Path, help="check: the student's lab folder (default: the current one if it "
                      "holds a lab.yaml, else the lab's own)")  # fmt: skip
     lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")
-    lab.add_argument("--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
-                     help="check: where the hidden variants run (as for testbed run)")  # fmt: skip
-    lab.add_argument("--kernel", help="check: the guest kernel of the hidden variants (as for testbed run)")
+    _backend_options(lab, "check: where the hidden variants run (as for testbed run)",
+                     "check: the guest kernel of the hidden variants (as for testbed run)")
     lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")
+    lab.add_argument("--student", metavar="ID",
+                     help="start: give the student their own seeds, drawn from the course's secret "
+                          "(CC_TESTBED_COURSE_SECRET) and ID; check: grade the folder as ID's, their own seeds "
+                          "required (docs/labs.md)")  # fmt: skip
     lab.set_defaults(func=_cmd_lab)
 
 
@@ -819,9 +600,9 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.host.kernels import KernelError
     from testbed.host.vagrant import VagrantError
     from testbed.host.virtme import GuestError
+    from testbed.labs.labkit import LabError
     from testbed.results.folderlock import FolderBusy
     from testbed.scenario.errors import ScenarioError
-    from testbed.workflows.labkit import LabError
 
     args = build_parser().parse_args(argv)
     progress.configure_logging()

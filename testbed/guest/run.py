@@ -4,7 +4,8 @@
 (what the phases share: the manifest being written, the network, the processes started). A failing
 phase fails the run with its reason, keeps the raw files, and the plan goes on with the next run;
 Ctrl-C / SIGTERM mark it ``incomplete``; whatever happens the topology is torn down and the
-manifest written (``_finish``).
+manifest written (``_finish``). Past 500 lines because the phases are read as one list, each phase a
+short function of the same :class:`RunState`; what a phase calls lives in the modules it names.
 """
 
 from __future__ import annotations

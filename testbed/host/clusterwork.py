@@ -38,6 +38,7 @@ from pydantic import BaseModel, ConfigDict
 
 from testbed import PROJECT
 from testbed.host import backends, virtme
+from testbed.host.choice import host_can_run
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.plan.progress import configure_logging
 from testbed.results import rundir
@@ -101,8 +102,6 @@ def worker_facts(backend: str, kernel_version: str | None, specs: list[RunSpec])
     """What the controller asks every worker before the session: its host, CPU, backend and kernel release.
 
     ``auto`` is decided here as on a single machine, except that a lab VM is never chosen."""
-    from testbed.host.session import host_can_run  # session imports the cluster: not at the top
-
     if backend == "auto":
         local_ok, why = host_can_run(specs)
         backend = "local" if local_ok else "guest"

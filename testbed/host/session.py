@@ -1,32 +1,32 @@
 """A session: every run of one scenario file, on one kernel and backend, in one results folder.
 
-``testbed run`` lands here: expand the scenario into runs, decide where they run (:func:`choose_backend`:
-in-process on a kernel that has what they need, else the lab VM when it is up, else a virtme-ng guest),
-resume an unfinished session of the same runs, and execute the rest on that :class:`~testbed.host.backends.Backend`.
-Whatever the backend, a failure it names or Ctrl-C marks the runs it did not finish. The decision and
-the guest's accelerator are recorded in ``session.json`` and every run's manifest; the report is
-written from the run folders afterwards (:mod:`testbed.report.session`).
+``testbed run`` lands here: expand the scenario into runs, decide where they run
+(:func:`testbed.host.choice.choose_backend`: in-process on a kernel that has what they need, else the
+lab VM when it is up, else a virtme-ng guest), resume an unfinished session of the same runs, and
+execute the rest on that :class:`~testbed.host.backends.Backend`. Whatever the backend, a failure it
+names or Ctrl-C marks the runs it did not finish. The decision and the guest's accelerator are
+recorded in ``session.json`` and every run's manifest; the report is written from the run folders
+afterwards (:mod:`testbed.report.session`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import PROJECT
-from testbed.host import backends, vagrant, virtme
+from testbed.host import backends, virtme
 from testbed.host.backends import Backend
+from testbed.host.choice import choose_backend
 from testbed.host.remote import Observer
 from testbed.plan import estimate, progress, resume
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import folderlock, provenance, rundir
 from testbed.results.manifest import Manifest, read_manifest, run_status, write_manifest
-from testbed.scenario.algorithms import lookup as cc_lookup
 from testbed.scenario.points import RunSpec, ScenarioFile
 
 _logger = logging.getLogger(__name__)
@@ -48,54 +48,6 @@ class SessionResult:
     @property
     def failed(self) -> list[Path]:
         return [r for r in self.runs if self.statuses[str(r)] != "complete"]
-
-
-def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
-    """Whether this machine's own kernel can execute these runs (root, netem if needed, every algorithm)."""
-    if os.geteuid() != 0:
-        return False, "not root"
-    available = Path("/proc/sys/net/ipv4/tcp_available_congestion_control").read_text().split()
-    modules_possible = Path("/proc/modules").exists()
-    wanted = sorted(set().union(*(r.scenario.algorithms for r in runs)))
-    release = os.uname().release
-    # the project's module is built for the running kernel: its headers must be there (the lab VM has them)
-    headers = Path(f"/usr/src/linux-headers-{release}/Makefile").exists()
-    missing = [
-        cc for cc in wanted
-        if (cc_lookup(cc).project_module and not (modules_possible and headers))
-        or (cc not in available and not (modules_possible and cc_lookup(cc).module))
-    ]  # fmt: skip
-    if missing:
-        return False, f"the host kernel lacks {', '.join(missing)}"
-    needs_netem = any(estimate.needs_netem(r) for r in runs)
-    if needs_netem and not _kernel_has_qdisc("netem", modules_possible):
-        return False, "the host kernel has no netem (delay/loss)"
-    if any(estimate.netspec(r).needs_fq for r in runs) and not _kernel_has_qdisc("fq", modules_possible):
-        return False, "the host kernel has no fq (per-flow delays)"
-    disciplines = sorted(set().union(*(estimate.netspec(r).qdisc_modules for r in runs)))
-    lacking = [m for m in disciplines if not _kernel_has_qdisc(m.removeprefix("sch_"), modules_possible)]
-    if lacking:
-        return False, f"the host kernel has no {', '.join(m.removeprefix('sch_') for m in lacking)} (queue discipline)"
-    return True, "the host kernel has everything these runs need"
-
-
-def choose_backend(runs: list[RunSpec]) -> tuple[str, str]:
-    """Where runs go when nobody says: this kernel when it can, else the lab VM when it is up,
-    else a virtme-ng guest. Returns the backend's name (:data:`backends.NAMES`) and why."""
-    local_ok, why = host_can_run(runs)
-    if local_ok:
-        return "local", why
-    if vagrant.vm_running():
-        return "vagrant", f"{why}; the lab VM is up (vagrant)"
-    return "guest", f"{why}; no lab VM is up"
-
-
-def _kernel_has_qdisc(kind: str, modules_possible: bool) -> bool:
-    release = os.uname().release
-    if modules_possible and list(Path(f"/lib/modules/{release}").rglob(f"sch_{kind}.ko*")):
-        return True
-    config = Path(f"/boot/config-{release}")
-    return config.exists() and f"CONFIG_NET_SCH_{kind.upper()}=y" in config.read_text()
 
 
 def run_session(

@@ -1,6 +1,6 @@
 """``testbed shell SCENARIO``: one point of a scenario built on a real kernel, and Mininet's CLI on it.
 
-The backend is chosen as ``testbed run`` chooses it (:func:`testbed.host.session.choose_backend`): the
+The backend is chosen as ``testbed run`` chooses it (:func:`testbed.host.choice.choose_backend`): the
 running kernel in this process when it has what the scenario needs, else the lab VM when it is up,
 else a virtme-ng guest. What the network needs is built here as for a run (the project's modules, the
 BPF loss programs), and a plan of one run is written to a folder of its own; the guest or the lab VM
@@ -20,7 +20,7 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.guest import start
 from testbed.host import backends, guardian, vagrant, virtme
-from testbed.host.session import choose_backend
+from testbed.host.choice import choose_backend
 from testbed.plan import estimate
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import provenance

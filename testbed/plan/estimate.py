@@ -69,3 +69,11 @@ def runaway(runs: list[RunSpec], hosts: int = 1) -> str | None:
     return (f"{len(runs)} runs, estimated {here} ({total_s / 86400:.1f} days of runs; {spread}): cut the sweep "
             f"(--only, --seed, fewer seeds or values), or spread it (--cluster)")
 
+
+
+def check_runaway(runs: list[RunSpec], hosts: int, yes: bool) -> str | None:
+    """Refuse (ValueError) what :func:`runaway` finds too long unless ``yes``; with ``yes``, the note to print."""
+    why = runaway(runs, hosts)
+    if why and not yes:
+        raise ValueError(f"{why}; or run it as it is with --yes")
+    return f"{why}; running it as asked (--yes)" if why else None

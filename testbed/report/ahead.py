@@ -1,13 +1,13 @@
 """The runs analysed while the session still runs, so that its report afterwards finds them in the cache.
 
 Cold, a session's report takes 7-9 s after the last run of ``make experiment``, nearly all of it in
-analysing the runs (:func:`testbed.report.session.analyze_runs`). A guest writes the run folders
+analysing the runs (:func:`testbed.report.analyses.analyze_runs`). A guest writes the run folders
 straight into the host's session folder, so a run's folder is complete when the runner says it ended
 (after the host's watch added its figures to the manifest). :class:`AheadAnalysis` follows the runner's
 lines (its :meth:`~AheadAnalysis.observer` is a :data:`testbed.host.remote.Observer`, handed down to the
 backend because the host does not import the report) and gives each run that ended complete or failed to
 one worker process, which analyses the runs one at a time exactly as the report would
-(:func:`~testbed.report.session.analyze_into_cache`: flows.csv, series.csv, report.html and the cache
+(:func:`~testbed.report.analyses.analyze_into_cache`: flows.csv, series.csv, report.html and the cache
 entry). When its queue is empty it also draws the session's figures over the runs it has
 (:func:`~testbed.report.session.draw_figures_ahead`): those of an experiment whose runs have all ended
 are the report's. The report then finds runs and figures in the cache; a run changed afterwards is a
@@ -182,12 +182,14 @@ def _end_with(parent: int) -> None:
 
 
 def _ahead_of_report(step: str, session: Path, what) -> None:
-    """One of the report's steps done ahead (``step``: a function of :mod:`testbed.report.session`)."""
+    """One of the report's steps done ahead (``step``: ``analyze_into_cache`` of :mod:`testbed.report.analyses`
+    or ``draw_figures_ahead`` of :mod:`testbed.report.session`)."""
     # imported at the first run (pandas, matplotlib, numba: seconds): a worker given no run costs nothing
+    from testbed.report import analyses
     from testbed.report import session as session_report
 
     try:
-        getattr(session_report, step)(session, what)
+        getattr(analyses if step == "analyze_into_cache" else session_report, step)(session, what)
     except Exception as exc:  # the report does it itself
         print(f"analysis ahead of the report: {step} {what}: {type(exc).__name__}: {exc}", file=sys.stderr)
 

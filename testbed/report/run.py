@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import metrics, plots
-from analysis.run import WESTWOOD_FLOW_COLUMNS, RunAnalysis, analyze_run, mss_bytes, write_text_atomic
+from analysis.run import RunAnalysis, analyze_run, write_text_atomic
+from analysis.westwood_run import WESTWOOD_FLOW_COLUMNS, mss_bytes
 from testbed.report.pages import Table, fmt, is_missing, render, table
 from testbed.scenario.algorithms import lookup
 

@@ -9,8 +9,10 @@ version, which the bisection must name.
 
 Output in ``results/bisect/<UTC time>-<good>..<bad>/``: ``bisect.txt`` (the steps with their evidence,
 also printed), ``bisect.json``, ``bisect.png`` (the followed metric per version tried, every seed),
-each kernel's sessions in a folder of its own, and the runs in the catalog. Exit 0 when a first bad
-version is named, 2 when nothing could be bisected (the ends do not differ) or a run failed.
+each kernel's sessions in a folder of its own, and the runs in the catalog. Killed and started again
+with the same arguments, it goes on in that folder, every kernel and seeds already run kept
+(testbed/workflows/compare.py; ``--force`` starts afresh). Exit 0 when a first bad version is named, 2
+when nothing could be bisected (the ends do not differ) or a run failed.
 """
 
 from __future__ import annotations
@@ -20,17 +22,15 @@ from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
-from matplotlib.figure import Figure
 
-from analysis import bisection
-from analysis.plots import figure_png
+from analysis import bisection, kernel_plots
 from testbed import PROJECT
 from testbed.host import kernels
 from testbed.host.session import log, run_session
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
-from testbed.workflows import regress
-from testbed.workflows.series import KERNEL_REFUSALS, check_injection, injected, label
+from testbed.workflows import compare
+from testbed.workflows.compare import KERNEL_REFUSALS, label, options_text
 
 
 class BisectError(ValueError):
@@ -79,8 +79,8 @@ class Measurer:
         self.sessions += 1
         log(f"bisect: session {self.sessions} ({(time.monotonic() - self.started) / 60:.0f} min so far): {kernel}, "
             f"seeds {seeds[0]}-{seeds[-1]}")  # fmt: skip
-        options = injected(kernel, self.versions, self.inject, self.inject_from)
-        scenario = regress.variant(self.suite, seeds, options)
+        options = compare.injected(kernel, self.versions, self.inject, self.inject_from)
+        scenario = compare.variant(self.suite, seeds, options)
         try:
             session = run_session(scenario, backend="guest", kernel_version=kernel,
                                   results_root=self.directory / label(kernel), vcpus=self.vcpus,
@@ -88,10 +88,10 @@ class Measurer:
         except KERNEL_REFUSALS as err:
             raise BisectError(f"bisect: {kernel} refused the suite ({err}); a point it can run (--point) or a "
                               f"range without it would bisect") from err  # fmt: skip
-        frame, statuses = regress.side_metrics_of({session})
-        failed = {point: [r for s, r in seen if s != "complete"] for point, seen in statuses.items()}
+        frame, statuses = compare.side_metrics({session})
+        failed = {point: compare.failed_runs(point, statuses) for point in statuses}
         if any(failed.values()):
-            reasons = "; ".join(sorted({r or "no reason recorded" for rs in failed.values() for r in rs}))[:400]
+            reasons = "; ".join(sorted({r for rs in failed.values() for r in rs}))[:400]
             raise BisectError(f"bisect: runs on {kernel} did not complete ({reasons}); see {session}")
         return frame
 
@@ -99,16 +99,24 @@ class Measurer:
 def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = None, cc: str | None = None,
                metric: str | None = None, repeat: int = 3, max_repeat: int = 9,
                results_root: Path = PROJECT / "results", inject: dict | None = None, inject_from: str | None = None,
-               vcpus: int | None = None, cluster: str | None = None,
+               vcpus: int | None = None, cluster: str | None = None, force: bool = False, yes: bool = False,
                ) -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
     """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
     versions = versions_between(good, bad)
-    check_injection(inject, inject_from, versions)
+    compare.check_injection(inject, inject_from, versions)
     chosen = only_points(suite, point)
+    # the planned steps and both ends, each with the most seeds a step may take
+    planned = compare.variant(chosen, list(range(1, max_repeat + 1))).runs()
+    compare.refuse_runaway(planned * (bisection.planned_steps(len(versions)) + 2), cluster, yes)
     for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
         kernels.fetch(kernel, log=log)
-    directory = results_root / "bisect" / f"{rundir.utc_stamp()}-{label(good)}..{label(bad)}"
-    directory.mkdir(parents=True)
+    spec = {"versions": versions, "suite": suite.name, "points": [p.point_id for p in chosen.points], "cc": cc,
+            "metric": metric, "repeat": repeat, "max_repeat": max_repeat, "inject": inject or {},
+            "inject_from": inject_from, "cluster": cluster}  # fmt: skip
+    # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
+    # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
+    comparison = compare.Comparison.open(results_root, "bisect", f"{label(good)}..{label(bad)}", spec, force=force)
+    directory = comparison.directory
     measure = Measurer(chosen, versions, directory, inject, inject_from, vcpus, cluster)
     log(f"bisect: {len(versions)} versions, {bisection.planned_steps(len(versions))} steps planned")
     try:
@@ -116,8 +124,10 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
     except (bisection.NothingToBisect, BisectError) as err:
         (directory / "bisect.txt").write_text(f"{err}\n")
         print(err)
+        comparison.finish()
         return None, directory, 2
     _write(directory, result, measure, inject, inject_from)
+    comparison.finish()
     return result, directory, 0
 
 
@@ -126,7 +136,7 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
     point, cc, metric = result.key
     lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
              f"{point} {cc} {metric}"
-             + (f"; flows with {regress.options_text(inject)} from {inject_from} on" if inject else ""),
+             + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else ""),
              f"first bad version: {result.first_bad} (last good: {result.last_good}), {len(result.steps)} steps "
              f"({result.planned_steps} planned), {measure.sessions} guest sessions",
              f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
@@ -143,25 +153,5 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
                    "vs_good": e.vs_good.__dict__, "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None}
                   for e in result.steps],
     })  # fmt: skip
-    (directory / "bisect.png").write_bytes(_png(result))
+    (directory / "bisect.png").write_bytes(kernel_plots.bisect_png(result))
 
-
-def _png(result: bisection.Bisection) -> bytes:
-    """The followed metric of every version tried, each seed a dot, coloured by the side it was put on."""
-    fig = Figure(figsize=(max(6, 0.8 * len(result.versions) + 2), 3.8))
-    ax = fig.add_subplot()
-    colours = {"good": "tab:green", "bad": "tab:red"}
-    first = result.steps[0].vs_good
-    tried = [(result.versions[0], first.baseline, "good"), (result.versions[-1], first.candidate, "bad")]
-    tried += [(e.kernel, e.vs_good.candidate, e.side) for e in result.steps[1:]]
-    for kernel, values, side in tried:
-        x = result.versions.index(kernel)
-        ax.scatter([x] * len(values), values, color=colours[side], alpha=0.8)
-    ax.set_xticks(range(len(result.versions)))
-    ax.set_xticklabels(result.versions, rotation=30, ha="right", fontsize=8)
-    ax.axvline(result.versions.index(result.first_bad) - 0.5, color="red", ls="--", lw=1)
-    ax.set_ylabel(result.key[2])
-    ax.set_title(f"bisect: {' '.join(result.key)}; first bad {result.first_bad} (green good, red bad)", fontsize=10)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    return figure_png(fig)

@@ -3,7 +3,7 @@
 
 After the suite's own runs, the session's claims are judged (analysis/claims.py); while some are
 undecided and the budget lasts, more seeds are run for the points of the claims that cost least to
-decide here (``claims.seed_plan``: half way to the runs per side that would decide each, so that the
+decide here (``seedplan.seed_plan``: half way to the runs per side that would decide each, so that the
 estimate is made again from the new runs), then the claims are judged again. The new seeds follow the
 point's highest; the runs grow the same session folder (resume keeps every run done), so an
 interrupted ``--decide`` run again continues where it stopped. It stops when nothing undecided can
@@ -24,11 +24,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis import claims, sequential
+from analysis import claims, seedplan, sequential
 from analysis.loaders import LoadError, load_session
 from testbed.plan import estimate
-from testbed.report.session import analyze_runs, session_run_dirs
+from testbed.report.analyses import analyze_runs, session_run_dirs
 from testbed.results import rundir
+from testbed.scenario import variants
 from testbed.scenario.points import ScenarioFile
 
 _BUDGET = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|min|h)?\s*$")
@@ -56,9 +57,7 @@ def grow(scenario: ScenarioFile, more: dict[str, int]) -> ScenarioFile:
     for point in scenario.points:
         seeds = list(point.scenario.seeds)
         added = [max(seeds) + i for i in range(1, more.get(point.point_id, 0) + 1)]
-        if added:
-            point = dataclasses.replace(point, scenario=point.scenario.model_copy(update={"seeds": seeds + added}))
-        points.append(point)
+        points.append(variants.derive(point, seeds + added) if added else point)
     return dataclasses.replace(scenario, points=points)
 
 
@@ -87,10 +86,10 @@ def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Call
         rundir.write_json_atomic(Path(session_dir) / sequential.RECORD_FILE, record.to_json())
         log(f"decide: look {record.looks} at alpha {alpha:.3g}: " + (", ".join(
             f"{k} {v}" for k, (look, v) in record.decided.items() if look == record.looks) or "nothing decided"))
-        plan = claims.seed_plan([v for v in verdicts if v.claim.id not in record.decided], budget_s - spent)
+        plan = seedplan.seed_plan([v for v in verdicts if v.claim.id not in record.decided], budget_s - spent)
         undecided = [v.claim.id for v in verdicts if v.claim.id not in record.decided]
         if not record.left():
-            plan = claims.SeedPlan(left=["the design's last look was made"])
+            plan = seedplan.SeedPlan(left=["the design's last look was made"])
         if not plan.more:
             why = "; ".join(plan.left)
             log(f"decide: {rounds} round(s), {spent / 60:.1f} of {budget_s / 60:.0f} min spent; "

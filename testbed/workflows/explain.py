@@ -30,9 +30,9 @@ from analysis.factors import Factor
 from analysis.plots import forest_png
 from testbed import PROJECT
 from testbed.results import rundir
+from testbed.scenario import variants
 from testbed.scenario.algorithms import algorithm_of, is_cc_param
 from testbed.scenario.errors import _format_value
-from testbed.scenario.load import scenario_from_dict
 from testbed.scenario.points import Point, ScenarioFile
 from testbed.scenario.suite import load_suite
 from testbed.scenario.sweep import _id_key, _safe, _shorten
@@ -93,26 +93,30 @@ def deciding_points(claim: claims.Claim, suite: ScenarioFile) -> list[Point]:
 
 def ablated(point: Point, setting: str, factors: dict[str, Factor], seeds: list[int]) -> Point:
     """The point with ``factors`` set as the paper had them, its ``ablate`` parameter naming the setting."""
-    data = point.scenario.model_dump(mode="json", exclude_none=True)
-    data["seeds"] = list(seeds)
     params = dict(point.params)
+    if "variant" in factors:
+        renamed = factors["variant"].setting()
+        params = {k: renamed if is_cc_param(k) and isinstance(v, str) and algorithm_of(v) == "westwood" else v
+                  for k, v in params.items()}  # fmt: skip
+    params[ABLATE_PARAM] = setting
+    changed = variants.derive(point, seeds, edit=lambda data: _as_the_paper(data, factors))
+    ids = ",".join(f"{_safe(_id_key(k))}={_safe(_format_value(v))}" for k, v in params.items())
+    prefix = f"{point.scenario_name}@{point.profile}" if point.profile else point.scenario_name
+    return replace(changed, point_id=_shorten(f"{prefix}.{ids}"), params=params)
+
+
+def _as_the_paper(data: dict, factors: dict[str, Factor]) -> None:
+    """A scenario's data (changed in place) with each of ``factors`` set as the paper had it."""
     for name, factor in factors.items():
         if name == "variant":
             for flow in data["flows"]:
                 if flow.get("cc") and algorithm_of(flow["cc"]) == "westwood":
                     flow["cc"] = factor.setting()
-            params = {k: factor.setting() if is_cc_param(k) and isinstance(v, str) and algorithm_of(v) == "westwood"
-                      else v for k, v in params.items()}  # fmt: skip
         elif name == "length":
             data["time_scale"] = factor.setting() / data["duration_s"]
         else:
             for flow in data["flows"]:
                 flow.update(ablation.flow_changes(name, factor))
-    params[ABLATE_PARAM] = setting
-    (changed,) = scenario_from_dict(data, name=point.scenario_name).points
-    ids = ",".join(f"{_safe(_id_key(k))}={_safe(_format_value(v))}" for k, v in params.items())
-    prefix = f"{point.scenario_name}@{point.profile}" if point.profile else point.scenario_name
-    return replace(point, point_id=_shorten(f"{prefix}.{ids}"), params=params, scenario=changed.scenario)
 
 
 def plan(claim: claims.Claim, seeds: int, chosen: list[str] | None = None,

@@ -10,8 +10,9 @@ from pathlib import Path
 
 from analysis import claims, lengths, plots
 from analysis.loaders import LoadError, load_session
+from testbed.report.analyses import analyze_runs, session_run_dirs
 from testbed.report.pages import fmt
-from testbed.report.session import analyze_runs, session_run_dirs, text_table
+from testbed.report.points import text_table
 from testbed.results import rundir
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.workflows import grading, labkit, labresults
+from testbed.labs import answerfile, labkit, labresults
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
 COMMANDS = {
@@ -62,17 +63,18 @@ def _run_the_handout(name: str, work: Path, log: Path, *extra: str) -> None:
 
 
 def _quote_the_runs(name: str, work: Path) -> None:
-    """The numbers the solution's answers quote came from the reference runs; a student quotes their own.
-    Each question that asks for numbers gets them from this test's runs, read as the grader reads them
-    (tests/unit/test_labs.py checks that reading against the reference runs' own numbers)."""
+    """The numbers the solution's answers give came from the committed runs; a student gives their own.
+    Each question that asks for numbers gets its numbers block from this test's runs, read as the grader
+    reads them (tests/unit/test_labs.py checks that reading against the committed runs' own numbers)."""
     lab_ = labkit.load_lab(labkit.LABS / name)
     found = labresults.load_results(work, lab_, work / "results")
-    given = grading.answers(work / lab_.answers)
+    given = answerfile.sections(work / lab_.answers)
     for question in (q for t in lab_.tasks for q in t.questions if q.numbers):
-        means = {n.what: (v := labresults.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
+        means = {n.key: (v := labresults.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
                  for n in question.numbers}  # fmt: skip
-        quoted = "; ".join(f"{what}: {mean:.4g}" for what, mean in means.items() if mean)
-        given[question.id] = f"{given[question.id].strip()}\nIn my runs: {quoted}.\n"
+        block = "```numbers\n" + "".join(f"{key}: {mean:.4g}\n" for key, mean in means.items() if mean) + "```\n"
+        prose = re.sub(r"```numbers.*?```\n?", "", given[question.id], flags=re.S).strip()
+        given[question.id] = f"{prose}\n\n{block}"
     for question in (q for t in lab_.tasks for q in t.questions if q.verdict):
         said = "; ".join(f"{claim}: {v.verdict}" for claim, v in labresults.decided_claims(found).items())
         given[question.id] = f"{given[question.id].strip()}\nThe verdict my runs give: {said}.\n"

@@ -15,7 +15,7 @@ import pytest
 
 from testbed.results import rundir
 from testbed.scenario.suite import load_suite
-from testbed.workflows import regress, series
+from testbed.workflows import compare, regress, series
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNELS = ["6.1.0-54", "6.1.0-55", "6.1.0-56"]
@@ -79,7 +79,7 @@ def test_the_pair_judge_on_the_last_two_kernels_finds_the_control_and_nothing_el
     sessions = {side: {p.parent for p in (result.directory / kernel).rglob(rundir.SESSION)}
                 for side, kernel in zip(regress.SIDES, KERNELS[1:], strict=True)}  # fmt: skip
     assert all(len(found) == 3 for found in sessions.values()), sessions
-    bases = {c: regress.control_base(suite, c) for c in suite.controls}
+    bases = {c: compare.control_base(suite, c) for c in suite.controls}
     (result.directory / "pair").mkdir()
     pair = regress.judge(result.directory / "pair", sessions, KERNELS[1], KERNELS[2], 3, None, suite.controls, bases)
     plain = [c for c in pair.comparisons if c.point == "upload.default"]

@@ -15,7 +15,7 @@ import pytest
 
 from testbed.guest.network import Network
 from testbed.guest.shaping import MissingQdiscError
-from testbed.host.session import _kernel_has_qdisc, host_can_run
+from testbed.host.choice import _kernel_has_qdisc, host_can_run
 from testbed.scenario.load import scenario_from_dict
 from topologies.dumbbell import Dumbbell
 

@@ -19,7 +19,7 @@ import pytest
 
 from analysis import ablation, claims, stats
 from analysis.factors import Ablations, Factor
-from testbed.report.session import _claims_lines
+from testbed.report.verdicts import terminal_lines
 from testbed.scenario.points import RunSpec
 from testbed.workflows import explain
 
@@ -260,7 +260,7 @@ def test_the_report_shows_the_latest_explanation_beside_a_claim_not_reproduced(t
     assert ablation.latest_text("other", tmp_path) == ""
     verdict = claims.Verdict(CLAIM, "not reproduced", explained=text)
     assert any(
-        line.startswith("      measured (testbed explain): explained by sack") for line in _claims_lines([verdict])
+        line.startswith("      measured (testbed explain): explained by sack") for line in terminal_lines([verdict])
     )
 
 

@@ -11,7 +11,8 @@ import pytest
 
 from analysis.metrics import jain_index
 from analysis.stats import student_t_quantile
-from testbed.report.session import text_table, write_session_report
+from testbed.report.points import text_table
+from testbed.report.session import write_session_report
 from testbed.results import rundir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -339,7 +340,7 @@ def test_the_summary_leads_with_the_verdicts(tmp_path):
 
 
 def test_a_second_report_reuses_unchanged_runs_and_redoes_changed_ones(tmp_path, monkeypatch):
-    from testbed.report import session as session_module
+    from testbed.report import analyses as session_module
 
     session = tmp_path / "cached"
     session.mkdir()

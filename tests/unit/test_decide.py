@@ -1,4 +1,4 @@
-"""Seeds where they decide something (testbed/workflows/decide.py, claims.seed_plan): the plan on judged
+"""Seeds where they decide something (testbed/workflows/decide.py, analysis/seedplan.py): the plan on judged
 flows of known spread, the budget, and the suite grown by new seeds without losing the runs made."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import claims
+from analysis import claims, seedplan
 from testbed.scenario.suite import find_suite, load_suite
 from testbed.workflows.decide import grow, parse_budget
 
@@ -48,7 +48,7 @@ def test_the_plan_starts_with_the_claim_cheapest_to_decide_and_keeps_to_the_budg
     assert [v.verdict for v in verdicts] == ["undecided", "undecided", "reproduced"]
     far, near = verdicts[0].cost()[1], verdicts[1].cost()[1]
     assert near < far
-    plan = claims.seed_plan(verdicts, budget_s=far + near)
+    plan = seedplan.seed_plan(verdicts, budget_s=far + near)
     assert plan.claims == ["near", "far"]
     assert set(plan.more) == {"near.cc=westwood", "near.cc=reno", "far.cc=westwood", "far.cc=reno"}
     assert plan.cost_s <= far + near
@@ -56,9 +56,9 @@ def test_the_plan_starts_with_the_claim_cheapest_to_decide_and_keeps_to_the_budg
     needed = verdicts[1].conditions[0].seeds_needed
     assert plan.more["near.cc=reno"] == -(-(needed - 3) // 2)
     # a budget that holds only the cheaper step
-    small = claims.seed_plan(verdicts, budget_s=plan.more["near.cc=reno"] * 2 * 30.0)
+    small = seedplan.seed_plan(verdicts, budget_s=plan.more["near.cc=reno"] * 2 * 30.0)
     assert small.claims == ["near"] and "far: its next" in small.left[0]
-    assert not claims.seed_plan(verdicts, budget_s=1.0).more
+    assert not seedplan.seed_plan(verdicts, budget_s=1.0).more
 
 
 def test_a_budget_reads_as_minutes_hours_or_seconds():

@@ -1,4 +1,4 @@
-"""The course labs (labs/, testbed/workflows/lab*.py, grading.py, autograder.py): every lab reads, its
+"""The course labs (labs/, testbed/labs/): every lab reads, its
 starter names each knob left to the student, ``lab start`` copies what a student gets, and the
 autograder grades a real student's submission (tests/fixtures/lab-wireless-student: runs, figure and
 answers of a wireless lab done start to finish) to 10 / 10, and each cheat of a corpus (filler, made-up
@@ -24,11 +24,11 @@ import pytest
 from analysis import plots
 from testbed import PROJECT
 from testbed.cli import main
+from testbed.labs import answerfile, autograder, grading, lab, labkit, labresults
 from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import load_suite
-from testbed.workflows import autograder, grading, lab, labkit, labresults
 from tests.prerequisites import require_module
 
 LABS = PROJECT / "labs"
@@ -153,7 +153,7 @@ def test_a_failing_submission_says_what_is_missing_per_task(tmp_path):
 
 
 def _answer(work: Path, question: str, text: str) -> None:
-    given = grading.answers(work / "answers.md")
+    given = answerfile.sections(work / "answers.md")
     given[question] = text
     (work / "answers.md").write_text("".join(f"## {q}\n{a.strip()}\n\n" for q, a in given.items()))
 
@@ -170,7 +170,43 @@ def _vague(work: Path, results: Path) -> None:
 
 
 def _wrong_numbers(work: Path, results: Path) -> None:
-    _answer(work, "Q1", "New Reno got 2.5 Mbit/s and Westwood+ got 3.1 Mbit/s, more than the link gives.")
+    _answer(work, "Q1", "Westwood+ did better than New Reno over the seeds, as the paper says it would.\n\n"
+                        "```numbers\nreno_goodput_mbit: 2.5\nwestwood_goodput_mbit: 3.1\n```\n")  # fmt: skip
+
+
+def _prose_against_the_runs(work: Path, results: Path) -> None:
+    # the right numbers in the block, but the prose says what the runs do not
+    _answer(work, "Q1", "New Reno got 2.5 Mbit/s and Westwood+ got 3.1 Mbit/s, more than the link gives.\n\n"
+                        "```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n```\n")  # fmt: skip
+
+
+def _number_spray(work: Path, results: Path) -> None:
+    # the issue's spray: every goodput a run might have had, in the hope one is right
+    _answer(work, "Q1", "Goodputs: 0.5 0.6 0.7 0.8 0.9 1.0 1.1 1.2 1.3 1.4 1.5 1.6 Mbit/s\n\n"
+                        "```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n```\n")  # fmt: skip
+
+
+def _number_spray_in_a_sentence(work: Path, results: Path) -> None:
+    _answer(work, "Q1", "The two of them got 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5 and 1.6 Mbit/s "
+                        "in my runs.\n\n```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n"
+                        "```\n")  # fmt: skip
+
+
+def _term_list(work: Path, results: Path) -> None:
+    # the issue's term lists: every rubric word, no sentence
+    _answer(work, "Q2", "Difference spread seeds test detect runs noise interval significant three seeds cannot tell.")
+    _answer(work, "Q3", "Window halved halves loss bandwidth estimate ssthresh RTTmin Linux SACK RACK PRR recovery "
+                        "keeps.")  # fmt: skip
+
+
+def _a_bool_for_a_number(work: Path, results: Path) -> None:
+    text = answerfile.sections(work / "answers.md")["Q1"].replace("reno_goodput_mbit: 1.04", "reno_goodput_mbit: true")
+    _answer(work, "Q1", text)
+
+
+def _a_misspelled_field(work: Path, results: Path) -> None:
+    text = answerfile.sections(work / "answers.md")["Q1"].replace("reno_goodput_mbit:", "reno_goodput:")
+    _answer(work, "Q1", text)
 
 
 def _half_a_rubric(work: Path, results: Path) -> None:
@@ -230,7 +266,14 @@ def _not_made_by_lab_start(work: Path, results: Path) -> None:
 CHEATS = {
     _filler: ({"t1": 4, "t2": 0, "t3": 0}, "filler: 40 words, 1 different"),
     _vague: ({"t1": 4, "t2": 0, "t3": 0}, "states none of what the answer needs"),
-    _wrong_numbers: ({"t1": 4, "t2": 0, "t3": 3}, "no number within 10 % of what your runs give (1.04)"),
+    _wrong_numbers: ({"t1": 4, "t2": 0, "t3": 3}, "2.5 is not within 10 % of what your runs give (1.04)"),
+    _prose_against_the_runs: ({"t1": 4, "t2": 0, "t3": 3}, "the answer says 2.5 Mbit/s, which neither your runs"),
+    _number_spray: ({"t1": 4, "t2": 0, "t3": 3}, "3 words: write a few sentences"),
+    _number_spray_in_a_sentence: ({"t1": 4, "t2": 0, "t3": 3}, "the answer says 0.5 Mbit/s, which neither"),
+    _term_list: ({"t1": 4, "t2": 0, "t3": 0}, "no sentence that states something"),
+    _a_bool_for_a_number: ({"t1": 4, "t2": 0, "t3": 3}, "True is not a number; give Mbit/s, e.g. 1.04"),
+    _a_misspelled_field: ({"t1": 4, "t2": 0, "t3": 3}, "reno_goodput: not a number Q1 asks for; it asks for "
+                                                     "reno_goodput_mbit, westwood_goodput_mbit"),
     _half_a_rubric: ({"t1": 4, "t2": 3, "t3": 0}, "to grade by hand: states the window halved at a loss, not"),
     _four_byte_png: ({"t1": 0, "t2": 3, "t3": 3}, "not a PNG image"),
     _another_figure: ({"t1": 0, "t2": 3, "t3": 3}, "not the figure its session's report drew"),
@@ -461,7 +504,7 @@ def test_the_reproduce_lab_asks_for_three_seeds_a_point(tmp_path):
 
 def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
     work = _reproduce(tmp_path)
-    _answer(work, "Q2", grading.answers(work / "answers.md")["Q2"].replace("Reproduced:", "Undecided:"))
+    _answer(work, "Q2", answerfile.sections(work / "answers.md")["Q2"].replace("Reproduced:", "Undecided:"))
     graded = _grade_reproduce(work)
     assert [t.score for t in graded.tasks] == [4, 0, 3], grading.text(graded)
     assert ("your runs give mobile-westwood-beats-reno-bernoulli: reproduced, which the answer does not say "

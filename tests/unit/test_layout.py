@@ -9,7 +9,8 @@ from pathlib import Path
 from tests.prerequisites import require_module
 
 PROJECT = Path(__file__).resolve().parents[2]
-ROOMS = ["scenario", "plan", "results", "guest", "host", "report", "workflows"]
+ROOMS = ["testbed/scenario", "testbed/plan", "testbed/results", "testbed/guest", "testbed/host", "testbed/report",
+         "testbed/labs", "testbed/workflows", "analysis"]
 
 
 def test_the_import_contracts_hold(capsys):
@@ -25,8 +26,18 @@ def test_the_import_contracts_hold(capsys):
 
 def test_docs_layout_names_every_module_of_every_room():
     page = (PROJECT / "docs" / "layout.md").read_text()
-    rows = {room: next(line for line in page.splitlines() if line.startswith(f"| `testbed/{room}/`")) for room in ROOMS}
-    for room, row in rows.items():
-        on_disk = {p.name for p in (PROJECT / "testbed" / room).glob("*.py") if p.name != "__init__.py"}
-        named = set(re.findall(r"`([a-z_]+\.py)`", row))
-        assert on_disk == named, f"docs/layout.md, testbed/{room}/: missing {on_disk - named}, gone {named - on_disk}"
+    for room in ROOMS:
+        section = page.split(f"### `{room}/`", 1)[1].split("\n### ", 1)[0]
+        on_disk = {p.name for p in (PROJECT / room).glob("*.py") if p.name != "__init__.py"}
+        named = set(re.findall(r"`([a-z_]+\.py)`", section))
+        assert on_disk == named, f"docs/layout.md, {room}/: missing {on_disk - named}, gone {named - on_disk}"
+
+
+def test_no_module_is_longer_than_500_lines_without_saying_why():
+    """A module past 500 lines says why in its docstring (a line with "500 lines")."""
+    long = []
+    for path in [*(PROJECT / "testbed").rglob("*.py"), *(PROJECT / "analysis").glob("*.py")]:
+        text = path.read_text()
+        if text.count("\n") > 500 and "500 lines" not in text.split('"""', 2)[1]:
+            long.append(f"{path.relative_to(PROJECT)} ({text.count(chr(10))} lines)")
+    assert not long, f"over 500 lines without a word on why: {', '.join(long)}"

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import claims, lengths
+from analysis import claims, flowrows, lengths
 from analysis.run import RunAnalysis
 
 CLAIM = claims.Claim.model_validate({
@@ -42,11 +42,11 @@ def _run(cc: str, seed: int, rates: list[tuple[float, float]], duration: float =
 
 def test_a_windows_goodput_is_the_acknowledged_bytes_in_it():
     series = _series([(0, 1.0), (10, 3.0)], 60)
-    assert lengths.acked_goodput(series, "c0", 0, 10) == pytest.approx(1.0, rel=0.02)
-    assert lengths.acked_goodput(series, "c0", 10, 60) == pytest.approx(3.0, rel=0.02)
-    assert lengths.acked_goodput(series, "c0", 0, 60) == pytest.approx((10 + 150) / 60, rel=0.02)
-    assert math.isnan(lengths.acked_goodput(series, "c0", 0, 90))  # the trace does not reach 90 s
-    assert math.isnan(lengths.acked_goodput(series, "c9", 0, 10))
+    assert flowrows.acked_goodput(series, "c0", 0, 10) == pytest.approx(1.0, rel=0.02)
+    assert flowrows.acked_goodput(series, "c0", 10, 60) == pytest.approx(3.0, rel=0.02)
+    assert flowrows.acked_goodput(series, "c0", 0, 60) == pytest.approx((10 + 150) / 60, rel=0.02)
+    assert math.isnan(flowrows.acked_goodput(series, "c0", 0, 90))  # the trace does not reach 90 s
+    assert math.isnan(flowrows.acked_goodput(series, "c9", 0, 10))
 
 
 def test_the_windows_a_run_allows():

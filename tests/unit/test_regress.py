@@ -16,7 +16,7 @@ import pytest
 from analysis import regression
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.suite import load_suite
-from testbed.workflows import regress
+from testbed.workflows import compare, regress
 
 PROJECT = Path(__file__).resolve().parents[2]
 FIXTURE = PROJECT / "tests" / "fixtures" / "run-westwood"
@@ -35,7 +35,7 @@ def test_the_default_regression_suite_covers_every_path_type_and_algorithm():
 
 def test_a_repetition_is_the_suite_with_its_seed_and_the_candidates_options():
     suite = load_suite(PROJECT / "scenarios" / "suites" / "regression.yaml", PROJECT / "scenarios")
-    third = regress.variant(suite, 3, {"sack": False}, candidate=True)
+    third = compare.variant(suite, 3, {"sack": False}, candidate=True)
     assert [p.point_id for p in third.points] == [p.point_id for p in suite.points]
     assert all(p.scenario.seeds == [3] for p in third.points)
     assert all(f.sack is False for p in third.points for f in p.scenario.flows)
@@ -49,8 +49,8 @@ def test_a_repetition_is_the_suite_with_its_seed_and_the_candidates_options():
 )  # fmt: skip
 def test_bad_candidate_options_name_what_is_valid(given, message):
     with pytest.raises(ValueError, match=message):
-        regress.parse_flow_options(given)
-    assert regress.parse_flow_options(["sack=false", "initcwnd_segs=3"]) == {"sack": False, "initcwnd_segs": 3}
+        compare.parse_flow_options(given)
+    assert compare.parse_flow_options(["sack=false", "initcwnd_segs=3"]) == {"sack": False, "initcwnd_segs": 3}
 
 
 def _session(root: Path, side: str, seeds: list[int], status: str = "complete") -> Path:
@@ -84,7 +84,7 @@ def _real_side(runs: list[Path], goodput_factor: float = 1.0) -> pd.DataFrame:
 def _judge_real(tmp_path, monkeypatch, candidate_runs: list[Path], goodput_factor: float = 1.0):
     sides = {"baseline": _real_side(REAL_RUNS), "candidate": _real_side(candidate_runs, goodput_factor)}
     statuses = {"wireless.cc=reno": [("complete", None)] * 3}
-    monkeypatch.setattr(regress, "side_metrics_of", lambda sessions: (sides[next(iter(sessions)).name], statuses))
+    monkeypatch.setattr(compare, "side_metrics", lambda sessions: (sides[next(iter(sessions)).name], statuses))
     return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
                          "6.1.0-55", "6.1.0-56", 3)  # fmt: skip
 
@@ -121,7 +121,7 @@ def test_a_regression_fails_its_junit_case_and_exits_1(tmp_path, monkeypatch):
         return pd.DataFrame([{"run": f"r{i}", "point": "lab.cc=westwood", "cc": "westwood", "metric": "goodput",
                               "value": v * drop} for i, v in enumerate([9.0, 9.1, 8.9, 9.05, 8.95])]), {}  # fmt: skip
 
-    monkeypatch.setattr(regress, "side_metrics_of", fake)
+    monkeypatch.setattr(compare, "side_metrics", fake)
     result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
                            "6.1.0-55", "6.1.0-56", 5)  # fmt: skip
     assert result.exit_code == 1
@@ -168,7 +168,7 @@ def _judge_with_a_control(tmp_path, monkeypatch, control_factor: float):
     """``judge`` on an unharmed upload and its control, whose candidate goodput is ``control_factor``
     times the baseline's."""
     fake = _fake_sides({"upload.default": 1.0, "upload.default.control": control_factor})
-    monkeypatch.setattr(regress, "side_metrics_of", fake)
+    monkeypatch.setattr(compare, "side_metrics", fake)
     return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
                          "6.1.0-55", "6.1.0-56", 5, controls={"upload.default.control": {"initcwnd_segs": 1}},
                          control_bases={"upload.default.control": "upload.default"})  # fmt: skip
@@ -206,7 +206,7 @@ def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp
     ids = ["upload.default", "upload.default.control", "pipe-size.rate_mbit=2.4.control"]
     assert [p.point_id for p in suite.points] == ids
     assert suite.controls == {ids[1]: {"initcwnd_segs": 1}, ids[2]: {"sack": False}}
-    baseline, candidate = regress.variant(suite, 2), regress.variant(suite, 2, candidate=True)
+    baseline, candidate = compare.variant(suite, 2), compare.variant(suite, 2, candidate=True)
     # unharmed, a control is its point: the baseline runs the upload once (the judge uses it for
     # both), and the pipe-size control, whose point the suite lacks, as is
     assert [p.point_id for p in baseline.points] == [ids[0], ids[2]]

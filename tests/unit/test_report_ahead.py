@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from testbed.plan import progress
-from testbed.report import ahead, cache
+from testbed.report import ahead, analyses, cache
 from testbed.report import session as session_report
 from testbed.report.ahead import AheadAnalysis
 from tests.unit.test_analysis_report import add_run, write_session
@@ -81,7 +81,7 @@ def test_an_ended_run_is_analysed_ahead_and_the_report_finds_it_the_same(tmp_pat
     def no_work(*args):
         raise AssertionError("analysed or drawn again: the cache was missed")
 
-    monkeypatch.setattr(session_report, "_analyze_keyed", no_work)
+    monkeypatch.setattr(analyses, "_analyze_keyed", no_work)
     monkeypatch.setattr(session_report.plots, "point_bars_png", no_work)  # the experiment's bars: drawn ahead
     report = session_report.write_session_report(session)
     assert report.summary_text == expected.summary_text

@@ -11,6 +11,7 @@ import pytest
 
 from analysis import series
 from testbed.host import kernels
+from testbed.workflows import compare
 from testbed.workflows import series as series_workflow
 
 AVAILABLE = ["6.1.0-47", "6.1.0-48", "6.1.0-49", "6.1.0-50", "6.1.0-55", "6.1.0-56", "6.12.115+deb12", "6.12.117+deb12"]
@@ -104,12 +105,12 @@ def test_bad_series_are_refused_with_what_would_do(spec, message):
 
 def test_an_injected_harm_starts_at_its_version_and_needs_both_options():
     order = AVAILABLE[:4]
-    assert [series_workflow.injected(k, order, {"window_kb": 32}, "6.1.0-49") for k in order] == [
+    assert [compare.injected(k, order, {"window_kb": 32}, "6.1.0-49") for k in order] == [
         None, None, {"window_kb": 32}, {"window_kb": 32}]
     with pytest.raises(ValueError, match="go together"):
-        series_workflow.check_injection({"window_kb": 32}, None, order)
+        compare.check_injection({"window_kb": 32}, None, order)
     with pytest.raises(ValueError, match="not one of the kernels run"):
-        series_workflow.check_injection({"window_kb": 32}, "6.1.0-56", order)
+        compare.check_injection({"window_kb": 32}, "6.1.0-56", order)
 
 
 def test_latest_finds_a_pair_already_compared_but_not_a_failed_one(tmp_path):
@@ -143,8 +144,8 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
         return type("Result", (), {"directory": folder})()
 
     monkeypatch.setattr(series_workflow.kernels, "fetch", lambda kernel, log: None)
-    monkeypatch.setattr(series_workflow, "run_session", run_session)
-    monkeypatch.setattr(series_workflow, "_completed", lambda session: (1, []))
+    monkeypatch.setattr(compare, "run_session", run_session)
+    monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
     monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: judged.update(kept=kept) or result)
     result = series_workflow.run_series(["6.1.0-47", "6.1.0-48", "6.1.0-49"], suite, 2, results_root=tmp_path)
     assert ran == ["6.1.0-47", "6.1.0-49"] * 2 and judged["kept"] == ["6.1.0-47", "6.1.0-49"]

@@ -16,13 +16,15 @@ import zipfile
 from pathlib import Path
 
 from testbed import PROJECT
-from testbed.workflows import labkit
+from testbed.labs import labkit, students
 
 #: the checkout's parts grading reads (testbed lab check): code, experiments, the package pins
 CODE = ("testbed", "analysis", "topologies", "scenarios")
 TOP_FILES = ("pyproject.toml", "requirements.lock")
 #: the folder of the zip that holds them (/autograder/source/<this> on Gradescope)
 SOURCE = "cc-testbed"
+#: the course's secret, in the zip when CC_TESTBED_COURSE_SECRET was set as it was built (beside SOURCE's files)
+SECRET_FILE = "course-secret"
 
 SETUP = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the autograder's image (its Ubuntu base): a Python of at least
@@ -58,7 +60,16 @@ work=$(find "$root/submission" -name '{answers}' -not -path '*/grade/*' -printf 
 [ -n "$work" ] || fail "no {answers} in the submission: upload your lab folder ({answers}, {scenario} and results/)"
 rm -rf "$work/grade"  # a grade uploaded with the folder is not this grade
 cd "$root/source/{source}"
-PYTHONPATH=$PWD "$python" -m testbed.cli lab check {lab} --work "$work" --no-hidden >"$root/results/check.log" 2>&1
+# with the course's secret in the zip, the submitter's own seeds are required (Gradescope's metadata names them)
+student=()
+if [ -s "{secret}" ] && [ -f "$root/submission_metadata.json" ]; then
+  id=$("$python" -c 'import json, sys; u = json.load(open(sys.argv[1]))["users"][0]
+print(u.get("sid") or u["email"])' "$root/submission_metadata.json") || fail "submission_metadata.json names no student"
+  student=(--student "$id")
+  export {secret_env}="$(cat "{secret}")"
+fi
+PYTHONPATH=$PWD "$python" -m testbed.cli lab check {lab} --work "$work" --no-hidden "${{student[@]}}" \
+  >"$root/results/check.log" 2>&1
 [ -f "$work/grade/results.json" ] \
   || fail "testbed lab check could not grade the folder: $(tail -3 "$root/results/check.log")"
 cp "$work/grade/results.json" "$out"
@@ -75,7 +86,10 @@ def build(name: str, out: Path) -> Path:
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         _script(zf, "setup.sh", SETUP.format(source=SOURCE))
         _script(zf, "run_autograder", RUN.format(lab=master.name, answers=lab.answers, scenario=scenario,
-                                                 source=SOURCE))  # fmt: skip
+                                                 source=SOURCE, secret=SECRET_FILE,
+                                                 secret_env=students.SECRET_ENV))  # fmt: skip
+        if secret := students.course_secret():  # on Gradescope only, never in a student's folder
+            zf.writestr(f"{SOURCE}/{SECRET_FILE}", secret)
         for file in TOP_FILES:
             zf.write(PROJECT / file, f"{SOURCE}/{file}")
         for folder in CODE:

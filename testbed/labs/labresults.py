@@ -1,4 +1,4 @@
-"""A student's lab runs as the autograder reads them (testbed/workflows/grading.py): the latest run of
+"""A student's lab runs as the autograder reads them (testbed/labs/grading.py): the latest run of
 each point and seed of their scenario file, the identity each run of the file has as it is now, when
 ``testbed lab start`` made the folder, and a metric of their runs (for a band or a question).
 
@@ -19,12 +19,12 @@ import yaml
 
 from analysis import catalog, claims, metrics
 from testbed import PROJECT
+from testbed.labs import labkit
+from testbed.labs.labkit import LATENCY_METRICS, Band, Lab, Measured
 from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
 from testbed.scenario.suite import load_suite
-from testbed.workflows import labkit
-from testbed.workflows.labkit import LATENCY_METRICS, Band, Lab, Measured
 
 #: latency metric -> (kind of flow, column of the catalog's latency table)
 LATENCY_COLUMNS = {m: ("ping" if m.startswith("ping") else "requests", m.split("_", 1)[1]) for m in LATENCY_METRICS}

@@ -24,6 +24,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from testbed import PROJECT
+from testbed.labs import students
 
 LABS = PROJECT / "labs"
 #: what ``lab start`` leaves out of the student's copy
@@ -49,10 +50,23 @@ class Minutes(_Strict):
     kvm: float  # estimated for a laptop with KVM (a guest there runs about 3x faster outside the traffic)
 
 
+#: the unit of each metric as a student quotes it (a ratio times 100 is in percent)
+METRIC_UNITS = {"goodput": "Mbit/s", "recv_goodput": "Mbit/s", "total_goodput": "Mbit/s", "jain": "",
+                "retrans_ratio": "", **{m: "ms" for m in LATENCY_METRICS}}  # fmt: skip
+
+
+def metrics_in(unit: str) -> list[str]:
+    """The metrics quoted in ``unit`` (the runs' numbers a prose answer in that unit may state)."""
+    return [m for m, u in METRIC_UNITS.items() if u == unit]
+
+
 class Measured(_Strict):
     """A number a question asks for, as the student's own runs give it: the mean over their runs of
-    ``point`` of ``metric`` (of the flows of ``cc``), times ``scale`` (100: a ratio quoted in percent)."""
+    ``point`` of ``metric`` (of the flows of ``cc``), times ``scale`` (100: a ratio quoted in percent).
+    The student gives it in the answer's numbers block as ``key: value`` (testbed/labs/answerfile.py)."""
 
+    #: its field in the numbers block, with its unit: reno_goodput_mbit
+    key: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
     what: str  # said to the student: "New Reno's mean goodput (Mbit/s)"
     point: str
     cc: str | None = None
@@ -60,6 +74,10 @@ class Measured(_Strict):
     scale: float = 1.0
     #: how far the stated number may be from the runs' value, in percent of it
     tolerance_pct: float = Field(10.0, gt=0, le=100)
+
+    @property
+    def unit(self) -> str:
+        return "%" if self.scale == 100 else METRIC_UNITS[self.metric]
 
 
 class Concept(_Strict):
@@ -82,6 +100,13 @@ class Question(_Strict):
     #: the answer states the verdict the student's runs give on the claim the answers name (a claim of
     #: analysis/claims.yaml, by its id), in the project's words: reproduced, opposite, not reproduced, undecided
     verdict: bool = False
+
+    @model_validator(mode="after")
+    def _keys_once(self):
+        keys = [n.key for n in self.numbers]
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"numbers: each key once (a field of the answer's numbers block); got {', '.join(keys)}")
+        return self
 
     @model_validator(mode="after")
     def _pass_at_within_rubric(self):
@@ -214,16 +239,79 @@ def load_hidden(path: Path) -> Hidden:
     return _read(path, Hidden)
 
 
-def start_lab(name: str, destination: Path, root: Path = LABS) -> Path:
+def start_lab(name: str, destination: Path, root: Path = LABS, student: str | None = None) -> Path:
     """Copy a lab into ``destination`` (new or empty) for a student: everything but the instructor's files,
-    and ``lab-start.json`` saying when (the grader counts only runs made after it)."""
+    and ``lab-start.json`` saying when (the grader counts only runs made after it). With ``student``, their
+    own seeds (testbed/labs/students.py) in the scenario file and in ``lab-start.json``."""
     source = lab_dir(name, root)
     if destination.exists() and any(destination.iterdir()):
         raise LabError(f"{destination} is not empty: give a new folder (nothing was copied)")
+    seeds = student_seeds(source, student) if student is not None else None
     shutil.copytree(source, destination, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*INSTRUCTOR_ONLY))
     started = {"lab": source.name, "started_utc": datetime.now(UTC).isoformat(timespec="seconds")}
+    if seeds is not None:
+        _set_seeds(destination / experiment_file(load_lab(source)), seeds)
+        started |= {"student": student, "seeds": seeds}
     (destination / LAB_START).write_text(json.dumps(started, indent=2) + "\n")
     return destination
+
+
+def experiment_file(lab: Lab) -> str:
+    """The file of the lab folder whose runs are graded: its scenario, or the student's suite file."""
+    return lab.scenario or lab.suite or "claim.yaml"
+
+
+def seed_pool(folder: Path, lab: Lab) -> list[int]:
+    """The seeds a student's own may be drawn from: those the bands were made from (students.py)."""
+    try:
+        expected = load_expected(folder, lab) if (folder / "expected.yaml").is_file() else None
+    except LabError:
+        expected = None
+    seeds = expected.reference.seeds if expected is not None and expected.reference is not None else []
+    return sorted(seeds) or students.OPEN_POOL
+
+
+def student_seeds(folder: Path, student: str) -> list[int]:
+    """The seeds ``student`` gets in the lab at ``folder`` (as installed): as many as its starter file runs."""
+    secret = students.course_secret()
+    if secret is None:
+        raise LabError(f"--student needs the course's secret in {students.SECRET_ENV} (the instructor's, the same "
+                       "for every student of the course; never in a student's folder)")  # fmt: skip
+    if not student.strip():
+        raise LabError("--student needs the student's id (their Gradescope student id or email)")
+    lab = load_lab(folder)
+    count = len(_seeds_of(folder / experiment_file(lab)))
+    try:
+        return students.draw(secret, folder.name, student.strip(), seed_pool(folder, lab), count)
+    except students.StudentError as err:
+        raise LabError(f"lab {folder.name}: {err}") from None
+
+
+_SEEDS_LINE = re.compile(r"^seeds:.*$", re.M)
+
+
+def _seeds_of(path: Path) -> list[int]:
+    found = _SEEDS_LINE.search(path.read_text())
+    value = yaml.safe_load(found.group(0))["seeds"] if found else None
+    if not isinstance(value, list) or not value:
+        raise LabError(f"{path}: no top-level 'seeds: [...]' line to give a student their own seeds")
+    return value
+
+
+def _set_seeds(path: Path, seeds: list[int]) -> None:
+    """The file's top-level ``seeds:`` line set to ``seeds`` (its comments and layout kept)."""
+    _seeds_of(path)
+    line = f"seeds: [{', '.join(map(str, seeds))}]  # your own: testbed lab start --student"
+    path.write_text(_SEEDS_LINE.sub(line, path.read_text(), count=1))
+
+
+def lab_start(folder: Path) -> dict:
+    """``lab-start.json`` of ``folder`` ({} when ``testbed lab start`` did not make it)."""
+    try:
+        data = json.loads((folder / LAB_START).read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def lab_started(folder: Path) -> str | None:

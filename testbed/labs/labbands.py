@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from testbed.workflows import labkit, labresults
+from testbed.labs import labkit, labresults
 
 #: the band's margin on each side, as a share of the reference runs' mean
 MARGIN = 0.25
@@ -57,7 +57,7 @@ def _band(band: labkit.Band, found: labresults.Results) -> labkit.Band:
 def write_expected(path: Path, expected: labkit.Expected) -> None:
     """expected.yaml, with a header that says what it is."""
     header = ("# The bands `testbed lab check` grades against, made by `testbed lab bands` from the reference\n"
-              "# runs below (testbed/workflows/labbands.py: from the lowest value less 25 % of the mean to the\n"
+              "# runs below (testbed/labs/labbands.py: from the lowest value less 25 % of the mean to the\n"
               "# highest plus it; 60 % for the retransmission ratio).\n")  # fmt: skip
     body = yaml.safe_dump(expected.model_dump(mode="json"), sort_keys=False, width=110)
     path.write_text(header + body)

@@ -10,13 +10,12 @@ rubric cannot decide) leaves the task to grade by hand, with no automatic points
 printed, and written as JUnit XML (one test suite per task, one case per check) and as Gradescope's
 ``results.json``.
 
-The student's runs are read by testbed/workflows/labresults.py.
+The student's runs are read by testbed/labs/labresults.py.
 """
 
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -24,11 +23,14 @@ from pathlib import Path
 from PIL import Image
 
 from analysis import claims
+from testbed.labs import answerfile, labkit, labresults
+from testbed.labs.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
+from testbed.labs.labresults import Results, point_values
+from testbed.report import junit
 from testbed.results import rundir
-from testbed.workflows import labkit, labresults
-from testbed.workflows.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
-from testbed.workflows.labresults import Results, point_values
 
+#: the units of the numbers a prose answer is held to (a number with one of them is checked against the runs)
+PROSE_UNITS = ("Mbit/s", "ms")
 #: an answer shorter than this many words is not one (the starter file's "(your answer)" is 2)
 MIN_ANSWER_WORDS = 5
 #: an answer whose different words are fewer than this share of its words is filler ("banana banana ...");
@@ -89,14 +91,18 @@ class Grade:
         return sum(t.task.points for t in self.tasks)
 
 
-def grade(work: Path, lab: Lab, expected: Expected | None, results: Results) -> Grade:
-    """Every task of the lab graded on the student's folder ``work`` and their results."""
+def grade(work: Path, lab: Lab, expected: Expected | None, results: Results,
+          seed_checks: list[Check] | None = None) -> Grade:  # fmt: skip
+    """Every task of the lab graded on the student's folder ``work`` and their results; ``seed_checks``
+    (whose seeds the runs are: testbed/labs/lab.py) belong to the first task that runs points."""
     kernels = sorted(set(results.runs["kernel_release"].dropna())) if not results.runs.empty else []
     tasks = []
+    first_runs = next((t.id for t in lab.tasks if t.runs), None)
     for task in lab.tasks:
         copies = set(expected.reference.fingerprints) if expected and expected.reference else set()
-        checks = _run_checks(task, results, copies, lab.min_seeds) + _figure_checks(task, work, results)
-        checks += _answer_checks(task, work / lab.answers, results)
+        checks = list(seed_checks or []) if task.id == first_runs else []
+        checks += _run_checks(task, results, copies, lab.min_seeds) + _figure_checks(task, work, results)
+        checks += _answer_checks(task, work / lab.answers, results, _settings(work, lab))
         checks += _band_checks([b for b in (expected.bands if expected else []) if b.task == task.id], results)
         tasks.append(TaskGrade(task, checks))
     return Grade(lab, tasks, kernels[-1] if kernels else None)
@@ -222,23 +228,21 @@ def _graded_run_ids(task: Task, results: Results) -> set[str]:
     return labresults.graded_run_ids(results, None if task.runs in ([], ["*"]) else set(task.runs))
 
 
-def answers(path: Path) -> dict[str, str]:
-    """The answers file's sections: heading (``## Q1 ...`` -> ``Q1``) -> the text under it."""
-    sections: dict[str, str] = {}
-    current = None
-    for line in path.read_text(errors="replace").splitlines() if path.is_file() else []:
-        heading = re.match(r"^#{1,6}\s+(\S+)", line)
-        if heading:
-            current = heading.group(1).rstrip(":.")
-            sections[current] = ""
-        elif current is not None:
-            sections[current] += line + "\n"
-    return sections
+#: a setting of a scenario file in each unit prose is held to: its key ends so (rate_mbit: 2, rtt_ms: 250)
+SETTING_KEYS = {"Mbit/s": "mbit", "ms": "ms"}
 
 
-def _answer_checks(task: Task, path: Path, results: Results) -> list[Check]:
-    given = answers(path)
-    checks = [question_check(q, given.get(q.id, ""), path.name, results) for q in task.questions]
+def _settings(work: Path, lab: Lab) -> dict[str, list[float]]:
+    """The rates and delays the student's scenario file sets, per unit: prose may quote them."""
+    path = work / lab.scenario if lab.scenario else None
+    text = path.read_text(errors="replace") if path is not None and path.is_file() else ""
+    return {unit: [float(n) for n in re.findall(rf"\w*_{key}\w*:\s*\[?\s*(\d+(?:\.\d+)?)", text)]
+            for unit, key in SETTING_KEYS.items()}  # fmt: skip
+
+
+def _answer_checks(task: Task, path: Path, results: Results, settings: dict[str, list[float]]) -> list[Check]:
+    given = answerfile.sections(path)
+    checks = [question_check(q, given.get(q.id, ""), path.name, results, settings) for q in task.questions]
     for question, check in zip(task.questions, checks, strict=True):
         if question.verdict and check.ok:
             verdict = verdict_check(given.get(question.id, ""), "\n".join(given.values()), results)
@@ -269,13 +273,17 @@ def _says(text: str, verdict: str) -> bool:
     return re.search(pattern, text.lower()) is not None
 
 
-def question_check(question: Question, answer: str, file: str, results: Results) -> Check:
-    """An answer graded on what it states: each number the question asks for, within its tolerance of
-    the student's own runs, and the rubric's concepts. Filler fails; an answer the rubric cannot decide
-    (some of its concepts, not enough), or a question with neither numbers nor rubric, is quoted for
-    grading by hand."""
+def question_check(question: Question, answer: str, file: str, results: Results,
+                   settings: dict[str, list[float]] | None = None) -> Check:  # fmt: skip
+    """An answer graded on what it states (testbed/labs/answerfile.py): each number the question asks for in
+    its numbers block, within its tolerance of the student's own runs; prose in sentences that claim
+    something, whose numbers agree with the runs; and the rubric's concepts, each stated in such a
+    sentence. Filler, a list of terms or numbers and a number the runs contradict fail; an answer the
+    rubric cannot decide (some of its concepts, not enough), or a question with neither numbers nor
+    rubric, is quoted for grading by hand."""
     name = f"answer {question.id}"
-    text = re.sub(r"<!--.*?-->|\(your answer\)", "", answer, flags=re.S).strip()
+    section = answerfile.read_section(answer)
+    text = section.prose
     words = re.findall(r"[a-z]+", text.lower())
     if not words:
         return Check(name, False, f"no answer under '## {question.id}' in {file}")
@@ -283,10 +291,15 @@ def question_check(question: Question, answer: str, file: str, results: Results)
         return Check(name, False, f"{len(words)} words: write a few sentences")
     if len(set(words)) < FILLER_DISTINCT * len(words):
         return Check(name, False, f"filler: {len(words)} words, {len(set(words))} different")
-    missing = [m for m in (_number_missing(n, text, results) for n in question.numbers) if m]
-    if missing:
-        return Check(name, False, "; ".join(missing))
-    stated = [c.name for c in question.rubric if _states(text, c)]
+    said = answerfile.claims(text)
+    if not said:
+        return Check(name, False, "no sentence that states something: a list of terms or numbers is not an "
+                                  "answer; say in sentences what your runs show")  # fmt: skip
+    problems = _number_problems(question, section, file, results)
+    problems += _contradictions(question, text, results, settings or {})
+    if problems:
+        return Check(name, False, "; ".join(problems))
+    stated = [c.name for c in question.rubric if any(_states(sentence, c) for sentence in said)]
     needed = question.pass_at or len(question.rubric)
     numbers = f"{len(question.numbers)} number(s) as your runs give them" if question.numbers else ""
     if not question.rubric:
@@ -302,26 +315,82 @@ def question_check(question: Question, answer: str, file: str, results: Results)
     return Check(name, True, f"to grade by hand: {why}: {_quote(text)}", graded=False)
 
 
-def _states(text: str, concept: Concept) -> bool:
-    return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), text.lower()) for term in concept.terms)
+def _states(sentence: str, concept: Concept) -> bool:
+    return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), sentence.lower()) for term in concept.terms)
+
+
+def _number_problems(question: Question, section: answerfile.Section, file: str, results: Results) -> list[str]:
+    """What is wrong with the question's numbers block: missing, unreadable, a field it does not ask for, a
+    field empty or not a number, or a number not within its tolerance of the student's runs."""
+    keys = {n.key: n for n in question.numbers}
+    if not keys:
+        extra = sorted(section.numbers)
+        return [f"the numbers block names {', '.join(extra)}: {question.id} asks for no number"] if extra else []
+    if not section.has_block:
+        return [f"no numbers block under '## {question.id}' in {file}: add one (```numbers) with "
+                + ", ".join(f"{n.key} ({n.what})" for n in question.numbers)]
+    if section.block_error:
+        return [section.block_error]
+    unknown = sorted(set(section.numbers) - set(keys))
+    if unknown:
+        return [f"{', '.join(unknown)}: not a number {question.id} asks for; it asks for {', '.join(keys)}"]
+    return [m for m in (_number_missing(n, section.numbers.get(n.key), results) for n in question.numbers) if m]
+
+
+def _number_missing(asked: Measured, given, results: Results) -> str | None:
+    """Why the field ``asked.key`` does not give the number (None: it does, within the tolerance)."""
+    what = f"{asked.key} ({asked.what})"
+    values = point_values(asked.point, asked, results)
+    if not values:
+        return f"{what}: no complete run of {asked.point} to compare the answer with"
+    value = sum(values) / len(values) * asked.scale
+    if given is None:
+        return f"{what}: left empty; your runs give {value:.3g}"
+    number = answerfile.number_of(given)
+    if number is None:
+        return f"{what}: {given!r} is not a number; give {asked.unit or 'a plain number'}, e.g. {value:.3g}"
+    if abs(number - value) > asked.tolerance_pct / 100 * abs(value):
+        return f"{what}: {number:g} is not within {asked.tolerance_pct:g} % of what your runs give ({value:.3g})"
+    return None
+
+
+def _contradictions(question: Question, prose: str, results: Results, settings: dict[str, list[float]]) -> list[str]:
+    """The prose's numbers in the units the question asks about (``1.4 Mbit/s``; ``0.8 and 1.1 Mbit/s``)
+    that nothing backs: none of the runs' values of those points (each run, their mean, range and
+    spread, the difference of two means) nor a setting of the scenario file is within the tolerance."""
+    problems = []
+    for unit in sorted({n.unit for n in question.numbers if n.unit in PROSE_UNITS}):
+        asked = [n for n in question.numbers if n.unit == unit]
+        tolerance = min(n.tolerance_pct for n in asked) / 100
+        backed = _evidence(asked, results) + settings.get(unit, [])
+        # a number, or a list or range of them ("0.8, 0.9 and 1.1", "0.8-1.1"), followed by the unit
+        number = r"\d+(?:\.\d+)?"
+        pattern = rf"(?<![\d.])({number}(?:\s*(?:,|and|or|to|-)\s*{number})*)\s*" + re.escape(unit)
+        for group in re.finditer(pattern, prose.replace(",000", "000")):
+            for n in (float(x) for x in re.findall(r"\d+(?:\.\d+)?", group.group(1))):
+                if not any(abs(n - b) <= tolerance * max(abs(b), 1e-9) for b in backed):
+                    problems.append(f"the answer says {n:g} {unit}, which neither your runs nor your scenario "
+                                    f"file give")  # fmt: skip
+    return list(dict.fromkeys(problems))
+
+
+def _evidence(asked: list[Measured], results: Results) -> list[float]:
+    """Every number the runs give for ``asked``'s points in their unit: each run's value of each metric
+    of that unit, each metric's mean, range and spread, and the differences of the means."""
+    means, found = [], []
+    for n in asked:
+        for metric in labkit.metrics_in(n.unit):
+            values = [v * n.scale for v in point_values(n.point, n.model_copy(update={"metric": metric}), results)]
+            if values:
+                mean = sum(values) / len(values)
+                means.append(mean)
+                found += [*values, mean, max(values) - min(values)]
+    return found + [abs(a - b) for a in means for b in means if a != b]
 
 
 def _quote(text: str, limit: int = 400) -> str:
     flat = " ".join(text.split())
     return f'"{flat[:limit]}{"..." if len(flat) > limit else ""}"'
-
-
-def _number_missing(asked: Measured, text: str, results: Results) -> str | None:
-    """Why the answer lacks the number ``asked`` (None: it states it, within the tolerance)."""
-    values = point_values(asked.point, asked, results)
-    if not values:
-        return f"{asked.what}: no complete run of {asked.point} to compare the answer with"
-    value = sum(values) / len(values) * asked.scale
-    stated = [float(n) for n in re.findall(r"(?<![\w.])-?\d+(?:\.\d+)?", text.replace(",", ""))]
-    if any(abs(n - value) <= asked.tolerance_pct / 100 * abs(value) for n in stated):
-        return None
-    return (f"{asked.what}: the answer states no number within {asked.tolerance_pct:g} % of what your "
-            f"runs give ({value:.3g})")  # fmt: skip
 
 
 def band_check(band: Band, results: Results, seeds: list[int] | None = None) -> Check:
@@ -366,21 +435,13 @@ def text(grade: Grade) -> str:
 
 def junit_xml(grade: Grade, path: Path) -> None:
     """One test suite per task, one test case per check (one to grade by hand: skipped, with why)."""
-    suites = ET.Element("testsuites", name=f"cc-testbed lab: {grade.lab.title}")
-    for t in grade.tasks:
-        failures = sum(not c.ok for c in t.checks if c.graded)
-        skipped = sum(not c.graded for c in t.checks)
-        suite = ET.SubElement(suites, "testsuite", name=f"{t.task.id}: {t.task.title}", tests=str(len(t.checks)),
-                              failures=str(failures), skipped=str(skipped), errors="0")  # fmt: skip
-        for c in t.checks:
-            case = ET.SubElement(suite, "testcase", classname=t.task.id, name=c.name)
-            if not c.graded:
-                ET.SubElement(case, "skipped", message=c.detail)
-            elif not c.ok:
-                ET.SubElement(case, "failure", message=c.detail).text = c.detail
-            else:
-                ET.SubElement(case, "system-out").text = c.detail
-    ET.ElementTree(suites).write(path, encoding="utf-8", xml_declaration=True)
+
+    def case(task_id: str, c) -> junit.Case:
+        outcome = "skipped" if not c.graded else ("failure" if not c.ok else "passed")
+        return junit.Case(task_id, c.name, outcome, message=c.detail, detail=c.detail)
+
+    junit.write(path, f"cc-testbed lab: {grade.lab.title}",
+                {f"{t.task.id}: {t.task.title}": [case(t.task.id, c) for c in t.checks] for t in grade.tasks})
 
 
 def gradescope(grade: Grade) -> dict:

@@ -1,0 +1,257 @@
+"""``testbed lab``: list the course labs, start one in a folder of its own, grade a student's work.
+
+``check`` grades with the tasks and bands of the lab as installed in ``labs/`` (a student's copy of
+``lab.yaml`` or ``expected.yaml`` is not trusted), runs the instructor's hidden variants first when the
+lab has a ``hidden.yaml`` (other seeds or points of the student's own scenario file, into the same
+results folder; the bands must hold for them too, on their own runs), and writes ``grade/junit.xml``
+and ``grade/results.json`` (Gradescope) beside the terminal report.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from testbed.labs import grading, labkit, labresults, students
+from testbed.scenario import variants
+from testbed.scenario.load import load_scenario
+from testbed.scenario.points import ScenarioFile
+
+#: run_session(scenario, results_root) -> the runs that did not complete (testbed.host.session)
+SessionRunner = Callable[[ScenarioFile, Path], list]
+
+
+@dataclass
+class LabCheck:
+    grade: grading.Grade
+    junit: Path
+    gradescope: Path
+
+
+def describe(root: Path = labkit.LABS) -> str:
+    """The labs, one line each: name, title, time here and on a laptop with KVM."""
+    lines = []
+    for name in labkit.lab_names(root):
+        lab = labkit.load_lab(root / name)
+        lines.append(f"{name:12} {lab.title} ({lab.minutes.tcg:g} min here under TCG, ~{lab.minutes.kvm:g} min "
+                     f"with KVM; papers: {lab.papers})")  # fmt: skip
+    return "\n".join(lines) or f"no labs in {root}"
+
+
+def hidden_scenarios(work: Path, lab: labkit.Lab, hidden: labkit.Hidden,
+                     pool: list[int] | None = None) -> list[tuple[str, ScenarioFile]]:  # fmt: skip
+    """Each hidden variant as the part of the student's scenario file it runs: the points its ``only``
+    selects (all without), with its own seeds (the file's without). In a folder started with the
+    student's own seeds, a variant's seeds are as many of ``pool`` (the lab's seed pool) the student did
+    not get (testbed/labs/students.py): never one of theirs."""
+    if lab.scenario is None:
+        raise labkit.LabError("the lab has no scenario file of its own: hidden variants need one")
+    scenario = load_scenario(work / lab.scenario)
+    mine = labkit.lab_start(work).get("seeds")
+    found = []
+    for variant in hidden.variants:
+        chosen = scenario.select(variant.only)
+        seeds = students.others(pool, mine, len(variant.seeds)) if mine and pool and variant.seeds else variant.seeds
+        if seeds:
+            chosen = replace(chosen, points=[variants.derive(p, seeds) for p in chosen.points])
+        found.append((variant.name, chosen))
+    return found
+
+
+def check(master: Path, work: Path, results: Path, run: SessionRunner | None = None,
+          student: str | None = None) -> LabCheck:  # fmt: skip
+    """Grade the student's folder ``work`` (their scenario file, answers and figures) on ``results``
+    with the lab ``master`` as installed: its tasks, bands and hidden variants (``run`` runs those;
+    None skips them). The hidden variants' checks belong to the lab's first task that runs points: a
+    scenario file that only works for the seeds it was tried with fails the task that asked for it.
+    ``student``: whose work this is (their own seeds are then required: testbed/labs/students.py)."""
+    lab = labkit.load_lab(master)
+    expected = labkit.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
+    ran = []
+    if run is not None and (master / "hidden.yaml").is_file():
+        hidden = labkit.load_hidden(master / "hidden.yaml")
+        ran = _run_hidden(work, lab, hidden, results, run, labkit.seed_pool(master, lab))
+    found = labresults.load_results(work, lab, results)
+    graded = grading.grade(work, lab, expected, found, _student_checks(master, work, found, student))
+    if ran:
+        task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
+        task.checks += _hidden_checks(ran, expected, found)
+    out = work / "grade"
+    out.mkdir(exist_ok=True)
+    grading.junit_xml(graded, out / "junit.xml")
+    (out / "results.json").write_text(json.dumps(grading.gradescope(graded), indent=2) + "\n")
+    return LabCheck(graded, out / "junit.xml", out / "results.json")
+
+
+@dataclass
+class HiddenRun:
+    name: str
+    scenario: ScenarioFile | None  # None: the student's file cannot run the variant
+    problem: str | None  # why it did not run or complete
+
+
+def _run_hidden(work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Path,
+                run: SessionRunner, pool: list[int]) -> list[HiddenRun]:  # fmt: skip
+    from testbed.scenario.errors import ScenarioError
+
+    try:
+        chosen = hidden_scenarios(work, lab, hidden, pool)
+    except ScenarioError as err:
+        return [HiddenRun("hidden variants", None, f"the scenario file cannot run them: {err}")]
+    ran = []
+    for name, scenario in chosen:
+        failed = run(scenario, results)
+        ran.append(HiddenRun(name, scenario, f"not complete: {len(failed)} run(s)" if failed else None))
+    return ran
+
+
+def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
+                   found: labresults.Results) -> list[grading.Check]:  # fmt: skip
+    """Each hidden variant: its runs complete, and the bands of its points hold on its own runs (the
+    student's runs are graded apart from them)."""
+    checks = []
+    for variant in ran:
+        if variant.scenario is None or variant.problem:
+            checks.append(grading.Check(f"hidden variant {variant.name}", False, variant.problem or ""))
+            continue
+        runs = variant.scenario.runs()
+        checks.append(grading.Check(f"hidden variant {variant.name}", True, f"{len(runs)} run(s) complete"))
+        seeds: dict[str, list[int]] = {}
+        for r in runs:
+            seeds.setdefault(r.point_id, []).append(r.seed)
+        for band in (b for b in (expected.bands if expected else []) if b.point in seeds):
+            band_check = grading.band_check(band, found, seeds[band.point])
+            checks.append(replace(band_check, name=f"hidden variant {variant.name}: {band_check.name}"))
+    return checks
+
+
+def _student_checks(master: Path, work: Path, found: labresults.Results, student: str | None) -> list[grading.Check]:
+    """Whose seeds the runs are: the folder started for ``student`` (when named), its scenario file running
+    the seeds ``testbed lab start --student`` gave, and those seeds the student's by the course's secret
+    (testbed/labs/students.py). Nothing to check in a folder started without a student, unless one is named."""
+    start = labkit.lab_start(work)
+    mine, started_for = start.get("seeds"), start.get("student")
+    if student is None and mine is None:
+        return []
+    name = "the student's own seeds"
+    if student is not None and started_for is None:
+        return [grading.Check(name, False, f"the folder was not started for a student: testbed lab start "
+                                           f"{master.name} DIR --student {student}, then run its seeds")]  # fmt: skip
+    if student is not None and started_for != student:
+        return [grading.Check(name, False, f"the folder was started for {started_for}, not {student}: another "
+                                           "student's work")]  # fmt: skip
+    ran = sorted({seed for seeds in found.seeds.values() for seed in seeds})
+    if ran != sorted(mine or []):
+        return [grading.Check(name, False, f"the scenario file runs seeds {', '.join(map(str, ran)) or 'none'}; "
+                                           f"testbed lab start gave {started_for} seeds "
+                                           f"{', '.join(map(str, mine or []))}: set those and run them")]  # fmt: skip
+    if student is None:
+        return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}, as lab start gave {started_for} "
+                                          "(whose they are is checked with --student)")]  # fmt: skip
+    if students.course_secret() is None:
+        return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}: whether they are {student}'s "
+                                          f"cannot be told without {students.SECRET_ENV}: grade by hand",
+                              graded=False)]  # fmt: skip
+    if labkit.student_seeds(master, student) != sorted(mine):
+        return [grading.Check(name, False, f"lab-start.json's seeds are not {student}'s (edited, or another "
+                                           "student's): start the lab again with --student")]  # fmt: skip
+    return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}: {student}'s own")]
+
+
+def shared_runs(folders: list[Path]) -> dict[str, list[Path]]:
+    """Runs found in more than one of the submissions ``folders`` (an instructor's check across a class):
+    fingerprint -> the run folders that have it, when they belong to two submissions or more. A run is
+    found by its manifest; its fingerprint (labresults.run_fingerprint) is its captures' sha256s, which
+    no two real runs share."""
+    seen: dict[str, list[tuple[int, Path]]] = {}
+    for index, folder in enumerate(folders):
+        for manifest in sorted(folder.rglob("manifest.json")):
+            fingerprint = labresults.run_fingerprint(manifest.parent)
+            if fingerprint is not None:
+                seen.setdefault(fingerprint, []).append((index, manifest.parent))
+    return {f: [run for _, run in found] for f, found in seen.items() if len({i for i, _ in found}) > 1}
+
+
+def open_notebook(folder: Path) -> int:
+    """JupyterLab on the lab folder's analysis.ipynb (replaces this process; Ctrl-C in it stops it)."""
+    notebook = folder / "analysis.ipynb"
+    if not notebook.is_file():
+        raise labkit.LabError(f"{folder} has no analysis.ipynb")
+    # the virtualenv's own, even when its bin/ is not on PATH (.venv/bin/testbed run directly)
+    jupyter = shutil.which("jupyter-lab", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
+    if jupyter is None:
+        raise labkit.LabError("JupyterLab is not installed in the project's virtualenv: run 'make setup' "
+                              "(it installs requirements-labs.lock)")  # fmt: skip
+    os.chdir(folder)
+    # the testbed runs as root (namespaces, qdiscs), and JupyterLab refuses root without being told
+    os.execv(jupyter, [jupyter, notebook.name, *(["--allow-root"] if os.geteuid() == 0 else [])])
+
+
+def command(action: str, name: str | None, folder: Path | None = None, more: list[str] | None = None,
+            work: Path | None = None, how: str | None = None, hidden_runner: SessionRunner | None = None,
+            student: str | None = None) -> int:  # fmt: skip
+    """``testbed lab ACTION``: list, start, check, bands, autograder, notebook or duplicates (docs/labs.md);
+    returns the exit status. ``hidden_runner`` runs the hidden variants for ``check`` (None: not run)."""
+    if action == "list":
+        print(describe())
+        return 0
+    if action == "duplicates":
+        given = ([name] if name else []) + ([str(folder)] if folder else []) + (more or [])
+        return _duplicates([Path(f) for f in given])
+    if not name:
+        raise labkit.LabError(f"lab {action} needs the lab's name: one of {', '.join(labkit.lab_names())}")
+    master = labkit.lab_dir(name)
+    if action == "start":
+        destination = labkit.start_lab(name, folder or Path(master.name), student=student)
+        print(f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
+              f"scenario ({labkit.load_lab(master).scenario}) from there")  # fmt: skip
+        if student:
+            print(f"{student}'s own seeds: {', '.join(map(str, labkit.lab_start(destination)['seeds']))}")
+        return 0
+    if action == "bands":
+        return _bands(master, folder, how)
+    if action == "autograder":
+        from testbed.labs import autograder
+
+        path = autograder.build(name, folder or Path.cwd())
+        print(f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
+              f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)")  # fmt: skip
+        return 0
+    if action == "notebook":
+        return open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
+    work = work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
+    checked = check(master, work, folder or work / "results", hidden_runner, student)
+    print(grading.text(checked.grade))
+    print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
+    return 0 if all(t.passed for t in checked.grade.tasks) else 1
+
+
+def _duplicates(folders: list[Path]) -> int:
+    """``lab duplicates FOLDER...``: runs that two submissions share (exit 1 when any)."""
+    missing = [str(f) for f in folders if not f.is_dir()]
+    if len(folders) < 2 or missing:
+        problem = f"; not folders: {', '.join(missing)}" if missing else ""
+        raise labkit.LabError(f"lab duplicates needs two submission folders or more{problem}")
+    shared = shared_runs(folders)
+    for runs in shared.values():
+        print("the same run in " + " and ".join(str(r) for r in runs))
+    print(f"{len(shared)} run(s) found in two submissions or more, of {len(folders)} submissions")
+    return 1 if shared else 0
+
+
+def _bands(master: Path, results: Path | None, how: str | None) -> int:
+    from testbed import PROJECT
+    from testbed.labs import labbands
+    from testbed.results import provenance
+
+    if not results or not how:
+        raise labkit.LabError("lab bands needs the reference runs' results folder and --how (how they were made)")
+    expected = labbands.make_bands(master, results, how, provenance.git_state(PROJECT).get("sha") or "unknown")
+    labbands.write_expected(master / "expected.yaml", expected)
+    print(f"{master / 'expected.yaml'}: {len(expected.bands)} bands from {expected.reference.runs} reference runs")
+    return 0

@@ -1,0 +1,325 @@
+"""How kernels are compared: the one place ``regress``, ``regress --series`` and ``bisect`` share.
+
+A comparison runs one suite on several kernels (its *sides*), each in its own guest session, and
+judges them paired by seed. This module holds every step they have in common, in the order they run:
+
+1. **What runs**: a side's scenario is the suite with its repetition's seed and, where asked, flow
+   options that harm it on purpose (:func:`variant`, through testbed/scenario/variants.py: the one
+   way every workflow derives a point from another). Repetition r runs seed r on every side, so
+   each side sees the same seeded losses and the sides pair by seed.
+2. **The schedule** (:func:`run_interleaved`): repetition by repetition and side by side in turn
+   (baseline 1, candidate 1, baseline 2, ...), so whatever drifts on the machine during hours of runs
+   hits every side alike; on a cluster one placement seed sends a point's run to the same host on
+   every side (host differences cancel in the pair). A side whose kernel refuses the suite, or on
+   which nothing of its first repetition completes, is dropped with why; with fewer than two sides
+   left nothing more runs.
+3. **Resuming** (:class:`Comparison`): the comparison's folder is a session of sessions;
+   ``comparison.json`` records what is compared and each sub-session once it ends. Started again with
+   the same kernels, suite and options, a killed comparison goes on in its folder: sub-sessions whose
+   runs all completed are not run again, and the one that was killed (or one with failed runs)
+   resumes its own runs, only those not complete (testbed.plan.resume).
+4. **Judging and writing** stay with each workflow (what it compares and how it decides), built from
+   the parts here: the sides' metrics (:func:`side_metrics`), the runs that failed
+   (:func:`failed_runs`), the positive controls (:func:`control_line`), the exit status
+   (:func:`exit_code`) and the text of numbers (:func:`fmt_value`, :func:`detectable_text`); JUnit in
+   testbed.report.junit and figures in analysis.plots.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from analysis import claims, regression
+from testbed.guest.lossbpf import LossChannelError
+from testbed.guest.modules import ModuleBuildError
+from testbed.host import kernels
+from testbed.host.clusterspec import host_count
+from testbed.host.session import log, run_session
+from testbed.host.virtme import GuestError
+from testbed.plan.estimate import GUEST_BOOT_S, check_runaway, estimate_s
+from testbed.report.session import write_session_report
+from testbed.results import rundir
+from testbed.scenario.points import ScenarioFile
+from testbed.scenario.suite import FlowHarm
+from testbed.scenario.variants import derive
+
+STATE_FILE = "comparison.json"
+#: what a session raises when its kernel cannot run the suite at all (a module that does not build for it,
+#: headers apt cannot find, a guest that cannot start, a loss channel its kernel lacks): that side is dropped
+KERNEL_REFUSALS = (ModuleBuildError, GuestError, kernels.KernelError, LossChannelError)
+#: per-flow options a side can be given to inject a known regression (tests, demonstrations): those of a
+#: suite's positive controls, name -> bool or int
+FLOW_OPTIONS = {name: bool if field.annotation == (bool | None) else int
+                for name, field in FlowHarm.model_fields.items()}  # fmt: skip
+EXIT_MEANINGS = ("nothing regressed", "a regression", "the run failed")
+
+
+# -- what runs -----------------------------------------------------------------------------------------
+
+
+def label(kernel: str) -> str:
+    """A kernel as a folder name: the version, or a vmlinuz's or .deb's file name."""
+    return Path(kernel).name if "/" in kernel else kernel
+
+
+def check_repeat(repeat: int) -> None:
+    if repeat < 2:
+        raise ValueError(f"--repeat {repeat}: a comparison needs at least 2 repetitions per kernel (default 5)")
+
+
+def parse_flow_options(items: list[str], option: str = "--candidate-flow-option") -> dict:
+    """``sack=false`` -> {"sack": False}; a bad name or value names the valid ones."""
+    options = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or name not in FLOW_OPTIONS:
+            raise ValueError(f"{option} {item!r}: expected NAME=VALUE with NAME one of {', '.join(FLOW_OPTIONS)}")
+        if FLOW_OPTIONS[name] is bool:
+            if value.lower() not in ("true", "false"):
+                raise ValueError(f"{option} {item!r}: {name} is true or false")
+            options[name] = value.lower() == "true"
+        else:
+            try:
+                options[name] = int(value)
+            except ValueError:
+                raise ValueError(f"{option} {item!r}: {name} is a whole number") from None
+    return options
+
+
+def options_text(options: dict) -> str:
+    return ", ".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in options.items())
+
+
+def control_base(suite: ScenarioFile, point_id: str) -> str | None:
+    """The point a positive control repeats, when the suite runs that point too (then a side need not run
+    the control unharmed: that point is its unharmed run)."""
+    base = point_id.removesuffix(".control")
+    return base if base != point_id and any(p.point_id == base for p in suite.points) else None
+
+
+def variant(suite: ScenarioFile, seed: int | list[int], flow_options: dict | None = None,
+            candidate: bool = False) -> ScenarioFile:  # fmt: skip
+    """The suite with every point's seeds set to ``[seed]`` (or the list) and ``flow_options`` on every flow. For
+    the ``candidate``, the positive controls' options on their points' flows too; for any other side,
+    without the controls whose point the suite runs anyway (the judge compares with that point)."""
+    points = []
+    for point in suite.points:
+        if not candidate and point.point_id in suite.controls and control_base(suite, point.point_id):
+            continue
+        options = {**(flow_options or {}), **(suite.controls.get(point.point_id, {}) if candidate else {})}
+        points.append(derive(point, [seed] if isinstance(seed, int) else list(seed), options))
+    return ScenarioFile(suite.name, suite.path, suite.profile, suite.description, points, controls=suite.controls)
+
+
+def injected(kernel: str, order: list[str], inject: dict | None, inject_from: str | None) -> dict | None:
+    """The flow options a kernel's runs get: ``inject`` from version ``inject_from`` on (a positive control
+    of the series' or bisection's own: a regression of known size placed at a chosen version)."""
+    if not inject or inject_from is None:
+        return None
+    return inject if order.index(kernel) >= order.index(inject_from) else None
+
+
+def check_injection(inject: dict | None, inject_from: str | None, order: list[str]) -> None:
+    """--inject and --inject-from come together, and the version is one of those run."""
+    if bool(inject) != (inject_from is not None):
+        raise ValueError("--inject NAME=VALUE and --inject-from KERNEL go together (the harm and where it starts)")
+    if inject_from is not None and inject_from not in order:
+        raise ValueError(f"--inject-from {inject_from}: not one of the kernels run ({', '.join(order)})")
+
+
+# -- a session of sessions ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Comparison:
+    """A comparison's folder and ``comparison.json``: what it compares (``spec``), where its runs go on a
+    cluster (``placement_seed``), each sub-session that ended (side -> repetition -> folder, relative),
+    those of them with runs that did not complete (run again on resume: only those runs) and each side
+    dropped with why."""
+
+    directory: Path
+    spec: dict
+    placement_seed: int | None = None
+    sessions: dict[str, dict[str, str]] = field(default_factory=dict)
+    dropped: dict[str, str] = field(default_factory=dict)
+    incomplete: list[str] = field(default_factory=list)  # "side/repetition" of sub-sessions with failed runs
+    finished: bool = False
+    resumed: bool = False
+
+    @classmethod
+    def open(cls, root: Path, kind: str, name: str, spec: dict, force: bool = False,
+             folder: str | None = None) -> Comparison:  # fmt: skip
+        """The newest unfinished comparison of this ``kind`` and ``spec`` under ``root/folder`` (``folder``
+        defaults to the kind) resumed, said so; else a new folder ``root/folder/<UTC time>-<name>``;
+        ``force``: always a new one."""
+        spec = {"kind": kind, **spec}
+        parent = root / (folder or kind)
+        for path in [] if force else sorted(parent.glob(f"*/{STATE_FILE}"), reverse=True):
+            state = rundir.read_json(path)
+            if state.get("spec") == spec and not state.get("finished"):
+                done = sum(len(reps) for reps in state.get("sessions", {}).values())
+                log(f"{kind}: resuming {path.parent} ({done} sub-sessions complete; --force starts a new one)")
+                return cls(path.parent, spec, state.get("placement_seed"), state.get("sessions", {}),
+                           state.get("dropped", {}), state.get("incomplete", []), resumed=True)  # fmt: skip
+        directory = parent / f"{rundir.utc_stamp()}-{name}"
+        for n in range(2, 100):  # two started within a second (a test, a script) each get their own
+            if not directory.exists():
+                break
+            directory = parent / f"{rundir.utc_stamp()}-{name}-{n}"
+        directory.mkdir(parents=True)
+        seed = random.SystemRandom().randrange(2**31) if spec.get("cluster") else None
+        comparison = cls(directory, spec, seed)
+        comparison.save()
+        if seed is not None:
+            rundir.write_json_atomic(directory / "placement.json", {"cluster": spec["cluster"], "placement_seed": seed})
+        return comparison
+
+    def save(self) -> None:
+        rundir.write_json_atomic(self.directory / STATE_FILE, {
+            "spec": self.spec, "placement_seed": self.placement_seed, "sessions": self.sessions,
+            "dropped": self.dropped, "incomplete": self.incomplete, "finished": self.finished,
+        })  # fmt: skip
+
+    def session(self, side: str, repetition: int) -> Path | None:
+        """The sub-session of ``side``'s ``repetition`` whose runs all completed, if there is one."""
+        relative = self.sessions.get(side, {}).get(str(repetition))
+        return self.directory / relative if relative and f"{side}/{repetition}" not in self.incomplete else None
+
+    def record(self, side: str, repetition: int, session: Path, complete: bool = True) -> None:
+        """A sub-session that ended; ``complete``: every run of it completed (else it runs again on resume)."""
+        self.sessions.setdefault(side, {})[str(repetition)] = str(session.relative_to(self.directory))
+        key = f"{side}/{repetition}"
+        self.incomplete = [k for k in self.incomplete if k != key] + ([] if complete else [key])
+        self.save()
+
+    def drop(self, side: str, why: str) -> None:
+        self.dropped[side] = why[:400]
+        self.save()
+        log(f"{self.spec['kind']}: {side}: {self.dropped[side]}; dropped")
+
+    def side_sessions(self, side: str) -> set[Path]:
+        return {self.directory / relative for relative in self.sessions.get(side, {}).values()}
+
+    def finish(self) -> None:
+        self.finished = True
+        self.save()
+
+
+@dataclass(frozen=True)
+class Side:
+    name: str  # its folder in the comparison: "baseline", "candidate" or the kernel's label
+    kernel: str
+
+
+def refuse_runaway(runs: list, cluster: str | None, yes: bool) -> None:
+    """A comparison estimated beyond a day starts only with ``yes`` (testbed.plan.estimate.runaway)."""
+    if note := check_runaway(runs, host_count(cluster), yes):
+        log(note)
+
+
+def run_interleaved(comparison: Comparison, sides: list[Side], repeat: int,
+                    scenario_for: Callable[[Side, int], ScenarioFile], vcpus: int | None = None,
+                    cluster: str | None = None) -> dict[str, set[Path]]:  # fmt: skip
+    """Every side's ``repeat`` repetitions, interleaved (module doc), skipping the sub-sessions already
+    complete; returns each side's sessions (a dropped side has none)."""
+    kind = comparison.spec["kind"]
+    plan = [(rep, side) for rep in range(1, repeat + 1) for side in sides]
+    per_session_s = sum(estimate_s(r) for r in scenario_for(sides[-1], 1).runs()) + GUEST_BOOT_S
+    started, ran = time.monotonic(), 0
+    for done, (rep, side) in enumerate(plan):
+        if len([s for s in sides if s.name not in comparison.dropped]) < 2:
+            break  # nothing left to compare with
+        if side.name in comparison.dropped or comparison.session(side.name, rep):
+            continue
+        left = (time.monotonic() - started) / ran if ran else per_session_s
+        log(f"{kind}: {done + 1}/{len(plan)}: {side.name} {side.kernel}, repetition {rep}/{repeat} "
+            f"(ETA {left * sum(1 for r, s in plan[done:] if not comparison.session(s.name, r)) / 60:.0f} min)")
+        try:
+            session = run_session(scenario_for(side, rep), backend="guest", kernel_version=side.kernel,
+                                  results_root=comparison.directory / side.name, vcpus=vcpus, cluster=cluster,
+                                  placement_seed=comparison.placement_seed).directory  # fmt: skip
+        except KERNEL_REFUSALS as err:  # this kernel cannot run the suite: the other sides still can
+            comparison.drop(side.name, f"it refused the suite before any run ({err})")
+            continue
+        ran += 1
+        complete, reasons = completed_runs(session)
+        if rep == 1 and not complete:
+            comparison.drop(side.name, f"no run of its first repetition completed ({'; '.join(sorted(set(reasons)))})")
+            continue
+        comparison.record(side.name, rep, session, complete=not reasons)
+    return {side.name: comparison.side_sessions(side.name) for side in sides}
+
+
+def completed_runs(session: Path) -> tuple[int, list[str]]:
+    """(complete runs, reasons of the others) of one session folder."""
+    done, reasons = 0, []
+    for path in session.rglob("manifest.json"):
+        manifest = rundir.read_json(path)
+        if manifest.get("status") == "complete":
+            done += 1
+        else:
+            reasons.append(manifest.get("reason") or "no reason recorded")
+    return done, reasons
+
+
+# -- judging: the parts every comparing workflow uses ------------------------------------------------------
+
+
+def side_metrics(session_dirs: set[Path]) -> tuple[pd.DataFrame, dict[str, list[tuple[str, str]]]]:
+    """Analyse every run of a side: (its run metrics, point -> [(status, reason)] of its runs)."""
+    frames, statuses = [], {}
+    for session in sorted(session_dirs):
+        report = write_session_report(session)
+        for analysis in report.runs:
+            point = analysis.manifest.get("point_id") or analysis.run_dir.parent.name
+            statuses.setdefault(point, []).append((analysis.status, analysis.reason))
+        flows = claims.flow_rows(report.runs)
+        if not flows.empty:
+            frames.append(regression.run_metrics(flows))
+        latency = regression.latency_metrics(report.runs)
+        if not latency.empty:
+            frames.append(latency)
+    metrics = pd.concat(frames, ignore_index=True) if frames else regression.run_metrics(pd.DataFrame())
+    return metrics, statuses
+
+
+def failed_runs(point: str, statuses: dict[str, list[tuple[str, str]]]) -> list[str]:
+    """The reasons of ``point``'s runs that did not complete on a side (``side_metrics``' statuses)."""
+    return [reason or "no reason recorded" for status, reason in statuses.get(point, []) if status != "complete"]
+
+
+def control_line(what: str, comparisons: list) -> tuple[str, bool]:
+    """A positive control's line (``what`` names it) and whether it was missed: it must come out as a
+    regression of some metric, or the runs have shown they cannot see a change of that size."""
+    found = [c for c in comparisons if c.verdict == "regression"]
+    if found:
+        metrics = ", ".join(f"{c.cc} {c.metric} {c.change:+.1%} (p = {c.p_value:.2g}, Cohen's d = {c.cohen_d:.2g})"
+                            for c in found)  # fmt: skip
+        return f"{what}: detected: {metrics}", False
+    if comparisons and all(c.verdict != "too few runs" for c in comparisons):
+        smallest = min((c.detectable for c in comparisons if not math.isnan(c.detectable)), default=math.nan)
+        return (f"{what}: missed: no metric regressed (smallest detectable change {detectable_text(smallest)}); "
+                f"these repetitions cannot see a regression of that size: raise --repeat"), True  # fmt: skip
+    return f"{what}: not judged (its runs did not complete on both sides)", False
+
+
+def exit_code(failures: list[str], regressed: bool) -> int:
+    """0: nothing regressed; 1: a regression; 2: the comparison itself failed (EXIT_MEANINGS)."""
+    return 2 if failures else (1 if regressed else 0)
+
+
+def fmt_value(value: float, digits: int = 3) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and math.isnan(value)) else f"{value:.{digits}g}"
+
+
+def detectable_text(value: float) -> str:
+    if math.isnan(value):
+        return "n/a"
+    return "> 1000%" if value > 10 else f"{value:.1%}"
