@@ -134,26 +134,9 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from testbed.plan.estimate import RUNAWAY_S, estimate_s
-    from testbed.scenario.load import find_scenario, load_scenario
+    from testbed.workflows.sessions import check_scenarios
 
-    total_s = 0.0
-    for name in args.scenarios:
-        scenario = load_scenario(find_scenario(name, PROJECT / "scenarios"), profile=args.profile)
-        scenario = scenario.select(args.only or (), args.seed or ())
-        runs = scenario.runs()
-        minutes = sum(estimate_s(r) for r in runs) / 60
-        total_s += minutes * 60
-        print(f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, "
-              f"{len(runs)} runs, about {minutes:.1f} min")  # fmt: skip
-        for point in scenario.points:
-            print(f"  {point.point_id}")
-    if len(args.scenarios) > 1:
-        print(f"total: about {total_s / 60:.1f} min of runs (plus a guest boot per scenario)")
-    if total_s > RUNAWAY_S:
-        print(f"warning: about {total_s / 3600:.1f} h of runs, over a day: testbed run will ask for --yes; "
-              "cut the sweep (--only, --seed) or spread it (--cluster)", file=sys.stderr)  # fmt: skip
-    return 0
+    return check_scenarios(args.scenarios, args.profile, args.only or (), args.seed or ())
 
 
 def _cmd_kernels(args: argparse.Namespace) -> int:
@@ -163,10 +146,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         kernel = kernels.fetch(args.fetch)
         print(f"{kernel.release}: {kernel.vmlinuz}")
         return 0
-    print(f"default: {kernels.default_package()}")
-    cached = sorted(p.name for p in kernels.cache_root().glob("*") if (p / ".complete").exists())
-    print("cached: " + (", ".join(cached) or "none"))
-    print("downloadable: " + ", ".join(kernels.available_versions()))
+    print("\n".join(kernels.describe()))
     return 0
 
 

@@ -61,6 +61,13 @@ def default_package() -> str:
     return match.group(1)
 
 
+def describe() -> list[str]:
+    """``testbed kernels``: the default guest kernel, those in the cache and those apt can download."""
+    cached = sorted(p.name for p in cache_root().glob("*") if (p / ".complete").exists())
+    return [f"default: {default_package()}", "cached: " + (", ".join(cached) or "none"),
+            "downloadable: " + ", ".join(available_versions())]  # fmt: skip
+
+
 def available_versions() -> list[str]:
     """Versions ``apt-get download`` can fetch for this flavour, oldest first."""
     out = subprocess.run(

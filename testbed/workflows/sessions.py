@@ -1,4 +1,4 @@
-"""What ``testbed run``, ``testbed suite`` and ``testbed explain`` do: a session run, its report, the catalog.
+"""What ``testbed run``, ``suite``, ``explain`` and ``check`` do: a session run, its report, the catalog.
 
 A session runs where :class:`Where` says (testbed/host/session.py chooses and resumes), its runs are
 analysed while it runs (testbed/report/ahead.py), then its report is written and printed, and the
@@ -139,3 +139,26 @@ def _reason(run_dir: Path) -> str:
         return rundir.read_json(run_dir / rundir.MANIFEST).get("reason") or "no reason recorded"
     except (OSError, ValueError):
         return "no manifest"
+
+
+def check_scenarios(names: list[str], profile: str | None, only=(), seeds=()) -> int:
+    """``testbed check``: each scenario file validated, its points listed and its runs' time estimated
+    (of the part ``only`` and ``seeds`` select); a warning when the whole is beyond a day."""
+    from testbed.scenario.load import find_scenario, load_scenario
+
+    total_s = 0.0
+    for name in names:
+        scenario = load_scenario(find_scenario(name, PROJECT / "scenarios"), profile=profile).select(only, seeds)
+        runs = scenario.runs()
+        seconds = sum(estimate.estimate_s(r) for r in runs)
+        total_s += seconds
+        print(f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, "
+              f"{len(runs)} runs, about {seconds / 60:.1f} min")  # fmt: skip
+        for point in scenario.points:
+            print(f"  {point.point_id}")
+    if len(names) > 1:
+        print(f"total: about {total_s / 60:.1f} min of runs (plus a guest boot per scenario)")
+    if total_s > estimate.RUNAWAY_S:
+        print(f"warning: about {total_s / 3600:.1f} h of runs, over a day: testbed run will ask for --yes; "
+              "cut the sweep (--only, --seed) or spread it (--cluster)", file=sys.stderr)  # fmt: skip
+    return 0

@@ -66,7 +66,7 @@ def test_the_control_is_found_and_the_outputs_written(result):
     [line] = result.controls
     assert ": detected: reno goodput " in line
     text = (result.directory / "series.txt").read_text()
-    assert "change points: 0 of 6 comparisons" in text and "exit status 0 (no regression)" in text
+    assert "change points: 0 of 6 comparisons" in text and "exit status 0 (nothing regressed)" in text
     recorded = json.loads((result.directory / "series.json").read_text())
     assert recorded["compared"] == KERNELS and len(recorded["steps"]) == 8
     assert ET.parse(result.directory / "junit.xml").getroot().findall(".//failure") == []
