@@ -40,28 +40,20 @@ def session_run_dirs(session_dir: Path, session: dict, problems: list[str]) -> l
 
 def _analyze(run_dir: Path) -> RunAnalysis:
     if not run_dir.is_dir():
-        return RunAnalysis(
-            run_dir=run_dir,
-            manifest={},
-            flows=pd.DataFrame(),
-            series=pd.DataFrame(),
-            problems=[f"{run_dir.name}: run folder missing"],
-            status="missing",
-            reason="run folder missing",
-        )
+        return _without_analysis(run_dir, f"{run_dir.name}: run folder missing", "missing", "run folder missing")
     try:
         return report_run(run_dir)
     except Exception as exc:  # one broken run must not take the sweep's report down with it
         last = traceback.extract_tb(exc.__traceback__)[-1]
-        return RunAnalysis(
-            run_dir=run_dir,
-            manifest={},
-            flows=pd.DataFrame(),
-            series=pd.DataFrame(),
-            problems=[f"analysis failed: {type(exc).__name__}: {exc} ({Path(last.filename).name}:{last.lineno})"],
-            status="unanalysed",
-            reason=f"analysis failed: {exc}",
-        )
+        where = f"{Path(last.filename).name}:{last.lineno}"
+        return _without_analysis(run_dir, f"analysis failed: {type(exc).__name__}: {exc} ({where})", "unanalysed",
+                                 f"analysis failed: {exc}")  # fmt: skip
+
+
+def _without_analysis(run_dir: Path, problem: str, status: str, reason: str) -> RunAnalysis:
+    """A run the report lists with why it has no numbers."""
+    return RunAnalysis(run_dir=run_dir, manifest={}, flows=pd.DataFrame(), series=pd.DataFrame(), problems=[problem],
+                       status=status, reason=reason)  # fmt: skip
 
 
 def _analyze_keyed(run_dir: Path) -> tuple[RunAnalysis, str | None]:

@@ -60,12 +60,11 @@ def _rows(results_root: Path, filters: dict, view: View, runs: pd.DataFrame) -> 
 
 
 def _report(results_root: Path, runs: pd.DataFrame, out: Path, filters: dict) -> int:
-    from testbed.report.session import write_selection, write_session_report
+    from testbed.report.session import write_selection
+    from testbed.workflows.sessions import write_report
 
     if runs.empty:
         print("testbed: no catalogued run matches: nothing to report", file=sys.stderr)
         return 1
-    written = write_session_report(write_selection(results_root, runs, out, filters))
-    print(written.summary_text)
-    print(f"report: {written.html_path}")
+    write_report(write_selection(results_root, runs, out, filters))
     return 0

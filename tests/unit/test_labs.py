@@ -199,14 +199,16 @@ def _term_list(work: Path, results: Path) -> None:
                         "keeps.")  # fmt: skip
 
 
+def _q1_block_edited(work: Path, old: str, new: str) -> None:
+    _answer(work, "Q1", answerfile.sections(work / "answers.md")["Q1"].replace(old, new))
+
+
 def _a_bool_for_a_number(work: Path, results: Path) -> None:
-    text = answerfile.sections(work / "answers.md")["Q1"].replace("reno_goodput_mbit: 1.04", "reno_goodput_mbit: true")
-    _answer(work, "Q1", text)
+    _q1_block_edited(work, "reno_goodput_mbit: 1.04", "reno_goodput_mbit: true")
 
 
 def _a_misspelled_field(work: Path, results: Path) -> None:
-    text = answerfile.sections(work / "answers.md")["Q1"].replace("reno_goodput_mbit:", "reno_goodput:")
-    _answer(work, "Q1", text)
+    _q1_block_edited(work, "reno_goodput_mbit:", "reno_goodput:")
 
 
 def _half_a_rubric(work: Path, results: Path) -> None:
