@@ -519,19 +519,22 @@ def _add_lab(sub) -> None:
         "into DIR (default ./NAME). check NAME [RESULTS]: grade the lab folder (the current one, or --work) on "
         "RESULTS (default: its results/): per task pass or fail, JUnit XML and Gradescope's results.json in "
         "grade/; the lab's hidden variants run first when it has any. Exit 0: every task passes; 1: one fails. "
+        "pack NAME [DIR]: zip the lab folder (the current one, or --work) for handing in, each run with its raw/ "
+        "files (grading recomputes the runs from them), into DIR (default: the current folder). "
         "notebook NAME: JupyterLab on the lab's analysis.ipynb (the current folder's, if it has one). "
         "bands NAME RESULTS --how TEXT (instructors): the bands of the lab's expected.yaml from reference runs of "
         "its solution/. autograder NAME [DIR] (instructors): the zip Gradescope takes as the lab's autograder, "
         "written to DIR (default: the current folder). duplicates FOLDER FOLDER... (instructors): runs that two "
         "submissions share, by their captures' fingerprints (exit 1 when any).",
     )  # fmt: skip
-    lab.add_argument("action", choices=["list", "start", "check", "notebook", "bands", "autograder", "duplicates"])
+    lab.add_argument("action", choices=["list", "start", "check", "pack", "notebook", "bands", "autograder",
+                                               "duplicates"])
     lab.add_argument("name", nargs="?", help="a lab of labs/ (testbed lab list) or a folder holding a lab.yaml")
     lab.add_argument("dir", nargs="?", type=Path, help="start: the new folder; check: the results folder; "
-                     "autograder: where the zip goes")  # fmt: skip
+                     "pack, autograder: where the zip goes")  # fmt: skip
     lab.add_argument("more", nargs="*", help="duplicates: more submission folders")
-    lab.add_argument("--work", type=Path, help="check: the student's lab folder (default: the current one if it "
-                     "holds a lab.yaml, else the lab's own)")  # fmt: skip
+    lab.add_argument("--work", type=Path, help="check, pack: the student's lab folder (default: the current one "
+                     "if it holds a lab.yaml, else the lab's own)")  # fmt: skip
     lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")
     _backend_options(lab, "check: where the hidden variants run (as for testbed run)",
                      "check: the guest kernel of the hidden variants (as for testbed run)")

@@ -2,13 +2,13 @@
 
 A task passes when every check of it passes: its runs complete and trustworthy (the latest run of
 each seed of each point it names), made from the student's scenario file as it is now and after
-``testbed lab start``; the figures it asks for drawn by the student's session from those runs (the
-sha256 its report recorded); each question answered with the numbers the student's own runs give
-and the concepts of the lab's rubric; and its metrics within the bands of ``expected.yaml`` for the
-kernel series the runs used. A check nothing here can decide (no bands for the kernel, an answer the
-rubric cannot decide) leaves the task to grade by hand, with no automatic points. The grade is
-printed, and written as JUnit XML (one test suite per task, one case per check) and as Gradescope's
-``results.json``.
+``testbed lab start``, each what its captures give (testbed/labs/evidence.py); the figures it asks
+for drawn by the student's session from those runs (the sha256 its report recorded); each question
+answered with the numbers the student's own runs give and the concepts of the lab's rubric; and its
+metrics within the bands of ``expected.yaml`` for the kernel series the runs used. A check nothing
+here can decide (no bands for the kernel, an answer the rubric cannot decide) leaves the task to grade
+by hand, with no automatic points. The grade is printed, and written as JUnit XML (one test suite per
+task, one case per check) and as Gradescope's ``results.json``.
 
 The student's runs are read by testbed/labs/labresults.py.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 from PIL import Image
 
 from analysis import claims
-from testbed.labs import answerfile, labkit, labresults
+from testbed.labs import answerfile, evidence, labkit, labresults
 from testbed.labs.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
 from testbed.labs.labresults import Results, point_values
 from testbed.report import junit
@@ -144,7 +144,8 @@ def _run_checks(task: Task, results: Results, copies: set[str], min_seeds: int) 
 
 def _point_check(point: str, results: Results, copies: set[str]) -> Check:
     """The point's runs: one complete and trustworthy run per seed the scenario file asks for, made
-    from the file as it is now, after ``testbed lab start``, and none a copy of the reference runs."""
+    from the file as it is now, after ``testbed lab start``, none a copy of the reference runs, and each
+    what its captures give (testbed/labs/evidence.py)."""
     name = f"runs of {point}"
     runs = results.runs[results.runs["point_id"] == point] if not results.runs.empty else results.runs
     wanted = results.seeds.get(point, [])
@@ -165,6 +166,11 @@ def _point_check(point: str, results: Results, copies: set[str]) -> Check:
     if copied:
         return Check(name, False, f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
                                   "byte for byte): run the scenario yourself")  # fmt: skip
+    disagree = [f"seed {r.seed}: {problem}" for r in runs.itertuples()
+                for problem in evidence.run_problems(Path(r.path))]  # fmt: skip
+    if disagree:
+        return Check(name, False, f"{'; '.join(disagree[:3])}{' ...' if len(disagree) > 3 else ''}: a run is graded "
+                                  "on what its captures give (hand in each run as the testbed left it)")  # fmt: skip
     foreign = [f"seed {r.seed}" for r in runs.itertuples()
                if results.identities and r.identity != results.identities.get((point, r.seed))]  # fmt: skip
     if foreign:
@@ -203,7 +209,7 @@ def _figure_checks(task: Task, work: Path, results: Results) -> list[Check]:
 def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
     """Why ``figure`` is not one the student's session drew from the runs graded (None: it is): a PNG
     image, with the sha256 its session's report recorded (figures/drawn.json), drawn from at least one
-    of the task's graded runs."""
+    of the task's graded runs, from the flows.csv each of its runs holds now."""
     try:
         with Image.open(figure) as image:
             image.verify()
@@ -220,6 +226,12 @@ def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
     drawn = {f"{session.parent.name}/{session.name}/{run}" for run in record.get("runs", [])}
     if graded and not graded & drawn:
         return f"drawn from other runs than the {len(graded)} graded (the latest of each seed): draw it again"
+    data = record.get("data") or {}
+    flows = {run: session / run / "flows.csv" for run in record.get("runs", [])}
+    changed = sorted(run for run, path in flows.items() if path.is_file() and data.get(run) != rundir.sha256_file(path))
+    if changed:
+        return (f"drawn from other data than {changed[0]}/flows.csv holds now ({rundir.FIGURES_DRAWN} records "
+                f"another sha256{'' if data else ': none'}): draw it with 'testbed report {session.name}'")  # fmt: skip
     return None
 
 

@@ -195,7 +195,7 @@ def open_notebook(folder: Path) -> int:
 def command(action: str, name: str | None, folder: Path | None = None, more: list[str] | None = None,
             work: Path | None = None, how: str | None = None, hidden_runner: SessionRunner | None = None,
             student: str | None = None) -> int:  # fmt: skip
-    """``testbed lab ACTION``: list, start, check, bands, autograder, notebook or duplicates (docs/labs.md);
+    """``testbed lab ACTION``: list, start, check, pack, bands, autograder, notebook or duplicates (docs/labs.md);
     returns the exit status. ``hidden_runner`` runs the hidden variants for ``check`` (None: not run)."""
     if action == "list":
         print(describe())
@@ -222,6 +222,8 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
         print(f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
               f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)")  # fmt: skip
         return 0
+    if action == "pack":
+        return _pack(master, work or Path.cwd(), folder or Path.cwd())
     if action == "notebook":
         return open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
     work = work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
@@ -229,6 +231,17 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
     print(grading.text(checked.grade))
     print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
     return 0 if all(t.passed for t in checked.grade.tasks) else 1
+
+
+def _pack(master: Path, work: Path, where: Path) -> int:
+    """``lab pack NAME [DIR]``: the student's folder zipped for handing in, its size printed."""
+    from testbed.labs import submission
+
+    packed = submission.pack(work, where / f"{master.name}-submission.zip")
+    print(f"{packed.path}: {packed.runs} run(s), {packed.files} files, {packed.bytes / 1e6:.1f} MB "
+          f"({packed.raw_bytes / 1e6:.1f} MB of raw files before compression): hand it in (Gradescope: upload "
+          "the zip)")  # fmt: skip
+    return 0
 
 
 def _duplicates(folders: list[Path]) -> int:

@@ -3,13 +3,16 @@ starter names each knob left to the student, ``lab start`` copies what a student
 autograder grades a real student's submission (tests/fixtures/lab-wireless-student: runs, figure and
 answers of a wireless lab done start to finish) to 10 / 10, and each cheat of a corpus (filler, made-up
 numbers, a 4-byte PNG, another figure, another kernel series, an edited scenario, runs before
-``lab start``, the reference runs copied in, ...) to exactly the points it should lose, with why;
-JUnit XML, Gradescope's results.json and the Gradescope autograder's zip run as Gradescope runs it."""
+``lab start``, the reference runs copied in, a goodput edited in flows.csv, raw files left at home or
+edited, a manifest edited to say trustworthy, ...) to exactly the points it should lose, with why;
+``lab pack``'s zip, JUnit XML, Gradescope's results.json and the Gradescope autograder's zip run as
+Gradescope runs it."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,7 +27,7 @@ import pytest
 from analysis import plots
 from testbed import PROJECT
 from testbed.cli import main
-from testbed.labs import answerfile, autograder, grading, lab, labkit, labresults
+from testbed.labs import answerfile, autograder, grading, lab, labkit, labresults, submission
 from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
@@ -247,6 +250,47 @@ def _reference_runs_copied(work: Path, results: Path) -> None:
     (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2026-11-27T06:00:00+00:00"}))
 
 
+def _scaled(flows: Path, column: str, factor: float) -> None:
+    table = pd.read_csv(flows)
+    table[column] *= factor
+    table.to_csv(flows, index=False, float_format="%.10g")
+
+
+def _flows_edited(work: Path, results: Path) -> None:
+    # the issue's edit: one run's goodput x1.15 in its flows.csv, which stays inside the band
+    _scaled(next(results.rglob("cc=westwood/seed=1/flows.csv")), "goodput_mbit", 1.15)
+
+
+def _raw_left_home(work: Path, results: Path) -> None:
+    for raw in list(results.rglob("raw")):
+        shutil.rmtree(raw)
+
+
+def _capture_edited(work: Path, results: Path) -> None:
+    with next(results.rglob("cc=reno/seed=2/raw/ra.pcap")).open("ab") as capture:
+        capture.write(b"\0" * 64)
+
+
+def _manifest_says_trustworthy(work: Path, results: Path) -> None:
+    # a run whose capture dropped packets (its tcpdump log says so, with the sha256 the guest recorded:
+    # the guest judged the run untrustworthy), its manifest edited back to say the check passed
+    run = next(results.rglob("cc=reno/seed=2"))
+    log = run / "raw" / "tcpdump-ra.log"
+    log.write_text(re.sub(r"\d+ packets dropped by kernel", "212 packets dropped by kernel", log.read_text()))
+    manifest = json.loads((run / "manifest.json").read_text())
+    manifest["files"]["raw/tcpdump-ra.log"] = rundir.sha256_file(log)
+    (run / "manifest.json").write_text(json.dumps(manifest))
+
+
+def _trustworthy_flag_flipped(work: Path, results: Path) -> None:
+    # a check the guest failed, and the run's verdict edited to "trustworthy" over it
+    path = next(results.rglob("cc=westwood/seed=3/manifest.json"))
+    manifest = json.loads(path.read_text())
+    check = next(c for c in manifest["fidelity"]["checks"] if c["name"] == "capture ra")
+    check["ok"] = False
+    path.write_text(json.dumps(manifest))
+
+
 def _a_seed_missing(work: Path, results: Path) -> None:
     shutil.rmtree(next(results.rglob("cc=westwood/seed=3")))
 
@@ -281,6 +325,14 @@ CHEATS = {
     _another_figure: ({"t1": 0, "t2": 3, "t3": 3}, "not the figure its session's report drew"),
     _another_kernel_series: ({"t1": 0, "t2": 3, "t3": 3}, "no bands for this kernel (6.12; the lab has bands for 6.1)"),
     _a_seed_missing: ({"t1": 0, "t2": 3, "t3": 3}, "no run of seed 3"),
+    _flows_edited: ({"t1": 0, "t2": 3, "t3": 3}, "seed 1: flows.csv: goodput_mbit of c0 is 1.01392; the run's "
+                                                 "captures give 0.881667"),
+    _raw_left_home: ({"t1": 0, "t2": 3, "t3": 3}, "raw/ is missing: hand in each run with its raw/ folder"),
+    _capture_edited: ({"t1": 0, "t2": 3, "t3": 3}, "raw/ra.pcap is not the file the run wrote"),
+    _manifest_says_trustworthy: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json says 'capture ra' passed; judged again "
+                                                              "from raw/tcpdump-ra.log, it fails"),
+    _trustworthy_flag_flipped: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json says trustworthy while its check(s) "
+                                                             "capture ra failed"),
     _reference_runs_copied: ({"t1": 0, "t2": 3, "t3": 3}, "a copy of the lab's reference runs"),
     _edited_after_the_runs: ({"t1": 0, "t2": 3, "t3": 3}, "made with other settings than the scenario file has now"),
     _runs_before_lab_start: ({"t1": 0, "t2": 3, "t3": 3}, "made before 'testbed lab start' made this folder"),
@@ -422,15 +474,38 @@ def test_a_run_that_never_started_is_replaced_by_a_later_attempt(tmp_path):
     assert checked.grade.tasks[0].passed, grading.text(checked.grade)
 
 
+def test_lab_pack_zips_what_grading_reads_and_the_zip_grades_as_the_folder(tmp_path, capsys):
+    work, _ = _submission(tmp_path)
+    run = next(work.rglob("cc=reno/seed=1"))
+    (run / "report.html").write_text("<html></html>")  # what grading never reads stays home
+    (run / "series.csv").write_text("conn,metric,t_s,value\n")
+    assert main(["lab", "pack", "wireless", str(tmp_path / "out"), "--work", str(work)]) == 0
+    zipped = tmp_path / "out" / "wireless-submission.zip"
+    assert f"{zipped}: 6 run(s)" in capsys.readouterr().out
+    with zipfile.ZipFile(zipped) as archive:
+        names = set(archive.namelist())
+        archive.extractall(tmp_path / "unpacked")
+    raw = {f"work/{p.relative_to(work)}" for p in work.rglob("raw/*")}
+    assert raw and raw <= names and "work/answers.md" in names and "work/lab-start.json" in names
+    assert not [n for n in names if n.endswith(("report.html", "series.csv"))]
+    unpacked = tmp_path / "unpacked" / "work"
+    checked = lab.check(LABS / "wireless", unpacked, unpacked / "results")
+    assert checked.grade.score == 10, grading.text(checked.grade)
+    assert main(["lab", "pack", "wireless", str(tmp_path / "out"), "--work", str(tmp_path)]) == 2
+    assert "not a lab folder (no lab.yaml)" in capsys.readouterr().err
+
+
 def _gradescope_run(root: Path, upload: Path | None) -> dict:
-    """``run_autograder`` as Gradescope runs it: the upload in ``submission/``, the grade read back from
-    ``results/results.json`` (AUTOGRADER_ROOT for /autograder; the project's Python for the image's venv,
-    which setup.sh would make)."""
+    """``run_autograder`` as Gradescope runs it: the upload (the folder as ``testbed lab pack`` zips it) in
+    ``submission/``, the grade read back from ``results/results.json`` (AUTOGRADER_ROOT for /autograder;
+    the project's Python for the image's venv, which setup.sh would make)."""
     shutil.rmtree(root / "submission", ignore_errors=True)
     shutil.rmtree(root / "results", ignore_errors=True)
     (root / "submission").mkdir()
-    if upload is not None:  # an uploaded zip of the folder, as Gradescope unpacks it: one level down
-        shutil.copytree(upload, root / "submission" / "my-wireless-lab")
+    if upload is not None:  # the zip, as Gradescope unpacks it: the folder one level down
+        zipped = submission.pack(upload, root / "upload.zip")
+        with zipfile.ZipFile(zipped.path) as archive:
+            archive.extractall(root / "submission")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
     done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
                           timeout=300)  # fmt: skip
@@ -498,10 +573,10 @@ def test_the_reproduce_lab_asks_for_three_seeds_a_point(tmp_path):
     work = _reproduce(tmp_path)
     (work / "claim.yaml").write_text((work / "claim.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2]"))
     graded = _grade_reproduce(work)
-    # two seeds a side: the runs graded (seeds 1 and 2) leave the claim undecided, which Q2 does not say
-    assert [t.score for t in graded.tasks] == [0, 0, 3], grading.text(graded)
+    # the runs task fails; the verdict is judged on the runs graded (seeds 1 and 2), which decide it here
+    assert [t.score for t in graded.tasks] == [0, 3, 3], grading.text(graded)
     assert "the lab asks for at least 3 seeds a point; the file asks for fewer at" in grading.text(graded)
-    assert "mobile-westwood-beats-reno-bernoulli: undecided, which the answer does not say" in grading.text(graded)
+    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in grading.text(graded)
 
 
 def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
