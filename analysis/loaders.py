@@ -220,6 +220,22 @@ def _split_endpoint(text: str) -> tuple[str, int | None]:
     return host.strip("[]"), int(port)
 
 
+def trace_event(line: str, event: str = "tcp_probe") -> dict | None:
+    """One ftrace text line's fields (``t_mono_s``, ``src_ip``, ``src_port``, ... as :class:`TcpProbeTrace`
+    describes them) when it is an ``event``; None for any other line. The live page (testbed/report/livefeed.py)
+    reads a trace as it grows through this, as :func:`load_tcp_probe` reads a finished one."""
+    match = _TRACE_LINE.search(line)
+    if match is None or match.group(2).rsplit(":", 1)[-1] != event:
+        return None
+    values: dict = {"t_mono_s": float(match.group(1))}
+    for key, text in _KEY_VALUE.findall(match.group(3)):
+        if key in ("src", "dest"):
+            values[f"{key}_ip"], values[f"{key}_port"] = _split_endpoint(text)
+        else:
+            values[key] = _field_value(key, text)
+    return values
+
+
 def load_tcp_probe(path: Path, event: str = "tcp_probe") -> TcpProbeTrace:
     """Parse an ftrace text file of ``tcp:tcp_probe`` events. Fields are parsed generically (newer
     kernels add fields). An absent file or one without any event raises :class:`LoadError`."""
@@ -238,20 +254,14 @@ def load_tcp_probe(path: Path, event: str = "tcp_probe") -> TcpProbeTrace:
         for line in handle:
             if not line.strip() or line.startswith("#"):
                 continue
-            match = _TRACE_LINE.search(line)
-            if match is None or match.group(2).rsplit(":", 1)[-1] != event:
+            values = trace_event(line, event)
+            if values is None:
                 lost_match = _LOST_EVENTS.search(line)
                 if lost_match:
                     lost += int(lost_match.group(1))
-                elif match is None:
+                elif _TRACE_LINE.search(line) is None:
                     unparsed += 1
                 continue
-            values = {"t_mono_s": float(match.group(1))}
-            for key, text in _KEY_VALUE.findall(match.group(3)):
-                if key in ("src", "dest"):
-                    values[f"{key}_ip"], values[f"{key}_port"] = _split_endpoint(text)
-                else:
-                    values[key] = _field_value(key, text)
             for key, value in values.items():
                 column = columns.get(key)
                 if column is None:

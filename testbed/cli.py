@@ -17,6 +17,7 @@ import contextlib
 import logging
 import signal
 import sys
+import time
 from pathlib import Path
 
 from testbed import PROJECT
@@ -232,6 +233,10 @@ def _where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> Non
     parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
     _cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
+    parser.add_argument("--live", action="store_true",
+                        help="serve a live page of the runs (goodput, cwnd, RTT, queues, checks, progress) on "
+                             "127.0.0.1 while the command runs; it prints the URL with its token "
+                             "(docs/live.md)")  # fmt: skip
 
 
 def _backend_options(parser: argparse.ArgumentParser, backend_help: str = "", kernel_help: str = "") -> None:
@@ -546,9 +551,32 @@ def _add_lab(sub) -> None:
     lab.set_defaults(func=_cmd_lab)
 
 
+def _cmd_watch(args: argparse.Namespace) -> int:
+    from testbed.report.liveserver import watch
+
+    return watch(args.folder, args.speed, args.port)
+
+
+def _add_watch(sub) -> None:
+    watch = sub.add_parser(
+        "watch", help="a live page of a session: a running one as it grows, a finished one replayed (docs/live.md)",
+        description="Serve a page on 127.0.0.1 showing FOLDER's runs: per flow the acked rate, cwnd, ssthresh and "
+                    "RTT, per bottleneck the queue, the fidelity checks, the progress and the time left; the paper's "
+                    "expectation (fair share, bottleneck rate, BDP) beside the measured lines. FOLDER is a session, "
+                    "or a results folder whose newest session is followed. A finished session is replayed at "
+                    "--speed times its pace. The URL carries a random token; the page is refused without it. "
+                    "Ctrl-C stops it.",
+    )  # fmt: skip
+    watch.add_argument("folder", type=Path, help="a session folder, or a results folder (its newest session)")
+    watch.add_argument("--speed", type=float, default=1.0,
+                       help="replay speed of a finished session (default 1: as it ran; 0: all at once)")  # fmt: skip
+    watch.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    watch.set_defaults(func=_cmd_watch)
+
+
 #: the subcommands in the order --help lists them
 SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_lengths, _add_results, _add_regress,
-               _add_bisect, _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup)  # fmt: skip
+               _add_bisect, _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup, _add_watch)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
 SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bisect", "bench", "lab"}
 
@@ -569,6 +597,15 @@ def _progress_bar(command: str) -> contextlib.AbstractContextManager:
         if progressbar.wanted():
             return progressbar.shown(logging.getLogger("testbed"))
     return contextlib.nullcontext()
+
+
+def _live_page(args: argparse.Namespace) -> contextlib.AbstractContextManager:
+    """With --live: the live page of the sessions the command makes under its results folder."""
+    if not getattr(args, "live", False):
+        return contextlib.nullcontext()
+    from testbed.report.liveserver import serving
+
+    return serving(args.results, since=time.time())
 
 
 def _terminate(signum, frame) -> None:
@@ -595,7 +632,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "check":
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `testbed check ... | head` ends quietly
     try:
-        with _progress_bar(args.command):
+        with _progress_bar(args.command), _live_page(args):
             return args.func(args)
     except (
         ScenarioError,

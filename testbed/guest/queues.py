@@ -6,7 +6,8 @@ packets dequeued, drops, overlimits, backlog in bytes and packets; where the que
 tick, over a socket opened once in each node's namespace (:mod:`testbed.guest.qdiscstats`), so a
 tick costs a few system calls, not a process (``tc -s`` would cost ~0.1 s per call in a TCG guest).
 
-The samples are the run's ``raw/queues.csv`` and what the passive rate check reads
+Each tick's samples are appended to ``raw/queues-live.csv`` as they are read (what the live page shows);
+the samples are the run's ``raw/queues.csv`` and what the passive rate check reads
 (:func:`testbed.guest.fidelity.passive_rate_check`): while a queue holds packets, the link sends at
 its rate, so its dequeue rate over backlogged intervals *is* the emulated rate, measured with the
 run's own traffic whatever the loss after it.
@@ -24,6 +25,11 @@ from pathlib import Path
 from testbed.guest.qdiscstats import RootQdiscReader
 
 SAMPLE_HZ = 10.0
+#: each tick's samples as they are read (monotonic time, not yet the traffic's): the live page's queues
+LIVE_CSV = "queues-live.csv"
+#: how often the live file is flushed: the page draws twice a second, and each write to the results folder
+#: is a request to the host under a guest (virtiofs), so ticks are written together
+LIVE_FLUSH_S = 0.5
 
 
 @dataclass(frozen=True)
@@ -49,8 +55,9 @@ class QueueSampler:
     """Samples the root qdisc of each ``(node, intf)`` at ``hz`` in a thread, from :meth:`start` to :meth:`stop`."""
 
     def __init__(self, links: list[tuple[str, str]], netns_path, hz: float = SAMPLE_HZ,
-                 disciplined: frozenset[tuple[str, str]] = frozenset()):  # fmt: skip
+                 disciplined: frozenset[tuple[str, str]] = frozenset(), live_path: Path | None = None):  # fmt: skip
         self.links = links
+        self.live_path = live_path  # where each tick's samples are appended as they are read (None: nowhere)
         self.disciplined = disciplined  # the links whose queue is an AQM's leaf: its marks and delay read too
         self.netns_path = netns_path  # node -> "/proc/<pid>/ns/net"
         self.period_s = 1.0 / hz
@@ -76,18 +83,34 @@ class QueueSampler:
         with contextlib.ExitStack() as stack:
             try:
                 self._open(stack)
+                live = self._open_live(stack)
             except Exception as err:  # noqa: BLE001 - recorded; the rate checks then have no samples
                 self.error = f"{type(err).__name__}: {err}"
                 return
-            next_tick = time.monotonic()
+            next_tick = flushed = time.monotonic()
             while not self._stop.is_set():
                 try:
+                    before = len(self.samples)
                     self._sample_once()
+                    if live is not None:  # a line per sample (the page keeps a line cut by a flush until its end)
+                        live.writerows(_row(sample) for sample in self.samples[before:])
+                        if time.monotonic() - flushed >= LIVE_FLUSH_S:
+                            self._live_file.flush()
+                            flushed = time.monotonic()
                 except Exception as err:  # noqa: BLE001 - recorded; the samples so far are kept
                     self.error = f"{type(err).__name__}: {err}"
                     return
                 next_tick += self.period_s
                 self._stop.wait(max(0.0, next_tick - time.monotonic()))
+
+    def _open_live(self, stack: contextlib.ExitStack):
+        """The live file's CSV writer, its header written (None without a live path)."""
+        if self.live_path is None:
+            return None
+        self._live_file = stack.enter_context(open(self.live_path, "w", newline=""))
+        writer = csv.writer(self._live_file)
+        writer.writerow(["t_mono_s"] + [f.name for f in fields(QueueSample)][1:])
+        return writer
 
     def _open(self, stack: contextlib.ExitStack) -> None:
         """Per node: its netlink socket, and the sampled interfaces by index."""
@@ -112,6 +135,14 @@ class QueueSampler:
         if self._thread is not None:
             self._thread.join(timeout=5)
         return self.samples
+
+
+#: a sample's fields in order (dataclasses.astuple copies each value deeply: ten times slower per row)
+_FIELDS = [f.name for f in fields(QueueSample)]
+
+
+def _row(sample: QueueSample) -> list:
+    return [getattr(sample, name) for name in _FIELDS]
 
 
 def write_csv(path: Path, samples: list[QueueSample], t0: float) -> None:

@@ -299,7 +299,8 @@ def _await_captures(state: RunState, net: Network) -> None:
     disciplined = frozenset(key for key, plan in spec.egress.items()
                             if plan.discipline is not None and plan.discipline.discipline != "fifo")  # fmt: skip
     state.sampler = queues.QueueSampler([(b.node, b.intf) for b in spec.bottlenecks], net.netns_path,
-                                        hz=state.context.queue_hz, disciplined=disciplined)  # fmt: skip
+                                        hz=state.context.queue_hz, disciplined=disciplined,
+                                        live_path=state.raw / queues.LIVE_CSV)  # fmt: skip
     state.sampler.start()
     state.mark("captures_ready")
 
@@ -344,6 +345,9 @@ def _start_traffic(state: RunState, net: Network, endpoints: Endpoints, sprayers
     t0_unix = time.time() + (t0 - time.monotonic())  # the captures' clock
     state.manifest["t0_monotonic"] = t0
     state.manifest["t0_unix_s"] = t0_unix
+    # the running run's manifest with its time zero, connections and topology: what the live page
+    # (testbed/report/livefeed.py) puts the growing traces on; one small file, before the traffic
+    write_manifest(state.directory, state.manifest)
     lossbpf.start(channels, round(t0 * 1e9))
     state.latency.release(t0)
     return Traffic(endpoints.servers, endpoints.clients, channels, sprayers, lead, grace_s, t0, t0_unix)

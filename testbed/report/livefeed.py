@@ -1,0 +1,370 @@
+"""The live page's records: a session folder read as it grows, each record a JSON-ready dict.
+
+One stream, two views. The records are read from the run folders' own files as the runs write them,
+with the analysis' own parsers: the running run's manifest (its time zero, connections and
+topology, written again when its traffic starts), ``raw/tcp_probe.txt`` (``analysis.loaders.trace_event``,
+the line parser of the finished report's cwnd, ssthresh and RTT), ``raw/queues-live.csv`` (the queue
+sampler's ticks as it reads them), the session's ``plan.json`` and, under a guest, the console log's
+fidelity lines; at a run's end its manifest's checks and its ``flows.csv`` (the report's numbers).
+A finished session is the same files read at once, which is how ``testbed watch`` replays it.
+
+Records (``kind``):
+
+- ``session``: the session's folder and its runs in plan order;
+- ``progress``: runs done of total, the run going on, the time left by the plan's estimates;
+- ``run``: a run's status and what the paper's figures draw beside the measured line (the
+  bottleneck's rate, the fair share, the BDP in packets);
+- ``flow``: a connection's cwnd, ssthresh, smoothed RTT and acked rate (snd_una's advance) in
+  :data:`BIN_S` bins, on the run's clock;
+- ``queue``: a bottleneck's backlog, drops and ECN marks per sampler tick;
+- ``check``: a fidelity check, as the guest logs it or as the manifest keeps it;
+- ``result``: a finished run's goodput per connection (flows.csv) and whether it is trustworthy.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from analysis.loaders import INFINITE_SSTHRESH, trace_event
+from testbed.guest.queues import LIVE_CSV
+from testbed.plan import progress
+from testbed.results import rundir
+
+#: a flow's samples are binned this wide (the page updates at least twice a second)
+BIN_S = 0.2
+#: the acked rate is snd_una's advance over this long (a 0.2 s bin holds a handful of ACKs at 2 Mbit/s)
+RATE_WINDOW_S = 1.0
+#: how often a followed results folder is searched for a newer session
+RESCAN_S = 2.0
+#: a packet, for the BDP drawn beside cwnd (the queues' own unit)
+PACKET_BYTES = 1500
+_FIDELITY_LINE = re.compile(r"fidelity: (.+?): (ok|OFF): (.*)$")
+
+
+class _Tail:
+    """A text file read as it grows: whole lines only (a line being written waits for its newline)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.offset = 0
+        self.partial = ""
+
+    def lines(self) -> list[str]:
+        try:
+            with open(self.path, errors="replace") as handle:
+                handle.seek(self.offset)
+                text = handle.read()
+                self.offset = handle.tell()
+        except OSError:
+            return []
+        text = self.partial + text
+        *whole, self.partial = text.split("\n")
+        return whole
+
+
+@dataclass
+class _Bin:
+    start: float
+    values: dict = field(default_factory=dict)
+    una_last: int | None = None
+
+
+class RunTail:
+    """One run folder followed: its records since the last :meth:`poll`."""
+
+    def __init__(self, session: Path, run: str):
+        self.dir = session / run
+        self.run = run
+        self.status: str | None = None
+        self.t0: float | None = None
+        self.ports: dict[frozenset, str] = {}
+        self.probe = _Tail(self.dir / "raw" / "tcp_probe.txt")
+        self.queues = _Tail(self.dir / "raw" / LIVE_CSV)
+        self.queue_header: list[str] | None = None
+        self.bins: dict[str, _Bin] = {}
+        self.acked: dict[str, list[tuple[float, int]]] = {}  # conn -> (bin end, snd_una) over the rate window
+        self.checks: dict[str, bool] = {}
+        self.done = False  # its end read
+        self.settled = False  # and its goodput (flows.csv: the analysis comes after the run) told
+
+    @property
+    def flows(self) -> Path:
+        return self.dir / "flows.csv"
+
+    def poll(self) -> list[dict]:
+        """New records of the run (after its end only its goodput, once its analysis wrote it)."""
+        if self.done:
+            return [] if self.settled else self._goodput_record()
+        manifest = self._manifest()
+        if manifest is None:
+            return []
+        ended = manifest.get("status") not in (None, "running")
+        records = self._start_records(manifest)
+        if self.t0 is not None:  # the two traces merged by time: a replay releases them by it
+            records += sorted(self._flow_records() + self._queue_records(), key=lambda r: r["t"])
+        if ended:
+            records += self._flush_bins() + self._status_record(manifest) + self._end_records(manifest)
+            self.done = True
+        elif manifest.get("status") == "running":
+            records += self._status_record(manifest)
+        return records
+
+    def _manifest(self) -> dict | None:
+        try:
+            return rundir.read_json(self.dir / rundir.MANIFEST)
+        except (rundir.LoadError, OSError):
+            return None
+
+    def _start_records(self, manifest: dict) -> list[dict]:
+        """Once the run's traffic has its time zero: its connections and the paper's lines."""
+        if self.t0 is not None or manifest.get("t0_monotonic") is None:
+            return []
+        self.t0 = float(manifest["t0_monotonic"])
+        self.ports = {frozenset((c["client_port"], c["server_port"])): c["id"]
+                      for c in manifest.get("connections") or []}  # fmt: skip
+        return [{"kind": "run", "run": self.run, "expect": expectations(manifest),
+                 "conns": {c["id"]: c.get("cc") for c in manifest.get("connections") or []}}]  # fmt: skip
+
+    def _status_record(self, manifest: dict) -> list[dict]:
+        """The run's status when it changed (its end after its traces: a replay shows it ended last)."""
+        status = manifest.get("status")
+        if status == self.status:
+            return []
+        self.status = status
+        return [{"kind": "run", "run": self.run, "status": status}]
+
+    def _flow_records(self) -> list[dict]:
+        records = []
+        for line in self.probe.lines():
+            event = trace_event(line)
+            if event is None:
+                continue
+            conn = self.ports.get(frozenset((event.get("src_port"), event.get("dest_port"))))
+            if conn is None:
+                continue
+            t = event["t_mono_s"] - self.t0
+            current = self.bins.get(conn)
+            if current is not None and t >= current.start + BIN_S:
+                records.append(self._bin_record(conn, current))
+                current = None
+            if current is None:
+                current = self.bins[conn] = _Bin(start=BIN_S * (t // BIN_S))
+            current.values = event
+            una = event.get("snd_una")
+            if isinstance(una, int):
+                current.una_last = una
+        return records
+
+    def _bin_record(self, conn: str, done: _Bin) -> dict:
+        event = done.values
+        ssthresh = event.get("ssthresh")
+        end = done.start + BIN_S
+        acked = None
+        if done.una_last is not None:
+            history = self.acked.setdefault(conn, [])
+            history.append((end, done.una_last))
+            while len(history) > 1 and history[1][0] <= end - RATE_WINDOW_S:
+                history.pop(0)
+            una_first, span = history[0][1], end - history[0][0]
+            if span > 0:
+                acked = round(((done.una_last - una_first) % 2**32) * 8 / span / 1e6, 4)
+        srtt = event.get("srtt")
+        return {"kind": "flow", "run": self.run, "conn": conn, "t": round(end, 3),
+                "cwnd": event.get("snd_cwnd"),
+                "ssthresh": ssthresh if isinstance(ssthresh, int) and ssthresh < INFINITE_SSTHRESH else None,
+                "rtt_ms": round(srtt / 1000, 3) if isinstance(srtt, (int, float)) else None,
+                "acked_mbit": acked}  # fmt: skip
+
+    def _flush_bins(self) -> list[dict]:
+        records = [self._bin_record(conn, b) for conn, b in self.bins.items()]
+        self.bins = {}
+        return records
+
+    def _queue_records(self) -> list[dict]:
+        lines = self.queues.lines()
+        if self.queue_header is None and lines:
+            self.queue_header, lines = next(csv.reader([lines[0]])), lines[1:]
+        records = []
+        for row in csv.DictReader(io.StringIO("\n".join(lines)), fieldnames=self.queue_header):
+            try:
+                t = float(row["t_mono_s"]) - self.t0
+            except (KeyError, TypeError, ValueError):
+                continue
+            if t < 0:
+                continue  # the sampler starts before the traffic: the page shows the traffic's window
+            records.append({"kind": "queue", "run": self.run, "link": f"{row['node']}/{row['intf']}",
+                            "t": round(t, 3), "backlog_pkts": _int(row.get("backlog_pkts")),
+                            "drops": _int(row.get("drops")), "marks": _int(row.get("marks"))})  # fmt: skip
+        return records
+
+    def check_line(self, name: str, ok: bool, detail: str) -> dict | None:
+        """A fidelity check the console logged for this run (None when it was already told)."""
+        if self.checks.get(name) == ok:
+            return None
+        self.checks[name] = ok
+        return {"kind": "check", "run": self.run, "name": name, "ok": ok, "detail": detail}
+
+    def _end_records(self, manifest: dict) -> list[dict]:
+        fidelity = manifest.get("fidelity") or {}
+        records = [r for c in fidelity.get("checks") or []
+                   if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))]  # fmt: skip
+        records.append({"kind": "result", "run": self.run, "status": manifest.get("status"),
+                        "trustworthy": fidelity.get("trustworthy")})  # fmt: skip
+        self.settled = manifest.get("status") != "complete"  # a failed run has no goodput to wait for
+        return records + self._goodput_record()
+
+    def _goodput_record(self) -> list[dict]:
+        """The run's goodput per connection once its analysis wrote flows.csv (after the run's end)."""
+        try:  # a run run again had its earlier attempt's files moved away (.attempts/): this one is its own
+            rows = list(csv.DictReader(io.StringIO(self.flows.read_text())))
+        except OSError:
+            return []
+        self.settled = True
+        return [{"kind": "result", "run": self.run,
+                 "goodput_mbit": {row.get("conn"): _float(row.get("goodput_mbit")) for row in rows}}]  # fmt: skip
+
+
+def expectations(manifest: dict) -> dict:
+    """What the paper's figures draw beside the measured lines: the forward bottleneck's rate, each
+    forward flow's fair share of it, and the bandwidth-delay product in packets at the flows' base RTT."""
+    bottlenecks = (manifest.get("topology") or {}).get("bottlenecks") or []
+    forward = [b for b in bottlenecks if b.get("direction", "forward") == "forward" and b.get("rate_mbit")]
+    connections = [c for c in manifest.get("connections") or [] if c.get("direction", "forward") == "forward"]
+    if not forward:
+        return {}
+    rate = min(float(b["rate_mbit"]) for b in forward)
+    rtts = [float(c["base_rtt_ms"]) for c in connections if c.get("base_rtt_ms")]
+    expect = {"rate_mbit": rate, "fair_mbit": round(rate / max(1, len(connections)), 4)}
+    if rtts:
+        expect["bdp_pkts"] = round(rate * 1e6 / 8 * (min(rtts) / 1000) / PACKET_BYTES, 1)
+    return expect
+
+
+def _int(text) -> int | None:
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        return None
+
+
+def _float(text) -> float | None:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return None
+
+
+class SessionFeed:
+    """A session folder followed (or, given a results folder, its newest session, switching to a newer
+    one when it appears): :meth:`poll` returns the records since the last call."""
+
+    def __init__(self, folder: Path, since: float | None = None):
+        self.folder = Path(folder)
+        self.since = since  # follow only sessions planned after this time (``--live``: the command's own)
+        self.session: Path | None = None
+        self.runs: list[RunTail] = []
+        self.estimates: list[float] = []
+        self.console: _Tail | None = None
+        self.current: int | None = None  # the run the console's lines are about
+        self.last_scan = 0.0
+        self.told: tuple | None = None  # the progress last told
+
+    def poll(self) -> list[dict]:
+        records = self._switch()
+        if self.session is None:
+            return records
+        records += self._console_records()
+        for run in self.runs:  # in plan order, the progress after each: a replay's bar moves run by run
+            records += run.poll()
+            records += self._progress_if_moved()
+        return records
+
+    def _progress_if_moved(self) -> list[dict]:
+        told = self._progress()
+        if (told["done"], told["running"], told["finished"]) == self.told:  # the page counts the time left down between
+            return []
+        self.told = (told["done"], told["running"], told["finished"])
+        return [told]
+
+    def _switch(self) -> list[dict]:
+        """Follow the newest session (a new one starts the page over)."""
+        now = time.monotonic()
+        if self.session is not None and (now - self.last_scan < RESCAN_S or (self.folder / "plan.json").is_file()):
+            return []
+        self.last_scan = now
+        newest = newest_session(self.folder, self.since)
+        if newest is None or newest == self.session:
+            return []
+        self.session = newest
+        plan = rundir.read_json(newest / "plan.json")
+        entries = plan.get("runs") or []
+        self.runs = [RunTail(newest, e["run_dir"]) for e in entries]
+        self.estimates = [float(e.get("estimate_s") or 0.0) for e in entries]
+        console = next(iter(sorted(newest.glob("*console*.log"))), None)
+        self.console = _Tail(console) if console else None
+        self.current = None
+        return [{"kind": "session", "session": str(newest), "name": newest.name,
+                 "runs": [r.run for r in self.runs]}]  # fmt: skip
+
+    def _console_records(self) -> list[dict]:
+        if self.console is None:
+            found = next(iter(sorted(self.session.glob("*console*.log"))), None)
+            if found is None:
+                return []
+            self.console = _Tail(found)
+        records = []
+        for line in self.console.lines():
+            message = progress.message_of(line)
+            if message is None:
+                continue
+            event = progress.parse_line(message)
+            if isinstance(event, progress.RunStarted):
+                self.current = event.index - 1
+            match = _FIDELITY_LINE.search(message)
+            if match and self.current is not None and 0 <= self.current < len(self.runs):
+                record = self.runs[self.current].check_line(match.group(1), match.group(2) == "ok", match.group(3))
+                records += [record] if record else []
+        return records
+
+    def _progress(self) -> dict:
+        done = [r.done for r in self.runs]
+        running = next((r.run for r in self.runs if r.status == "running"), None)
+        left = sum(e for e, d in zip(self.estimates, done, strict=True) if not d)
+        return {"kind": "progress", "done": sum(done), "total": len(self.runs), "running": running,
+                "eta_s": round(left, 1), "finished": bool(self.runs) and all(done)}  # fmt: skip
+
+    @property
+    def settled(self) -> bool:
+        """Every run ended and its goodput told: nothing more will come."""
+        return bool(self.runs) and all(r.settled for r in self.runs)
+
+
+def newest_session(folder: Path, since: float | None = None) -> Path | None:
+    """``folder`` when it is a session (it has a plan.json), else the session under it planned last
+    (after ``since``, a time.time(), when given); None when there is none yet."""
+    if (folder / "plan.json").is_file():
+        return folder
+    plans = [(p.stat().st_mtime, p.parent) for p in folder.rglob("plan.json") if p.is_file()]
+    plans = [(t, p) for t, p in plans if since is None or t >= since]
+    return max(plans)[1] if plans else None
+
+
+def finished(session: Path) -> bool:
+    """Whether every run of the session's plan has ended (its manifest no longer says running)."""
+    try:
+        entries = rundir.read_json(session / "plan.json").get("runs") or []
+    except rundir.LoadError:
+        return False
+    for entry in entries:
+        try:
+            status = rundir.read_json(session / entry["run_dir"] / rundir.MANIFEST).get("status")
+        except rundir.LoadError:
+            return False
+        if status in (None, "running"):
+            return False
+    return True

@@ -1,0 +1,162 @@
+"""The live page in a real browser (Debian's chromium, headless, driven by Selenium through
+chromium-driver): ``testbed run --live`` on the host's kernel, two viewers at once, one closing its
+tab mid-run, the series growing during the run, the fidelity checks appearing, a wrong token refused;
+then ``testbed watch`` replaying the finished session with the same records."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import PROJECT
+
+CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+#: headless, as root; no background connections to Google's hosts (a closed network refuses them, many
+#: at a time); a window the size of a projector's
+FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000")
+
+
+def _browser():
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium is in requirements.lock: make setup")
+    from selenium.webdriver.chrome.service import Service
+
+    if not (Path(CHROMIUM).is_file() and Path(DRIVER).is_file()):
+        pytest.fail("chromium and chromium-driver are installed by make setup (playbooks/roles/tools): run it")
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(DRIVER), options=options)
+
+
+def _state(browser) -> dict:
+    return browser.execute_script("return JSON.parse(JSON.stringify(window.live || {}))")
+
+
+def _wait(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _url_in(log: Path) -> str:
+    found = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", log.read_text())
+    return found.group(1) if found else ""
+
+
+def _status(url: str) -> int:
+    try:
+        return urllib.request.urlopen(url, timeout=5).status
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
+@pytest.fixture(scope="module")
+def live_run(tmp_path_factory):
+    """Two runs of a dumbbell (10 Mbit/s HTB, 8 s each) with --live, watched by two headless chromiums;
+    what each saw, and the session."""
+    if shutil.which("iperf3") is None:
+        pytest.skip("iperf3 missing")
+    folder = tmp_path_factory.mktemp("live")
+    scenario = folder / "live.yaml"
+    scenario.write_text(yaml.safe_dump({
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+        "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 0}], "duration_s": 8,
+    }))  # fmt: skip
+    log = folder / "cli.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local",
+                                 "--live", "--results", str(folder / "results")],
+                                cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    seen: dict = {"viewers": []}
+    browsers = []
+    try:
+        url = _wait(lambda: _url_in(log), 60, "the live page's URL")
+        seen["refused"] = [_status(url.split("?")[0]), _status(url.split("?")[0] + "?token=wrong"),
+                           _status(url.split("?")[0] + "events?token=wrong")]  # fmt: skip
+        browsers = [_browser(), _browser()]
+        for browser in browsers:
+            browser.get(url)
+        first = _wait(lambda: (s := _state(browsers[0])).get("flowPoints", 0) > 5 and s, 60, "a flow's first points")
+        time.sleep(2)
+        seen["growing"] = (first, _state(browsers[0]))
+        browsers.pop(1).quit()  # a tab closed mid-run
+        proc.wait(timeout=120)
+        seen["after"] = _wait(lambda: (s := _state(browsers[0])).get("checks", 0) > 0 and s, 20, "the checks")
+        seen["errors"] = [e for e in browsers[0].get_log("browser") if e["level"] == "SEVERE"]
+        browsers[0].save_screenshot(str(folder / "live.png"))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for browser in browsers:
+            browser.quit()
+    seen["code"], seen["log"] = proc.returncode, log.read_text()
+    seen["session"] = next((folder / "results").rglob("plan.json")).parent
+    return seen
+
+
+def test_a_wrong_or_missing_token_is_refused(live_run):
+    assert live_run["refused"] == [403, 403, 403]
+
+
+def test_the_series_grow_while_the_run_goes_on(live_run):
+    first, later = live_run["growing"]
+    assert later["flowPoints"] > first["flowPoints"] and later["queuePoints"] > 0, (first, later)
+    assert first["run"] == "cc=reno/seed=1" or first["run"] == "cc=cubic/seed=1"
+
+
+def test_a_closed_tab_harms_neither_the_session_nor_the_other_viewer(live_run):
+    assert live_run["code"] == 0, live_run["log"]
+    assert live_run["errors"] == []  # the page's script threw nothing, nothing it asked for failed
+    assert "live page closed" in live_run["log"]
+    after = live_run["after"]
+    assert after["checks"] >= 3 and after["flowPoints"] > live_run["growing"][1]["flowPoints"]
+    runs = after["runs"]
+    assert sorted(runs) == ["cc=cubic/seed=1", "cc=reno/seed=1"]
+    assert all(r.get("status") == "complete" for r in runs.values()), runs
+    # the page's goodput is the run's flows.csv: the report's number
+    for run, shown in runs.items():
+        flows = (live_run["session"] / run / "flows.csv").read_text().splitlines()
+        goodput = float(flows[1].split(",")[flows[0].split(",").index("goodput_mbit")])
+        assert shown["goodput_mbit"]["c0"] == pytest.approx(goodput)
+
+
+def test_a_finished_session_replays_with_the_same_records(live_run, tmp_path):
+    log = tmp_path / "watch.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "watch", str(live_run["session"]),
+                                 "--speed", "4"], cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+    browser = None
+    try:
+        url = _wait(lambda: _url_in(log), 30, "the watch page's URL")
+        assert "replayed at 4x" in log.read_text()
+        browser = _browser()
+        browser.get(url)
+        early = _wait(lambda: (s := _state(browser)).get("flowPoints", 0) > 0 and s, 20, "the replay's first points")
+        done = _wait(lambda: (s := _state(browser)).get("ended") and s, 30, "the replay's end")
+    finally:
+        if browser is not None:
+            browser.quit()
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert early["flowPoints"] < done["flowPoints"]  # paced, not all at once
+    live = live_run["after"]
+    assert done["flowPoints"] == live["flowPoints"] and done["queuePoints"] == live["queuePoints"]
+    assert done["checks"] == live["checks"]
+    assert json.dumps(done["runs"], sort_keys=True) == json.dumps(live["runs"], sort_keys=True)

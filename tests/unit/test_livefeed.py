@@ -1,0 +1,86 @@
+"""The live page's records (testbed/report/livefeed.py) from a real session's files: the same numbers the
+analysis reads from them, whether the files are read whole (a replay) or as they grow (a live run)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from analysis.loaders import load_tcp_probe
+from testbed.report import livefeed
+
+STUDENT = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless-student"
+
+
+@pytest.fixture
+def session(tmp_path) -> Path:
+    """The student fixture's session (6 real runs with their raw files), with the plan its runner had."""
+    source = next((STUDENT / "results" / "wireless").iterdir())
+    folder = tmp_path / source.name
+    shutil.copytree(source, folder)
+    runs = sorted(str(m.parent.relative_to(folder)) for m in folder.rglob("manifest.json"))
+    (folder / "plan.json").write_text(json.dumps({"runs": [{"run_dir": r, "estimate_s": 20.0} for r in runs]}))
+    return folder
+
+
+def test_a_finished_session_gives_each_runs_records_in_plan_order(session):
+    records = livefeed.SessionFeed(session).poll()
+    kinds = [r["kind"] for r in records]
+    assert kinds[0] == "session" and kinds.count("result") == 12  # the end and the goodput, per run
+    runs = [r["run"] for r in records if r["kind"] == "flow"]
+    assert list(dict.fromkeys(runs)) == [r for r in json.loads((session / "plan.json").read_text())["runs"]
+                                        for r in [r["run_dir"]]]  # fmt: skip
+    progress = [r for r in records if r["kind"] == "progress"]
+    assert [p["done"] for p in progress] == [1, 2, 3, 4, 5, 6] and progress[-1]["finished"]
+    assert livefeed.finished(session)
+
+
+def test_the_windows_and_rtts_are_the_traces_own(session):
+    """Each flow record is the last tcp_probe event of its bin, read by the analysis' own line parser."""
+    records = livefeed.SessionFeed(session).poll()
+    run = "cc=reno/seed=1"
+    manifest = json.loads((session / run / "manifest.json").read_text())
+    events = load_tcp_probe(session / run / "raw" / "tcp_probe.txt").events
+    events = events[events["src_port"] == manifest["connections"][0]["client_port"]]
+    t = events["t_mono_s"] - manifest["t0_monotonic"]
+    flows = [r for r in records if r["kind"] == "flow" and r["run"] == run]
+    assert len(flows) > 50
+    for record in flows[5:40]:
+        last = events[(t < record["t"]) & (t >= record["t"] - livefeed.BIN_S)].iloc[-1]
+        assert record["cwnd"] == last["snd_cwnd"] and record["rtt_ms"] == pytest.approx(last["srtt"] / 1000)
+    result = next(r for r in records if r["kind"] == "result" and r["run"] == run and "goodput_mbit" in r)
+    flows_csv = (session / run / "flows.csv").read_text().splitlines()
+    goodput = float(flows_csv[1].split(",")[flows_csv[0].split(",").index("goodput_mbit")])
+    assert result["goodput_mbit"]["c0"] == pytest.approx(goodput)
+
+
+def test_files_read_as_they_grow_give_the_same_records(session, tmp_path):
+    """A run's trace and manifest written in pieces (a line cut in two, the end after the traffic) give
+    the records the whole files give."""
+    whole = [r for r in livefeed.SessionFeed(session).poll() if r.get("run") == "cc=reno/seed=1"]
+    run = session / "cc=reno" / "seed=1"
+    trace = (run / "raw" / "tcp_probe.txt").read_text()
+    manifest = json.loads((run / "manifest.json").read_text())
+    growing = livefeed.RunTail(session, "cc=reno/seed=1")
+    (run / "raw" / "tcp_probe.txt").write_text(trace[: len(trace) // 2 + 7])  # mid-line
+    (run / "manifest.json").write_text(json.dumps({**manifest, "status": "running", "fidelity": None}))
+    pieces = growing.poll()
+    (run / "raw" / "tcp_probe.txt").write_text(trace)
+    pieces += growing.poll()
+    (run / "manifest.json").write_text(json.dumps(manifest))
+    pieces += growing.poll()
+    flows = [r for r in whole if r["kind"] == "flow"]
+    assert [r for r in pieces if r["kind"] == "flow"] == flows
+    assert [r["name"] for r in pieces if r["kind"] == "check"] == [r["name"] for r in whole if r["kind"] == "check"]
+
+
+def test_the_expectations_are_the_papers_lines():
+    manifest = {"topology": {"bottlenecks": [{"direction": "forward", "rate_mbit": 10.0},
+                                             {"direction": "reverse", "rate_mbit": 10.0}]},
+                "connections": [{"direction": "forward", "base_rtt_ms": 100.0},
+                                {"direction": "forward", "base_rtt_ms": 120.0}]}  # fmt: skip
+    assert livefeed.expectations(manifest) == {"rate_mbit": 10.0, "fair_mbit": 5.0, "bdp_pkts": 83.3}
+    assert livefeed.expectations({}) == {}
