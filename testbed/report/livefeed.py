@@ -18,7 +18,10 @@ Records (``kind``):
   :data:`BIN_S` bins, on the run's clock;
 - ``queue``: a bottleneck's backlog, drops and ECN marks per sampler tick;
 - ``check``: a fidelity check, as the guest logs it or as the manifest keeps it;
-- ``result``: a finished run's goodput per connection (flows.csv) and whether it is trustworthy.
+- ``result``: a finished run's goodput per connection (flows.csv) and whether it is trustworthy;
+- ``claims``: in a session of the papers' experiments, each claim's verdict, effect and interval over
+  the runs finished so far, judged as the report judges them (``analysis.claims.verdicts`` on the runs'
+  analyses: the report's cache, else the analysis).
 """
 
 from __future__ import annotations
@@ -30,9 +33,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from analysis import claims as paper_claims
+from analysis import run as run_analysis
 from analysis.loaders import INFINITE_SSTHRESH, trace_event
 from testbed.guest.queues import LIVE_CSV
 from testbed.plan import progress
+from testbed.report import cache
 from testbed.results import rundir
 
 #: a flow's samples are binned this wide (the page updates at least twice a second)
@@ -41,6 +47,9 @@ BIN_S = 0.2
 RATE_WINDOW_S = 1.0
 #: how often a followed results folder is searched for a newer session
 RESCAN_S = 2.0
+#: the claims are judged again at most this often (each time over every finished run: seconds of CPU
+#: in a long session)
+CLAIMS_EVERY_S = 30.0
 #: a packet, for the BDP drawn beside cwnd (the queues' own unit)
 PACKET_BYTES = 1500
 _FIDELITY_LINE = re.compile(r"fidelity: (.+?): (ok|OFF): (.*)$")
@@ -89,6 +98,7 @@ class RunTail:
         self.bins: dict[str, _Bin] = {}
         self.acked: dict[str, list[tuple[float, int]]] = {}  # conn -> (bin end, snd_una) over the rate window
         self.checks: dict[str, bool] = {}
+        self.scenario: str | None = None
         self.done = False  # its end read
         self.settled = False  # and its goodput (flows.csv: the analysis comes after the run) told
 
@@ -216,6 +226,7 @@ class RunTail:
         records.append({"kind": "result", "run": self.run, "status": manifest.get("status"),
                         "trustworthy": fidelity.get("trustworthy")})  # fmt: skip
         self.settled = manifest.get("status") != "complete"  # a failed run has no goodput to wait for
+        self.scenario = manifest.get("scenario")
         return records + self._goodput_record()
 
     def _goodput_record(self) -> list[dict]:
@@ -227,6 +238,18 @@ class RunTail:
         self.settled = True
         return [{"kind": "result", "run": self.run,
                  "goodput_mbit": {row.get("conn"): _float(row.get("goodput_mbit")) for row in rows}}]  # fmt: skip
+
+
+def _claim_row(verdict) -> dict:
+    """A claim's verdict as the page lists it: its deciding condition's effect and interval, in %."""
+    shown = [c for c in verdict.conditions if c.effect is not None]
+    row = {"id": verdict.claim.id, "verdict": verdict.label, "condition": None}
+    if shown:
+        best = min(shown, key=lambda c: min(c.p_values.values(), default=1.0))
+        low, high = best.interval()
+        row.update(condition=best.condition, effect_pct=round(100 * best.difference, 1),
+                   low_pct=round(100 * low, 1), high_pct=round(100 * high, 1), runs=f"{len(best.a)} vs {len(best.b)}")
+    return row
 
 
 def expectations(manifest: dict) -> dict:
@@ -273,6 +296,8 @@ class SessionFeed:
         self.current: int | None = None  # the run the console's lines are about
         self.last_scan = 0.0
         self.told: tuple | None = None  # the progress last told
+        self.analyses: dict[str, object] = {}  # run -> its analysis, once settled (for the claims)
+        self.claims_judged = (0, -CLAIMS_EVERY_S)  # (runs judged, when)
 
     def poll(self) -> list[dict]:
         records = self._switch()
@@ -282,7 +307,26 @@ class SessionFeed:
         for run in self.runs:  # in plan order, the progress after each: a replay's bar moves run by run
             records += run.poll()
             records += self._progress_if_moved()
-        return records
+        return records + self._claims_records()
+
+    def _claims_records(self) -> list[dict]:
+        """The claims over the runs settled so far, when more settled (at most every CLAIMS_EVERY_S, and
+        once all have)."""
+        settled = [r for r in self.runs if r.settled and r.status == "complete"]
+        judged, when = self.claims_judged
+        due = time.monotonic() - when >= CLAIMS_EVERY_S or len(settled) == len(self.runs)
+        if len(settled) == judged or not due:
+            return []
+        self.claims_judged = (len(settled), time.monotonic())
+        experiments = {run.scenario for run in settled}
+        if not any(c.experiment in experiments for c in paper_claims.load_claims()):
+            return []
+        for run in settled:
+            if run.run not in self.analyses:
+                self.analyses[run.run] = cache.load(self.session, run.dir) or run_analysis.analyze_run(run.dir,
+                                                                                                       write=False)
+        judged_now = paper_claims.verdicts(list(self.analyses.values()))
+        return [{"kind": "claims", "runs": len(settled), "claims": [_claim_row(v) for v in judged_now]}]
 
     def _progress_if_moved(self) -> list[dict]:
         told = self._progress()

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from analysis import claims
+from analysis import run as run_analysis
 from analysis.loaders import load_tcp_probe
 from testbed.report import livefeed
 
@@ -84,3 +86,23 @@ def test_the_expectations_are_the_papers_lines():
                                 {"direction": "forward", "base_rtt_ms": 120.0}]}  # fmt: skip
     assert livefeed.expectations(manifest) == {"rate_mbit": 10.0, "fair_mbit": 5.0, "bdp_pkts": 83.3}
     assert livefeed.expectations({}) == {}
+
+
+def test_a_suite_of_the_papers_experiments_gets_its_claims_as_the_report_judges_them(tmp_path):
+    """The reproduce lab's student session (6 real runs of mobile-bernoulli): the claim's verdict, effect
+    and interval on the page are those analysis.claims gives on the same runs."""
+    source = next((STUDENT.with_name("lab-reproduce-student") / "results" / "suite-claim").iterdir())
+    folder = tmp_path / source.name
+    shutil.copytree(source, folder)
+    runs = sorted(m.parent for m in folder.rglob("manifest.json"))
+    (folder / "plan.json").write_text(json.dumps({"runs": [{"run_dir": str(r.relative_to(folder))} for r in runs]}))
+    records = livefeed.SessionFeed(folder).poll()
+    [told] = [r for r in records if r["kind"] == "claims"]
+    assert told["runs"] == 6
+    expected = {v.claim.id: v for v in claims.verdicts([run_analysis.analyze_run(r, write=False) for r in runs])}
+    row = next(c for c in told["claims"] if c["id"] == "mobile-westwood-beats-reno-bernoulli")
+    verdict = expected[row["id"]]
+    assert row["verdict"] == verdict.label == "reproduced"
+    condition = next(c for c in verdict.conditions if c.condition == row["condition"])
+    assert row["effect_pct"] == pytest.approx(100 * condition.difference, abs=0.05)
+    assert (row["low_pct"], row["high_pct"]) == pytest.approx(tuple(100 * x for x in condition.interval()), abs=0.05)

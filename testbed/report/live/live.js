@@ -7,7 +7,8 @@
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"];
 const REDRAW_MS = 250;  // at least twice a second, as the feed reads
 const state = { records: 0, flowPoints: 0, queuePoints: 0, checks: 0, run: null, ended: false,
-                session: null, runs: {}, expect: {}, conns: {}, checksByRun: {}, progress: null, progressAt: 0 };
+                session: null, runs: {}, expect: {}, conns: {}, checksByRun: {}, claims: null, progress: null,
+                progressAt: 0 };
 window.live = state;  // what the browser tests read
 
 let series = null;  // the shown run's columns
@@ -55,6 +56,8 @@ function onRecord(r) {
     if (state.run === null) newRun(r.run);
     (state.checksByRun[r.run] = state.checksByRun[r.run] || []).push(r);
     state.checks += 1;
+  } else if (r.kind === "claims") {
+    state.claims = r.claims;
   } else if (r.kind === "result") {
     state.runs[r.run] = Object.assign(state.runs[r.run] || {}, r);
   }
@@ -116,6 +119,20 @@ function redraw() {
     li.className = c.ok ? "ok" : "off";
     li.textContent = c.name + ": " + c.detail;
     list.appendChild(li);
+  }
+  if (state.claims) {
+    document.getElementById("claims").hidden = document.getElementById("claims-title").hidden = false;
+    const rows = document.querySelector("#claims tbody");
+    rows.innerHTML = "";
+    for (const c of state.claims) {
+      const tr = document.createElement("tr");
+      const sign = v => (v > 0 ? "+" : "") + v + " %";
+      const effect = c.effect_pct == null ? "" : sign(c.effect_pct) + " (" + sign(c.low_pct) + " to " + sign(c.high_pct) + ")";
+      for (const text of [c.id, c.verdict, effect]) {
+        const td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
+      }
+      rows.appendChild(tr);
+    }
   }
   const body = document.querySelector("#runs tbody");
   body.innerHTML = "";
