@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import re
 import time
 from dataclasses import dataclass, field
@@ -247,9 +248,14 @@ def _claim_row(verdict) -> dict:
     if shown:
         best = min(shown, key=lambda c: min(c.p_values.values(), default=1.0))
         low, high = best.interval()
-        row.update(condition=best.condition, effect_pct=round(100 * best.difference, 1),
-                   low_pct=round(100 * low, 1), high_pct=round(100 * high, 1), runs=f"{len(best.a)} vs {len(best.b)}")
+        row.update(condition=best.condition, effect_pct=_percent(best.difference), low_pct=_percent(low),
+                   high_pct=_percent(high), runs=f"{len(best.a)} vs {len(best.b)}")  # fmt: skip
     return row
+
+
+def _percent(value: float) -> float | None:
+    """A relative value in %, None when it is not a number (an interval from one run a side: JSON has no NaN)."""
+    return round(100 * value, 1) if math.isfinite(value) else None
 
 
 def expectations(manifest: dict) -> dict:

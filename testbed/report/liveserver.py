@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import hmac
 import json
+import math
 import secrets
 import socket
 import threading
@@ -75,12 +76,30 @@ class _Events(_Authorized):
         self.set_header("Cache-Control", "no-store")
         try:
             async for batch in _batches(history, self.application.settings["speed"]):
-                self.write("".join(f"data: {json.dumps(r, separators=(',', ':'))}\n\n" for r in batch))
+                self.write("".join(f"data: {_json(r)}\n\n" for r in batch))
                 await self.flush()
             self.write("event: end\ndata: {}\n\n")
             await self.flush()
         except tornado.iostream.StreamClosedError:
             return  # the viewer closed its tab: only its own stream ends
+
+
+def _json(record: dict) -> str:
+    """A record as one line of JSON; a number that is not one (NaN, infinity) as null, which JSON has."""
+    try:
+        return json.dumps(record, separators=(",", ":"), allow_nan=False)
+    except ValueError:
+        return json.dumps(_finite(record), separators=(",", ":"))
+
+
+def _finite(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 async def _batches(history: _History, speed: float | None):

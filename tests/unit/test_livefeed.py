@@ -106,3 +106,14 @@ def test_a_suite_of_the_papers_experiments_gets_its_claims_as_the_report_judges_
     condition = next(c for c in verdict.conditions if c.condition == row["condition"])
     assert row["effect_pct"] == pytest.approx(100 * condition.difference, abs=0.05)
     assert (row["low_pct"], row["high_pct"]) == pytest.approx(tuple(100 * x for x in condition.interval()), abs=0.05)
+
+
+def test_a_number_that_is_not_one_goes_to_the_page_as_null():
+    """JSON has no NaN (a browser's JSON.parse rejects the whole record): an interval from one run a
+    side, seen live in a suite's first runs, is sent as null."""
+    from testbed.report import liveserver
+
+    sent = liveserver._json({"a": float("nan"), "b": [float("inf"), 1.5], "c": "x"})
+    assert sent == '{"a":null,"b":[null,1.5],"c":"x"}'
+    assert json.loads(liveserver._json({"kind": "flow", "t": 0.2})) == {"kind": "flow", "t": 0.2}
+    assert livefeed._percent(float("nan")) is None and livefeed._percent(0.333) == 33.3

@@ -126,8 +126,8 @@ function redraw() {
     rows.innerHTML = "";
     for (const c of state.claims) {
       const tr = document.createElement("tr");
-      const sign = v => (v > 0 ? "+" : "") + v + " %";
-      const effect = c.effect_pct == null ? "" : sign(c.effect_pct) + " (" + sign(c.low_pct) + " to " + sign(c.high_pct) + ")";
+      const sign = v => (v == null ? "?" : (v > 0 ? "+" : "") + v + " %");
+      const effect = c.effect_pct == null ? "" : sign(c.effect_pct) + (c.low_pct == null ? "" : " (" + sign(c.low_pct) + " to " + sign(c.high_pct) + ")");
       for (const text of [c.id, c.verdict, effect]) {
         const td = document.createElement("td"); td.textContent = text; tr.appendChild(td);
       }
