@@ -122,6 +122,11 @@ function redraw() {
   }
   if (state.claims) {
     document.getElementById("claims").hidden = document.getElementById("claims-title").hidden = false;
+    // a verdict read before the last run is a look at the data, not the session's decision (which is
+    // made once, at the end, at its alpha): said so until every run is in
+    const done = state.progress && state.progress.finished;
+    document.getElementById("claims-title").textContent = done ? "Claims: the session's verdicts"
+      : "Claims over the runs so far (interim: the verdict is the report's, once every run is in)";
     const rows = document.querySelector("#claims tbody");
     rows.innerHTML = "";
     for (const c of state.claims) {
