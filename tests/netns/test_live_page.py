@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.clusterhosts import wait_until
 from tests.conftest import PROJECT
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
@@ -45,13 +46,9 @@ def _state(browser) -> dict:
 
 
 def _wait(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+    value = wait_until(predicate, timeout_s)
+    assert value, f"timed out waiting for {what}"
+    return value
 
 
 def _url_in(log: Path) -> str:
