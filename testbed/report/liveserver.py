@@ -40,6 +40,8 @@ STATIC = Path(__file__).with_name("live")
 POLL_S = 0.25
 #: a replayed run's first records wait this long after the run before it (the page shows the change)
 RUN_GAP_S = 0.5
+#: how long a live session's end waits for its viewers' streams to send their last records
+DRAIN_S = 10.0
 
 
 @dataclass
@@ -48,6 +50,8 @@ class _History:
 
     records: list
     finished: bool = False
+    #: the streams still sending (a session's end waits for them to send their last records)
+    streaming: int = 0
 
 
 class _Authorized(tornado.web.RequestHandler):
@@ -74,6 +78,7 @@ class _Events(_Authorized):
         history: _History = self.application.settings["history"]
         self.set_header("Content-Type", "text/event-stream")
         self.set_header("Cache-Control", "no-store")
+        history.streaming += 1
         try:
             async for batch in _batches(history, self.application.settings["speed"]):
                 self.write("".join(f"data: {_json(r)}\n\n" for r in batch))
@@ -82,6 +87,8 @@ class _Events(_Authorized):
             await self.flush()
         except tornado.iostream.StreamClosedError:
             return  # the viewer closed its tab: only its own stream ends
+        finally:
+            history.streaming -= 1
 
 
 def _json(record: dict) -> str:
@@ -178,13 +185,16 @@ class LiveServer:
         self.history.records += self.feed.poll()
         self.history.finished = self.feed.settled or last
 
-    def stop(self) -> None:
-        """A last read of the folder (the session's end: the viewers get it and the stream's end), then
-        the server's end."""
+    def stop(self, drain_s: float = DRAIN_S) -> None:
+        """A last read of the folder (the session's end), up to ``drain_s`` for every viewer's stream to
+        send it and the stream's end (a loaded host may take more than a poll), then the server's end."""
         if self._loop is None:
             return
         self._loop.add_callback(self._poll, True)
+        deadline = time.monotonic() + max(drain_s, 3 * POLL_S)
         time.sleep(3 * POLL_S)
+        while self.history.streaming and time.monotonic() < deadline:
+            time.sleep(POLL_S / 2)
         self._loop.add_callback(self._loop.stop)
         if self._thread is not None:
             self._thread.join(timeout=5)
@@ -219,5 +229,5 @@ def watch(folder: Path, speed: float, port: int = 0) -> int:
         while True:
             time.sleep(1)
     except KeyboardInterrupt:
-        server.stop()
+        server.stop(drain_s=0)  # a replay still pacing is not waited for
     return 0

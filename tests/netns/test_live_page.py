@@ -94,7 +94,8 @@ def live_run(tmp_path_factory):
         seen["growing"] = (first, _state(browsers[0]))
         browsers.pop(1).quit()  # a tab closed mid-run
         proc.wait(timeout=120)
-        seen["after"] = _wait(lambda: (s := _state(browsers[0])).get("checks", 0) > 0 and s, 20, "the checks")
+        # the session's end reaches a viewer still open: every record, then the stream's end
+        seen["after"] = _wait(lambda: (s := _state(browsers[0])).get("ended") and s, 20, "the stream's end")
         seen["errors"] = [e for e in browsers[0].get_log("browser") if e["level"] == "SEVERE"]
         browsers[0].save_screenshot(str(folder / "live.png"))
     finally:
