@@ -11,7 +11,9 @@ Mininet (``nodes``, ``net``, ``dump``, ``pingall``, ``h1 ping r1``, ``sh``, ``py
   with the two-state loss channels armed; ``stop`` ends them;
 - ``tc``: ``tc -s qdisc show`` of every bottleneck interface (the drops, the backlog);
 - ``cwnd ID [SECONDS]``: one connection's cwnd, ssthresh, RTT and retransmissions, twice a second,
-  from the sender's ``ss -ti`` (Ctrl-C stops it).
+  from the sender's ``ss -ti`` (Ctrl-C stops it);
+- ``live``: the live page of the flows started from then on (:mod:`testbed.guest.shelllive`): it prints
+  the page's URL, served by the host.
 
 ``exit``, ``quit`` or Ctrl-D leave the CLI; the network is torn down like a run's (its processes, its
 namespaces), and a guest then powers off.
@@ -29,7 +31,7 @@ import threading
 import time
 from pathlib import Path
 
-from testbed.guest import collect, kernellock, launch, lossbpf
+from testbed.guest import collect, kernellock, launch, lossbpf, shelllive
 from testbed.guest.kernel import ensure_kernel_support
 from testbed.guest.network import Network, cleanup_leftovers
 from testbed.guest.run import HOST_SYSCTLS
@@ -47,8 +49,10 @@ SS_FIELDS = re.compile(r"\b(cwnd|ssthresh|rtt|retrans|delivery_rate|bytes_acked)
 class ShellNetwork:
     """One run's network with its connections, and the flows the shell started on it."""
 
-    def __init__(self, spec: RunSpec, net: Network, connections: list[Connection], scratch: Path):
+    def __init__(self, spec: RunSpec, net: Network, connections: list[Connection], scratch: Path,
+                 folder: Path | None = None):  # fmt: skip
         self.spec, self.net, self.connections, self.scratch = spec, net, connections, scratch
+        self.recording = shelllive.ShellRecording(folder, spec, net, connections) if folder else None
         self.flows: dict[str, tuple[subprocess.Popen, subprocess.Popen]] = {}
         self.timers: list[threading.Timer] = []
         self.channels: list[lossbpf.Channel] = []
@@ -196,6 +200,13 @@ def make_cli(shell: ShellNetwork):
             """tc -s qdisc show of every bottleneck interface."""
             output(shell.bottleneck_stats() + "\n")
 
+        def do_live(self, _line: str) -> None:
+            """live: the live page (goodput, cwnd, RTT, queues) of the flows started from now on: its URL."""
+            if shell.recording is None:
+                output("no live page: this shell has no plan folder the host reads\n")
+                return
+            output(shell.recording.start() + "\n")
+
         def do_cwnd(self, line: str) -> None:
             """cwnd ID [SECONDS]: watch one connection's cwnd, ssthresh, RTT (Ctrl-C stops)."""
             words = line.split()
@@ -250,7 +261,7 @@ def banner(spec: RunSpec, net: Network, connections: list[Connection]) -> str:
         f"cc-testbed shell: {spec.scenario_name}, point {spec.point_id}, seed {spec.seed}, on {_release()}\n"
         f"nodes: {' '.join(net.spec.nodes)} (the flows' hosts: {' '.join(hosts)}); "
         f"bottlenecks: {', '.join(f'{b.node}/{b.intf}' for b in net.spec.bottlenecks) or 'none'}\n"
-        f"ours: flows, start [ID...], stop, tc, cwnd ID [SECONDS]; Mininet's: nodes, net, pingall, "
+        f"ours: flows, start [ID...], stop, tc, cwnd ID [SECONDS], live; Mininet's: nodes, net, pingall, "
         f"<node> <command>, help\n"
         f"exit or Ctrl-D tears the network down"
     )
@@ -260,15 +271,16 @@ def _release() -> str:
     return os.uname().release
 
 
-def open_shell(plan: Plan) -> None:
-    """Build the plan's one run's network, open the CLI on it, tear it all down when the CLI ends."""
+def open_shell(plan: Plan, folder: Path | None = None) -> None:
+    """Build the plan's one run's network, open the CLI on it, tear it all down when the CLI ends;
+    ``folder``: the plan's, where ``live`` records (testbed.guest.shelllive)."""
     spec = plan.runs[0].spec()
     lossbpf.use_objects(plan.context.bpf_objects)
     with kernellock.one_session(f"testbed shell {spec.point_id}", lambda m: print(f"[testbed] {m}", flush=True)):
-        _open_shell(plan, spec)
+        _open_shell(plan, spec, folder)
 
 
-def _open_shell(plan: Plan, spec: RunSpec) -> None:
+def _open_shell(plan: Plan, spec: RunSpec, folder: Path | None) -> None:
     from mininet.log import setLogLevel
 
     cleanup_leftovers()  # with the kernel's session lock held: what is left is a dead session's
@@ -282,13 +294,15 @@ def _open_shell(plan: Plan, spec: RunSpec) -> None:
         with Network(netspec, f"shell-{spec.point_id}-{spec.seed}", HOST_SYSCTLS) as net:
             collect.apply_flow_options(net, collect.flow_options(topology, scenario))
             label_addresses(net)
-            shell = ShellNetwork(spec, net, connections, scratch)
+            shell = ShellNetwork(spec, net, connections, scratch, folder)
             print(banner(spec, net, connections), flush=True)
             setLogLevel("output")
             try:
                 make_cli(shell)(net.net)
             finally:
                 shell.stop()
+                if shell.recording is not None:
+                    shell.recording.stop()
                 for channel in shell.channels:
                     channel.clear()
     finally:
@@ -301,4 +315,4 @@ if __name__ == "__main__":
     for stream in (sys.stdin, sys.stdout, sys.stderr):
         if stream.isatty():
             os.set_blocking(stream.fileno(), True)
-    open_shell(Plan.read(Path(sys.argv[1])))
+    open_shell(Plan.read(Path(sys.argv[1])), Path(sys.argv[1]).parent)

@@ -11,6 +11,7 @@ the guest powers off, and a guardian stops it if this process is killed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -43,8 +44,10 @@ def chosen_run(scenario: ScenarioFile, log=print) -> RunSpec:
 
 
 def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: str | None = None,
-               vcpus: int | None = None, log=print) -> int:  # fmt: skip
-    """Build the scenario's first run's network on the chosen backend and attach this terminal to its CLI."""
+               vcpus: int | None = None, log=print, page=None) -> int:  # fmt: skip
+    """Build the scenario's first run's network on the chosen backend and attach this terminal to its CLI;
+    ``page(folder)``, a context manager: the live page served on the plan's folder while the shell is open
+    (its ``live`` command prints the URL; not in the lab VM, whose folder this host cannot read)."""
     run = chosen_run(scenario, log)
     if backend == "auto":
         backend, why = choose_backend([run])
@@ -60,7 +63,9 @@ def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: st
                               hold_library=artefacts.hold_library)  # fmt: skip
         plan = Plan(context=context, runs=[_plan_run(run)])
         plan.write(folder / PLAN)
-        return _attach(chosen, plan, folder)
+        shared = page is not None and not isinstance(chosen, backends.LabVMBackend)
+        with page(folder) if shared else contextlib.nullcontext():
+            return _attach(chosen, plan, folder)
     finally:
         chosen.close()
         shutil.rmtree(folder, ignore_errors=True)
@@ -76,7 +81,7 @@ def _attach(chosen: backends.Backend, plan: Plan, folder: Path) -> int:
     if isinstance(chosen, backends.LocalBackend):
         from testbed.guest.shell import open_shell as open_here
 
-        open_here(plan)
+        open_here(plan, folder)
         return 0
     if isinstance(chosen, backends.GuestBackend):
         return _in_guest(chosen, folder / PLAN)

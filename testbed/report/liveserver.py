@@ -33,6 +33,7 @@ import tornado.iostream
 import tornado.netutil
 import tornado.web
 
+from testbed.guest import shelllive
 from testbed.report.livefeed import SessionFeed, finished, newest_session
 
 STATIC = Path(__file__).with_name("live")
@@ -211,6 +212,19 @@ def serving(results: Path, since: float):
     finally:
         server.stop()
         print("live page closed (the session's report has the same numbers)", flush=True)
+
+
+@contextlib.contextmanager
+def shell_page(folder: Path):
+    """``testbed shell``'s page, served on the shell's plan folder while the shell is open; its URL left
+    in the folder, where the shell's ``live`` command reads it (testbed.guest.shelllive)."""
+    server = LiveServer(folder)
+    url = server.start()
+    (folder / shelllive.URL_FILE).write_text(f"{url}\n{server.tunnel_hint()}\n")
+    try:
+        yield server
+    finally:
+        server.stop(drain_s=0)
 
 
 def watch(folder: Path, speed: float, port: int = 0) -> int:

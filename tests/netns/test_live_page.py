@@ -15,11 +15,13 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+import pexpect
 import pytest
 import yaml
 
 from tests.clusterhosts import wait_until
-from tests.conftest import PROJECT
+from tests.conftest import PROJECT, leftovers
+from tests.shelldialogue import command, spawned
 
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 #: headless, as root; no background connections to Google's hosts (a closed network refuses them, many
@@ -158,3 +160,70 @@ def test_a_finished_session_replays_with_the_same_records(live_run, tmp_path):
     assert done["flowPoints"] == live["flowPoints"] and done["queuePoints"] == live["queuePoints"]
     assert done["checks"] == live["checks"]
     assert json.dumps(done["runs"], sort_keys=True) == json.dumps(live["runs"], sort_keys=True)
+
+
+def test_the_shells_live_command_serves_the_flows_it_starts(tmp_path, clean_kernel):
+    """``live`` in ``testbed shell`` (the host kernel): the URL it prints shows the flow ``start`` starts,
+    its points and the bottleneck's growing; leaving the shell leaves nothing."""
+    with spawned(tmp_path, "local", rtt_ms=0, boot_timeout_s=60) as child:
+        said = command(child, "live")
+        found = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", said)
+        assert found and "ssh -N -L" in said, said
+        browser = _browser()
+        try:
+            browser.get(found.group(1))
+            assert "c0: cubic" in command(child, "start")
+            grown = _wait(lambda: (s := _state(browser)).get("flowPoints", 0) > 5 and s.get("queuePoints", 0) > 5
+                          and s, 30, "the shell's flow on the page")  # fmt: skip
+            assert grown["conns"] == {"shell": {"c0": "cubic"}} and grown["runs"]["shell"]["status"] == "running"
+            assert "already" not in command(child, "live")  # a second 'live' prints the same page
+            command(child, "stop")
+            child.sendline("exit")
+            child.expect_exact("the network is torn down", timeout=60)
+            child.expect(pexpect.EOF, timeout=120)
+            assert [e for e in browser.get_log("browser") if e["level"] == "SEVERE"] == []
+        finally:
+            browser.quit()
+    assert leftovers() == []
+
+
+def _records(url: str, timeout_s: float) -> list[dict]:
+    """Every record of a page's stream (its ``events`` with the token) until the stream's end."""
+    base, token = url.split("?")
+    records = []
+    with urllib.request.urlopen(f"{base}events?{token}", timeout=timeout_s) as stream:
+        for raw in stream:
+            line = raw.decode().strip()
+            if line == "event: end":
+                return records
+            if line.startswith("data: "):
+                records.append(json.loads(line.removeprefix("data: ")))
+    raise AssertionError(f"the stream closed without its end after {len(records)} records")
+
+
+def test_a_cluster_sessions_runs_reach_the_page_as_they_come_home(tmp_path, clean_kernel):
+    """``--cluster local:2 --live``: the runs land when a worker ships them home; the page then has
+    each run's traces, checks and goodput, and the stream ends with the session."""
+    from tests import clusterhosts
+
+    scenario = clusterhosts.scenario_file(tmp_path / "cluster.yaml", ["reno", "cubic"], duration_s=4)
+    log = tmp_path / "cli.log"
+    with open(log, "wb") as out:
+        argv = [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--cluster",
+                "local:2", "--live", "--results", str(tmp_path / "results")]  # fmt: skip
+        proc = subprocess.Popen(argv, cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        url = _wait(lambda: _url_in(log), 60, "the live page's URL")
+        records = _records(url, 180)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, log.read_text()[-3000:]
+    runs = {"cc=reno/seed=1", "cc=cubic/seed=1"}
+    assert {r["run"] for r in records if r["kind"] == "flow"} == runs
+    assert {r["run"] for r in records if r["kind"] == "check"} == runs
+    goodput = {r["run"]: r["goodput_mbit"]["c0"] for r in records if r["kind"] == "result" and "goodput_mbit" in r}
+    assert set(goodput) == runs and all(g > 1 for g in goodput.values()), goodput
+    assert [r for r in records if r["kind"] == "progress"][-1]["finished"]
