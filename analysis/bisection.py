@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from analysis import regression, sequential
+from analysis import regression, sequential, stats
 
 #: (point, cc, metric): what a bisection follows
 Key = tuple[str, str, str]
@@ -194,3 +194,26 @@ def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, re
         lo, hi = (mid, hi) if evidence.side == "good" else (lo, mid)
     result.first_bad, result.last_good = versions[hi], versions[lo]
     return result
+
+
+def measured(result: Bisection, kernel: str) -> dict[int, float]:
+    """A kernel's values of the followed metric by seed, from every step that measured it (a comparison
+    that left out a seed, a run without the metric, is skipped: its values no longer line up with its seeds)."""
+    good, bad = result.versions[0], result.versions[-1]
+    values: dict[int, float] = {}
+    for e in result.steps:
+        sides = [(e.kernel == kernel, e.vs_good.candidate), (kernel == good, e.vs_good.baseline),
+                 (kernel == bad and e.vs_bad is not None, e.vs_bad.candidate if e.vs_bad else [])]  # fmt: skip
+        for wanted, side in sides:
+            if wanted and len(side) == len(e.seeds):
+                values.update(zip(e.seeds, side, strict=True))
+    return values
+
+
+def change_at(result: Bisection) -> stats.Effect | None:
+    """The first bad version against the last good one, paired by the seeds both ran: the change it made
+    and its interval (None before a version is named, or with fewer than two shared seeds)."""
+    if result.first_bad is None or result.last_good is None:
+        return None
+    return stats.paired_ratio_effect(measured(result, result.first_bad), measured(result, result.last_good))
+

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import os
 import signal
 import sys
 import time
@@ -122,7 +123,8 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
     _, _, code = run_bisect(args.good, args.bad, suite, args.point, args.cc, args.metric, args.repeat,
                             args.max_repeat, args.results, parse_flow_options(args.inject or [], "--inject"),
-                            args.inject_from, args.cpus, args.cluster, force=args.force, yes=args.yes)  # fmt: skip
+                            args.inject_from, args.cpus, args.cluster, force=args.force, yes=args.yes,
+                            tree=args.tree)  # fmt: skip
     sessions.update_catalog(args.results)
     return code
 
@@ -144,7 +146,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
     from testbed.host import kernels
 
     if args.fetch:
-        kernel = kernels.fetch(args.fetch)
+        kernel = kernels.fetch(args.fetch, log=lambda line: print(line, flush=True))
         print(f"{kernel.release}: {kernel.vmlinuz}")
         return 0
     print("\n".join(kernels.describe()))
@@ -247,8 +249,20 @@ def _backend_options(parser: argparse.ArgumentParser, backend_help: str = "", ke
                              "'vagrant up' first) or a virtme-ng guest; auto picks local when this kernel has every "
                              "algorithm and qdisc the scenario needs, else the lab VM when it is up, else a guest",
     )  # fmt: skip
-    parser.add_argument("--kernel", help=kernel_help or "guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), "
-                                                        "vmlinuz or .deb")  # fmt: skip
+    parser.add_argument("--kernel", help=kernel_help or KERNEL_HELP)
+    _dirty_option(parser)
+
+
+#: the kernel names every --kernel, --baseline, --candidate and --good/--bad take (testbed.host.kernels)
+KERNEL_HELP = ("guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb, or a source built here: "
+               "tree:PATH[@REV] (a git tree), 6.1+patch:FILE (Debian's linux-source-6.1 with a patch) or "
+               "6.1+source (it unpatched); docs/regression.md")  # fmt: skip
+
+
+def _dirty_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--allow-dirty", action="store_true",
+                        help="build a tree:PATH kernel with its uncommitted changes (refused without it; the diff is "
+                             "built as a patch and recorded in the manifest)")  # fmt: skip
 
 
 def _again_options(parser: argparse.ArgumentParser, force_help: str) -> None:
@@ -289,11 +303,13 @@ def _add_run(sub) -> None:
 def _cmd_shell(args: argparse.Namespace) -> int:
     from testbed.host.session import log
     from testbed.host.shell import open_shell
+    from testbed.report.liveserver import shell_page
     from testbed.scenario.load import find_scenario, load_scenario
 
     scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
     scenario = scenario.select(args.only or (), args.seed or ())
-    return open_shell(scenario, backend=args.backend, kernel_version=args.kernel, vcpus=args.cpus, log=log)
+    return open_shell(scenario, backend=args.backend, kernel_version=args.kernel, vcpus=args.cpus, log=log,
+                      page=shell_page)
 
 
 def _add_shell(sub) -> None:
@@ -418,7 +434,7 @@ def _add_regress(sub) -> None:
         "already run here. Exit 0: nothing regressed; 1: a regression; 2: the run failed (a kernel that cannot be "
         "had or does not boot, a run that did not complete, a positive control missed). docs/regression.md.",
     )  # fmt: skip
-    regress.add_argument("--baseline", help="kernel: Debian version (6.1.0-55), vmlinuz or .deb")
+    regress.add_argument("--baseline", help="kernel: " + KERNEL_HELP.removeprefix("guest kernel: "))
     regress.add_argument("--candidate", help="kernel, as for --baseline")
     regress.add_argument("--series", metavar="KERNELS",
                          help="a kernel series instead of a pair: 6.1.0-47..6.1.0-56 (every installable version "
@@ -433,6 +449,7 @@ def _add_regress(sub) -> None:
                          help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
                               "the noise measured here; analysis/regression.py says how)")  # fmt: skip
     _where_options(regress, kernels=False)
+    _dirty_option(regress)
     regress.add_argument(
         "--candidate-flow-option", action="append", metavar="NAME=VALUE",
         help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N, "
@@ -448,15 +465,21 @@ def _add_bisect(sub) -> None:
 
     bisect = sub.add_parser(
         "bisect",
-        help="which Debian kernel version between a good and a bad one first moved a metric",
-        description="Binary search of the installable versions from --good to --bad: step 0 confirms that they "
+        help="which Debian kernel version (or, with --tree, which commit) between a good and a bad one first moved "
+             "a metric",
+        description="Binary search of the installable versions (or, with --tree, the tree's commits) from --good to "
+        "--bad: step 0 confirms that they "
         "differ (and picks the metric unless given), each later step runs the version halfway with the same seeds "
         "and compares it, paired by seed, with both ends, adding repetitions while undecided. Writes bisect.txt, "
         "bisect.json and bisect.png under results/bisect/. Exit 0: the first bad version named; 2: nothing to "
         "bisect, or a run failed. docs/regression.md.",
     )  # fmt: skip
-    bisect.add_argument("--good", required=True, help="the older kernel, where the metric is as it should be")
-    bisect.add_argument("--bad", required=True, help="the newer kernel, where it moved")
+    bisect.add_argument("--good", required=True, help="the older kernel (with --tree: commit), where the metric is "
+                                                      "as it should be")  # fmt: skip
+    bisect.add_argument("--bad", required=True, help="the newer kernel (with --tree: commit), where it moved")
+    bisect.add_argument("--tree", type=Path,
+                        help="bisect the commits of this git source tree from --good to --bad (first-parent line), "
+                             "each built here (docs/regression.md)")  # fmt: skip
     bisect.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
     bisect.add_argument("--point", help="only this point of the suite (e.g. upload.default): faster")
     bisect.add_argument("--cc", help="follow this algorithm (ping, requests for latency)")
@@ -466,6 +489,7 @@ def _add_bisect(sub) -> None:
     bisect.add_argument("--max-repeat", type=int, default=9,
                         help="seeds per kernel at most, added 'repeat' at a time while a step is undecided (default 9)")
     _where_options(bisect, kernels=False)
+    _dirty_option(bisect)
     _inject_options(bisect)
     _again_options(bisect, _RESUME_HELP.format(what="bisection"))
     bisect.set_defaults(func=_cmd_bisect)
@@ -492,7 +516,10 @@ def _add_check(sub) -> None:
 
 def _add_kernels(sub) -> None:
     kern = sub.add_parser("kernels", help="list guest kernels (default, cached, downloadable) or fetch one")
-    kern.add_argument("--fetch", metavar="VERSION", help="download and unpack a kernel into the cache")
+    kern.add_argument("--fetch", metavar="KERNEL",
+                      help="download and unpack a kernel into the cache, or build one from its source (" +
+                           KERNEL_HELP.removeprefix("guest kernel: ") + ")")  # fmt: skip
+    _dirty_option(kern)
     kern.set_defaults(func=_cmd_kernels)
 
 
@@ -618,6 +645,7 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.guest.modules import ModuleBuildError
     from testbed.host.clusterspec import ClusterError
     from testbed.host.kernels import KernelError
+    from testbed.host.kernelsource import ALLOW_DIRTY
     from testbed.host.vagrant import VagrantError
     from testbed.host.virtme import GuestError
     from testbed.labs.labkit import LabError
@@ -626,6 +654,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     progress.configure_logging()
+    if getattr(args, "allow_dirty", False):  # read where a source kernel is resolved, in any process
+        os.environ[ALLOW_DIRTY] = "1"
     # a SIGTERM (a CI job cancelled, `kill`) tears the run down like Ctrl-C: without this Python would
     # die at once and leave the guest, its namespaces and iperf3 processes behind
     signal.signal(signal.SIGTERM, _terminate)

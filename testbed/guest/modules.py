@@ -52,13 +52,20 @@ def headers_dir(release: str, log=print) -> Path:
     return kdir
 
 
-def build(release: str, log=print) -> Path:
-    """The module's .ko for ``release``, built once per release and source version."""
+def built(release: str) -> Path | None:
+    """The module's .ko for ``release`` at this source version, if it was built."""
+    ko = build_cache.cache_base() / "modules" / release / _source_digest() / f"{MODULE}.ko"
+    return ko if ko.exists() else None
+
+
+def build(release: str, log=print, kdir: Path | None = None) -> Path:
+    """The module's .ko for ``release``, built once per release and source version (against ``kdir``, a
+    kernel's build tree, when given: a kernel built here from source; else its headers package)."""
     build_dir = build_cache.cache_base() / "modules" / release / _source_digest()
     ko = build_dir / f"{MODULE}.ko"
     if ko.exists():
         return ko
-    kdir = headers_dir(release, log)
+    kdir = kdir or headers_dir(release, log)
     if build_dir.exists():
         shutil.rmtree(build_dir)
     shutil.copytree(SOURCE, build_dir, ignore=shutil.ignore_patterns("*.o", "*.ko", ".*.cmd", "*.mod*"))

@@ -163,11 +163,29 @@ class GuestBackend:
         return self.kernel.release
 
     def describe(self) -> dict:
+        # a kernel built here from source: its tree, commit, patches and config hash in every manifest
+        built = {"kernel_build": self.kernel.build} if self.kernel.build else {}
         return {"kind": self.name, "tool": "virtme-ng", "kernel_package": self.kernel.source,
-                "kernel_release": self.kernel.release, **self.config.to_dict()}  # fmt: skip
+                "kernel_release": self.kernel.release, **built, **self.config.to_dict()}  # fmt: skip
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
+        if self.kernel.build:
+            self._check_built_module(runs, release)
         return build_on_host(runs, release, self.log)
+
+    def _check_built_module(self, runs: list[RunSpec], release: str) -> None:
+        """A kernel built here has no headers package: our module is built with it, or the runs say why not."""
+        needed = modules.needed(set().union(*(r.scenario.algorithms for r in runs)))
+        why = self.kernel.build.get("westwood_tb", "built")
+        if needed and why != "built":
+            raise modules.ModuleBuildError(f"{', '.join(sorted(needed))} did not build against "
+                                           f"{self.kernel.source} ({why}); other algorithms can run on it")  # fmt: skip
+        if needed and modules.built(release) is None:
+            raise modules.ModuleBuildError(
+                f"kernel-patch/ changed since {self.kernel.source} was built, and a kernel built here keeps no "
+                f"headers to build it again: remove {self.kernel.vmlinuz.parent.parent} and run again (the "
+                "kernel is rebuilt, incrementally, with the module)"
+            )
 
     def wall_s(self, estimates: list[float]) -> float:
         return sum(estimates) + estimate.GUEST_BOOT_S

@@ -1,23 +1,27 @@
 """Guest kernels: Debian kernel packages fetched once into a cache, or a local vmlinuz / .deb.
 
 A kernel is named as a Debian package version (``6.1.0-56``, ``6.12.117+deb12``), as
-``default`` (what Debian 12's ``linux-image-amd64`` depends on today), or as a path to a
+``default`` (what Debian 12's ``linux-image-amd64`` depends on today), as a path to a
 vmlinuz (its modules under ``../lib/modules/<release>``, the layout ``dpkg-deb -x`` gives) or to
-a ``.deb``. Packages are fetched with ``apt-get download`` of one exact name (never a wildcard:
-that fetches dozens of kernels) and unpacked with ``dpkg-deb -x``; nothing is installed.
+a ``.deb``, or by its source, built here (``tree:PATH[@REV]``, ``6.1+patch:FILE``, ``6.1+source``:
+:mod:`testbed.host.kernelsource`, :mod:`testbed.host.kernelbuild`). Packages are fetched with
+``apt-get download`` of one exact name (never a wildcard: that fetches dozens of kernels) and
+unpacked with ``dpkg-deb -x``; nothing is installed.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from testbed.guest import build
+from testbed.host import kernelbuild, kernelsource
 
 FLAVOUR = "amd64"
 
@@ -30,7 +34,9 @@ class KernelError(Exception):
 class Kernel:
     vmlinuz: Path
     release: str  # uname -r of the guest
-    source: str  # package name or path it came from
+    source: str  # package name or path it came from, or its source name
+    #: a kernel built here: its source, commit, patches, config and build (kernelbuild's build.json)
+    build: dict | None = field(default=None, compare=False, hash=False)
 
     @property
     def modules_dir(self) -> Path:
@@ -63,9 +69,17 @@ def default_package() -> str:
 
 def describe() -> list[str]:
     """``testbed kernels``: the default guest kernel, those in the cache and those apt can download."""
-    cached = sorted(p.name for p in cache_root().glob("*") if (p / ".complete").exists())
+    cached = sorted(_cached_name(p) for p in cache_root().glob("*") if (p / ".complete").exists())
     return [f"default: {default_package()}", "cached: " + (", ".join(cached) or "none"),
             "downloadable: " + ", ".join(available_versions())]  # fmt: skip
+
+
+def _cached_name(root: Path) -> str:
+    """A cached kernel's folder name, with the source name of one built here."""
+    if (root / "build.json").exists():
+        record = json.loads((root / "build.json").read_text())
+        return f"{root.name} ({record['name']} at {record['commit'][:12]}{', dirty' if record['dirty'] else ''})"
+    return root.name
 
 
 def available_versions() -> list[str]:
@@ -103,6 +117,8 @@ def _unpack(deb: Path, dest: Path) -> None:
 
 def fetch(version: str | None = None, log=print) -> Kernel:
     """The kernel named by ``version`` (see the module docstring), fetched into the cache if needed."""
+    if kernelsource.is_source(version):
+        return _from_source(version, log)
     if version and (version.endswith(".deb") or "/" in version):
         return _from_path(Path(version), log)
     package = default_package() if version in (None, "", "default") else package_name(version)
@@ -126,6 +142,32 @@ def fetch(version: str | None = None, log=print) -> Kernel:
             _unpack(debs[0], root)
     release = _release_of(root)
     return Kernel(root / "boot" / f"vmlinuz-{release}", release, package)
+
+
+def _from_source(name: str, log) -> Kernel:
+    """A kernel built here from its source (built now unless this source and config already were)."""
+    try:
+        cache_root().mkdir(parents=True, exist_ok=True)
+        source = kernelsource.resolve(name, log)
+        root = kernelbuild.build(source, cache_root(), log)
+    except kernelsource.SourceError as err:
+        raise KernelError(str(err)) from err
+    # the build is the first name's that made it; the record is this name's (the same commit and patches)
+    record = {**json.loads((root / "build.json").read_text()), **source.describe()}
+    return Kernel(root / "boot" / f"vmlinuz-{record['release']}", record["release"], name, build=record)
+
+
+def pinned(name: str) -> str:
+    """A tree's name at the commit it stands for now (``tree:PATH@<sha>``), so that a comparison of hours
+    runs that commit in every session whatever is committed meanwhile; other names as they are (a patch
+    file and a dirty tree's diff are read again by each session: each run's manifest has their sha256)."""
+    if not (kernelsource.is_source(name) and name.startswith(kernelsource.TREE)):
+        return name
+    try:
+        source = kernelsource.resolve(name, log=lambda _line: None)
+    except kernelsource.SourceError as err:
+        raise KernelError(str(err)) from err
+    return name if source.dirty else f"{kernelsource.TREE}{source.repo}@{source.commit}"
 
 
 def _from_path(path: Path, log) -> Kernel:
@@ -162,11 +204,19 @@ def _split_flavour(version: str) -> tuple[str, str]:
 def expand_series(spec: str, available: list[str] | None = None) -> list[str]:
     """The kernels of ``testbed regress --series``, oldest first: ``6.1.0-47..6.1.0-56`` is every version
     installable here from the one to the other (both included; a flavour on both ends, ``-cloud`` or
-    ``-rt``, applies to all), ``6.1.0-55,6.1.0-56,6.12.117+deb12`` that list in its order. Refused
+    ``-rt``, applies to all), ``6.1.0-55,6.1.0-56,6.12.117+deb12`` that list in its order,
+    ``tree:PATH@A..B`` a tree's commits from A to B (first-parent line, built here). Refused
     (KernelError, listing what can be had): an end that cannot be had, ends in the wrong order, fewer
     than two kernels, a kernel named twice."""
     spec = spec.strip()
-    if ".." in spec:
+    if spec.startswith(kernelsource.TREE) and ".." in spec:  # tree:PATH@A..B: its commits from A to B
+        path, _, revs = spec.removeprefix(kernelsource.TREE).partition("@")
+        first, _, last = revs.partition("..")
+        try:
+            kernels = kernelsource.tree_versions(Path(path), first, last)
+        except kernelsource.SourceError as err:
+            raise KernelError(f"--series {spec}: {err}") from err
+    elif ".." in spec:
         first, _, last = (part.strip() for part in spec.partition(".."))
         (first, flavour), (last, last_flavour) = _split_flavour(first), _split_flavour(last)
         if flavour != last_flavour:

@@ -1,5 +1,7 @@
 """``testbed bisect``: which Debian kernel version between a good and a bad one first moved a metric
-(issue 40). The search and its statistics are analysis/bisection.py's; this runs its measurements:
+(issue 40), or with ``--tree PATH`` which commit of a source tree (issue 55: each commit reached is
+built here, testbed.host.kernelbuild; builds are kept by commit, so a step is built once). The
+search and its statistics are analysis/bisection.py's; this runs its measurements:
 each time a kernel needs more seeds, one guest session on that kernel runs the suite's points (or
 the one asked for) with those seeds, and its runs' metrics come back.
 
@@ -25,7 +27,7 @@ import pandas as pd
 
 from analysis import bisection, kernel_plots
 from testbed import PROJECT
-from testbed.host import kernels
+from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
@@ -50,6 +52,17 @@ def versions_between(good: str, bad: str, available: list[str] | None = None) ->
     versions = available[available.index(good) : available.index(bad) + 1]
     if len(versions) < 3:
         raise BisectError(f"{good} and {bad} are adjacent versions: nothing between them to bisect")
+    return versions
+
+
+def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
+    """``--tree``: the tree's commits from ``good`` to ``bad`` as kernels built here (testbed.host.kernelsource)."""
+    try:
+        versions = kernelsource.tree_versions(tree, good, bad)
+    except kernelsource.SourceError as err:
+        raise BisectError(str(err)) from err
+    if len(versions) < 3:
+        raise BisectError(f"--good {good} and --bad {bad} are adjacent commits of {tree}: nothing between them")
     return versions
 
 
@@ -100,9 +113,10 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
                metric: str | None = None, repeat: int = 3, max_repeat: int = 9,
                results_root: Path = PROJECT / "results", inject: dict | None = None, inject_from: str | None = None,
                vcpus: int | None = None, cluster: str | None = None, force: bool = False, yes: bool = False,
-               ) -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
+               tree: Path | None = None) -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
     """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
-    versions = versions_between(good, bad)
+    versions = tree_versions(tree, good, bad) if tree else versions_between(good, bad)
+    good, bad = versions[0], versions[-1]
     compare.check_injection(inject, inject_from, versions)
     chosen = only_points(suite, point)
     # the planned steps and both ends, each with the most seeds a step may take
@@ -126,13 +140,13 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
         print(err)
         comparison.finish()
         return None, directory, 2
-    _write(directory, result, measure, inject, inject_from)
+    _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"))
     comparison.finish()
     return result, directory, 0
 
 
 def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inject: dict | None,
-           inject_from: str | None) -> None:  # fmt: skip
+           inject_from: str | None, suite: str) -> None:  # fmt: skip
     point, cc, metric = result.key
     lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
              f"{point} {cc} {metric}"
@@ -142,6 +156,14 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
              f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
              f"(Bonferroni over the planned steps) and a change beyond 5 %"]  # fmt: skip
     lines += [f"  step {i}: {e.line()}" for i, e in enumerate(result.steps)]
+    change = bisection.change_at(result)
+    if change is not None:
+        low, high = change.interval()
+        lines.append(f"{result.first_bad} against {result.last_good}: {metric} {change.relative:+.1%} (95 % interval "
+                     f"{low:+.1%} to {high:+.1%}, {change.test})")  # fmt: skip
+    lines.append(f"reproduce: testbed regress --baseline {result.last_good} --candidate {result.first_bad} "
+                 f"--suite {suite}" + "".join(f" --candidate-flow-option {k}={v}" for k, v in (inject or {}).items()
+                                              if result.first_bad and inject_from))  # fmt: skip
     text = "\n".join(lines)
     print(text)
     (directory / "bisect.txt").write_text(text + "\n")

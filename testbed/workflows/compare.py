@@ -39,7 +39,7 @@ import pandas as pd
 from analysis import claims, regression
 from testbed.guest.lossbpf import LossChannelError
 from testbed.guest.modules import ModuleBuildError
-from testbed.host import kernels
+from testbed.host import kernels, kernelsource
 from testbed.host.clusterspec import host_count
 from testbed.host.session import log, run_session
 from testbed.host.virtme import GuestError
@@ -65,7 +65,10 @@ EXIT_MEANINGS = ("nothing regressed", "a regression", "the run failed")
 
 
 def label(kernel: str) -> str:
-    """A kernel as a folder name: the version, or a vmlinuz's or .deb's file name."""
+    """A kernel as a folder name: the version, a vmlinuz's or .deb's file name, or a source's
+    (``tree-linux-1a2b3c4d5e6f``, ``6.1+patch-fix``)."""
+    if kernelsource.is_source(kernel):
+        return kernelsource.label(kernel)
     return Path(kernel).name if "/" in kernel else kernel
 
 

@@ -80,6 +80,7 @@ def regress(
     compare.check_repeat(repeat)
     compare.refuse_runaway(variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, yes)
     # both kernels are settled (downloaded, or refused with the list of versions) before anything runs
+    baseline, candidate = kernels.pinned(baseline), kernels.pinned(candidate)  # a tree at its commit now
     for kernel in (baseline, candidate):
         kernels.fetch(kernel, log=log)
     spec = {"baseline": baseline, "candidate": candidate, "suite": suite.name,

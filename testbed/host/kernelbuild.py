@@ -1,0 +1,307 @@
+"""Kernels built here from a source name (issue 55; names: :mod:`testbed.host.kernelsource`).
+
+A build is keyed by the source's commit, its patches' sha256 and the config's digest (the fragment
+``kernel-patch/testbed-guest.config``, virtme-ng's version and the compiler's): the same key is built
+once and kept in the kernel cache as ``build-<key>/`` (``boot/vmlinuz-<release>``,
+``lib/modules/<release>/``, ``build.json``), the layout every kernel here has. Each source tree gets one
+checkout (a ``git clone --shared``) and one object folder in ``~/.cache/cc-testbed/kernel-worktrees``:
+going from one revision to the next, make rebuilds what changed, and ccache (when installed) keeps
+every object it compiled, so a bisection going back and forth recompiles little.
+
+The config is virtme-ng's guest config (``virtme-configkernel --defconfig``) with the fragment on top;
+an option of the fragment the tree's Kconfig does not give is refused before the build, naming it.
+Our Westwood+ module is built against the new tree right after; when it does not build, the kernel is
+still kept and ``build.json`` says why (a run that needs the module fails saying so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from testbed import PROJECT
+from testbed.guest import build as build_cache
+from testbed.guest import modules
+from testbed.host.kernelsource import Source, SourceError
+
+FRAGMENT = PROJECT / "kernel-patch" / "testbed-guest.config"
+#: a first build's size and time here (linux-source-6.1, the fragment's config, 2 cores; docs/regression.md):
+#: the estimate printed before a first build, until this machine has built one itself
+FIRST_BUILD = {"compiled": 2506, "seconds": 860.0, "jobs": 2}
+#: how often a running build says how far it is
+PROGRESS_EVERY_S = 30.0
+
+
+class BuildError(SourceError):
+    """A build that failed: the message has the compiler's last lines and the log's path."""
+
+
+def worktrees_root() -> Path:
+    return build_cache.cache_base() / "kernel-worktrees"
+
+
+#: what a kernel build needs here (tools on PATH, headers), and the Debian packages that give them
+NEEDED = {"gcc": "build-essential", "make": "make", "flex": "flex", "bison": "bison", "bc": "bc",
+          "/usr/include/libelf.h": "libelf-dev", "/usr/include/openssl/ssl.h": "libssl-dev"}  # fmt: skip
+
+
+def missing_tools() -> list[str]:
+    """What a kernel build needs and this machine lacks, as Debian packages."""
+    return sorted({package for need, package in NEEDED.items()
+                   if not (Path(need).exists() if need.startswith("/") else shutil.which(need))})  # fmt: skip
+
+
+def config_digest() -> str:
+    """The config's part of a build's key: the fragment, virtme-ng's version, the compiler's."""
+    digest = hashlib.sha256(FRAGMENT.read_bytes())
+    digest.update(importlib.metadata.version("virtme-ng").encode())
+    try:
+        out = subprocess.run(["gcc", "--version"], capture_output=True, text=True)
+        digest.update(out.stdout.partition("\n")[0].encode())
+    except FileNotFoundError:
+        pass  # no compiler: the build refuses, naming it (missing_tools)
+    return digest.hexdigest()[:12]
+
+
+def build_key(source: Source, config: str) -> str:
+    digest = hashlib.sha256(source.commit.encode())
+    for patch in source.patches:
+        digest.update(patch.sha256.encode())
+    digest.update(config.encode())
+    return digest.hexdigest()[:12]
+
+
+#: fragment options a tree may lack without harm: DEBUG_INFO_NONE came with 5.18 (before it, the
+#: fragment's "DEBUG_INFO is not set" does the same)
+OPTIONAL = frozenset({"CONFIG_DEBUG_INFO_NONE"})
+
+
+def required_options(fragment: str) -> dict[str, str]:
+    """The fragment's ``CONFIG_X=value`` lines (comments and :data:`OPTIONAL` skipped)."""
+    pairs = (line.split("=", 1) for line in fragment.splitlines() if line.startswith("CONFIG_") and "=" in line)
+    return {name: value for name, value in pairs if name not in OPTIONAL}
+
+
+def missing_options(required: dict[str, str], config: str) -> list[str]:
+    """The required options a built ``.config`` does not hold, as ``CONFIG_X=value (it has: ...)``."""
+    have = dict(line.split("=", 1) for line in config.splitlines() if line.startswith("CONFIG_") and "=" in line)
+    return [f"{name}={value} (it has: {have.get(name, 'not set')})" for name, value in required.items()
+            if have.get(name) != value]  # fmt: skip
+
+
+def cached(kernels: Path, key: str) -> Path | None:
+    """The build of this key in the kernel cache ``kernels``, if it is there whole."""
+    root = kernels / f"build-{key}"
+    return root if (root / ".complete").exists() else None
+
+
+def build(source: Source, kernels: Path, log=print) -> Path:
+    """The folder of ``source``'s build in the kernel cache ``kernels``, built now unless it already is."""
+    config = config_digest()
+    key = build_key(source, config)
+    if (root := cached(kernels, key)) is not None:
+        return root
+    if missing := missing_tools():
+        raise BuildError(f"building a kernel needs {', '.join(missing)}: apt-get install {' '.join(missing)} "
+                         "(make setup installs them)")  # fmt: skip
+    tree = worktrees_root() / f"{source.repo.name}-{hashlib.sha256(str(source.repo).encode()).hexdigest()[:10]}"
+    tree.mkdir(parents=True, exist_ok=True)
+    with _locked(tree / "lock"):
+        if (root := cached(kernels, key)) is not None:  # built by another process while this one waited
+            return root
+        src, obj = _checkout(source, tree)
+        _configure(src, obj)
+        started = time.monotonic()
+        release = _make(src, obj, key, tree / f"build-{key}.log", log)
+        seconds = time.monotonic() - started
+        return _install(source, src, obj, kernels / f"build-{key}", config, release, seconds, log)
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    with open(path, "w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
+def _git(src: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(["git", "-C", str(src), *args], input=stdin, capture_output=True)
+
+
+def _checkout(source: Source, tree: Path) -> tuple[Path, Path]:
+    """The tree's checkout at the source's commit with its patches applied, and its object folder."""
+    src, obj = tree / "src", tree / "obj"
+    if not (src / ".git").exists():
+        shutil.rmtree(src, ignore_errors=True)
+        out = subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source.repo), str(src)],
+                             capture_output=True, text=True)  # fmt: skip
+        if out.returncode != 0:
+            raise BuildError(f"git clone of {source.repo} into {src} failed: {out.stderr.strip()[-300:]}")
+    # objects come through the clone's alternates: a commit made in the tree since the clone is there too.
+    # clean -x too: the objects are in obj/, and a file an earlier patch made may be one .gitignore hides
+    for args in (["checkout", "-q", "--force", "--detach", source.commit], ["clean", "-ffdxq"]):
+        out = _git(src, *args)
+        if out.returncode != 0:
+            raise BuildError(f"git {' '.join(args)} in {src} failed: {out.stderr.decode().strip()[-300:]}")
+    for patch in source.patches:
+        out = _git(src, "apply", "--whitespace=nowarn", "-", stdin=patch.text)
+        if out.returncode != 0:
+            raise BuildError(f"patch {patch.name} does not apply to {source.origin} at {source.commit[:12]}: "
+                             f"{out.stderr.decode().strip()[-400:]}")  # fmt: skip
+    obj.mkdir(exist_ok=True)
+    return src, obj
+
+
+def _configkernel() -> str:
+    return str(Path(sys.executable).with_name("virtme-configkernel"))
+
+
+def _make_env() -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    # ccache's base folder: paths under it are hashed relative to the object folder, so a tree's second
+    # checkout (another tree cloned from it, the same commit) hits what the first one compiled
+    env.update(KBUILD_BUILD_USER="testbed", KBUILD_BUILD_HOST="cc-testbed", CCACHE_BASEDIR=str(worktrees_root()),
+               CCACHE_DIR=str(build_cache.cache_base() / "ccache"), CCACHE_MAXSIZE="8G")  # fmt: skip
+    return env
+
+
+def _configure(src: Path, obj: Path) -> None:
+    """virtme-ng's guest config with the fragment merged on top (virtme-ng applies its own items after
+    a ``--custom`` one, debug info among them); every fragment option must hold."""
+    steps = ([_configkernel(), "--defconfig", f"O={obj}"],
+             ["scripts/kconfig/merge_config.sh", "-m", "-O", str(obj), str(obj / ".config"), str(FRAGMENT)],
+             ["make", f"O={obj}", "olddefconfig"])  # fmt: skip
+    for argv in steps:
+        out = subprocess.run(argv, cwd=src, env=_make_env(), capture_output=True, text=True)
+        if out.returncode != 0 or not (obj / ".config").exists():
+            raise BuildError(f"{Path(argv[0]).name} failed in {src}: {(out.stdout + out.stderr).strip()[-600:]}")
+    missing = missing_options(required_options(FRAGMENT.read_text()), (obj / ".config").read_text())
+    if missing:
+        raise BuildError(f"this tree's Kconfig does not give what runs need ({FRAGMENT.name}): "
+                         f"{'; '.join(missing)}. See {obj / '.config'}; the suites need them")  # fmt: skip
+
+
+def _make_argv(src: Path, obj: Path, key: str, *targets: str) -> list[str]:
+    compiler = ["CC=ccache gcc"] if shutil.which("ccache") else []
+    return ["make", "-C", str(src), f"O={obj}", f"-j{os.cpu_count() or 1}", f"LOCALVERSION=-tb{key[:8]}",
+            *compiler, *targets]  # fmt: skip
+
+
+def estimate_text(stats: dict | None) -> str:
+    """Before a build: how long it should take (this tree's last full build, or this machine's first)."""
+    if stats:
+        return (f"incremental: this tree was last built in {stats['seconds'] / 60:.1f} min; a change to a few files "
+                "takes a few minutes (vmlinux is linked again)")  # fmt: skip
+    scale = FIRST_BUILD["jobs"] / (os.cpu_count() or 1)
+    return (f"first build of this tree: about {FIRST_BUILD['seconds'] * scale / 60:.0f} min on {os.cpu_count()} "
+            f"core(s) ({FIRST_BUILD['compiled']} files; later revisions rebuild only what changed)")  # fmt: skip
+
+
+def _make(src: Path, obj: Path, key: str, log_path: Path, log) -> str:
+    """Build bzImage and modules with progress lines; the release (``uname -r``) built."""
+    stats_path = obj / ".testbed-build-stats.json"
+    stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
+    log(f"kernel build-{key}: {estimate_text(stats)}; log: {log_path}")
+    started, compiled, said = time.monotonic(), 0, time.monotonic()
+    expected = FIRST_BUILD["compiled"] if stats is None else None
+    argv = _make_argv(src, obj, key, "bzImage", "modules")
+    # a session of its own: stopped (Ctrl-C, SIGTERM), the whole make goes, not only its first process
+    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "env": _make_env(),
+             "start_new_session": True}  # fmt: skip
+    with open(log_path, "w") as out, subprocess.Popen(argv, **popen) as proc:
+        try:
+            for line in proc.stdout:
+                out.write(line)
+                compiled += line.startswith("  CC ")
+                if time.monotonic() - said >= PROGRESS_EVERY_S:
+                    said = time.monotonic()
+                    log(progress_text(compiled, expected, said - started))
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+    if proc.returncode != 0:
+        raise BuildError(f"the kernel did not build (make exited {proc.returncode}); last lines:\n"
+                         f"{_last_lines(log_path)}\nlog: {log_path}")  # fmt: skip
+    seconds = time.monotonic() - started
+    if stats is None or compiled > 0.5 * stats.get("compiled", 0):
+        stats_path.write_text(json.dumps({"compiled": compiled, "seconds": round(seconds, 1)}))
+    log(f"kernel build-{key}: built in {seconds / 60:.1f} min ({compiled} files compiled)")
+    release = subprocess.run(_make_argv(src, obj, key, "-s", "kernelrelease"), capture_output=True, text=True,
+                             env=_make_env()).stdout.split()  # fmt: skip
+    if not release:
+        raise BuildError(f"make kernelrelease printed nothing in {src}; the build's log: {log_path}")
+    return release[-1]
+
+
+def progress_text(compiled: int, expected: int | None, elapsed_s: float) -> str:
+    """A running build's line: files so far, and the time left when the total is known."""
+    if not expected or compiled == 0:
+        return f"kernel build: {compiled} files compiled, {elapsed_s / 60:.1f} min so far"
+    done = min(compiled / expected, 0.99)
+    left = elapsed_s * (1 - done) / done
+    return f"kernel build: {compiled} of about {expected} files ({done:.0%}), about {left / 60:.0f} min left"
+
+
+def _last_lines(log_path: Path, count: int = 20) -> str:
+    """The lines around the compiler's first error (``file:line:col: error:``), else the log's last."""
+    lines = log_path.read_text(errors="replace").splitlines()
+    errors = [i for i, line in enumerate(lines) if re.search(r": (fatal )?error:|\*\*\* ", line)]
+    end = errors[0] + 5 if errors else len(lines)
+    return "\n".join(lines[max(0, end - count) : end])
+
+
+def _install(source: Source, src: Path, obj: Path, dest: Path, config: str, release: str, seconds: float,
+             log) -> Path:  # fmt: skip
+    """The build, kept in the kernel cache as ``dest`` (``build-<key>/``), with Westwood+'s module tried
+    against it."""
+    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
+    try:
+        return _install_into(source, src, obj, dest, tmp / "root", config, release, seconds, log)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _install_into(source: Source, src: Path, obj: Path, dest: Path, root: Path, config: str, release: str,
+                  seconds: float, log) -> Path:  # fmt: skip
+    key = dest.name.removeprefix("build-")
+    out = subprocess.run(_make_argv(src, obj, key, "-s", f"INSTALL_MOD_PATH={root}", "INSTALL_MOD_STRIP=1",
+                                    "modules_install"), env=_make_env(), capture_output=True, text=True)  # fmt: skip
+    if out.returncode != 0 or not (root / "lib" / "modules" / release / "modules.dep").exists():
+        raise BuildError(f"make modules_install (with depmod) failed for {release}: "
+                         f"{(out.stdout + out.stderr).strip()[-600:] or 'no modules.dep written'}")  # fmt: skip
+    (root / "boot").mkdir()
+    shutil.copy2(obj / "arch" / "x86" / "boot" / "bzImage", root / "boot" / f"vmlinuz-{release}")
+    shutil.copy2(obj / ".config", root / "boot" / f"config-{release}")
+    record = {**source.describe(), "key": key, "config_digest": config, "release": release,
+              "config_sha256": hashlib.sha256((obj / ".config").read_bytes()).hexdigest(),
+              "build_seconds": round(seconds, 1), "ccache": bool(shutil.which("ccache")),
+              "westwood_tb": _project_module(release, obj, log)}  # fmt: skip
+    (root / "build.json").write_text(json.dumps(record, indent=2) + "\n")
+    (root / ".complete").write_text(key + "\n")
+    if dest.exists():
+        shutil.rmtree(dest)
+    os.replace(root, dest)
+    return dest
+
+
+def _project_module(release: str, obj: Path, log) -> str:
+    """Our Westwood+ module built against the new tree now (the object folder moves on to other revisions):
+    "built", or why not."""
+    try:
+        modules.build(release, log=log, kdir=obj)
+    except modules.ModuleBuildError as err:
+        return f"not built: {err}"
+    return "built"

@@ -1,0 +1,241 @@
+"""Kernels named by their source (issue 55): what a name says, and the exact source it stands for.
+
+- ``tree:PATH[@REV]``: a git tree (a revision of it: a commit, tag or branch; its HEAD by default);
+- ``SERIES+patch:FILE[+patch:FILE2...]``: Debian's ``linux-source-SERIES`` with these patches;
+- ``SERIES+source``: Debian's ``linux-source-SERIES`` as it is, built here the same way: the fair
+  baseline for a patch (Debian's own package differs from it in config and compiler flags, so a
+  patched build against Debian's package would measure the config too).
+
+A name resolves to a git repository, a commit and the patches' bytes; with the config's digest they
+make the build's key (:mod:`testbed.host.kernelbuild`). Debian's source is fetched once with
+``apt-get download`` and kept as a one-commit git repository, so both kinds build the same way.
+A tree with uncommitted changes is refused unless allowed (``--allow-dirty``, which sets
+``TESTBED_ALLOW_DIRTY=1``): then its diff is built as a patch and recorded as such.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from testbed.guest import build as build_cache
+
+TREE, DEBIAN = "tree:", "debian"
+ALLOW_DIRTY = "TESTBED_ALLOW_DIRTY"
+
+
+class SourceError(ValueError):
+    """A source name that cannot be built; the message says what would do."""
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str  # the file's path as given, or "working tree diff"
+    text: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.text).hexdigest()
+
+
+@dataclass(frozen=True)
+class SourceName:
+    """What a name says, before anything is read."""
+
+    kind: str  # TREE or DEBIAN
+    tree: Path | None = None
+    rev: str | None = None
+    series: str | None = None
+    patches: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True)
+class Source:
+    """The exact source a name stands for."""
+
+    name: str
+    repo: Path  # the git repository it is built from
+    commit: str
+    patches: tuple[Patch, ...]
+    origin: str  # the tree's path, or linux-source-6.1=6.1.192-3
+    dirty: bool = False
+
+    def describe(self) -> dict:
+        """What a run's manifest records of it."""
+        return {"name": self.name, "origin": self.origin, "commit": self.commit, "dirty": self.dirty,
+                "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches]}  # fmt: skip
+
+
+def is_source(name: str | None) -> bool:
+    return bool(name) and (name.startswith(TREE) or bool(re.fullmatch(r"\d+\.\d+\+(source|patch:.+)", name)))
+
+
+def parse(name: str) -> SourceName:
+    """The parts of a source name (module doc); a malformed one says what the forms are."""
+    forms = "tree:PATH[@REV], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or SERIES+source"
+    if name.startswith(TREE):
+        path, _, rev = name[len(TREE) :].partition("@")
+        if not path:
+            raise SourceError(f"kernel {name!r}: no tree path; give {forms}")
+        return SourceName(TREE, tree=Path(path).expanduser(), rev=rev or None)
+    series, _, rest = name.partition("+")
+    if not re.fullmatch(r"\d+\.\d+", series) or not rest:
+        raise SourceError(f"kernel {name!r}: not a source name; give {forms}")
+    if rest == "source":
+        return SourceName(DEBIAN, series=series)
+    parts = rest.split("+")
+    if not all(p.startswith("patch:") and len(p) > len("patch:") for p in parts):
+        raise SourceError(f"kernel {name!r}: after {series}+ comes 'source' or patch:FILE (+patch:FILE...)")
+    return SourceName(DEBIAN, series=series, patches=tuple(Path(p[len("patch:") :]).expanduser() for p in parts))
+
+
+def label(name: str) -> str:
+    """A source name as a folder name: ``tree-linux-1a2b3c4d5e6f``, ``6.1+patch-fix``, ``6.1+source``; only
+    the characters virtme-ng takes in a shared folder's path (letters, digits, ``_+.-``)."""
+    parsed = parse(name)
+    if parsed.kind == TREE:
+        rev = parsed.rev[:12] if parsed.rev and re.fullmatch(r"[0-9a-f]{40}", parsed.rev) else parsed.rev
+        text = f"tree-{parsed.tree.name}" + (f"-{rev}" if rev else "")
+    else:
+        text = parsed.series + ("".join(f"+patch-{p.stem}" for p in parsed.patches) or "+source")
+    return re.sub(r"[^A-Za-z0-9_+.-]", "-", text)
+
+
+def resolve(name: str, log=print) -> Source:
+    """The source ``name`` stands for (Debian's fetched once); bad paths, revisions or patches say why."""
+    parsed = parse(name)
+    patches = tuple(_read_patch(p) for p in parsed.patches)
+    if parsed.kind == DEBIAN:
+        repo, version = debian_source(parsed.series, log)
+        return Source(name, repo, _git(repo, "rev-parse", "HEAD"), patches, f"linux-source-{parsed.series}={version}")
+    repo = _tree(parsed.tree)
+    commit = _commit(repo, parsed.rev, name)
+    dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") else None
+    if dirty is not None:
+        if os.environ.get(ALLOW_DIRTY) != "1":
+            raise SourceError(f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
+                              f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff")  # fmt: skip
+        patches += (dirty,)
+    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None)
+
+
+def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
+    """The kernels of a tree from ``good`` to ``bad`` (both included, oldest first): the commits on the
+    first-parent line between them, each named ``tree:PATH@<12 hex digits>``."""
+    repo = _tree(tree)
+    first, last = _commit(repo, good, f"tree:{repo}@{good}"), _commit(repo, bad, f"tree:{repo}@{bad}")
+    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", first, last]).returncode != 0:
+        raise SourceError(f"--good {good} is not an ancestor of --bad {bad} in {repo}: give the older commit as "
+                          f"--good (git log --oneline {bad} shows the line)")  # fmt: skip
+    between = _git(repo, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{first}..{last}").split()
+    return [f"{TREE}{repo}@{commit[:12]}" for commit in [first, *between]]
+
+
+def _read_patch(path: Path) -> Patch:
+    if not path.is_file():
+        raise SourceError(f"patch {path}: no such file (the name is SERIES+patch:FILE, a path to a unified diff)")
+    return Patch(str(path), path.read_bytes())
+
+
+def _git(repo: Path, *args: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SourceError(f"git {' '.join(args)} in {repo} failed: {out.stderr.strip()[-300:] or 'no output'}")
+    return out.stdout.strip()
+
+
+def _tree(path: Path) -> Path:
+    path = path.resolve()
+    if not (path / "Makefile").is_file() or not (path / "net" / "ipv4").is_dir():
+        raise SourceError(f"tree:{path}: not a Linux source tree (no Makefile and net/ipv4/ there)")
+    if subprocess.run(["git", "-C", str(path), "rev-parse", "--git-dir"], capture_output=True).returncode != 0:
+        raise SourceError(f"tree:{path}: not a git repository; the build is keyed by its commit (git init and "
+                          f"commit it, or use SERIES+patch:FILE for Debian's source with a patch)")  # fmt: skip
+    return path
+
+
+def _commit(repo: Path, rev: str | None, name: str) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev or 'HEAD'}^{{commit}}"],
+                         capture_output=True, text=True)  # fmt: skip
+    if out.returncode != 0:
+        recent = _git(repo, "log", "--oneline", "-5", "--no-decorate")
+        raise SourceError(f"kernel {name!r}: {rev or 'HEAD'} is not a commit of {repo}; recent ones:\n{recent}")
+    return out.stdout.strip()
+
+
+def _dirty_patch(repo: Path) -> Patch | None:
+    """The working tree's uncommitted changes to tracked files as one patch, or None when clean (untracked
+    files are not part of a build: git add them). Plumbing, not ``git diff``: a user's diff settings
+    (colour, no prefix, an external diff) would spoil the patch."""
+    files = _git(repo, "diff-index", "--name-only", "HEAD").splitlines()
+    if not files:
+        return None
+    diff = subprocess.run(["git", "-C", str(repo), "diff-index", "-p", "--binary", "HEAD"], capture_output=True,
+                          check=True)  # fmt: skip
+    return Patch(f"working tree diff ({len(files)} files: {', '.join(files[:3])}{'...' if len(files) > 3 else ''})",
+                 diff.stdout)  # fmt: skip
+
+
+def sources_root() -> Path:
+    return build_cache.cache_base() / "kernel-sources"
+
+
+def debian_source(series: str, log=print) -> tuple[Path, str]:
+    """Debian's ``linux-source-SERIES`` as a one-commit git repository in the cache, and its version."""
+    repo = sources_root() / f"linux-source-{series}"
+    stamp = repo / ".git" / "testbed-version"
+    if not stamp.exists():
+        sources_root().mkdir(parents=True, exist_ok=True)
+        with open(sources_root() / f".{repo.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # another process fetching it: wait for its copy
+            if not stamp.exists():
+                _fetch_debian_source(series, repo, log)
+    return repo, stamp.read_text().strip()
+
+
+def _fetch_debian_source(series: str, repo: Path, log) -> None:
+    package = f"linux-source-{series}"
+    log(f"fetching {package} (apt-get download, once; kept as a git repository in {repo.parent})")
+    repo.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=repo.parent) as tmp:
+        out = subprocess.run(["apt-get", "download", package], cwd=tmp, capture_output=True, text=True)
+        debs = list(Path(tmp).glob("*.deb"))
+        if out.returncode != 0 or not debs:
+            found = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-source-[0-9.]+$"],
+                                   capture_output=True, text=True).stdout  # fmt: skip
+            have = [line.split(" - ")[0] for line in found.splitlines() if line.strip()]
+            series_here = ", ".join(h.removeprefix("linux-source-") for h in have) or "none"
+            raise SourceError(f"{series}+...: {package} cannot be downloaded "
+                              f"({out.stderr.strip()[-200:] or 'no output'}); series here: {series_here}")  # fmt: skip
+        version = debs[0].name.split("_")[1]
+        _unpack_source(debs[0], Path(tmp) / "src", package)
+        # --force: Debian's top-level .gitignore ignores everything but debian/
+        commit = ["-c", "user.name=testbed", "-c", "user.email=testbed@localhost", "commit", "-q", "-m",
+                  f"{package} {version}"]  # fmt: skip
+        for args in (["init", "-q"], ["add", "-A", "--force"], commit):
+            subprocess.run(["git", "-C", str(Path(tmp) / "src"), *args], check=True, capture_output=True)
+        (Path(tmp) / "src" / ".git" / "testbed-version").write_text(version + "\n")
+        if repo.exists():
+            shutil.rmtree(repo)
+        os.replace(Path(tmp) / "src", repo)
+
+
+def _unpack_source(deb: Path, dest: Path, package: str) -> None:
+    """The tarball inside the package, unpacked without its top folder."""
+    tarball = f"./usr/src/{package}.tar.xz"
+    with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as dpkg:
+        subprocess.run(["tar", "-x", "-C", str(deb.parent), "--strip-components=3", "-f", "-", tarball],
+                       stdin=dpkg.stdout, check=True)  # fmt: skip
+    if dpkg.returncode != 0:
+        raise SourceError(f"dpkg-deb could not read {deb} (exit {dpkg.returncode})")
+    dest.mkdir()
+    subprocess.run(["tar", "-x", "-C", str(dest), "--strip-components=1", "-f", str(deb.parent / f"{package}.tar.xz")],
+                   check=True)  # fmt: skip
+    (deb.parent / f"{package}.tar.xz").unlink()

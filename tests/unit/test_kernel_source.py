@@ -1,0 +1,256 @@
+"""Kernels named by their source (testbed/host/kernelsource.py, kernelbuild.py) on simulated builds: a
+git tree whose Makefile answers the targets the build asks for (defconfig, bzImage, modules,
+kernelrelease, modules_install) in a moment, so naming, keys, caching, refusals and a bisection
+over a tree's commits run the real code without compiling a kernel. The real build is measured by
+tests/long/test_kernel_build.py and docs/regression.md."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+
+import pandas as pd
+import pytest
+
+from analysis import bisection
+from testbed.host import kernelbuild, kernels, kernelsource
+from testbed.workflows import bisect as bisect_workflow
+from testbed.workflows.compare import label
+
+MAKEFILE = """\
+O ?= .
+%_defconfig:
+\t@mkdir -p $(O) && printf 'CONFIG_BASE=y\\n' > $(O)/.config
+olddefconfig:
+\t@true
+bzImage:
+\t@if grep -q BREAK net/ipv4/*.c; then echo "net/ipv4/tcp.c:1:1: error: a planted syntax error"; exit 1; fi
+\t@for f in net/ipv4/*.c; do echo "  CC      $$f"; done
+\t@mkdir -p $(O)/arch/x86/boot && cat net/ipv4/*.c > $(O)/arch/x86/boot/bzImage
+modules:
+\t@echo "  CC [M]  net/sched/sch_htb.o"
+kernelrelease:
+\t@echo 6.1.0$(LOCALVERSION)
+modules_install:
+\t@mkdir -p $(INSTALL_MOD_PATH)/lib/modules/6.1.0$(LOCALVERSION)/kernel
+\t@touch $(INSTALL_MOD_PATH)/lib/modules/6.1.0$(LOCALVERSION)/modules.dep
+"""
+# merge_config.sh -m -O OBJ BASE FRAGMENT: a Kconfig that gives every option but those in LACKS
+MERGE = """#!/bin/sh
+shift 3
+echo >> "$1"
+grep '^CONFIG_' "$2" | grep -v -f LACKS >> "$1"
+"""
+
+
+def _git(tree: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+
+
+def _commit(tree: Path, text: str, message: str) -> str:
+    (tree / "net" / "ipv4" / "tcp.c").write_text(text)
+    _git(tree, "commit", "-qam", message)
+    return _git(tree, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def tree(tmp_path, monkeypatch):
+    """A simulated kernel tree with one commit; the caches in tmp_path."""
+    monkeypatch.setenv("CC_TESTBED_CACHE", str(tmp_path / "cache"))
+    monkeypatch.delenv(kernelsource.ALLOW_DIRTY, raising=False)
+    root = tmp_path / "linux"
+    (root / "net" / "ipv4").mkdir(parents=True)
+    (root / "scripts" / "kconfig").mkdir(parents=True)
+    (root / "Makefile").write_text(MAKEFILE)
+    (root / "scripts" / "kconfig" / "merge_config.sh").write_text(MERGE)
+    (root / "scripts" / "kconfig" / "merge_config.sh").chmod(0o755)
+    (root / "LACKS").write_text("")
+    (root / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 10;\n")
+    _git(root, "init", "-q")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "first")
+    return root
+
+
+def _fetch(name: str) -> tuple[kernels.Kernel, list[str]]:
+    said: list[str] = []
+    return kernels.fetch(name, log=said.append), said
+
+
+def test_names_parse_into_their_parts_and_a_malformed_one_lists_the_forms():
+    assert kernelsource.parse("tree:/src/linux@v6.1") == kernelsource.SourceName("tree:", Path("/src/linux"), "v6.1")
+    assert kernelsource.parse("6.1+source") == kernelsource.SourceName("debian", series="6.1")
+    parsed = kernelsource.parse("6.1+patch:a.patch+patch:b.patch")
+    assert parsed.series == "6.1" and parsed.patches == (Path("a.patch"), Path("b.patch"))
+    for bad in ("tree:", "6.1+", "6.1+patch:", "6.1+sauce", "latest+source"):
+        with pytest.raises(kernelsource.SourceError, match=r"tree:PATH\[@REV\]|after 6.1\+ comes"):
+            kernelsource.parse(bad)
+    assert kernelsource.is_source("6.1+patch:x.patch") and not kernelsource.is_source("6.1.0-56")
+    assert not kernelsource.is_source("/boot/vmlinuz-6.1.0-56-amd64") and not kernelsource.is_source(None)
+    assert label("tree:/src/linux@1a2b3c4d5e6f") == "tree-linux-1a2b3c4d5e6f"
+    assert label("tree:/src/linux@origin/net-next") == "tree-linux-origin-net-next"  # vng's safe characters
+    assert label("6.1+patch:/tmp/halve-iw.patch") == "6.1+patch-halve-iw" and label("6.1+source") == "6.1+source"
+
+
+def test_a_tree_builds_once_per_commit_and_config_and_its_manifest_record_says_what_was_built(tree):
+    first = _git(tree, "rev-parse", "HEAD")
+    kernel, said = _fetch(f"tree:{tree}")
+    assert kernel.vmlinuz.is_file() and kernel.modules_dir.is_dir()
+    assert kernel.release.startswith("6.1.0-tb") and kernel.source == f"tree:{tree}"
+    record = kernel.build
+    assert record["commit"] == first and record["patches"] == [] and not record["dirty"]
+    assert record["origin"] == str(tree) and record["config_digest"] == kernelbuild.config_digest()
+    # the fake tree has no module build: the kernel is kept, and the record says why the module is not
+    assert record["westwood_tb"].startswith("not built:")
+    assert any("first build of this tree" in line for line in said)
+    assert any(line.startswith(f"kernel build-{record['key']}: built in") for line in said)
+    again, said_again = _fetch(f"tree:{tree}@{first[:8]}")  # the same commit by another name: no build
+    assert again.vmlinuz == kernel.vmlinuz and not any("kernel build" in line for line in said_again)
+    second = _commit(tree, "int tcp_init_cwnd = 5;\n", "halve the initial window")
+    moved, said = _fetch(f"tree:{tree}")
+    assert moved.build["commit"] == second and moved.vmlinuz != kernel.vmlinuz
+    assert b"= 5;" in moved.vmlinuz.read_bytes() and b"= 10;" in kernel.vmlinuz.read_bytes()
+    assert any("incremental" in line for line in said)  # the tree's object folder was built before
+    back, said = _fetch(f"tree:{tree}@{first}")
+    assert back.vmlinuz == kernel.vmlinuz and not any("kernel build" in line for line in said)
+
+
+def test_a_dirty_tree_is_refused_unless_allowed_and_its_diff_is_then_built_and_recorded(tree, monkeypatch):
+    (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 4;\n")
+    with pytest.raises(kernels.KernelError, match=r"uncommitted changes \(working tree diff \(1 files: "
+                                                  r"net/ipv4/tcp.c\)\).*--allow-dirty"):  # fmt: skip
+        _fetch(f"tree:{tree}")
+    monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
+    kernel, _ = _fetch(f"tree:{tree}")
+    assert kernel.build["dirty"] and kernel.build["patches"][0]["name"].startswith("working tree diff")
+    assert b"= 4;" in kernel.vmlinuz.read_bytes()
+    clean, _ = _fetch(f"tree:{tree}@HEAD~0")  # a named revision is built as committed, dirty or not
+    assert b"= 10;" in clean.vmlinuz.read_bytes() and not clean.build["dirty"]
+
+
+def test_a_patch_is_part_of_the_key_and_one_that_does_not_apply_names_itself(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(kernelsource, "debian_source", lambda series, log: (tree, "6.1.0-sim"))
+    good = tmp_path / "cwnd.patch"
+    (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 2;\n")
+    good.write_text(_git(tree, "diff") + "\n")
+    _git(tree, "checkout", "-q", "--", ".")
+    stock, _ = _fetch("6.1+source")
+    patched, _ = _fetch(f"6.1+patch:{good}")
+    assert stock.build["origin"] == "linux-source-6.1=6.1.0-sim" and stock.build["patches"] == []
+    assert patched.build["patches"] == [{"name": str(good), "sha256": kernelsource.Patch("", good.read_bytes()).sha256}]
+    assert patched.build["key"] != stock.build["key"] and b"= 2;" in patched.vmlinuz.read_bytes()
+    stale = tmp_path / "stale.patch"
+    stale.write_text(good.read_text().replace("= 10;", "= 11;"))
+    with pytest.raises(kernels.KernelError, match=rf"patch {stale} does not apply to linux-source-6.1=6.1.0-sim"):
+        _fetch(f"6.1+patch:{stale}")
+    with pytest.raises(kernels.KernelError, match=r"patch /nonexistent.patch: no such file"):
+        _fetch("6.1+patch:/nonexistent.patch")
+
+
+def test_what_the_runs_need_is_checked_before_the_build_and_a_failed_build_shows_the_compiler(tree):
+    (tree / "LACKS").write_text("CONFIG_NET_SCH_CAKE\n")
+    _git(tree, "commit", "-qam", "a Kconfig without cake")
+    with pytest.raises(kernels.KernelError, match=r"Kconfig does not give what runs need.*CONFIG_NET_SCH_CAKE=m "
+                                                  r"\(it has: not set\)"):  # fmt: skip
+        _fetch(f"tree:{tree}")
+    (tree / "LACKS").write_text("")
+    _commit(tree, "int tcp_init_cwnd = 10; BREAK\n", "a typo")
+    with pytest.raises(kernels.KernelError, match=r"(?s)did not build.*error: a planted syntax error.*log: .*\.log"):
+        _fetch(f"tree:{tree}")
+    for bad, why in ((f"tree:{tree}@nosuchrev", r"nosuchrev is not a commit of .*; recent ones:\n.* a typo"),
+                     (f"tree:{tree / 'net'}", r"not a Linux source tree")):  # fmt: skip
+        with pytest.raises(kernels.KernelError, match=why):
+            _fetch(bad)
+
+
+def test_a_tree_range_is_its_first_parent_commits_and_bad_ranges_say_why(tree):
+    first = _git(tree, "rev-parse", "HEAD")
+    commits = [first] + [_commit(tree, f"int tcp_init_cwnd = {n};\n", f"step {n}") for n in (9, 8, 7)]
+    names = kernelsource.tree_versions(tree, first[:7], "HEAD")
+    assert names == [f"tree:{tree}@{c[:12]}" for c in commits]
+    assert kernels.expand_series(f"tree:{tree}@{first}..HEAD") == names
+    with pytest.raises(kernelsource.SourceError, match="is not an ancestor"):
+        kernelsource.tree_versions(tree, "HEAD", first)
+    with pytest.raises(bisect_workflow.BisectError, match="adjacent commits"):
+        bisect_workflow.tree_versions(tree, "HEAD~1", "HEAD")
+
+
+class BuiltKernels:
+    """bisection's ``measure`` on simulated builds: each kernel is built (kernels.fetch) and its goodput
+    drops by 30 % where the built image holds the planted change; seeded noise as test_bisection's."""
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        self.calls.append(kernel)
+        planted = b"PLANTED" in kernels.fetch(kernel, log=lambda line: None).vmlinuz.read_bytes()
+        rows = []
+        for seed in seeds:
+            noise = random.Random(seed).gauss(0, 0.1) + random.Random(f"{kernel}/{seed}").gauss(0, 0.03)
+            rows.append({"run": f"{kernel}/{seed}", "point": "upload", "seed": seed, "cc": "westwood",
+                         "metric": "goodput", "value": 9.0 * (0.7 if planted else 1) * math.exp(noise)})  # fmt: skip
+        return pd.DataFrame(rows)
+
+
+def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each_step_once(tree, tmp_path):
+    for n in range(1, 8):
+        text = f"int tcp_init_cwnd = 10; /* {n} */\n" + ("/* PLANTED */\n" if n >= 5 else "")
+        _commit(tree, text, f"commit {n}" + (" (the planted change)" if n == 5 else ""))
+    planted = _git(tree, "rev-parse", "HEAD~2")
+    versions = bisect_workflow.tree_versions(tree, "HEAD~7", "HEAD")
+    measure = BuiltKernels()
+    result = bisection.bisect(versions, measure)
+    assert result.first_bad == f"tree:{tree}@{planted[:12]}" and result.last_good == versions[4]
+    built = list((kernelbuild.build_cache.cache_base() / "kernels").glob("build-*"))
+    assert len(built) == len(set(measure.calls)) < len(versions)  # each step built once; not every commit
+    assert json.loads((built[0] / "build.json").read_text())["origin"] == str(tree)
+    change = bisection.change_at(result)  # the planted commit against the one before it, paired by seed
+    low, high = change.interval()
+    assert low < -0.3 < high and -0.4 < change.relative < -0.2
+    folder = tmp_path / "bisect"
+    folder.mkdir()
+    bisect_workflow._write(folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, "regression-check")
+    text = (folder / "bisect.txt").read_text()
+    assert f"first bad version: {result.first_bad} (last good: {versions[4]})" in text
+    assert f"{result.first_bad} against {versions[4]}: goodput {change.relative:+.1%} (95 % interval" in text
+    assert (f"reproduce: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
+            "--suite regression-check") in text  # fmt: skip
+
+
+def test_a_missing_build_tool_is_named_with_its_package_before_anything_is_checked_out(tree, monkeypatch):
+    real = kernelbuild.shutil.which
+    monkeypatch.setattr(kernelbuild.shutil, "which", lambda name: None if name in ("flex", "bison") else real(name))
+    with pytest.raises(kernels.KernelError, match=r"building a kernel needs bison, flex: apt-get install bison flex"):
+        _fetch(f"tree:{tree}")
+    assert not kernelbuild.worktrees_root().exists()
+
+
+def test_a_file_a_patch_adds_is_gone_before_the_next_patch_even_where_gitignore_hides_it(tree, tmp_path, monkeypatch):
+    monkeypatch.setattr(kernelsource, "debian_source", lambda series, log: (tree, "6.1.0-sim"))
+    (tree / ".gitignore").write_text("/net/ipv4/added.c\n")  # as Debian's top-level .gitignore hides most
+    _git(tree, "add", ".gitignore")
+    _git(tree, "commit", "-qm", "ignore")
+    patches = []
+    for n in (1, 2):
+        patch = tmp_path / f"add{n}.patch"
+        patch.write_text(f"--- /dev/null\n+++ b/net/ipv4/added.c\n@@ -0,0 +1 @@\n+int added = {n};\n")
+        patches.append(patch)
+    first, _ = _fetch(f"6.1+patch:{patches[0]}")
+    second, _ = _fetch(f"6.1+patch:{patches[1]}")
+    assert b"int added = 1;" in first.vmlinuz.read_bytes() and b"int added = 2;" in second.vmlinuz.read_bytes()
+
+
+def test_a_tree_is_pinned_to_its_commit_for_a_comparison_unless_its_diff_is_built(tree, monkeypatch):
+    head = _git(tree, "rev-parse", "HEAD")
+    assert kernels.pinned(f"tree:{tree}") == f"tree:{tree}@{head}"
+    assert kernels.pinned(f"tree:{tree}@HEAD") == f"tree:{tree}@{head}" and kernels.pinned("6.1.0-56") == "6.1.0-56"
+    assert label(f"tree:{tree}@{head}") == f"tree-linux-{head[:12]}"
+    (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 4;\n")
+    monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
+    assert kernels.pinned(f"tree:{tree}") == f"tree:{tree}"  # its diff is read by each session, and recorded
