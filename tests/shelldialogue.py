@@ -4,9 +4,11 @@ the netns tier's on the host kernel, the guest tier's in a virtme-ng guest."""
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -49,10 +51,27 @@ def command(child: pexpect.spawn, line: str, timeout_s: float = 30) -> str:
     return child.before
 
 
-def reachability_flow_and_exit(child: pexpect.spawn, leave: str = "exit") -> None:
-    """l0 reaches r0 across the bottleneck; the scenario's flow starts, is seen in the bottleneck's
-    counters and in its sender's cwnd; leaving (``exit``, or Ctrl-D when ``leave`` says ``eof``) tears
-    down and the program ends."""
+def first_flow_record(url: str, timeout_s: float) -> dict:
+    """The first flow record on a live page's stream (its ``events``, with the token)."""
+    base, token = url.split("?")
+    deadline = time.monotonic() + timeout_s
+    with urllib.request.urlopen(f"{base}events?{token}", timeout=timeout_s) as stream:
+        for raw in stream:
+            line = raw.decode().strip()
+            if line.startswith("data: ") and (record := json.loads(line[6:])).get("kind") == "flow":
+                return record
+            assert time.monotonic() < deadline, "no flow record on the live page"
+    raise AssertionError("the live page's stream ended without a flow record")
+
+
+def reachability_flow_and_exit(child: pexpect.spawn, leave: str = "exit", live: bool = True) -> None:
+    """l0 reaches r0 across the bottleneck; ``live`` prints the live page's URL (or, ``live`` False: the
+    lab VM, why there is none); the scenario's flow starts, is seen in the bottleneck's counters, in its
+    sender's cwnd and on the page; leaving (``exit``, or Ctrl-D when ``leave`` says ``eof``) tears down
+    and the program ends."""
+    said = command(child, "live")
+    found = re.search(r"(http://127\.0\.0\.1:\d+/\?token=\S+)", said)
+    assert bool(found) == live and (live or "no live page here" in said), said
     ping = command(child, "l0 ping -c 2 -W 2 r0")
     assert "0% dropped" in command(child, "pingall", timeout_s=60)
     assert re.search(r"2 packets transmitted, 2 received", ping), ping
@@ -67,6 +86,9 @@ def reachability_flow_and_exit(child: pexpect.spawn, leave: str = "exit") -> Non
     assert "rl rl-eth0 (bottleneck)" in stats and max(sent) > 1_000_000, stats
     watched = command(child, "cwnd c0 1.2", timeout_s=30)
     assert re.search(r"cwnd \d+", watched), watched
+    if live:  # the guest's trace of the flow, read by the host's page through the shared folder
+        record = first_flow_record(found.group(1), 30)
+        assert record["conn"] == "c0" and record["cwnd"] > 0, record
     assert re.search(r"stopped 1 running", command(child, "stop")), "the flow was not running"
     if leave == "eof":
         child.sendeof()

@@ -205,8 +205,9 @@ def estimate_text(stats: dict | None) -> str:
         return (f"incremental: this tree was last built in {stats['seconds'] / 60:.1f} min; a change to a few files "
                 "takes a few minutes (vmlinux is linked again)")  # fmt: skip
     scale = FIRST_BUILD["jobs"] / (os.cpu_count() or 1)
+    warm = " (far less for a commit ccache has seen: 1.7 min measured)" if shutil.which("ccache") else ""
     return (f"first build of this tree: about {FIRST_BUILD['seconds'] * scale / 60:.0f} min on {os.cpu_count()} "
-            f"core(s) ({FIRST_BUILD['compiled']} files; later revisions rebuild only what changed)")  # fmt: skip
+            f"core(s){warm}, {FIRST_BUILD['compiled']} files; later revisions rebuild only what changed")  # fmt: skip
 
 
 def _make(src: Path, obj: Path, key: str, log_path: Path, log) -> str:

@@ -130,7 +130,7 @@ def test_the_shell_opens_in_the_vm_and_leaves_nothing_there(lab_vm, tmp_path):
     process, namespace or plan is left in the VM."""
     assert lab_vm["up"].returncode == 0, "vagrant up failed (first test)"
     with spawned(tmp_path, "auto", rtt_ms=20, boot_timeout_s=300) as child:
-        reachability_flow_and_exit(child)
+        reachability_flow_and_exit(child, live=False)  # the VM's folder is not the host's
     log = (tmp_path / "shell.log").read_text()
     assert "backend: vagrant" in log and child.exitstatus == 0, log[-3000:]
     out = vagrant("ssh", "-c", "pgrep -af '[t]estbed.guest.shell'; ip netns list; sudo ls /var/tmp/cc-testbed-shell",
