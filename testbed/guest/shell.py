@@ -122,6 +122,12 @@ class ShellNetwork:
                     proc.kill()
         return running
 
+    def live(self) -> str:
+        """``live``: the page's URL (recording from now on), or why there is none."""
+        if self.recording is None:
+            return "no live page: this shell has no plan folder the host reads"
+        return self.recording.start()
+
     def bottleneck_stats(self) -> str:
         lines = []
         for b in self.net.spec.bottlenecks:
@@ -182,8 +188,7 @@ def make_cli(shell: ShellNetwork):
 
         def do_flows(self, _line: str) -> None:
             """List the scenario's connections and how each stands."""
-            for c in shell.connections:
-                output(shell.describe(c) + "\n")
+            output("".join(shell.describe(c) + "\n" for c in shell.connections))
 
         def do_start(self, line: str) -> None:
             """start [ID ...]: start the scenario's connections (all, or those named) at their offsets."""
@@ -202,23 +207,25 @@ def make_cli(shell: ShellNetwork):
 
         def do_live(self, _line: str) -> None:
             """live: the live page (goodput, cwnd, RTT, queues) of the flows started from now on: its URL."""
-            if shell.recording is None:
-                output("no live page: this shell has no plan folder the host reads\n")
-                return
-            output(shell.recording.start() + "\n")
+            output(shell.live() + "\n")
 
         def do_cwnd(self, line: str) -> None:
             """cwnd ID [SECONDS]: watch one connection's cwnd, ssthresh, RTT (Ctrl-C stops)."""
-            words = line.split()
             try:
-                c = shell.connection(words[0] if words else shell.connections[0].id)
-                seconds = float(words[1]) if len(words) > 1 else c.duration_s
+                c, seconds = _cwnd_target(shell, line)
             except (KeyError, ValueError) as err:
                 output(f"{err.args[0]}: usage: cwnd ID [SECONDS]\n")
                 return
             _watch(shell, c, seconds, output)
 
     return TestbedCLI
+
+
+def _cwnd_target(shell: ShellNetwork, line: str) -> tuple[Connection, float]:
+    """``cwnd``'s connection (the first by default) and seconds (its duration by default)."""
+    words = line.split()
+    c = shell.connection(words[0] if words else shell.connections[0].id)
+    return c, float(words[1]) if len(words) > 1 else c.duration_s
 
 
 def _watch(shell: ShellNetwork, c: Connection, seconds: float, output) -> None:
