@@ -572,9 +572,9 @@ def _add_lab(sub) -> None:
                      "check: the guest kernel of the hidden variants (as for testbed run)")
     lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")
     lab.add_argument("--student", metavar="ID",
-                     help="start: give the student their own seeds, drawn from the course's secret "
-                          "(CC_TESTBED_COURSE_SECRET) and ID; check: grade the folder as ID's, their own seeds "
-                          "required (docs/labs.md)")  # fmt: skip
+                     help="start: give the student their own seeds (and the lab's variant, e.g. the wireless "
+                          "lab's radio rate), drawn from the course's secret (CC_TESTBED_COURSE_SECRET) and "
+                          "ID; check: grade the folder as ID's, their own required (docs/labs.md)")  # fmt: skip
     lab.set_defaults(func=_cmd_lab)
 
 

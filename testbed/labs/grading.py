@@ -123,7 +123,19 @@ def _band_checks(bands: list[Band], results: Results) -> list[Check]:
         have = ", ".join(sorted({b.series for b in bands}))
         return [Check("bands", False, f"no bands for this kernel ({series[0]}; the lab has bands for {have}): "
                                       "grade by hand", graded=False)]  # fmt: skip
-    return [band_check(band, results) for band in (mine or bands)]
+    mine, missing = variant_bands(mine or bands, results.variant)
+    return [missing] if missing else [band_check(band, results) for band in mine]
+
+
+def variant_bands(bands: list[Band], value: float | None) -> tuple[list[Band], Check | None]:
+    """In a lab with a variant, the bands for ``value`` (the student's scenario file's) and those for
+    every value; a failed check saying why when the lab has none made for ``value``."""
+    values = sorted({b.variant for b in bands if b.variant is not None})
+    if not values or value in values:
+        return [b for b in bands if b.variant in (None, value)], None
+    have = ", ".join(labkit.number_text(v) for v in values)
+    return [], Check("bands", False, f"no bands for the value the scenario file sets ({labkit.number_text(value)}; "
+                                     f"the lab has bands for {have}): set the one lab start gave")  # fmt: skip
 
 
 def _run_checks(task: Task, results: Results, copies: set[str], min_seeds: int) -> list[Check]:

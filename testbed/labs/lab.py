@@ -77,7 +77,10 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
         hidden = labkit.load_hidden(master / "hidden.yaml")
         ran = _run_hidden(work, lab, hidden, results, run, labkit.seed_pool(master, lab))
     found = labresults.load_results(work, lab, results)
-    graded = grading.grade(work, lab, expected, found, _student_checks(master, work, found, student))
+    own = _student_checks(master, work, found, student)
+    if all(c.ok for c in own):
+        own += _variant_checks(master, lab, work, found, student)
+    graded = grading.grade(work, lab, expected, found, own)
     if ran:
         task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
         task.checks += _hidden_checks(ran, expected, found)
@@ -124,7 +127,9 @@ def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
         seeds: dict[str, list[int]] = {}
         for r in runs:
             seeds.setdefault(r.point_id, []).append(r.seed)
-        for band in (b for b in (expected.bands if expected else []) if b.point in seeds):
+        bands, missing = grading.variant_bands(expected.bands if expected else [], found.variant)
+        checks += [replace(missing, name=f"hidden variant {variant.name}: bands")] if missing else []
+        for band in (b for b in bands if b.point in seeds):
             band_check = grading.band_check(band, found, seeds[band.point])
             checks.append(replace(band_check, name=f"hidden variant {variant.name}: {band_check.name}"))
     return checks
@@ -161,6 +166,37 @@ def _student_checks(master: Path, work: Path, found: labresults.Results, student
         return [grading.Check(name, False, f"lab-start.json's seeds are not {student}'s (edited, or another "
                                            "student's): start the lab again with --student")]  # fmt: skip
     return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}: {student}'s own")]
+
+
+def _variant_checks(master: Path, lab: labkit.Lab, work: Path, found: labresults.Results,
+                    student: str | None) -> list[grading.Check]:  # fmt: skip
+    """Whose value of the lab's variant knob the runs are: the one ``testbed lab start --student`` gave,
+    set in the scenario file and run by every graded run (their manifests), and the student's by the
+    course's secret (as their seeds). A folder started for a student must say its value."""
+    start = labkit.lab_start(work)
+    if lab.variant is None or (student is None and "variant" not in start and "student" not in start):
+        return []
+    name, what, knob = f"the student's own {lab.variant.what}", lab.variant.what, lab.variant.knob
+    given = start.get("variant")
+    mine = given.get("value") if isinstance(given, dict) else None
+    if not isinstance(mine, int | float) or isinstance(mine, bool):
+        return [grading.Check(name, False, f"lab-start.json gives no {what}: start the lab again with --student")]
+    shown = labkit.number_text(mine)
+    if found.variant != mine:
+        return [grading.Check(name, False, f"the scenario file sets {knob} to {labkit.number_text(found.variant)}; "
+                                           f"testbed lab start gave {shown}: set it back and run again")]  # fmt: skip
+    graded = labresults.graded_run_ids(found)
+    ran = [f"seed {r.seed} of {r.point_id} ran {labkit.number_text(v)}" for r in found.runs.itertuples()
+           if r.run_id in graded and (v := labresults.run_knob(Path(r.path), knob)) != mine]  # fmt: skip
+    if ran:
+        return [grading.Check(name, False, f"{'; '.join(ran[:3])}: testbed lab start gave {shown}: run again")]
+    if student is not None and students.course_secret() is None:
+        return [grading.Check(name, True, f"{shown}: whether it is {student}'s cannot be told without "
+                                          f"{students.SECRET_ENV}: grade by hand", graded=False)]  # fmt: skip
+    if student is not None and labkit.student_value(master, student) != mine:
+        return [grading.Check(name, False, f"lab-start.json's {what} is not {student}'s (edited, or another "
+                                           "student's): start the lab again with --student")]  # fmt: skip
+    return [grading.Check(name, True, f"{shown}, as lab start gave it")]
 
 
 def shared_runs(folders: list[Path]) -> dict[str, list[Path]]:
@@ -211,7 +247,12 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
         print(f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
               f"scenario ({labkit.load_lab(master).scenario}) from there")  # fmt: skip
         if student:
-            print(f"{student}'s own seeds: {', '.join(map(str, labkit.lab_start(destination)['seeds']))}")
+            started = labkit.lab_start(destination)
+            print(f"{student}'s own seeds: {', '.join(map(str, started['seeds']))}")
+            if "variant" in started:
+                variant = labkit.load_lab(master).variant
+                print(f"{student}'s own {variant.what}: {started['variant']['value']:g} ({variant.knob} in the "
+                      "scenario file)")  # fmt: skip
         return 0
     if action == "bands":
         return _bands(master, folder, how)

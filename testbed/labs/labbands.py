@@ -30,10 +30,10 @@ def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Exp
     """The lab's expected.yaml with every band's values from the reference runs under ``results``."""
     lab = labkit.load_lab(master)
     expected = labkit.load_expected(master, lab)
-    found = labresults.load_results(master / "solution", lab, results)
+    found = labresults.load_results(master / "solution", lab, results, every_variant=True)
     if found.runs.empty:
         raise labkit.LabError(f"no runs of the lab's scenario under {results}: run the lab's solution/ first")
-    bands = [_band(band, found) for band in expected.bands]
+    bands = [_band(band, found) for band in _templates(expected.bands, lab.variant)]
     complete = found.runs[found.runs["status"] == "complete"]
     kernels = ", ".join(sorted(set(complete["kernel_release"].dropna())))
     fingerprints = sorted(filter(None, (labresults.run_fingerprint(Path(path)) for path in complete["path"])))
@@ -43,11 +43,24 @@ def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Exp
     return labkit.Expected(reference=reference, bands=bands)
 
 
+def _templates(bands: list[labkit.Band], variant: labkit.Variant | None) -> list[labkit.Band]:
+    """The bands to make: each of expected.yaml's once, and in a lab with a variant once per value of
+    its knob (a student's runs at 4 Mbit/s are held to the reference runs at 4 Mbit/s)."""
+    blank = {"variant": None, "min": None, "max": None, "reference": None}
+    unique = list({b.model_copy(update=blank): None for b in bands})
+    if variant is None:
+        return unique
+    return [band.model_copy(update={"variant": value}) for band in unique for value in variant.values]
+
+
 def _band(band: labkit.Band, found: labresults.Results) -> labkit.Band:
     runs = found.runs[(found.runs["point_id"] == band.point) & (found.runs["status"] == "complete")]
+    if band.variant is not None:
+        runs = runs[runs["variant"] == band.variant]
     values = [v for v in (labresults.run_metric(band, r, found) for r in runs["run_id"]) if not math.isnan(v)]
     if not values:
-        raise labkit.LabError(f"no reference value of {band.metric} at {band.point}: its runs are missing")
+        at = f" with {band.variant:g} (the lab's variant)" if band.variant is not None else ""
+        raise labkit.LabError(f"no reference value of {band.metric} at {band.point}{at}: its runs are missing")
     mean = sum(values) / len(values)
     margin = MARGINS.get(band.metric, MARGIN) * abs(mean)
     low, high = max(0.0, min(values) - margin), min(CEILING.get(band.metric, math.inf), max(values) + margin)

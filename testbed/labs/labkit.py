@@ -133,6 +133,17 @@ class Task(_Strict):
         return [{"id": q} if isinstance(q, str) else q for q in value] if isinstance(value, list) else value
 
 
+class Variant(_Strict):
+    """A knob of the lab's scenario file each student started with ``--student`` gets their own value of
+    (testbed/labs/students.py), among ``values``, each with its own bands (``testbed lab bands`` makes
+    them from reference runs at every value)."""
+
+    #: its place in the scenario file, dotted: topology.wireless.loss.bad_loss_pct
+    knob: str = Field(pattern=r"^[a-z_]+(\.[a-z_]+)+$")
+    values: list[float] = Field(min_length=2)
+    what: str  # said to the student: "the Bad state's loss (%)"
+
+
 class Lab(_Strict):
     title: str
     papers: str
@@ -146,6 +157,7 @@ class Lab(_Strict):
     min_seeds: int = Field(1, ge=1)
     answers: str = "answers.md"
     tasks: list[Task]
+    variant: Variant | None = None
 
     def task(self, task_id: str) -> Task:
         return next(t for t in self.tasks if t.id == task_id)
@@ -157,6 +169,7 @@ class Band(_Strict):
     cc: str | None = None  # the flows of this algorithm (flow metrics); None: every forward flow
     metric: Literal[FLOW_METRICS + LATENCY_METRICS]
     series: str  # a kernel series (6.1): the band grades runs of that series only (6.12 is another)
+    variant: float | None = None  # in a lab with a variant: the knob's value this band is for
     #: None until ``testbed lab bands`` made them from reference runs (a band without them grades nothing)
     min: float | None = None
     max: float | None = None
@@ -224,6 +237,9 @@ def load_lab(folder: Path) -> Lab:
     for file in filter(None, (lab.scenario, lab.suite)):
         if not (folder / file).is_file():
             raise LabError(f"{folder / 'lab.yaml'}: its scenario {file!r} is not in {folder}")
+    if lab.variant and lab.scenario and file_knob(folder / lab.scenario, lab.variant.knob) not in lab.variant.values:
+        raise LabError(f"{folder / 'lab.yaml'}: variant.knob {lab.variant.knob} of {lab.scenario} is not one of "
+                       f"its values {', '.join(f'{v:g}' for v in lab.variant.values)}")  # fmt: skip
     return lab
 
 
@@ -242,15 +258,22 @@ def load_hidden(path: Path) -> Hidden:
 def start_lab(name: str, destination: Path, root: Path = LABS, student: str | None = None) -> Path:
     """Copy a lab into ``destination`` (new or empty) for a student: everything but the instructor's files,
     and ``lab-start.json`` saying when (the grader counts only runs made after it). With ``student``, their
-    own seeds (testbed/labs/students.py) in the scenario file and in ``lab-start.json``."""
+    own seeds (testbed/labs/students.py) in the scenario file and in ``lab-start.json``, and their own
+    value of the lab's variant knob when it has one."""
     source = lab_dir(name, root)
     if destination.exists() and any(destination.iterdir()):
         raise LabError(f"{destination} is not empty: give a new folder (nothing was copied)")
     seeds = student_seeds(source, student) if student is not None else None
+    lab = load_lab(source)
+    value = student_value(source, student) if student is not None and lab.variant else None
+    own = _knob_set(source / experiment_file(lab), lab.variant.knob, value) if value is not None else None
     shutil.copytree(source, destination, dirs_exist_ok=True, ignore=shutil.ignore_patterns(*INSTRUCTOR_ONLY))
     started = {"lab": source.name, "started_utc": datetime.now(UTC).isoformat(timespec="seconds")}
+    if own is not None:
+        (destination / experiment_file(lab)).write_text(own)
+        started |= {"variant": {"knob": lab.variant.knob, "value": value}}
     if seeds is not None:
-        _set_seeds(destination / experiment_file(load_lab(source)), seeds)
+        _set_seeds(destination / experiment_file(lab), seeds)
         started |= {"student": student, "seeds": seeds}
     (destination / LAB_START).write_text(json.dumps(started, indent=2) + "\n")
     return destination
@@ -285,6 +308,54 @@ def student_seeds(folder: Path, student: str) -> list[int]:
         return students.draw(secret, folder.name, student.strip(), seed_pool(folder, lab), count)
     except students.StudentError as err:
         raise LabError(f"lab {folder.name}: {err}") from None
+
+
+def student_value(folder: Path, student: str) -> float:
+    """The value of the lab's variant knob ``student`` gets in the lab at ``folder`` (as installed)."""
+    lab = load_lab(folder)
+    secret = students.course_secret()
+    if lab.variant is None or secret is None:
+        raise LabError(f"lab {folder.name} gives no value of its own to a student (no variant, or no "
+                       f"{students.SECRET_ENV})")  # fmt: skip
+    return students.pick(secret, folder.name, student.strip(), lab.variant.values)
+
+
+def number_text(value: float | None) -> str:
+    """A knob's value as a student reads it: 2, 1.5, 1e-05; "nothing" for None."""
+    if value is None:
+        return "nothing"
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def knob_value(data: object, knob: str) -> float | None:
+    """The value at the dotted ``knob`` of a scenario (a file's YAML or a run's resolved scenario), None
+    when it has none there."""
+    for key in knob.split("."):
+        data = data.get(key) if isinstance(data, dict) else None
+    return float(data) if isinstance(data, int | float) and not isinstance(data, bool) else None
+
+
+def file_knob(path: Path, knob: str) -> float | None:
+    """The knob's value in the scenario file at ``path`` (None: unreadable, or not set there)."""
+    try:
+        return knob_value(yaml.safe_load(path.read_text()), knob)
+    except (OSError, yaml.YAMLError):
+        return None
+
+
+def _knob_set(path: Path, knob: str, value: float) -> str:
+    """The text of the file at ``path`` with the knob's line set to ``value`` (its comments and layout
+    kept, as the seeds'): the knob's last key must be on one line of the file, and the text must then
+    read as set. Made before anything is copied, so a lab that cannot be set leaves nothing behind."""
+    key = knob.rsplit(".", 1)[-1]
+    line = re.compile(rf"^(\s*{re.escape(key)}:)[^#\n]*(#.*)?$", re.M)
+    text = path.read_text()
+    if len(line.findall(text)) != 1:
+        raise LabError(f"{path}: the variant's knob {knob} needs its key {key!r} on exactly one line")
+    text = line.sub(lambda m: f"{m.group(1)} {number_text(value)}  # your own: testbed lab start --student", text)
+    if knob_value(yaml.safe_load(text), knob) != value:
+        raise LabError(f"{path}: {knob} is not where the lab's variant says (lab.yaml's variant.knob)")
+    return text
 
 
 _SEEDS_LINE = re.compile(r"^seeds:.*$", re.M)

@@ -42,31 +42,39 @@ class Results:
     #: (point id, seed) -> the identity a run of the scenario file as it is now has (RunSpec.identity)
     identities: dict[tuple[str, int], str] = field(default_factory=dict)
     started_utc: str | None = None  # when ``testbed lab start`` made the folder (None: it did not)
+    variant: float | None = None  # the lab's variant knob as the student's scenario file sets it
 
 
-def load_results(work: Path, lab: Lab, results: Path) -> Results:
+def load_results(work: Path, lab: Lab, results: Path, every_variant: bool = False) -> Results:
     """The lab's runs under ``results`` (its catalog brought up to date first): those of the lab's
-    scenario file, or every run when the lab has none (the student runs the project's experiments)."""
+    scenario file, or every run when the lab has none (the student runs the project's experiments).
+    ``every_variant``: in a lab with a variant, the latest run of each value of its knob (the reference
+    runs bands are made from), with the value in the runs' ``variant`` column."""
     seeds, identities, problem = _planned_runs(work, lab)
     started = labkit.lab_started(work)
+    variant = labkit.file_knob(work / lab.scenario, lab.variant.knob) if lab.variant and lab.scenario else None
     if not results.is_dir():
         empty = pd.DataFrame()
         return Results(empty, empty, empty, seeds, problem or f"{results}: no results folder (run the lab's scenario)",
-                       identities, started)  # fmt: skip
+                       identities, started, variant)  # fmt: skip
     catalog.ingest(results)
     name = Path(lab.scenario).stem if lab.scenario else None
     runs = catalog.runs(results, scenario=name)
     if not runs.empty:
         # a run that never started (its guest did not boot) has no start time: any later attempt replaces it
         runs = runs.sort_values("started_utc", na_position="first")
-        runs = runs.drop_duplicates(["scenario", "point_id", "seed"], keep="last")
+        keys = ["scenario", "point_id", "seed"]
+        if every_variant and lab.variant:
+            runs = runs.assign(variant=[run_knob(Path(path), lab.variant.knob) for path in runs["path"]])
+            keys.append("variant")
+        runs = runs.drop_duplicates(keys, keep="last")
     if lab.scenario is None and lab.suite is None:
         seeds = {point: sorted(set(group["seed"])) for point, group in runs.groupby("point_id")} if not runs.empty \
             else {}  # fmt: skip
     kept = set(runs["run_id"]) if not runs.empty else set()
     flows = _kept(catalog.flows(results, scenario=name), kept)
     latency = _kept(catalog.latency(results, scenario=name), kept)
-    return Results(runs, flows, latency, seeds, problem, identities, started)
+    return Results(runs, flows, latency, seeds, problem, identities, started, variant)
 
 
 def _planned_runs(work: Path, lab: Lab) -> tuple[dict[str, list[int]], dict[tuple[str, int], str], str | None]:
@@ -145,6 +153,14 @@ def run_metric(asked: Band | Measured, run_id: str, results: Results) -> float:
     if asked.cc:
         flows = flows[flows["cc"] == asked.cc]
     return metrics.group_metric(flows, asked.metric) if not flows.empty else math.nan
+
+
+def run_knob(run_dir: Path, knob: str) -> float | None:
+    """A knob's value in what a run ran (its manifest's resolved scenario); None when it has none."""
+    try:
+        return labkit.knob_value(rundir.read_json(run_dir / rundir.MANIFEST).get("resolved"), knob)
+    except (rundir.LoadError, AttributeError):
+        return None
 
 
 def run_fingerprint(run_dir: Path) -> str | None:

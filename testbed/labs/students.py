@@ -8,6 +8,10 @@ why. The secret is the instructor's (``CC_TESTBED_COURSE_SECRET``); it never goe
 folder, so a student cannot compute another's seeds. (PrairieLearn draws a student's variant from a
 seed the same way; an HMAC makes the draw unforgeable without the secret.)
 
+A lab may also give each student their own value of one knob (``lab.yaml``'s ``variant``: the wireless
+lab's radio rate), drawn the same way among the values the lab has bands for, so two students'
+numbers differ by more than their seeds' noise and numbers copied from another's runs miss.
+
 The seeds are drawn from those the lab's bands were made from (``expected.yaml``'s reference seeds),
 so every band holds for every seed a student can get; a lab whose bands were made over more seeds
 gives more different draws (3 of 5 seeds: 10; 3 of 20: 1140). A lab without bands draws from
@@ -51,3 +55,10 @@ def draw(secret: bytes, lab: str, student: str, pool: list[int], count: int) -> 
 def others(pool: list[int], mine: list[int], count: int) -> list[int]:
     """``count`` seeds of the pool that are not the student's (a hidden variant's, in the pool's order)."""
     return [seed for seed in pool if seed not in mine][:count]
+
+
+def pick(secret: bytes, lab: str, student: str, values: list[float]) -> float:
+    """The value of the lab's variant knob ``student`` gets: ``values`` ranked by an HMAC under the secret
+    (another message than the seeds', so the value tells nothing of the seeds), the first."""
+    return min(values, key=lambda value: hmac.new(secret, f"{lab}\0{student}\0variant\0{float(value)!r}".encode(),
+                                                   hashlib.sha256).digest())  # fmt: skip

@@ -72,6 +72,19 @@ def label(kernel: str) -> str:
     return Path(kernel).name if "/" in kernel else kernel
 
 
+def check_labels(kernels: list[str]) -> None:
+    """Every kernel of a comparison in a folder of its own: two patches of one file name (a/fix.patch,
+    b/fix.patch) or two trees of one folder name at one revision would share one, and their runs mix."""
+    if twice := sorted({k for k in kernels if kernels.count(k) > 1}):
+        raise ValueError(f"{', '.join(twice)} named twice: name each kernel once")
+    seen: dict[str, str] = {}
+    for kernel in kernels:
+        other = seen.setdefault(label(kernel), kernel)
+        if other != kernel:
+            raise ValueError(f"{other} and {kernel} would share the folder {label(kernel)}: give one of them "
+                             "another file or folder name (a copy of the patch, a clone of the tree)")  # fmt: skip
+
+
 def check_repeat(repeat: int) -> None:
     if repeat < 2:
         raise ValueError(f"--repeat {repeat}: a comparison needs at least 2 repetitions per kernel (default 5)")

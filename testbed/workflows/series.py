@@ -97,6 +97,7 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
     series of the same kernels, suite and options resumes in its folder (``force``: a new one)."""
     compare.check_repeat(repeat)
     kernel_list = [kernels.pinned(k) for k in kernel_list]  # a tree at its commit now
+    compare.check_labels(kernel_list)
     inject_from = kernels.pinned(inject_from) if inject_from else None
     compare.check_injection(inject, inject_from, kernel_list)
     every_seed = compare.variant(suite, list(range(1, repeat + 1)), candidate=True).runs()

@@ -256,3 +256,18 @@ def test_a_tree_is_pinned_to_its_commit_for_a_comparison_unless_its_diff_is_buil
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 4;\n")
     monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
     assert kernels.pinned(f"tree:{tree}") == f"tree:{tree}"  # its diff is read by each session, and recorded
+
+
+def test_two_patches_of_one_file_name_in_a_series_are_refused_before_anything_runs(tmp_path):
+    from testbed import PROJECT
+    from testbed.scenario.suite import load_suite
+    from testbed.workflows import series
+
+    for side in ("a", "b"):
+        (tmp_path / side).mkdir()
+        (tmp_path / side / "fix.patch").write_text("--- a/x\n+++ b/x\n")
+    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
+    named = [f"6.1+patch:{tmp_path / 'a' / 'fix.patch'}", f"6.1+patch:{tmp_path / 'b' / 'fix.patch'}"]
+    with pytest.raises(ValueError, match=r"would share the folder 6\.1\+patch-fix: give one of them another"):
+        series.run_series(["6.1+source", *named], suite, 2, results_root=tmp_path / "results")
+    assert not (tmp_path / "results").exists()  # refused before anything ran or was built

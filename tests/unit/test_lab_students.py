@@ -7,15 +7,18 @@ student whose draw is seeds 1-3 is found by trying ids, as any course's draw giv
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import zipfile
 from collections import Counter
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from testbed.cli import main
-from testbed.labs import autograder, grading, lab, labkit, students
-from tests.unit.test_labs import LABS, _gradescope_run, _submission
+from testbed.labs import autograder, grading, lab, labbands, labkit, labresults, students
+from tests.unit.test_labs import FIXTURE, LABS, _analysed, _gradescope_run, _submission
 
 SECRET = "a course's secret, for the tests"
 
@@ -32,20 +35,27 @@ def _pool() -> list[int]:
     return labkit.load_expected(wireless, labkit.load_lab(wireless)).reference.seeds
 
 
-def _student_with(seeds: list[int], secret: bytes, avoid: str | None = None) -> str:
-    """The first id ``student-N`` whose draw in the wireless lab is ``seeds`` (none is: ``avoid`` any other)."""
+VALUES = labkit.load_lab(LABS / "wireless").variant.values  # the radio rates a student may get
+KNOB = "topology.wireless.rate_mbit"
+WHAT = "radio link's rate (Mbit/s)"
+
+
+def _student_with(seeds: list[int], secret: bytes, avoid: str | None = None, rate: float = 2) -> str:
+    """The first id ``student-N`` whose draw in the wireless lab is ``seeds`` and radio rate ``rate`` (the
+    submission's runs have 2 Mbit/s; none is: ``avoid`` any other seeds)."""
     pool = _pool()
     for n in range(20000):
         student = f"student-{n}"
         drawn = students.draw(secret, "wireless", student, pool, 3)
-        if (drawn == seeds) != bool(avoid):
+        if (drawn == seeds) != bool(avoid) and students.pick(secret, "wireless", student, VALUES) == rate:
             return student
-    raise AssertionError(f"no student draws {seeds}")
+    raise AssertionError(f"no student draws {seeds} and {rate}")
 
 
-def _started_for(work: Path, student: str, seeds: list[int]) -> None:
+def _started_for(work: Path, student: str, seeds: list[int], rate: float = 2) -> None:
     start = labkit.lab_start(work)
-    (work / labkit.LAB_START).write_text(json.dumps({**start, "student": student, "seeds": seeds}))
+    variant = {"knob": KNOB, "value": rate}
+    (work / labkit.LAB_START).write_text(json.dumps({**start, "student": student, "seeds": seeds, "variant": variant}))
 
 
 def test_a_draw_is_the_secrets_and_the_students_and_reaches_every_set(secret):
@@ -61,6 +71,14 @@ def test_a_draw_is_the_secrets_and_the_students_and_reaches_every_set(secret):
         students.draw(secret, "cwnd", "ada", [1, 2, 3], 4)
 
 
+def test_a_students_value_of_the_variant_is_the_secrets_and_reaches_every_value(secret):
+    picks = Counter(students.pick(secret, "wireless", f"s{n}", VALUES) for n in range(3000))
+    assert set(picks) == set(VALUES) and all(800 < n < 1200 for n in picks.values()), picks
+    assert students.pick(secret, "wireless", "ada", VALUES) == students.pick(secret, "wireless", "ada", VALUES)
+    ours = [students.pick(secret, "wireless", f"s{n}", VALUES) for n in range(50)]
+    assert [students.pick(b"another course", "wireless", f"s{n}", VALUES) for n in range(50)] != ours
+
+
 def test_lab_start_for_a_student_needs_the_secret_and_writes_their_seeds(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(students.SECRET_ENV, raising=False)
     with pytest.raises(labkit.LabError, match=f"--student needs the course's secret in {students.SECRET_ENV}"):
@@ -69,11 +87,17 @@ def test_lab_start_for_a_student_needs_the_secret_and_writes_their_seeds(tmp_pat
     monkeypatch.setenv(students.SECRET_ENV, SECRET)
     assert main(["lab", "start", "wireless", str(tmp_path / "ada"), "--student", "ada"]) == 0
     seeds = students.draw(SECRET.encode(), "wireless", "ada", _pool(), 3)
-    assert f"ada's own seeds: {', '.join(map(str, seeds))}" in capsys.readouterr().out
+    rate = students.pick(SECRET.encode(), "wireless", "ada", VALUES)
+    out = capsys.readouterr().out
+    assert f"ada's own seeds: {', '.join(map(str, seeds))}" in out
+    assert f"ada's own {WHAT}: {rate:g} ({KNOB} in the scenario file)" in out
     started = labkit.lab_start(tmp_path / "ada")
-    assert started["seeds"] == seeds and started["student"] == "ada"
-    assert f"seeds: [{', '.join(map(str, seeds))}]" in (tmp_path / "ada" / "wireless.yaml").read_text()
-    assert "TODO(task 1" in (tmp_path / "ada" / "wireless.yaml").read_text()  # the rest as the starter has it
+    assert started["seeds"] == seeds and started["student"] == "ada" and started["variant"]["value"] == rate
+    text = (tmp_path / "ada" / "wireless.yaml").read_text()
+    assert f"seeds: [{', '.join(map(str, seeds))}]" in text
+    assert f"rate_mbit: {rate:g}  # your own" in text
+    assert labkit.file_knob(tmp_path / "ada" / "wireless.yaml", KNOB) == rate
+    assert "TODO(task 1" in text  # the rest as the starter has it
 
 
 def test_the_students_own_seeds_pass_and_are_said_so(tmp_path, secret):
@@ -147,3 +171,86 @@ def test_the_gradescope_autograder_requires_the_submitters_own_seeds(tmp_path, s
     metadata.write_text(json.dumps({"users": [{"email": "other@example.edu", "sid": "other"}]}))
     graded = _gradescope_run(root, work)
     assert graded["score"] == 6 and "started for" in json.dumps(graded)
+
+
+def test_the_variant_set_back_or_lab_start_edited_to_it_fails_with_why(tmp_path, secret):
+    work, results = _submission(tmp_path)  # its file and runs at 2 Mbit/s
+    student = _student_with([1, 2, 3], secret, rate=4)
+    _started_for(work, student, [1, 2, 3], rate=4)
+    checked = lab.check(LABS / "wireless", work, results, student=student)
+    assert [t.score for t in checked.grade.tasks] == [0, 3, 3]
+    assert f"the scenario file sets {KNOB} to 2; testbed lab start gave 4: set it back" in grading.text(
+        checked.grade)  # fmt: skip
+    _started_for(work, student, [1, 2, 3], rate=2)  # lab-start.json edited to the runs' rate
+    checked = lab.check(LABS / "wireless", work, results, student=student)
+    assert checked.grade.tasks[0].score == 0
+    assert f"lab-start.json's {WHAT} is not {student}'s" in grading.text(checked.grade)
+    own = _student_with([1, 2, 3], secret)
+    _started_for(work, own, [1, 2, 3])
+    checked = lab.check(LABS / "wireless", work, results, student=own)
+    assert checked.grade.score == 10 and f"own {WHAT}: 2, as lab start gave it" in grading.text(checked.grade)
+    manifest = next(results.rglob("cc=reno/seed=2/manifest.json"))  # a run that ran another rate
+    data = json.loads(manifest.read_text())
+    data["resolved"]["topology"]["wireless"]["rate_mbit"] = 4.0
+    manifest.write_text(json.dumps(data))
+    checked = lab.check(LABS / "wireless", work, results, student=own)
+    assert "seed 2 of cc=reno ran 4: testbed lab start gave 2: run again" in grading.text(checked.grade)
+
+
+def test_a_students_runs_are_held_to_the_bands_of_their_own_value(tmp_path):
+    work, results = _submission(tmp_path)
+    found = labresults.load_results(work, labkit.load_lab(LABS / "wireless"), results)
+    bands = labkit.load_expected(LABS / "wireless", labkit.load_lab(LABS / "wireless")).bands
+    assert {b.variant for b in bands} == set(VALUES)  # every value has its bands
+    checks = grading._band_checks([b for b in bands if b.task == "t1"], found)
+    assert len(checks) == 4 and all(c.ok for c in checks)  # goodput and retransmissions of each, at 2 Mbit/s
+    for rate in VALUES:  # each rate's runs held to the bands made from the reference runs at that rate
+        found.variant = rate
+        made = {b.reference for b in bands if b.task == "t1" and b.variant == rate}
+        quoted = {float(re.search(r"the reference runs: ([\d.]+)", c.detail).group(1))
+                  for c in grading._band_checks([b for b in bands if b.task == "t1"], found)}  # fmt: skip
+        assert sorted(quoted) == pytest.approx(sorted(made), rel=1e-3) and len(made) == 4, rate
+    found.variant = 3
+    (check,) = grading._band_checks([b for b in bands if b.task == "t1"], found)
+    assert "no bands for the value the scenario file sets (3" in check.detail
+
+
+def test_bands_are_made_for_each_value_from_the_reference_runs_at_it(tmp_path):
+    """The committed 2 Mbit/s reference runs, and copies of them said to be at 1 and 4 Mbit/s (their
+    goodput scaled): each value's bands come from its own runs; a value without runs is named."""
+    results = tmp_path / "results"
+    (session,) = (FIXTURE / "results" / "wireless").iterdir()
+    shutil.copytree(session, results / "wireless" / session.name)
+    with pytest.raises(labkit.LabError, match=r"no reference value of goodput at cc=reno with 1 \(the lab's "
+                                              r"variant\): its runs are missing"):  # fmt: skip
+        labbands.make_bands(LABS / "wireless", results, "how", "commit")
+    for rate, scale, stamp in ((1, 0.5, "20261129T070000Z"), (4, 2.0, "20261129T080000Z")):
+        copy = shutil.copytree(session, results / "wireless" / f"{stamp}-{session.name.split('-')[1]}")
+        for manifest in copy.rglob("manifest.json"):
+            data = json.loads(manifest.read_text())
+            data["resolved"]["topology"]["wireless"]["rate_mbit"] = rate
+            manifest.write_text(json.dumps(data))
+            flows = pd.read_csv(manifest.with_name("flows.csv"))
+            flows["goodput_mbit"] *= scale
+            flows.to_csv(manifest.with_name("flows.csv"), index=False)
+    _analysed(results)
+    made = labbands.make_bands(LABS / "wireless", results, "how", "commit")
+    goodput = {(b.variant, b.cc): b.reference for b in made.bands if b.metric == "goodput"}
+    for cc in ("reno", "westwood"):
+        assert goodput[1, cc] == pytest.approx(0.5 * goodput[2, cc], rel=1e-3)
+        assert goodput[4, cc] == pytest.approx(2.0 * goodput[2, cc], rel=1e-3)
+    assert made.reference.runs == 60 and made.reference.seeds == list(range(1, 11))
+
+
+@pytest.mark.parametrize("variant", [None, {"knob": KNOB, "value": "2"}, {"knob": KNOB, "value": True}, "2"])
+def test_a_students_lab_start_without_a_value_fails_and_never_crashes(tmp_path, secret, variant):
+    work, results = _submission(tmp_path)
+    own = _student_with([1, 2, 3], secret)
+    _started_for(work, own, [1, 2, 3])
+    start = labkit.lab_start(work)
+    start.pop("variant") if variant is None else start.update(variant=variant)
+    (work / labkit.LAB_START).write_text(json.dumps(start))
+    for student in (own, None):  # named, or graded without --student (Gradescope without metadata)
+        checked = lab.check(LABS / "wireless", work, results, student=student)
+        assert checked.grade.tasks[0].score == 0
+        assert f"lab-start.json gives no {WHAT}: start the lab again with --student" in grading.text(checked.grade)

@@ -4,6 +4,7 @@ analysis reads from them, whether the files are read whole (a replay) or as they
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -117,3 +118,24 @@ def test_a_number_that_is_not_one_goes_to_the_page_as_null():
     assert sent == '{"a":null,"b":[null,1.5],"c":"x"}'
     assert json.loads(liveserver._json({"kind": "flow", "t": 0.2})) == {"kind": "flow", "t": 0.2}
     assert livefeed._percent(float("nan")) is None and livefeed._percent(0.333) == 33.3
+
+
+def test_a_comparisons_page_follows_each_of_its_sessions_in_turn(session, tmp_path, monkeypatch):
+    """``regress``/``series``/``bisect --live`` serve the page of their results root, under which each
+    side's repetition is a session two folders deep (regress/<comparison>/<side>/<suite>/<session>): the
+    page takes the newest as it is planned, and leaves out sessions older than the command."""
+    monkeypatch.setattr(livefeed, "RESCAN_S", 0.0)
+    root = tmp_path / "results"
+    comparison = root / "regress" / "20261129T100945Z-6.1.0-55-vs-6.1.0-56"
+    old = shutil.copytree(session, root / "wireless" / "20261128T090000Z-old")  # an earlier command's
+    since = old.joinpath("plan.json").stat().st_mtime + 1
+    feed = livefeed.SessionFeed(root, since=since)
+    assert feed.poll() == []  # nothing of this command's yet
+    shown = []
+    for side, stamp in (("baseline", since + 5), ("candidate", since + 10)):
+        folder = shutil.copytree(session, comparison / side / "suite-regression-check" / f"{int(stamp)}-s")
+        os.utime(folder / "plan.json", (stamp, stamp))
+        records = feed.poll()
+        shown += [r["session"] for r in records if r["kind"] == "session"]
+        assert sum(r["kind"] == "result" for r in records) == 12, side  # each session's runs, whole
+    assert shown == [str(p) for p in sorted(comparison.glob("*/suite-regression-check/*"))]
