@@ -48,6 +48,8 @@ BIN_S = 0.2
 RATE_WINDOW_S = 1.0
 #: how often a followed results folder is searched for a newer session
 RESCAN_S = 2.0
+#: how long an ended run's manifest is read again for the host's check (see RunTail._late_checks)
+HOST_CHECK_WAIT_S = 5.0
 #: the claims are judged again at most this often (each time over every finished run: seconds of CPU
 #: in a long session)
 CLAIMS_EVERY_S = 30.0
@@ -101,16 +103,23 @@ class RunTail:
         self.checks: dict[str, bool] = {}
         self.scenario: str | None = None
         self.done = False  # its end read
-        self.settled = False  # and its goodput (flows.csv: the analysis comes after the run) told
+        self.goodput_told = False  # its goodput (flows.csv: the analysis comes after the run) told
+        self.amended = False  # the host's check read (testbed/host/hostload.py adds it after the end)
+        self.ended_at = 0.0  # when its end was read (time.monotonic())
 
     @property
     def flows(self) -> Path:
         return self.dir / "flows.csv"
 
+    @property
+    def settled(self) -> bool:
+        """Nothing more will come: its end, its goodput and the host's check (or its wait) told."""
+        return self.done and self.goodput_told and self.amended
+
     def poll(self) -> list[dict]:
-        """New records of the run (after its end only its goodput, once its analysis wrote it)."""
+        """New records of the run (after its end only the host's check and its goodput, as they come)."""
         if self.done:
-            return [] if self.settled else self._goodput_record()
+            return self._late_checks() + ([] if self.goodput_told else self._goodput_record())
         manifest = self._manifest()
         if manifest is None:
             return []
@@ -226,9 +235,23 @@ class RunTail:
                    if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))]  # fmt: skip
         records.append({"kind": "result", "run": self.run, "status": manifest.get("status"),
                         "trustworthy": fidelity.get("trustworthy")})  # fmt: skip
-        self.settled = manifest.get("status") != "complete"  # a failed run has no goodput to wait for
+        self.goodput_told = manifest.get("status") != "complete"  # a failed run has no goodput to wait for
+        # the host judges a complete run's traffic; a failed run or a shell's recording has nothing to wait for
+        self.amended = "host" in manifest or manifest.get("status") != "complete"
+        self.ended_at = time.monotonic()
         self.scenario = manifest.get("scenario")
         return records + self._goodput_record()
+
+    def _late_checks(self) -> list[dict]:
+        """The host's contention check: the host adds it to the manifest when the runner logs the run's end,
+        a moment after the manifest says complete, so the ended run's manifest is read again until it has
+        it (a run the host does not judge: for at most HOST_CHECK_WAIT_S)."""
+        if self.amended:
+            return []
+        manifest = self._manifest() or {}
+        self.amended = "host" in manifest or time.monotonic() - self.ended_at > HOST_CHECK_WAIT_S
+        checks = (manifest.get("fidelity") or {}).get("checks") or []
+        return [r for c in checks if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))]
 
     def _goodput_record(self) -> list[dict]:
         """The run's goodput per connection once its analysis wrote flows.csv (after the run's end)."""
@@ -236,7 +259,7 @@ class RunTail:
             rows = list(csv.DictReader(io.StringIO(self.flows.read_text())))
         except OSError:
             return []
-        self.settled = True
+        self.goodput_told = True
         return [{"kind": "result", "run": self.run,
                  "goodput_mbit": {row.get("conn"): _float(row.get("goodput_mbit")) for row in rows}}]  # fmt: skip
 

@@ -139,3 +139,26 @@ def test_a_comparisons_page_follows_each_of_its_sessions_in_turn(session, tmp_pa
         shown += [r["session"] for r in records if r["kind"] == "session"]
         assert sum(r["kind"] == "result" for r in records) == 12, side  # each session's runs, whole
     assert shown == [str(p) for p in sorted(comparison.glob("*/suite-regression-check/*"))]
+
+
+def test_the_hosts_check_added_after_a_runs_end_reaches_the_page(session, monkeypatch):
+    """The host adds its contention check to a run's manifest a moment after the run ends
+    (testbed/host/hostload.py): the page reads the ended run again until it has it, and only then is the
+    run settled (the stream's end waits for it); a run the host never judges settles after the wait."""
+    path = sorted(session.rglob("manifest.json"))[0]
+    run = path.parent.relative_to(session).as_posix()
+    full = json.loads(path.read_text())
+    checks = [c for c in full["fidelity"]["checks"] if c["name"] != "host contention"]
+    bare = {**{k: v for k, v in full.items() if k != "host"}, "fidelity": {**full["fidelity"], "checks": checks}}
+    path.write_text(json.dumps(bare))  # the run's end, before the host's amendment
+    feed = livefeed.SessionFeed(session)
+    told = [(r["run"], r["name"]) for r in feed.poll() if r["kind"] == "check"]
+    assert (run, "host contention") not in told and not feed.settled
+    path.write_text(json.dumps(full))  # the host amends the manifest
+    assert [(r["run"], r["name"]) for r in feed.poll() if r["kind"] == "check"] == [(run, "host contention")]
+    assert feed.settled
+    path.write_text(json.dumps(bare))
+    monkeypatch.setattr(livefeed, "HOST_CHECK_WAIT_S", 0.0)
+    feed = livefeed.SessionFeed(session)
+    feed.poll()
+    assert feed.poll() == [] and feed.settled
