@@ -250,8 +250,9 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
             started = labkit.lab_start(destination)
             print(f"{student}'s own seeds: {', '.join(map(str, started['seeds']))}")
             if "variant" in started:
-                variant, value = labkit.load_lab(master).variant, labkit.number_text(started["variant"]["value"])
-                print(f"{student}'s own {variant.what}: {value} ({variant.knob} in the scenario file)")
+                variant = labkit.load_lab(master).variant
+                print(f"{student}'s own {variant.what}: {started['variant']['value']:g} ({variant.knob} in the "
+                      "scenario file)")  # fmt: skip
         return 0
     if action == "bands":
         return _bands(master, folder, how)

@@ -59,7 +59,7 @@ def _band(band: labkit.Band, found: labresults.Results) -> labkit.Band:
         runs = runs[runs["variant"] == band.variant]
     values = [v for v in (labresults.run_metric(band, r, found) for r in runs["run_id"]) if not math.isnan(v)]
     if not values:
-        at = f" with {labkit.number_text(band.variant)} (the lab's variant)" if band.variant is not None else ""
+        at = f" with {band.variant:g} (the lab's variant)" if band.variant is not None else ""
         raise labkit.LabError(f"no reference value of {band.metric} at {band.point}{at}: its runs are missing")
     mean = sum(values) / len(values)
     margin = MARGINS.get(band.metric, MARGIN) * abs(mean)

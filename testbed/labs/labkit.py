@@ -138,10 +138,10 @@ class Variant(_Strict):
     (testbed/labs/students.py), among ``values``, each with its own bands (``testbed lab bands`` makes
     them from reference runs at every value)."""
 
-    #: its place in the scenario file, dotted: topology.wireless.rate_mbit
+    #: its place in the scenario file, dotted: topology.wireless.loss.bad_loss_pct
     knob: str = Field(pattern=r"^[a-z_]+(\.[a-z_]+)+$")
     values: list[float] = Field(min_length=2)
-    what: str  # said to the student: "radio link's rate (Mbit/s)"
+    what: str  # said to the student: "the Bad state's loss (%)"
 
 
 class Lab(_Strict):
@@ -239,7 +239,7 @@ def load_lab(folder: Path) -> Lab:
             raise LabError(f"{folder / 'lab.yaml'}: its scenario {file!r} is not in {folder}")
     if lab.variant and lab.scenario and file_knob(folder / lab.scenario, lab.variant.knob) not in lab.variant.values:
         raise LabError(f"{folder / 'lab.yaml'}: variant.knob {lab.variant.knob} of {lab.scenario} is not one of "
-                       f"its values {', '.join(number_text(v) for v in lab.variant.values)}")  # fmt: skip
+                       f"its values {', '.join(f'{v:g}' for v in lab.variant.values)}")  # fmt: skip
     return lab
 
 

@@ -231,7 +231,8 @@ class RunTail:
 
     def _end_records(self, manifest: dict) -> list[dict]:
         fidelity = manifest.get("fidelity") or {}
-        records = self._manifest_checks(manifest)
+        records = [r for c in fidelity.get("checks") or []
+                   if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))]  # fmt: skip
         records.append({"kind": "result", "run": self.run, "status": manifest.get("status"),
                         "trustworthy": fidelity.get("trustworthy")})  # fmt: skip
         self.goodput_told = manifest.get("status") != "complete"  # a failed run has no goodput to wait for
@@ -249,10 +250,6 @@ class RunTail:
             return []
         manifest = self._manifest() or {}
         self.amended = "host" in manifest or time.monotonic() - self.ended_at > HOST_CHECK_WAIT_S
-        return self._manifest_checks(manifest)
-
-    def _manifest_checks(self, manifest: dict) -> list[dict]:
-        """The manifest's fidelity checks not told yet (or told with another outcome)."""
         checks = (manifest.get("fidelity") or {}).get("checks") or []
         return [r for c in checks if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))]
 
