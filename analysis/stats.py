@@ -302,6 +302,13 @@ class Effect:
         return max(high, 2)
 
 
+def tost_p(effect: Effect, margin: float) -> float:
+    """Two one-sided tests of equivalence: small when the runs show ``effect.relative`` within ``±margin``
+    (above ``-margin`` and below ``+margin``, each at the level asked; the larger p of the two, as the
+    90 % interval inside the margins for a level of 0.05). NaN without a noise estimate."""
+    return max(effect.p_above(-margin), effect.p_below(margin))
+
+
 def effect_shift(effect: Effect, baseline: Effect) -> Effect:
     """How far ``effect`` moved from ``baseline`` (``testbed explain``: a factor's effect against the
     baseline's): their ratio, on the log scale. When both are paired and share two seeds or more, paired

@@ -34,7 +34,7 @@ def _where(args: argparse.Namespace):
     return Where(backend=getattr(args, "backend", "guest"), kernel=getattr(args, "kernel", None), cpus=args.cpus,
                  cluster=args.cluster, results=args.results, force=args.force, yes=args.yes,
                  fresh_networks=getattr(args, "fresh_networks", False),
-                 queue_hz=getattr(args, "queue_hz", 10.0))  # fmt: skip
+                 queue_hz=getattr(args, "queue_hz", 10.0), clock=getattr(args, "clock", "auto"))  # fmt: skip
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -124,7 +124,7 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
     _, _, code = run_bisect(args.good, args.bad, suite, args.point, args.cc, args.metric, args.repeat,
                             args.max_repeat, args.results, parse_flow_options(args.inject or [], "--inject"),
                             args.inject_from, args.cpus, args.cluster, force=args.force, yes=args.yes,
-                            tree=args.tree)  # fmt: skip
+                            tree=args.tree, clock=args.clock)  # fmt: skip
     sessions.update_catalog(args.results)
     return code
 
@@ -233,6 +233,7 @@ def _where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> Non
     if kernels:
         _backend_options(parser)
     parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
+    _clock_option(parser)
     _cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     parser.add_argument("--live", action="store_true",
@@ -270,6 +271,16 @@ def _again_options(parser: argparse.ArgumentParser, force_help: str) -> None:
     parser.add_argument("--yes", action="store_true",
                         help="start what is estimated beyond a day of runs (refused without it)")  # fmt: skip
     parser.add_argument("--force", action="store_true", help=force_help)
+
+
+def _clock_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--clock", choices=["auto", "real", "virtual"], default="auto",
+        help="a guest's clock: real time, or virtual time (QEMU's icount: one vCPU, idle time skipped, the "
+             "host's load cannot reach what the guest measures); auto runs an experiment in virtual time where "
+             "it was shown equivalent to real time and KVM does not work (scenarios/timebase/equivalence.yaml, "
+             "docs/results.md)",
+    )  # fmt: skip
 
 
 def _cluster_option(parser: argparse.ArgumentParser) -> None:
@@ -389,6 +400,27 @@ def _cmd_lengths(args: argparse.Namespace) -> int:
     print("\n".join(lines))
     print(f"written: {path}")
     return 0
+
+
+def _add_equivalence(sub) -> None:
+    parser = sub.add_parser(
+        "equivalence", help="a faster way of running (virtual time) against runs alone in real time, twin runs at the "
+                            "same seeds: paired TOST per experiment and metric, the claims' verdicts on both "
+                            "(docs/results.md, 'Virtual time'); exit 1 when an experiment is not shown equivalent",
+    )  # fmt: skip
+    parser.add_argument("reference", type=Path,
+                        help="the session alone in real time (results/<scenario>/<time>-<sha>/)")  # fmt: skip
+    parser.add_argument("candidate", type=Path, help="the same runs the faster way (e.g. --clock virtual)")
+    parser.add_argument("--record", action="store_true",
+                        help="write each experiment's result into scenarios/timebase/equivalence.yaml, which "
+                             "--clock auto reads")  # fmt: skip
+    parser.set_defaults(func=_cmd_equivalence)
+
+
+def _cmd_equivalence(args: argparse.Namespace) -> int:
+    from testbed.workflows import equivalence
+
+    return equivalence.run(args.reference, args.candidate, keep=args.record)
 
 
 def _add_results(sub) -> None:
@@ -602,8 +634,9 @@ def _add_watch(sub) -> None:
 
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_lengths, _add_results, _add_regress,
-               _add_bisect, _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup, _add_watch)  # fmt: skip
+SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_lengths, _add_equivalence,
+               _add_results, _add_regress, _add_bisect, _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup,
+               _add_watch)  # fmt: skip
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
 SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bisect", "bench", "lab"}
 

@@ -161,6 +161,8 @@ def cpu_check(busy_pct: float) -> Check:
 def host_check(host: dict) -> Check:
     """Did the host give the guest (or a local run) its CPUs during traffic? ``host``: a
     ``hostload.HostSummary`` as a dict (the manifest's ``host``); a pinned guest is judged on its cores."""
+    if host.get("clock") == "virtual":
+        return _virtual_host_check(host)
     problems = []
     subject = "the run's processes" if host.get("subject") == "run" else "the guest"
     where = (f"its cores {','.join(map(str, host['cores']))}" if host.get("cores")
@@ -180,6 +182,19 @@ def host_check(host: dict) -> Check:
         figures += f"; the guest's vCPUs waited for a CPU {host['vcpu_wait_pct']:.0f} % of the time they wanted one"
     detail = ("the host was contended: " + "; ".join(problems) + f" ({figures})") if problems else figures
     return Check("host contention", not problems, host["other_busy_pct"], OTHER_BUSY_LIMIT_PCT, detail)
+
+
+def _virtual_host_check(host: dict) -> Check:
+    """In virtual time the guest's clock advances by its own instructions: the host's load (others' CPU, other
+    guests, steal) stretches the run's wall time and cannot change what the guest measured. Said, not judged."""
+    stretch = (f"{host['window_s']:.1f} s of wall time for {host['guest_traffic_s']:.1f} s of the guest's traffic "
+               f"({host['wall_per_guest_s']:.2f} wall s per guest s)" if host.get("wall_per_guest_s")
+               else f"{host['window_s']:.1f} s of wall time for the traffic")  # fmt: skip
+    others = f"; other guests ran: {len(host['other_guests'])}" if host.get("other_guests") else ""
+    detail = (f"virtual time: {stretch}; the host's CPUs busy {host['host_busy_pct']:.0f} %, "
+              f"{host['other_busy_pct']:.0f} % by others than the guest{others}: load slows a virtual-time run, it "
+              "does not reach the guest's clock (not judged)")  # fmt: skip
+    return Check("host contention", True, host["other_busy_pct"], None, detail)
 
 
 def capture_check(node: str, stats: dict) -> Check:

@@ -26,7 +26,7 @@ from typing import NamedTuple, Protocol
 from testbed import PROJECT
 from testbed.guest import console, launch, lossbpf, modules
 from testbed.guest.runner import execute_plan
-from testbed.host import guardian, hostload, kernels, vagrant, virtme
+from testbed.host import guardian, hostload, kernels, timebase, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
 from testbed.plan import estimate, resume
 from testbed.plan.plan import Plan
@@ -77,12 +77,17 @@ class Backend(Protocol):
         """Release what :meth:`prepare` took (called however the session ends)."""
 
 
-def create(name: str, kernel_version: str | None = None, vcpus: int | None = None, log=print) -> Backend:
-    """The backend of this name; only the guest boots a kernel of the caller's choice."""
+def create(name: str, kernel_version: str | None = None, vcpus: int | None = None, log=print, clock: str = "auto",
+           experiments: frozenset[str] = frozenset()) -> Backend:  # fmt: skip
+    """The backend of this name; only the guest boots a kernel of the caller's choice, and only a guest
+    runs in virtual time (``clock``, for the runs of ``experiments``: :func:`timebase.choose`)."""
     if name not in NAMES:
         raise ValueError(f"unknown backend {name!r}: one of {', '.join(NAMES)}")
     if name == GuestBackend.name:
-        return GuestBackend(kernel_version, vcpus, log)
+        return GuestBackend(kernel_version, vcpus, log, clock, experiments)
+    if clock == "virtual":
+        raise ValueError(f"--clock virtual needs the guest backend (QEMU's icount): the {name} backend runs "
+                         "in real time; give --backend guest or --clock auto")  # fmt: skip
     if kernel_version:
         raise ValueError(
             "--kernel needs the guest backend (the local backend and the lab VM use their running kernel; "
@@ -151,15 +156,22 @@ class GuestBackend:
     runs_here = False
     observers: tuple[Observer, ...] = ()
 
-    def __init__(self, kernel_version: str | None = None, vcpus: int | None = None, log=print) -> None:
+    def __init__(self, kernel_version: str | None = None, vcpus: int | None = None, log=print, clock: str = "auto",
+                 experiments: frozenset[str] = frozenset()) -> None:  # fmt: skip
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
+        self.clock, self.experiments = clock, experiments
         self.kernel: kernels.Kernel | None = None
         self.config: virtme.GuestConfig | None = None
 
     def prepare(self) -> str:
         self.kernel = kernels.fetch(self.kernel_version, log=self.log)
-        self.config = virtme.guest_config(self.kernel, self.vcpus, log=self.log)
-        self.log(f"guest: {self.kernel.release} under {self.config.accel.upper()} with {self.config.vcpus} vCPU(s)")
+        # an explicit vCPU count above one is a request for real time under auto (icount runs one vCPU)
+        requested = "real" if self.clock == "auto" and (self.vcpus or 1) > 1 else self.clock
+        clock, why = timebase.choose(requested, self.experiments, lambda: virtme.kvm_usable(self.kernel, self.log))
+        self.config = virtme.guest_config(self.kernel, self.vcpus, log=self.log, clock=clock)
+        shown = f", virtual time (icount shift {self.config.icount_shift})" if clock == "virtual" else ", real time"
+        self.log(f"guest: {self.kernel.release} under {self.config.accel.upper()} with {self.config.vcpus} vCPU(s)"
+                 f"{shown}: {why}")  # fmt: skip
         return self.kernel.release
 
     def describe(self) -> dict:
@@ -282,9 +294,12 @@ def _boot(guest, kernel, config, session: Path, log, observers: tuple[Observer, 
 
     run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
     ours = guardian.marker_value(str(PROJECT))
+    clock = getattr(config, "clock", "real")
     # a guest pinned to some cores (a local:N worker's) is judged on them alone
     watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session,
-                               cores=hostload.host_cores())  # fmt: skip
+                               cores=hostload.host_cores(), clock=clock)  # fmt: skip
+    # in virtual time a busy guest's run takes longer than its traffic in wall time (timebase.SLOWDOWN_ALLOWANCE)
+    factor = 3 * (timebase.SLOWDOWN_ALLOWANCE if clock == "virtual" else 1)
     return guest.run_in_guest(kernel, config, plan, [session], session / "guest-console.log",
-                              timeout_s=estimate_s * 3 + guest.BOOT_TIMEOUT_S, echo=log,
+                              timeout_s=estimate_s * factor + guest.BOOT_TIMEOUT_S, echo=log,
                               on_line=with_observers(watch.on_line, observers, session, run_dirs))  # fmt: skip

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from testbed.host import clusterspec, clustertls
+from testbed.host import clusterspec, clustertls, timebase
 from testbed.host.backends import Artefacts
 from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec, SlurmSpec, SSHSpec
 from testbed.host.clusterwork import (
@@ -76,7 +76,8 @@ class ClusterBackend:
     observers: tuple[Observer, ...] = ()  # the runners' lines stay on the workers; the report reads the folders
 
     def __init__(self, spec: ClusterSpec, inner: str, runs: list[RunSpec], kernel_version: str | None = None,
-                 vcpus: int | None = None, log=print, placement_seed: int | None = None) -> None:  # fmt: skip
+                 vcpus: int | None = None, log=print, placement_seed: int | None = None,
+                 clock: str = "auto") -> None:  # fmt: skip
         if inner not in WORKER_BACKENDS:
             raise ClusterError(f"--backend {inner} with --cluster: a worker runs on its host's own kernel (local) "
                                f"or in guests (guest), or picks one (auto); the lab VM is one per checkout")
@@ -85,6 +86,9 @@ class ClusterBackend:
         #: session: ``regress`` runs both kernels of a repetition on one host); None: to any free worker
         self.placement_seed = placement_seed
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
+        #: one clock for the whole session, settled here (a worker's own KVM does not change it: the sides of a
+        #: comparison must share it); auto: virtual time where every experiment was shown equivalent
+        self.clock = clock
         self.cluster = self.client = None
         self.facts: dict[str, dict] = {}
         self.pinning: dict[str, list[int]] = {}
@@ -100,7 +104,18 @@ class ClusterBackend:
             if self.inner == "auto" and self._worker_backend() == "guest":  # auto chose guests: known only now
                 check_pinned_guests(self.spec.workers, cores)
             self.pinning = share_cores(cores, list(self.facts))
+        self._settle_clock()
         return self._common_release()
+
+    def _settle_clock(self) -> None:
+        if self._worker_backend() != "guest":
+            if self.clock == "virtual":
+                raise ClusterError("--clock virtual needs guests on the workers: give --backend guest")
+            self.clock = "real"
+            return
+        experiments = {run.scenario_name for run in self.runs}
+        self.clock, why = timebase.choose(self.clock, experiments, kvm_usable=lambda: False)
+        self.log(f"cluster: the workers' guests run in {self.clock} time ({why})")
 
     def _ask_workers(self) -> dict[str, dict]:
         """Every worker's host, CPU, backend and kernel release, asked of each worker itself."""
@@ -131,7 +146,7 @@ class ClusterBackend:
         backend, release = next((f["backend"], f["release"]) for f in self.facts.values())
         return {"kind": self.name, "cluster": clusterspec.describe(self.spec), "spec": self.spec.model_dump(),
                 "worker_backend": backend, "kernel_release": release, "dashboard": self.client.dashboard_link,
-                "workers": self.facts}  # fmt: skip
+                "workers": self.facts, "clock": self.clock}  # fmt: skip
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return Artefacts({}, {}, None)  # each worker builds what its run needs for its own kernel
@@ -169,7 +184,7 @@ class ClusterBackend:
     def _submit(self, plan: Plan, session: Path, run: PlanRun, attempt: int, pending: dict):
         request = WorkRequest(session=session.name, run=run, context=plan.context, backend=self._worker_backend(),
                               kernel_version=self.kernel_version, vcpus=self.vcpus, pinning=self.pinning,
-                              attempt=attempt)  # fmt: skip
+                              attempt=attempt, clock=self.clock)  # fmt: skip
         placed = self._placed(run)
         future = self.client.submit(run_task, request, resources={"run": 1}, pure=False,
                                     key=f"run-{run.run_dir}-{attempt}", workers=placed,

@@ -69,6 +69,7 @@ class WorkRequest(BaseModel):
     #: worker name -> cores its run is pinned to (local:N); a worker not named is not pinned
     pinning: dict[str, list[int]] = {}
     attempt: int = 1
+    clock: str = "real"  # the guest's, settled by the controller for the whole session
 
 
 class Shipment(BaseModel):
@@ -284,8 +285,11 @@ def _run_request(request_path: Path) -> int:
     session.mkdir()
     virtme.stop_orphans()  # a guest left by a worker killed earlier must not compete with this run
     # a guest pinned to the worker's cores gets one vCPU per core (the cores were set before this process began)
-    vcpus = request.vcpus or (len(os.sched_getaffinity(0)) if request.pinning else None)
-    backend = backends.create(request.backend, request.kernel_version, vcpus)
+    # (in virtual time one vCPU, whatever the cores: QEMU's icount runs one)
+    pinned = len(os.sched_getaffinity(0)) if request.pinning else None
+    vcpus = request.vcpus or (1 if request.clock == "virtual" else pinned)
+    backend = backends.create(request.backend, request.kernel_version, vcpus, clock=request.clock,
+                              experiments=frozenset({request.run.scenario_name}))  # fmt: skip
     host_kernel = host_lock(LOCAL_KERNEL_LOCK) if backend.name == "local" else contextlib.nullcontext()
     with contextlib.closing(backend), host_kernel:
         with host_lock(BUILD_LOCK):

@@ -15,7 +15,9 @@ process tree (the runner, its namespaces' shells, iperf3, tcpdump), whose CPU ti
 still counts as the run's). The vCPUs' wait is reported beside the contention but not judged, because a
 busy guest's vCPU threads also wait for each other and for qemu's main loop on a 2-core host
 (measured here: 18 % on a quiet host, 43 % with a hog). :func:`fidelity.host_check` judges the
-summary; the controller adds it to the run's manifest.
+summary; the controller adds it to the run's manifest. A guest in virtual time (QEMU's icount) is
+measured the same way but not judged: its clock advances by its own instructions, so the host's load
+stretches the run's wall time (``wall_per_guest_s``) and leaves what the guest measured as it was.
 """
 
 from __future__ import annotations
@@ -166,13 +168,19 @@ class HostSummary:
     cores: list[int] | None = None
     #: what "own" CPU time was: the guest's processes, or a local run's process tree
     subject: str = "guest"
+    #: the guest's clock: "real", or "virtual" (icount: the host's load cannot reach what the guest measures)
+    clock: str = "real"
+    #: the traffic's length on the guest's clock, and wall seconds per guest second over it (virtual time)
+    guest_traffic_s: float | None = None
+    wall_per_guest_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
 def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None, cores: frozenset[int] | None = None,
-              subject: str = "guest") -> HostSummary:  # fmt: skip
+              subject: str = "guest", clock: str = "real",
+              guest_traffic_s: float | None = None) -> HostSummary:  # fmt: skip
     cpus = len(cores) if cores else (cpus or os.cpu_count() or 1)
     ticks = [a - b for a, b in zip(after.cpu_ticks, before.cpu_ticks, strict=True)]
     total = sum(ticks) or 1
@@ -197,6 +205,9 @@ def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None, cores:
         other_guests=sorted(set(before.other_qemu) | set(after.other_qemu)),
         cores=sorted(cores) if cores else None,
         subject=subject,
+        clock=clock,
+        guest_traffic_s=guest_traffic_s,
+        wall_per_guest_s=round(window_s / guest_traffic_s, 3) if guest_traffic_s and clock == "virtual" else None,
     )
 
 
@@ -205,14 +216,17 @@ class HostWatch:
     (by its ``run_dir``); ``own()`` names this guest's processes. With ``session`` (a folder
     the runner writes into directly), each run's manifest gets its summary as the run ends; otherwise
     :meth:`apply` adds them once the folder is back. ``cores``: the cores the guest is pinned to (judged
-    alone); ``tree``: a local run's root process, whose process tree is the "guest"."""
+    alone); ``tree``: a local run's root process, whose process tree is the "guest"; ``clock``: the
+    guest's (virtual time is measured, not judged)."""
 
     def __init__(self, run_dirs: list[str], own: Callable[[], set[int]], session: Path | None = None,
-                 cores: frozenset[int] | None = None, tree: int | None = None) -> None:  # fmt: skip
+                 cores: frozenset[int] | None = None, tree: int | None = None,
+                 clock: str = "real") -> None:  # fmt: skip
         self.run_dirs = run_dirs
         self.own = own
         self.session = session
-        self.cores, self.tree = cores, tree
+        self.cores, self.tree, self.clock = cores, tree, clock
+        self.traffic_s: float | None = None  # the current run's traffic length on the guest's clock
         self.current: int | None = None
         self.before: Snapshot | None = None
         self.summaries: dict[str, HostSummary] = {}
@@ -220,7 +234,9 @@ class HostWatch:
     def on_line(self, text: str, now: float) -> None:
         event = progress.parse_line(text)
         if isinstance(event, progress.RunStarted):
-            self.current, self.before = event.index - 1, None
+            self.current, self.before, self.traffic_s = event.index - 1, None, None
+        elif isinstance(event, progress.TrafficTick):
+            self.traffic_s = event.duration_s
         elif isinstance(event, progress.RunEnded) and self.session is not None and self.current is not None:
             self.apply(self.session, self._run_dir())
         elif isinstance(event, progress.TrafficWindow) and event.edge == "begins":
@@ -228,7 +244,8 @@ class HostWatch:
         elif isinstance(event, progress.TrafficWindow) and self.before is not None and self._run_dir():
             after = snapshot(self.own(), self.cores, self.tree)
             subject = "guest" if self.tree is None else "run"
-            self.summaries[self._run_dir()] = summarize(self.before, after, cores=self.cores, subject=subject)
+            self.summaries[self._run_dir()] = summarize(self.before, after, cores=self.cores, subject=subject,
+                                                        clock=self.clock, guest_traffic_s=self.traffic_s)  # fmt: skip
             self.before = None
 
     def _run_dir(self) -> str | None:

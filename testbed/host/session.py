@@ -62,6 +62,7 @@ def run_session(
     queue_hz: float = 10.0,
     cluster: str | None = None,
     placement_seed: int | None = None,
+    clock: str = "auto",
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
@@ -71,21 +72,24 @@ def run_session(
     may use the network of the run before it when it would build the same one (testbed.guest.keeper).
     ``queue_hz``: how often the bottleneck queues are sampled during traffic. ``cluster``: the runs go to
     the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``;
-    ``placement_seed`` draws each run's host from its point and seed (the same draw in another session)."""
+    ``placement_seed`` draws each run's host from its point and seed (the same draw in another session).
+    ``clock``: a guest's, real or virtual time, or ``auto`` (:func:`testbed.host.timebase.choose`); a
+    session resumes only a session on the same clock."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
     results_root = Path(results_root).resolve()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
-    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed)
+    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed, clock)
     chosen.observers = tuple(observers)
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
         release = chosen.prepare()
         backend_info = chosen.describe()
-        previous = None if force else resume.find_resumable(results_root, scenario.name, runs, release)
-        runs_to_do = runs if previous is None else _runs_to_resume(scenario, runs, previous, release, git)
+        clock_used = backend_info.get("clock", "real")
+        previous = None if force else resume.find_resumable(results_root, scenario.name, runs, release, clock_used)
+        runs_to_do = runs if previous is None else _runs_to_resume(scenario, runs, previous, release, git, clock_used)
         if previous is not None and not runs_to_do:
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
@@ -112,26 +116,32 @@ def run_session(
 
 
 def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, vcpus: int | None,
-                  cluster: str | None = None, placement_seed: int | None = None) -> Backend:  # fmt: skip
-    """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why);
-    with ``cluster``, the cluster's, whose workers each decide ``auto`` on their own host."""
+                  cluster: str | None = None, placement_seed: int | None = None,
+                  clock: str = "auto") -> Backend:  # fmt: skip
+    """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why),
+    a guest when virtual time is asked for; with ``cluster``, the cluster's, whose workers each decide
+    ``auto`` on their own host."""
+    experiments = frozenset(r.scenario_name for r in runs)
     if cluster:
         # imported here: Dask takes a second to import, and only a cluster session needs it
         from testbed.host import cluster as dask_cluster
         from testbed.host import clusterspec
 
         return dask_cluster.ClusterBackend(clusterspec.parse(cluster), choice, runs, kernel_version, vcpus, log=log,
-                                           placement_seed=placement_seed)  # fmt: skip
-    if choice == "auto":
+                                           placement_seed=placement_seed, clock=clock)  # fmt: skip
+    if choice == "auto" and clock == "virtual":
+        choice, why = "guest", "--clock virtual runs in a guest (QEMU's icount)"
+        log(f"backend: {choice} ({why})")
+    elif choice == "auto":
         choice, why = choose_backend(runs)
         log(f"backend: {choice} ({why})")
-    return backends.create(choice, kernel_version, vcpus, log=log)
+    return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments)
 
 
 def _runs_to_resume(scenario: ScenarioFile, runs: list[RunSpec], previous: Path, release: str,
-                    git: dict) -> list[RunSpec]:  # fmt: skip
+                    git: dict, clock: str = "real") -> list[RunSpec]:  # fmt: skip
     """The runs of ``previous`` (a session of the same runs) not yet complete on ``release``; says so."""
-    done = [r for r in runs if resume.is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release)]
+    done = [r for r in runs if resume.is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release, clock)]
     resume.note_older_code(previous, done, git, log)
     if len(done) == len(runs):
         log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "

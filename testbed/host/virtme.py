@@ -6,6 +6,13 @@ virtualization can hang at "Booting from ROM", MACHINE.md), so :func:`kvm_usable
 kernel once with KVM and a short timeout and caches the answer until the host reboots. Under
 TCG a multi-vCPU guest marks the TSC unstable and falls back to hpet, which makes the emulated
 links slower and erratic (MACHINE.md): TCG guests get ``tsc=reliable``.
+
+A guest can also run in virtual time (``clock="virtual"``, :mod:`testbed.host.timebase` decides when):
+QEMU's icount makes the guest's clock advance by the instructions it executes (2**shift ns each) and,
+with ``sleep=off``, jump to the next timer while the vCPU is idle. A run then takes the wall time its
+CPU work needs, not its traffic's length, and the host's load slows it without changing what the guest
+measures. icount needs TCG and one vCPU (with two, under ``sleep=off``, the guest hung at SMP
+bring-up here).
 """
 
 from __future__ import annotations
@@ -42,12 +49,19 @@ class GuestHungError(GuestError):
     """The runner started but then the guest fell silent far past the current run's watchdog budget."""
 
 
+#: a guest instruction counts 2**shift ns of virtual time: shift 0 is a 1 GHz, one-instruction-per-cycle CPU
+#: (the default suite's runs measured equivalent to real time at it: docs/results.md, "Virtual time")
+ICOUNT_SHIFT = 0
+
+
 @dataclass(frozen=True)
 class GuestConfig:
     accel: str  # "kvm" or "tcg"
     vcpus: int
     memory: str
     append: str
+    clock: str = "real"  # "real", or "virtual": QEMU's icount (TCG, one vCPU)
+    icount_shift: int | None = None  # virtual time only: 2**shift ns per instruction
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -64,10 +78,17 @@ def kvm_usable(kernel: Kernel, log=print) -> bool:
     return out.stdout.strip() == "usable"
 
 
-def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", log=print) -> GuestConfig:
+def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", log=print,
+                 clock: str = "real") -> GuestConfig:  # fmt: skip
     """KVM with 2 vCPUs where it works; TCG otherwise, with 2 vCPUs and ``tsc=reliable`` on a host
     with two cores or more (measured here at 10 Mbit/s: guest CPU 75 % busy with one vCPU, 27 %
-    with two, the same rate and RTT fidelity), one vCPU on a single-core host."""
+    with two, the same rate and RTT fidelity), one vCPU on a single-core host. In virtual time: TCG
+    with icount and one vCPU, whatever the host has."""
+    if clock == "virtual":
+        if vcpus not in (None, 1):
+            raise GuestError(f"--cpus {vcpus} cannot run in virtual time: QEMU's icount runs one vCPU (with two "
+                             "the guest hung at SMP bring-up); give --cpus 1 or --clock real")  # fmt: skip
+        return GuestConfig("tcg", 1, memory, "", clock, ICOUNT_SHIFT)
     if kvm_usable(kernel, log):
         return GuestConfig("kvm", vcpus or 2, memory, "")
     vcpus = vcpus or min(2, os.cpu_count() or 1)
@@ -86,6 +107,8 @@ def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: s
     ]  # fmt: skip
     if config.accel == "tcg":
         argv.append("--disable-kvm")
+    if config.clock == "virtual":
+        argv.append(f"--qemu-opts={icount_option(config.icount_shift)}")
     if config.append:
         argv += ["--append", config.append]
     for directory in rwdirs:
@@ -94,6 +117,11 @@ def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: s
         # no qemu monitor on the console: Ctrl-A and Ctrl-C reach the guest
         return argv + ["--disable-monitor", "--shell", str(shell)]
     return argv + ["--exec", command]
+
+
+def icount_option(shift: int | None) -> str:
+    """QEMU's option for virtual time: the clock advances 2**shift ns per instruction and jumps over idle time."""
+    return f"-icount shift={ICOUNT_SHIFT if shift is None else shift},sleep=off"
 
 
 def run_in_guest(

@@ -18,17 +18,21 @@ def run_dirs(session: Path, runs: list[RunSpec]) -> list[str]:
     return [str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)) for r in runs]
 
 
-def is_done(directory: Path, run: RunSpec, release: str) -> bool:
-    """A run that need not run again: complete, of the same resolved scenario and seed, on the same kernel."""
+def is_done(directory: Path, run: RunSpec, release: str, clock: str = "real") -> bool:
+    """A run that need not run again: complete, of the same resolved scenario and seed, on the same kernel
+    and clock (real or virtual time: a session mixes no clocks, its sides are compared run by run)."""
     try:
         manifest = read_manifest(directory)
     except rundir.LoadError:
         return False
-    return manifest.status == "complete" and manifest.identity == run.identity() and manifest.kernel.release == release
+    same_clock = (manifest.backend.clock or "real") == clock
+    return (manifest.status == "complete" and manifest.identity == run.identity()
+            and manifest.kernel.release == release and same_clock)  # fmt: skip
 
 
-def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str) -> Path | None:
-    """The newest session of this scenario on the same kernel that already holds some of these runs.
+def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str,
+                   clock: str = "real") -> Path | None:  # fmt: skip
+    """The newest session of this scenario on the same kernel and clock that already holds some of these runs.
 
     Resuming continues in that folder: runs complete there (same resolved scenario, seed and kernel)
     are kept and only the others run; a sweep that gained seeds or points grows in place."""
@@ -38,7 +42,8 @@ def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], 
             info = rundir.read_json(path)
         except rundir.LoadError:
             continue
-        if info.get("backend", {}).get("kernel_release") != release:
+        backend = info.get("backend", {})
+        if backend.get("kernel_release") != release or backend.get("clock", "real") != clock:
             continue
         if any(identity(rundir.run_dir(session, r.point_id, r.seed)) == r.identity() for r in runs):
             return session

@@ -41,6 +41,8 @@ def provenance_items(manifest: dict, session: dict | None = None) -> list[tuple[
         backend_text += f", accel {backend['accel']}"
     if backend_text and backend.get("vcpus"):
         backend_text += f", {backend['vcpus']} vCPU"
+    if backend_text and backend.get("clock") == "virtual":
+        backend_text += f", virtual time (icount shift {backend.get('icount_shift')})"
     sha = git.get("sha")
     git_text = (
         (sha[:12] + (" (dirty)" if git.get("dirty") else "")) if sha else ("none recorded" if git else None)

@@ -46,6 +46,7 @@ class Backend(_Open):
     kind: str | None = None
     kernel_release: str | None = None
     accel: str | None = None
+    clock: str | None = None  # "real" or "virtual" (QEMU's icount); missing: real
 
 
 class Fidelity(_Open):

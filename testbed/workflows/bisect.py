@@ -82,9 +82,11 @@ class Measurer:
     """analysis.bisection's ``measure``: one guest session per call, on that kernel, with those seeds."""
 
     def __init__(self, suite: ScenarioFile, versions: list[str], directory: Path, inject: dict | None,
-                 inject_from: str | None, vcpus: int | None, cluster: str | None) -> None:  # fmt: skip
+                 inject_from: str | None, vcpus: int | None, cluster: str | None,
+                 clock: str = "auto") -> None:  # fmt: skip
         self.suite, self.versions, self.directory = suite, versions, directory
         self.inject, self.inject_from, self.vcpus, self.cluster = inject, inject_from, vcpus, cluster
+        self.clock = clock
         self.sessions = 0
         self.started = time.monotonic()
 
@@ -97,7 +99,7 @@ class Measurer:
         try:
             session = run_session(scenario, backend="guest", kernel_version=kernel,
                                   results_root=self.directory / label(kernel), vcpus=self.vcpus,
-                                  cluster=self.cluster).directory  # fmt: skip
+                                  cluster=self.cluster, clock=self.clock).directory  # fmt: skip
         except KERNEL_REFUSALS as err:
             raise BisectError(f"bisect: {kernel} refused the suite ({err}); a point it can run (--point) or a "
                               f"range without it would bisect") from err  # fmt: skip
@@ -113,7 +115,8 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
                metric: str | None = None, repeat: int = 3, max_repeat: int = 9,
                results_root: Path = PROJECT / "results", inject: dict | None = None, inject_from: str | None = None,
                vcpus: int | None = None, cluster: str | None = None, force: bool = False, yes: bool = False,
-               tree: Path | None = None) -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
+               tree: Path | None = None,
+               clock: str = "auto") -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
     """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
     versions = tree_versions(tree, good, bad) if tree else versions_between(good, bad)
     good, bad = versions[0], versions[-1]
@@ -126,12 +129,12 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
         kernels.fetch(kernel, log=log)
     spec = {"versions": versions, "suite": suite.name, "points": [p.point_id for p in chosen.points], "cc": cc,
             "metric": metric, "repeat": repeat, "max_repeat": max_repeat, "inject": inject or {},
-            "inject_from": inject_from, "cluster": cluster}  # fmt: skip
+            "inject_from": inject_from, "cluster": cluster, "clock": clock}  # fmt: skip
     # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
     # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
     comparison = compare.Comparison.open(results_root, "bisect", f"{label(good)}..{label(bad)}", spec, force=force)
     directory = comparison.directory
-    measure = Measurer(chosen, versions, directory, inject, inject_from, vcpus, cluster)
+    measure = Measurer(chosen, versions, directory, inject, inject_from, vcpus, cluster, clock)
     log(f"bisect: {len(versions)} versions, {bisection.planned_steps(len(versions))} steps planned")
     try:
         result = bisection.bisect(versions, measure, {"point": point, "cc": cc, "metric": metric}, repeat, max_repeat)

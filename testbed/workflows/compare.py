@@ -242,7 +242,7 @@ def refuse_runaway(runs: list, cluster: str | None, yes: bool) -> None:
 
 def run_interleaved(comparison: Comparison, sides: list[Side], repeat: int,
                     scenario_for: Callable[[Side, int], ScenarioFile], vcpus: int | None = None,
-                    cluster: str | None = None) -> dict[str, set[Path]]:  # fmt: skip
+                    cluster: str | None = None, clock: str = "auto") -> dict[str, set[Path]]:  # fmt: skip
     """Every side's ``repeat`` repetitions, interleaved (module doc), skipping the sub-sessions already
     complete; returns each side's sessions (a dropped side has none)."""
     kind = comparison.spec["kind"]
@@ -260,7 +260,7 @@ def run_interleaved(comparison: Comparison, sides: list[Side], repeat: int,
         try:
             session = run_session(scenario_for(side, rep), backend="guest", kernel_version=side.kernel,
                                   results_root=comparison.directory / side.name, vcpus=vcpus, cluster=cluster,
-                                  placement_seed=comparison.placement_seed).directory  # fmt: skip
+                                  placement_seed=comparison.placement_seed, clock=clock).directory  # fmt: skip
         except KERNEL_REFUSALS as err:  # this kernel cannot run the suite: the other sides still can
             comparison.drop(side.name, f"it refused the suite before any run ({err})")
             continue

@@ -73,6 +73,7 @@ def regress(
     cluster: str | None = None,
     force: bool = False,
     yes: bool = False,
+    clock: str = "auto",
 ) -> RegressResult:
     """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc). An unfinished
     comparison of the same kernels, suite and options resumes (``force``: a new one). With ``cluster``,
@@ -85,7 +86,7 @@ def regress(
         kernels.fetch(kernel, log=log)
     spec = {"baseline": baseline, "candidate": candidate, "suite": suite.name,
             "points": [p.point_id for p in suite.points], "repeat": repeat,
-            "candidate_flow_options": candidate_flow_options or {}, "cluster": cluster}  # fmt: skip
+            "candidate_flow_options": candidate_flow_options or {}, "cluster": cluster, "clock": clock}  # fmt: skip
     name = f"{compare.label(baseline)}-vs-{compare.label(candidate)}"
     comparison = compare.Comparison.open(results_root, "regress", name, spec, force=force)
 
@@ -94,7 +95,8 @@ def regress(
         return variant(suite, rep, candidate_flow_options if harmed else None, candidate=harmed)
 
     sides = [compare.Side("baseline", baseline), compare.Side("candidate", candidate)]
-    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster)
+    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster,
+                                       clock=clock)  # fmt: skip
     bases = {control: control_base(suite, control) for control in suite.controls}
     result = judge(comparison.directory, sessions, baseline, candidate, repeat, candidate_flow_options,
                    suite.controls, {control: base for control, base in bases.items() if base},
@@ -251,7 +253,7 @@ def command(suite: ScenarioFile, repeat: int, where, baseline: str | None = None
         raise ValueError("testbed regress: give one of --baseline/--candidate (a pair), --series (a kernel series) "
                          f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}")
     common = {"results_root": where.results, "vcpus": where.cpus, "cluster": where.cluster, "force": where.force,
-              "yes": where.yes}  # fmt: skip
+              "yes": where.yes, "clock": where.clock}  # fmt: skip
     if series_spec:
         if baseline:
             raise ValueError("--series names every kernel: leave --baseline out")

@@ -92,7 +92,8 @@ def already_compared(results_root: Path, baseline: str, candidate: str) -> Path 
 
 def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results_root: Path = PROJECT / "results",
                vcpus: int | None = None, cluster: str | None = None, inject: dict | None = None,
-               inject_from: str | None = None, force: bool = False, yes: bool = False) -> SeriesResult:  # fmt: skip
+               inject_from: str | None = None, force: bool = False, yes: bool = False,
+               clock: str = "auto") -> SeriesResult:  # fmt: skip
     """Run the suite ``repeat`` times on every kernel, interleaved, and judge (module doc). An unfinished
     series of the same kernels, suite and options resumes in its folder (``force``: a new one)."""
     compare.check_repeat(repeat)
@@ -105,7 +106,8 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
     for kernel in kernel_list:  # every kernel settled (downloaded, or refused with the list) before anything runs
         kernels.fetch(kernel, log=log)
     spec = {"kernels": list(kernel_list), "suite": suite.name, "points": [p.point_id for p in suite.points],
-            "repeat": repeat, "inject": inject or {}, "inject_from": inject_from, "cluster": cluster}  # fmt: skip
+            "repeat": repeat, "inject": inject or {}, "inject_from": inject_from, "cluster": cluster,
+            "clock": clock}  # fmt: skip
     name = f"series-{label(kernel_list[0])}..{label(kernel_list[-1])}"
     comparison = compare.Comparison.open(results_root, "series", name, spec, force=force, folder="regress")
     by_name = {label(k): k for k in kernel_list}
@@ -115,7 +117,8 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
         return compare.variant(suite, rep, harm, candidate=side.kernel == kernel_list[-1])
 
     sides = [compare.Side(name, kernel) for name, kernel in by_name.items()]
-    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster)
+    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster,
+                                       clock=clock)  # fmt: skip
     result = SeriesResult(comparison.directory, list(kernel_list))
     for side, why in comparison.dropped.items():
         result.failures.append(f"{by_name[side]}: {why}; the series goes on without it")

@@ -37,6 +37,7 @@ class Where:
     yes: bool = False  # start what is estimated beyond a day
     fresh_networks: bool = False
     queue_hz: float = 10.0
+    clock: str = "auto"  # a guest's: real, virtual (QEMU's icount) or auto (testbed.host.timebase)
 
 
 def refuse_runaway(runs: list, where: Where) -> None:
@@ -114,7 +115,8 @@ def _session(scenario: ScenarioFile, where: Where, force: bool, ahead) -> Sessio
     return host_session.run_session(scenario, backend=where.backend, kernel_version=where.kernel,
                                     results_root=where.results, vcpus=where.cpus, force=force,
                                     keep_networks=not where.fresh_networks, queue_hz=where.queue_hz,
-                                    observers=[ahead.observer] if ahead else [], cluster=where.cluster)  # fmt: skip
+                                    observers=[ahead.observer] if ahead else [], cluster=where.cluster,
+                                    clock=where.clock)  # fmt: skip
 
 
 def _ahead(wanted: bool) -> contextlib.AbstractContextManager:

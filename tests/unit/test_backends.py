@@ -70,7 +70,7 @@ def use(monkeypatch):
     monkeypatch.setattr(session.virtme, "stop_orphans", lambda log: [])
 
     def use(backend):
-        monkeypatch.setattr(session.backends, "create", lambda name, kernel_version, vcpus, log: backend)
+        monkeypatch.setattr(session.backends, "create", lambda name, kernel_version, vcpus, log, **clock: backend)
         return backend
 
     return use

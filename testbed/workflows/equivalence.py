@@ -1,0 +1,156 @@
+"""``testbed equivalence REFERENCE CANDIDATE``: is a faster way of running equivalent to the reference?
+
+The reference is a session alone in real time; the candidate the same experiments at the same seeds run
+the faster way (``--clock virtual``, side by side). Each experiment is judged by
+:mod:`analysis.equivalence` (paired TOST per metric, the claims' verdicts on both, untrustworthy runs);
+the table is printed and written beside the candidate (``equivalence.md``), with each side's speed
+(seconds of traffic per second of wall clock). ``--record`` writes the result into
+``scenarios/timebase/equivalence.yaml``, which ``--clock auto`` reads (:mod:`testbed.host.timebase`):
+an experiment shown equivalent runs in virtual time from then on, one that failed keeps real time and
+the file says why.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from analysis import equivalence, regression
+from analysis.flowrows import flow_rows
+from testbed.host import timebase
+from testbed.report.session import write_session_report
+from testbed.results import rundir
+
+
+@dataclass
+class Side:
+    """One session, analysed: its trustworthy runs' metrics, untrustworthy counts and verdicts by experiment."""
+
+    directory: Path
+    clock: str
+    wall_s: float
+    traffic_s: float
+    metrics: dict[str, pd.DataFrame] = field(default_factory=dict)
+    untrustworthy: dict[str, int] = field(default_factory=dict)
+    verdicts: dict[str, dict[str, str]] = field(default_factory=dict)  # experiment -> claim -> verdict
+
+    @property
+    def speed(self) -> float:
+        """Seconds of traffic per second of wall clock (boot included)."""
+        return self.traffic_s / self.wall_s if self.wall_s else float("nan")
+
+
+def load_side(session: Path) -> Side:
+    report = write_session_report(session)
+    info = rundir.read_json(session / rundir.SESSION)
+    timing = info.get("timing") or {}
+    side = Side(session, (info.get("backend") or {}).get("clock", "real"), float(timing.get("runs_wall_s") or 0),
+                sum(float((a.manifest.get("resolved") or {}).get("duration_s") or 0) for a in report.runs))  # fmt: skip
+    by_experiment: dict[str, list] = {}
+    for analysis in report.runs:
+        experiment = analysis.manifest.get("scenario") or "?"
+        trusted = ((analysis.manifest.get("fidelity") or {}).get("trustworthy")) is True
+        side.untrustworthy[experiment] = side.untrustworthy.get(experiment, 0) + (not trusted)
+        if trusted:
+            by_experiment.setdefault(experiment, []).append(analysis)
+    for experiment, analyses in by_experiment.items():
+        metrics = regression.run_metrics(flow_rows(analyses))
+        latency = regression.latency_metrics(analyses)
+        frame = pd.concat([metrics, latency], ignore_index=True) if not latency.empty else metrics
+        frame["point"] = [_bare_point(point, experiment) for point in frame["point"]]
+        side.metrics[experiment] = frame
+    for verdict in report.verdicts:
+        side.verdicts.setdefault(verdict.claim.experiment, {})[verdict.claim.id] = verdict.label
+    return side
+
+
+def _bare_point(point: str, experiment: str) -> str:
+    """A point's id without the suite's ``experiment[@profile].`` prefix: a suite's run twins a plain session's."""
+    head, dot, rest = str(point).partition(".")
+    return rest if dot and head.split("@")[0] == experiment else str(point)
+
+
+def judge(reference: Side, candidate: Side) -> list[equivalence.ExperimentEquivalence]:
+    found = []
+    for experiment in sorted(set(reference.untrustworthy) | set(candidate.untrustworthy)):
+        empty = regression.run_metrics(pd.DataFrame())
+        result = equivalence.compare(reference.metrics.get(experiment, empty),
+                                     candidate.metrics.get(experiment, empty), experiment)  # fmt: skip
+        result.untrustworthy = (reference.untrustworthy.get(experiment, 0), candidate.untrustworthy.get(experiment, 0))
+        ours, theirs = reference.verdicts.get(experiment, {}), candidate.verdicts.get(experiment, {})
+        result.verdicts = {claim: (ours.get(claim, "not judged"), theirs.get(claim, "not judged"))
+                           for claim in sorted(set(ours) | set(theirs))}  # fmt: skip
+        found.append(result)
+    return found
+
+
+def text(reference: Side, candidate: Side, results: list[equivalence.ExperimentEquivalence]) -> str:
+    """The answer first (each experiment equivalent or not, and why), then every test and the speeds."""
+    lines = [f"# {candidate.clock} time against {reference.clock} time, twin runs at the same seeds", ""]
+    for result in results:
+        lines.append(f"- **{result.experiment}**: "
+                     + ("equivalent" if result.equivalent else "not shown equivalent: " + "; ".join(result.problems)))
+    lines += ["", "| experiment | metric | twins | change | 90 % interval | margin | TOST p | equivalent |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for result in results:
+        for m in result.metrics:
+            lines.append(f"| {result.experiment} | {m.metric} | {m.pairs} | {m.change:+.1%} | {m.low:+.1%} to "
+                         f"{m.high:+.1%} | ±{m.margin:.0%} | {m.p_tost:.2g} | {'yes' if m.equivalent else 'no'} |")
+        for claim, (a, b) in result.verdicts.items():
+            lines.append(f"| {result.experiment} | claim {claim} | | | | | | {a} / {b} |")
+    lines += ["", f"Speed (seconds of traffic per second of wall clock, boot included): reference "
+              f"{reference.speed:.2f} ({reference.traffic_s:.0f} s in {reference.wall_s:.0f} s), candidate "
+              f"{candidate.speed:.2f} ({candidate.traffic_s:.0f} s in {candidate.wall_s:.0f} s).",
+              f"Reference: {reference.directory}", f"Candidate: {candidate.directory}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def record(reference: Side, candidate: Side, results: list[equivalence.ExperimentEquivalence],
+           path: Path = timebase.EQUIVALENCE) -> None:  # fmt: skip
+    """Each experiment's result into the file ``--clock auto`` reads (virtual time only: the clock it decides)."""
+    if candidate.clock != "virtual" or reference.clock != "real":
+        raise ValueError(f"--record keeps virtual time against real time: the reference ran in {reference.clock} "
+                         f"time and the candidate in {candidate.clock} time")  # fmt: skip
+    data = yaml.safe_load(path.read_text()) if path.exists() else None
+    data = data or {}
+    experiments = data.setdefault("experiments", {})
+    for result in results:
+        experiments[result.experiment] = {
+            "equivalent": result.equivalent,
+            "why": "every test passed" if result.equivalent else "; ".join(result.problems),
+            "metrics": {m.metric: _metric_record(m) for m in result.metrics},
+            "verdicts": {claim: list(pair) for claim, pair in result.verdicts.items()},
+            "speed": {"reference": round(reference.speed, 3), "candidate": round(candidate.speed, 3)},
+            "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+            "sessions": [reference.directory.name, candidate.directory.name],
+        }  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # the file's own comments (its header) are kept above the data
+    lines = path.read_text().splitlines() if path.exists() else []
+    header = "".join(line + "\n" for line in lines if line.startswith("#"))
+    # leaf lists and maps inline, unicode as it is, lines that the project's yamllint accepts
+    path.write_text(header + yaml.safe_dump(data, sort_keys=True, width=100, default_flow_style=None,
+                                            allow_unicode=True))  # fmt: skip
+    timebase.equivalence.cache_clear()
+
+
+def _metric_record(m: equivalence.MetricEquivalence) -> dict:
+    return {"change_pct": round(100 * m.change, 2), "interval90_pct": [round(100 * m.low, 2), round(100 * m.high, 2)],
+            "margin_pct": round(100 * m.margin), "p_tost": float(f"{m.p_tost:.3g}"), "twins": m.pairs}
+
+
+def run(reference_dir: Path, candidate_dir: Path, keep: bool = False) -> int:
+    """Print and write the table; exit 0 when every experiment is equivalent, 1 otherwise."""
+    reference, candidate = load_side(Path(reference_dir)), load_side(Path(candidate_dir))
+    results = judge(reference, candidate)
+    table = text(reference, candidate, results)
+    print(table, end="")
+    (Path(candidate_dir) / "equivalence.md").write_text(table)
+    if keep:
+        record(reference, candidate, results)
+        print(f"recorded in {timebase.EQUIVALENCE}")
+    return 0 if all(r.equivalent for r in results) else 1
