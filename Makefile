@@ -10,6 +10,8 @@ TESTBED_ARGS ?=
 # CLUSTER=local:4 | ssh:playbooks/inventory/lab.ini | slurm:cluster.yaml spreads the runs (docs/cluster.md)
 CLUSTER ?=
 override TESTBED_ARGS += $(if $(CLUSTER),--cluster $(CLUSTER))
+# a cluster needs Dask, which only the full setup installs (make setup-experiment leaves it out)
+RUN_SETUP := $(if $(CLUSTER),setup,setup-experiment)
 
 .PHONY: help setup setup-experiment experiment reproduce explain regress regress-series bisect run test test-unit test-netns test-guest test-vagrant bench lint clean lock kernel box
 
@@ -43,29 +45,29 @@ setup:
 setup-experiment:
 	@scripts/setup.sh experiment
 
-experiment: setup-experiment
+experiment: $(RUN_SETUP)
 	$(TESTBED) suite $(or $(SUITE),default) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
-reproduce: setup-experiment
+reproduce: $(RUN_SETUP)
 	@PROFILE=$(or $(PROFILE),quick) BUDGET="$(BUDGET)" TESTBED_ARGS="$(TESTBED_ARGS)" scripts/reproduce.sh
 
-explain: setup-experiment
+explain: $(RUN_SETUP)
 	@[ -n "$(CLAIM)" ] || { echo "make explain CLAIM=ID [SEEDS=3] [FACTORS=a,b]: give a claim id (testbed explain --help)"; exit 2; }
 	$(TESTBED) explain $(CLAIM) --seeds $(or $(SEEDS),3) $(if $(FACTORS),--factors $(FACTORS)) $(TESTBED_ARGS)
 
-regress: setup-experiment
+regress: $(RUN_SETUP)
 	@{ [ -n "$(BASELINE)" ] && [ -n "$(CANDIDATE)" ]; } || [ -n "$(LATEST)" ] || { echo "usage: make regress BASELINE=6.1.0-55 CANDIDATE=6.1.0-56 | LATEST=6.1 [BASELINE=...] [REPEAT=5] [SUITE=regression] ('.venv/bin/testbed kernels' lists the versions)" >&2; exit 2; }
 	$(TESTBED) regress $(if $(LATEST),--latest $(LATEST)) $(if $(BASELINE),--baseline $(BASELINE)) $(if $(CANDIDATE),--candidate $(CANDIDATE)) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
 
-regress-series: setup-experiment
+regress-series: $(RUN_SETUP)
 	@[ -n "$(SERIES)" ] || { echo "usage: make regress-series SERIES=6.1.0-47..6.1.0-56 (or A,B,C) [REPEAT=5] [SUITE=regression]" >&2; exit 2; }
 	$(TESTBED) regress --series $(SERIES) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
 
-bisect: setup-experiment
+bisect: $(RUN_SETUP)
 	@[ -n "$(GOOD)" ] && [ -n "$(BAD)" ] || { echo "usage: make bisect GOOD=6.1.0-47 BAD=6.1.0-56 [POINT=id] [METRIC=goodput] [SUITE=regression]" >&2; exit 2; }
 	$(TESTBED) bisect --good $(GOOD) --bad $(BAD) $(if $(POINT),--point $(POINT)) $(if $(METRIC),--metric $(METRIC)) $(if $(SUITE),--suite $(SUITE)) $(if $(REPEAT),--repeat $(REPEAT)) $(TESTBED_ARGS)
 
-run: setup-experiment
+run: $(RUN_SETUP)
 	$(TESTBED) run $(SCENARIO) $(if $(PROFILE),--profile $(PROFILE)) $(if $(KERNEL),--kernel $(KERNEL)) $(TESTBED_ARGS)
 
 test: setup

@@ -42,6 +42,8 @@ class MetricEquivalence:
     high: float
     p_tost: float
     margin: float
+    #: twins at which the TOST would show the margin (80 % power) were the two ways equal, at this spread
+    twins_needed: int | None = None
 
     @property
     def equivalent(self) -> bool:
@@ -49,8 +51,10 @@ class MetricEquivalence:
 
     def line(self) -> str:
         shown = "shown within" if self.equivalent else "not shown within"
+        needed = (f"; at this spread {self.twins_needed} twins would show it, were the two ways equal"
+                  if self.twins_needed and not self.equivalent else "")  # fmt: skip
         return (f"{self.metric}: {self.change:+.1%} (90 % interval {self.low:+.1%} to {self.high:+.1%}, "
-                f"{self.pairs} twins), {shown} ±{self.margin:.0%} (TOST p = {self.p_tost:.2g})")  # fmt: skip
+                f"{self.pairs} twins), {shown} ±{self.margin:.0%} (TOST p = {self.p_tost:.2g}){needed}")  # fmt: skip
 
 
 @dataclass
@@ -98,7 +102,8 @@ def compare(reference: pd.DataFrame, candidate: pd.DataFrame, experiment: str) -
         margin = MARGINS[metric]
         low, high = effect.interval(1 - 2 * ALPHA)
         found.metrics.append(MetricEquivalence(metric, len(effect.pairs), effect.relative, low, high,
-                                               stats.tost_p(effect, margin), margin))  # fmt: skip
+                                               stats.tost_p(effect, margin), margin,
+                                               stats.pairs_for_equivalence(effect, margin)))  # fmt: skip
     return found
 
 

@@ -309,6 +309,19 @@ def tost_p(effect: Effect, margin: float) -> float:
     return max(effect.p_above(-margin), effect.p_below(margin))
 
 
+def pairs_for_equivalence(effect: Effect, margin: float, power: float = POWER, alpha: float = ALPHA) -> int | None:
+    """Pairs at which the TOST shows ``±margin`` with ``power`` were the sides truly equal and each pair's
+    log ratio as spread as in ``effect`` (a paired effect); ``SEED_LIMIT + 1`` beyond ``SEED_LIMIT``, None
+    without a spread. For equal sides both one-sided tests must pass: t(1 - alpha) + t(1 - (1 - power) / 2)."""
+    if not effect.paired or math.isnan(effect.var_a):
+        return None
+    sd, bound = math.sqrt(effect.var_a), math.log1p(margin)
+    for n in range(2, SEED_LIMIT + 1):
+        if power_factor(n - 1.0, alpha, 1 - (1 - power) / 2, sides=1) * sd / math.sqrt(n) <= bound:
+            return n
+    return SEED_LIMIT + 1
+
+
 def effect_shift(effect: Effect, baseline: Effect) -> Effect:
     """How far ``effect`` moved from ``baseline`` (``testbed explain``: a factor's effect against the
     baseline's): their ratio, on the log scale. When both are paired and share two seeds or more, paired

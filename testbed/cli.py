@@ -174,6 +174,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from testbed.workflows.experiment_bench import bench_experiment
 
         statuses.append(bench_experiment(kernel_version=args.kernel)["status"])
+    if args.part in ("clock", "all"):
+        from testbed.workflows.clock_bench import bench_clock
+
+        statuses.append(bench_clock(kernel_version=args.kernel)["status"])
     if args.part in ("cluster", "all"):
         from testbed.workflows.cluster_bench import bench_cluster
 
@@ -559,12 +563,14 @@ def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="speed and fidelity figures of this machine (printed, written to bench/)")
     bench.add_argument("--kernel", help="guest kernel, as for run")
     bench.add_argument(
-        "--part", choices=["basic", "scale", "pcap", "experiment", "cluster", "all"], default="all",
+        "--part", choices=["basic", "scale", "pcap", "experiment", "clock", "cluster", "all"], default="all",
         help="basic: one flow's speed and fidelity (~2 min); scale: 200+10 flows, a 10-hop parking lot and each "
              "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
              "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
-             "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); cluster: Dask's "
-             "overhead per task and a run folder's shipping on --cluster (default local:2, ~30 s); all: the five",
+             "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); clock: the default "
+             "suite in real and in virtual time, traffic seconds per wall second each way and their equivalence "
+             "(~6 min); cluster: Dask's overhead per task and a run folder's shipping on --cluster (default "
+             "local:2, ~30 s); all: the six",
     )  # fmt: skip
     bench.add_argument("--cluster", metavar="SPEC", help="the cluster --part cluster measures (as for run)")
     bench.set_defaults(func=_cmd_bench)

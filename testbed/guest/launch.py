@@ -103,10 +103,12 @@ def tmpfs_base() -> Path:
     return Path(tempfile.gettempdir())
 
 
-def make_scratch() -> Path:
-    """A directory for one run's iperf3 buffer files (empty: iperf3 deletes each file once mapped),
-    named after the runner's process so that a cleanup can tell a killed run's from a live one's."""
-    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-", dir=tmpfs_base()))
+def make_scratch(kind: str = "") -> Path:
+    """A directory for one run's iperf3 buffer files (empty: iperf3 deletes each file once mapped), or of
+    another ``kind`` (``raw``: a virtual-time run's raw files until it ends), named after the runner's
+    process so that a cleanup can tell a killed run's from a live one's."""
+    suffix = f"{kind}-" if kind else ""
+    return Path(tempfile.mkdtemp(prefix=f"{SCRATCH_PREFIX}{os.getpid()}-{suffix}", dir=tmpfs_base()))
 
 
 def scratch_owner(scratch: Path) -> int:

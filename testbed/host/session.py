@@ -12,6 +12,7 @@ afterwards (:mod:`testbed.report.session`).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import time
 from collections.abc import Sequence
@@ -124,6 +125,10 @@ def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, 
     experiments = frozenset(r.scenario_name for r in runs)
     if cluster:
         # imported here: Dask takes a second to import, and only a cluster session needs it
+        missing = [name for name in ("dask", "distributed") if importlib.util.find_spec(name) is None]
+        if missing:
+            raise ValueError(f"--cluster needs Dask ({', '.join(missing)} not installed: 'make setup-experiment' "
+                             "leaves it out): run 'make setup', or .venv/bin/pip install -e '.[cluster]'")  # fmt: skip
         from testbed.host import cluster as dask_cluster
         from testbed.host import clusterspec
 

@@ -94,14 +94,15 @@ def text(reference: Side, candidate: Side, results: list[equivalence.ExperimentE
     for result in results:
         lines.append(f"- **{result.experiment}**: "
                      + ("equivalent" if result.equivalent else "not shown equivalent: " + "; ".join(result.problems)))
-    lines += ["", "| experiment | metric | twins | change | 90 % interval | margin | TOST p | equivalent |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| experiment | metric | twins | change | 90 % interval | margin | TOST p | equivalent "
+              "| twins to show it |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for result in results:
         for m in result.metrics:
             lines.append(f"| {result.experiment} | {m.metric} | {m.pairs} | {m.change:+.1%} | {m.low:+.1%} to "
-                         f"{m.high:+.1%} | ±{m.margin:.0%} | {m.p_tost:.2g} | {'yes' if m.equivalent else 'no'} |")
+                         f"{m.high:+.1%} | ±{m.margin:.0%} | {m.p_tost:.2g} | {'yes' if m.equivalent else 'no'} | "
+                         f"{m.twins_needed or ''} |")
         for claim, (a, b) in result.verdicts.items():
-            lines.append(f"| {result.experiment} | claim {claim} | | | | | | {a} / {b} |")
+            lines.append(f"| {result.experiment} | claim {claim} | | | | | | {a} / {b} | |")
     lines += ["", f"Speed (seconds of traffic per second of wall clock, boot included): reference "
               f"{reference.speed:.2f} ({reference.traffic_s:.0f} s in {reference.wall_s:.0f} s), candidate "
               f"{candidate.speed:.2f} ({candidate.traffic_s:.0f} s in {candidate.wall_s:.0f} s).",
@@ -140,7 +141,8 @@ def record(reference: Side, candidate: Side, results: list[equivalence.Experimen
 
 def _metric_record(m: equivalence.MetricEquivalence) -> dict:
     return {"change_pct": round(100 * m.change, 2), "interval90_pct": [round(100 * m.low, 2), round(100 * m.high, 2)],
-            "margin_pct": round(100 * m.margin), "p_tost": float(f"{m.p_tost:.3g}"), "twins": m.pairs}
+            "margin_pct": round(100 * m.margin), "p_tost": float(f"{m.p_tost:.3g}"), "twins": m.pairs,
+            "twins_needed_if_equal": m.twins_needed}
 
 
 def run(reference_dir: Path, candidate_dir: Path, keep: bool = False) -> int:

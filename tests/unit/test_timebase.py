@@ -185,3 +185,47 @@ def test_recording_a_result_is_what_auto_then_reads(tmp_path):
     assert timebase.choose("auto", {"rtt-fairness"}, never, table)[0] == "real"
     with pytest.raises(ValueError, match="--record keeps virtual time against real time"):
         equivalence_workflow.record(sides[1], sides[0], results, path)
+
+
+def test_a_cluster_without_dask_says_how_to_install_it(monkeypatch):
+    from testbed.host import session
+
+    real_find_spec = session.importlib.util.find_spec
+    monkeypatch.setattr(session.importlib.util, "find_spec",
+                        lambda name: None if name == "distributed" else real_find_spec(name))  # fmt: skip
+    with pytest.raises(ValueError, match=r"--cluster needs Dask \(distributed not installed.*run 'make setup'"):
+        session._open_backend("guest", [], None, None, cluster="local:2")
+
+
+def test_the_twins_a_tost_needs_follow_from_the_spread_of_the_log_ratios():
+    # log ratios spread 2 %: at n twins the TOST shows ±3 % with 80 % power when (t(0.95) + t(0.90)) 2 % / √n <= 3 %
+    logs = np.array([0.02, -0.02, 0.02, -0.02]) * math.sqrt(3 / 4)  # sample sd exactly 2 %
+    effect = stats.paired_ratio_effect(dict(enumerate(np.exp(logs))), dict.fromkeys(range(4), 1.0))
+    n = stats.pairs_for_equivalence(effect, 0.03)
+
+    def factor(k):
+        return scipy_stats.t.ppf(0.95, k - 1) + scipy_stats.t.ppf(0.90, k - 1)
+
+    assert factor(n) * 0.02 / math.sqrt(n) <= math.log(1.03) < factor(n - 1) * 0.02 / math.sqrt(n - 1)
+    assert stats.pairs_for_equivalence(effect, 0.01) > n  # a tighter margin needs more twins
+
+
+def test_a_virtual_time_run_keeps_its_raw_files_in_the_guest_until_it_ends(tmp_path, monkeypatch):
+    from testbed.guest import launch
+    from testbed.guest import run as guest_run
+    from testbed.plan.plan import PlanContext
+
+    tmpfs = tmp_path / "tmpfs"
+    tmpfs.mkdir()
+    monkeypatch.setattr(launch, "tmpfs_base", lambda: tmpfs)
+    run = load_scenario(timebase.PROJECT / "scenarios" / "mobile-bernoulli.yaml", profile="quick").runs()[0]
+    for clock in ("real", "virtual"):
+        directory = tmp_path / clock
+        state = guest_run._start(run, directory, PlanContext(backend={"kind": "guest", "clock": clock}))
+        (state.raw / "tcp_probe.txt").write_text("trace\n")
+        written_in_the_guest = state.raw.parent == tmpfs
+        assert written_in_the_guest is (clock == "virtual")
+        guest_run._finish(state)
+        assert (directory / "raw" / "tcp_probe.txt").read_text() == "trace\n"
+        assert "raw/tcp_probe.txt" in rundir.read_json(directory / rundir.MANIFEST)["files"]
+    assert list(tmpfs.iterdir()) == []  # the staging folder removed once its files are home
