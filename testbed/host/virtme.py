@@ -49,8 +49,8 @@ class GuestHungError(GuestError):
     """The runner started but then the guest fell silent far past the current run's watchdog budget."""
 
 
-#: a guest instruction counts 2**shift ns of virtual time: shift 0 is a 1 GHz, one-instruction-per-cycle CPU
-#: (the default suite's runs measured equivalent to real time at it: docs/results.md, "Virtual time")
+#: a guest instruction counts 2**shift ns of virtual time: shift 0 is a 1 GHz, one-instruction-per-cycle CPU,
+#: the fastest icount has (the only shift measured here: docs/results.md, "Virtual time")
 ICOUNT_SHIFT = 0
 
 

@@ -127,6 +127,7 @@ def record(reference: Side, candidate: Side, results: list[equivalence.Experimen
             "verdicts": {claim: list(pair) for claim, pair in result.verdicts.items()},
             "speed": {"reference": round(reference.speed, 3), "candidate": round(candidate.speed, 3)},
             "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+            "seeds": sorted({int(seed) for seed in candidate.metrics.get(result.experiment, {"seed": []})["seed"]}),
             "sessions": [reference.directory.name, candidate.directory.name],
         }  # fmt: skip
     path.parent.mkdir(parents=True, exist_ok=True)
