@@ -229,3 +229,18 @@ def test_a_virtual_time_run_keeps_its_raw_files_in_the_guest_until_it_ends(tmp_p
         assert (directory / "raw" / "tcp_probe.txt").read_text() == "trace\n"
         assert "raw/tcp_probe.txt" in rundir.read_json(directory / rundir.MANIFEST)["files"]
     assert list(tmpfs.iterdir()) == []  # the staging folder removed once its files are home
+
+
+def test_a_cluster_settles_one_clock_for_the_whole_session(monkeypatch):
+    from testbed.host import cluster, clusterspec
+
+    monkeypatch.setattr(timebase, "equivalence", lambda: SHOWN)
+    runs = load_scenario(timebase.PROJECT / "scenarios" / "mobile-bernoulli.yaml", profile="quick").runs()
+    guests = cluster.ClusterBackend(clusterspec.parse("local:2"), "guest", runs, log=lambda _m: None)
+    guests.facts = {"w1": {"backend": "guest", "release": "r"}, "w2": {"backend": "guest", "release": "r"}}
+    guests._settle_clock()
+    assert guests.clock == "virtual"  # every worker runs it so, whatever its own KVM: the sides must share it
+    local = cluster.ClusterBackend(clusterspec.parse("local:2"), "auto", runs, log=lambda _m: None, clock="virtual")
+    local.facts = {"w1": {"backend": "local", "release": "r"}}
+    with pytest.raises(clusterspec.ClusterError, match="--clock virtual needs guests on the workers"):
+        local._settle_clock()
