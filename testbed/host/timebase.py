@@ -7,7 +7,8 @@ worth having where it gives the same answer: an experiment runs in virtual time 
 auto``) only when a paired comparison at the same seeds showed it equivalent to real time
 (``scenarios/timebase/equivalence.yaml``, written by ``testbed equivalence``; docs/results.md's
 table), and only on a host without a usable KVM (where real time is both fast and the reference).
-``--clock real`` and ``--clock virtual`` decide for every experiment.
+An entry may also be ``held_back`` (a reason): shown equivalent, but kept in real time because of a
+failure seen since. ``--clock real`` and ``--clock virtual`` decide for every experiment.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ def choose(requested: str, experiments: Iterable[str], kvm_usable: Callable[[], 
     if not names:
         return "real", "no experiment to have been shown equivalent (a shell, a probe)"
     table = equivalence() if table is None else table
+    held = [f"{name} ({table[name]['held_back']})" for name in names if table.get(name, {}).get("held_back")]
+    if held:  # shown equivalent, yet kept in real time for a reason the file gives (a failure seen since)
+        return "real", f"held back from virtual time: {'; '.join(held)} ({EQUIVALENCE.relative_to(PROJECT)})"
     unshown = [name for name in names if not table.get(name, {}).get("equivalent")]
     if unshown:
         measured = [name for name in unshown if name in table]

@@ -51,6 +51,9 @@ def test_auto_runs_virtual_time_only_where_every_experiment_was_shown_equivalent
     clock, why = timebase.choose("auto", {"parking-lot"}, never, SHOWN)
     assert clock == "real" and "parking-lot not yet measured" in why
     assert timebase.choose("auto", set(), never, SHOWN)[0] == "real"  # a shell: nothing shown
+    held = {"mobile-bernoulli": {"equivalent": True, "held_back": "runs hung"}}
+    clock, why = timebase.choose("auto", {"mobile-bernoulli"}, never, held)
+    assert clock == "real" and "held back from virtual time: mobile-bernoulli (runs hung)" in why
     assert timebase.choose("virtual", {"rtt-fairness"}, never, SHOWN) == ("virtual", "--clock virtual")
     with pytest.raises(ValueError, match="unknown clock 'fast': one of auto, real, virtual"):
         timebase.choose("fast", {"x"}, never, SHOWN)
