@@ -74,8 +74,7 @@ def run_session(
     ``queue_hz``: how often the bottleneck queues are sampled during traffic. ``cluster``: the runs go to
     the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``;
     ``placement_seed`` draws each run's host from its point and seed (the same draw in another session).
-    ``clock``: a guest's, real or virtual time, or ``auto`` (:func:`testbed.host.timebase.choose`); a
-    session resumes only a session on the same clock."""
+    ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
@@ -88,9 +87,7 @@ def run_session(
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
         release = chosen.prepare()
         backend_info = chosen.describe()
-        clock_used = backend_info.get("clock", "real")
-        previous = None if force else resume.find_resumable(results_root, scenario.name, runs, release, clock_used)
-        runs_to_do = runs if previous is None else _runs_to_resume(scenario, runs, previous, release, git, clock_used)
+        previous, runs_to_do = _resumable(scenario, runs, results_root, release, git, backend_info, force)
         if previous is not None and not runs_to_do:
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
@@ -141,6 +138,14 @@ def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, 
         choice, why = choose_backend(runs)
         log(f"backend: {choice} ({why})")
     return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments)
+
+
+def _resumable(scenario: ScenarioFile, runs: list[RunSpec], results_root: Path, release: str, git: dict,
+               backend_info: dict, force: bool) -> tuple[Path | None, list[RunSpec]]:  # fmt: skip
+    """The session to resume (same runs, kernel and clock; none with ``force``) and the runs left to do."""
+    clock = backend_info.get("clock", "real")
+    previous = None if force else resume.find_resumable(results_root, scenario.name, runs, release, clock)
+    return previous, runs if previous is None else _runs_to_resume(scenario, runs, previous, release, git, clock)
 
 
 def _runs_to_resume(scenario: ScenarioFile, runs: list[RunSpec], previous: Path, release: str,
