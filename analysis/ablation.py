@@ -178,8 +178,9 @@ def _conclusion(claim: Claim, settings: list[SettingResult]) -> str:
                f"({detail})"  # fmt: skip
     smallest = min((s.detectable_shift for s in settings[1:] if not math.isnan(s.detectable_shift)), default=math.nan)
     could = f"; these runs could show moves of {smallest:.0%} or more" if not math.isnan(smallest) else ""
-    against = all(s.condition.finding in ("absent", "opposite") for s in settings)
-    everywhere = "; at every setting the effect is shown short of the paper's (or the opposite)" if against else ""
+    against = all(s.condition.finding in ("short", "absent", "opposite") for s in settings)
+    everywhere = ("; at every setting the effect is shown short of the paper's (or absent, or the opposite)"
+                  if against else "")  # fmt: skip
     return f"not explained by these factors: none moves the effect towards the paper's{could}{everywhere}"
 
 

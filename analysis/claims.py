@@ -9,7 +9,7 @@ Westwood+ vs Reno with Reno). Runs are paired by their
 **condition**: experiment, profile and swept parameters other than the algorithms (``cc``,
 ``flows.1.cc``, ...), so Westwood+ at Bad = 10 ms is compared with New Reno at Bad = 10 ms.
 
-The metric of a side in one run (complete runs only):
+The metric of a side in one run (complete and trustworthy runs only: ``judge``):
 
 * ``goodput``: the mean sender goodput of its flows (paper 000 §3.1);
 * ``recv_goodput``: the mean receiver goodput of its flows (what the receiving application read;
@@ -24,22 +24,29 @@ The metric of a side in one run (complete runs only):
 sides of a condition run the same seeds, and a seed gives both the same random numbers (its loss
 pattern, its schedules), so the effect is **paired by seed** (``stats.seeded_effect``): the mean of the
 seeds' log ratios ``ln(a_s / b_s)``, the paired t-test, ``d`` the geometric mean of the seeds' ratios
-minus 1; the seed-to-seed spread both sides share drops out. Where the runs do not pair up (a seed run
-twice on a side, fewer than two seeds on both) ``d = mean(a) / mean(b) - 1`` with Welch's test (delta
-method, Welch's degrees of freedom). Each verdict line says which. Each claim states its bounds in
+minus 1; the seed-to-seed spread both sides share drops out. A seed run twice on a side (two sessions
+at the same seeds) is one replicate: its runs are averaged before pairing. Where the runs do not pair up
+(fewer than two seeds on both) ``d = mean(a) / mean(b) - 1`` over the seeds' means with Welch's test
+(delta method, Welch's degrees of freedom). Each verdict line says which. The kernel is part of a
+condition: runs of two kernels are never paired nor pooled. Each claim states its bounds in
 claims.yaml: higher/lower claims a practical ``margin`` (threshold, default 5 %) and ``paper_effect``,
 the smallest effect the paper reports; similar, not_lower and near claims an equivalence or
 non-inferiority ``margin`` with its reason. At each condition, one-sided t-tests at alpha = 0.05:
 
 * ``higher``: **holds** when d is shown above +margin; **opposite** when shown below -margin;
-  **absent** when shown below the paper's effect (its interval excludes the paper's). Shown both above
-  the margin and below the paper's effect, the claim holds and is marked **smaller than the paper's
-  effect**. ``lower``: the mirror image.
+  **absent** when shown below +margin (the practical threshold shown not reached); **short** when shown
+  below the paper's effect (its interval excludes the paper's) with the threshold neither shown reached
+  nor shown missed. Shown both above the margin and below the paper's effect, the claim holds and is
+  marked **smaller than the paper's effect**. ``lower``: the mirror image. A label names what was
+  shown: the same estimate reads "short of the paper's effect" at any precision that does not show the
+  threshold missed, never "not reproduced".
 * ``similar`` and ``near`` (a against the claim's ``value``): **holds** when d is shown inside the
   margin by two one-sided tests (TOST); **absent** when shown outside it (either way, Bonferroni over
   the two directions). No opposite.
 * ``not_lower``: **holds** when d is shown above -margin (non-inferiority); **opposite** when shown
-  below it. Where the paper reports a gain (``paper_effect``), the margin must be below it.
+  below it. Where the paper reports a gain (``paper_effect``), the margin must be below it, and the
+  direction is tested too: d shown below 0 is **absent** (the paper's gain shown not there), whatever
+  the non-inferiority test says, so an effect shown in the other direction is never reproduced.
 * Otherwise the condition is **undecided**, with the runs per side that would decide it at the
   measured noise with 80 % power, were the measured effect the truth.
 
@@ -49,8 +56,9 @@ of any wrong finding among them is at most 0.05. Then:
 * **reproduced**: holds at more than half of the conditions, and no condition shows the opposite or an
   absence;
 * **opposite**: the opposite shown at more than half of the conditions;
-* **not reproduced**: the opposite or an absence shown at some condition (the effect is not there, or
-  smaller than the paper's);
+* **not reproduced**: the opposite or an absence shown at some condition (the effect is shown not there);
+* **short of the paper**: nothing shown against the claim nor holding at more than half, and at some
+  condition the effect shown short of the paper's (the threshold not shown either way);
 * **undecided**: nothing shown against the claim, but not shown to hold at more than half (too few
   runs for the noise): the verdict says how many runs would decide it, and what that costs;
 * **no data**: no condition had runs on both sides (the experiment, or its comparison, did not run).
@@ -85,7 +93,9 @@ BASELINE_SETTING = "baseline"
 ALPHA = stats.ALPHA
 #: higher / lower claims: the practical threshold an effect must be shown beyond, unless the claim sets its own
 THRESHOLD = 0.05
-VERDICTS = ("reproduced", "opposite", "not reproduced", "undecided")
+VERDICTS = ("reproduced", "opposite", "not reproduced", "short of the paper", "undecided")
+#: verdicts a sequential design keeps looking past: more runs can still decide the claim's threshold
+UNSETTLED = ("undecided", "short of the paper", "no data")
 
 RULE = (
     "at each condition (same experiment, profile and parameters but the algorithm) the effect d is a's runs "
@@ -94,12 +104,14 @@ RULE = (
     f"{ALPHA:g} (at a look of a sequential design, that look's share of it), Holm-adjusted over the claim's "
     "conditions: higher/lower claims hold where the effect is shown "
     f"beyond the claim's threshold ({THRESHOLD:.0%} unless stated), are opposite where shown beyond it the other "
-    "way, absent where shown smaller than the paper's effect (both shown: reproduced, smaller than the paper's "
-    "effect); similar/near claims hold where equivalence within "
-    "the claim's margin is shown (TOST), absent where a difference beyond it is shown; not_lower claims hold "
-    "where non-inferiority within the margin is shown. Reproduced: holds at more than half of the conditions and "
+    "way, absent where shown within the threshold, short where shown smaller than the paper's effect with the "
+    "threshold not shown (holds and short: reproduced, smaller than the paper's effect); similar/near claims hold "
+    "where equivalence within the claim's margin is shown (TOST), absent where a difference beyond it is shown; "
+    "not_lower claims hold where non-inferiority within the margin is shown, and where the paper reports a gain "
+    "are absent where shown below no difference. Reproduced: holds at more than half of the conditions and "
     "nothing shown against it; opposite: the opposite at more than half; not reproduced: the opposite or an "
-    "absence shown at some condition; undecided: otherwise (with the runs per side that would decide it)."
+    "absence shown at some condition; short of the paper: otherwise, short of the paper's effect at some "
+    "condition; undecided: otherwise (with the runs per side that would decide it)."
 )
 
 Metric = Literal["goodput", "recv_goodput", "total_goodput", "jain", "retrans_ratio"]
@@ -128,6 +140,23 @@ class Side(BaseModel):
         if self.params:
             text += " (" + ", ".join(f"{k}={v}" for k, v in self.params.items()) + ")"
         return text
+
+
+class Confirmation(BaseModel):
+    """A warm-up chosen on some seeds' runs, confirmed on others' (issue 61: an analysis is fixed before
+    the data that judge it)."""
+
+    model_config = ConfigDict(extra="forbid")
+    chosen_on: list[int] = Field(min_length=1, description="the seeds whose runs chose the warm-up")
+    seeds: list[int] = Field(min_length=2, description="the seeds it was confirmed on, none of chosen_on")
+    session: str = Field(min_length=1, description="the confirmation's session (suite file and seeds, or folder)")
+    result: str = Field(min_length=1, description="what the confirmation measured, with the warm-up left out")
+
+    @model_validator(mode="after")
+    def _fresh(self):
+        if overlap := sorted(set(self.seeds) & set(self.chosen_on)):
+            raise ValueError(f"seeds {overlap} chose the warm-up: confirm it on seeds that took no part in choosing")
+        return self
 
 
 class Claim(BaseModel):
@@ -164,6 +193,8 @@ class Claim(BaseModel):
     warmup_s: float | None = Field(default=None, gt=0, description="goodput claims: the first seconds of each run "
                                    "left out of the metric (slow start's transient; testbed lengths measures it)")
     warmup_from: str = Field(default="", description="what showed the warm-up to be needed and enough")
+    warmup_confirmed: Confirmation | None = Field(default=None, description="warmup_s: its confirmation on seeds "
+                                                  "that took no part in choosing it")  # fmt: skip
     not_here: str | None = Field(
         default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
     )
@@ -198,6 +229,10 @@ class Claim(BaseModel):
         if self.warmup_s is not None and (self.metric not in WINDOWED_METRICS or not self.warmup_from):
             raise ValueError(f"warmup_s needs a goodput metric ({', '.join(WINDOWED_METRICS)}), not {self.metric}, "
                              "and warmup_from (what showed it)")  # fmt: skip
+        if self.warmup_s is not None and self.warmup_confirmed is None:
+            raise ValueError("warmup_s needs warmup_confirmed: chosen_on (the seeds that chose it), seeds (others it "
+                             "was confirmed on), session and result; a window chosen on runs is confirmed on "
+                             "seeds that took no part in choosing it")  # fmt: skip
         if self.expect == "not_lower" and self.paper_effect is not None:
             # a margin as large as the paper's gain would pass an a below b by what the paper has it above
             if not self.paper_effect_from or not 0 < self.margin < self.paper_effect:
@@ -301,9 +336,12 @@ def side_value(run_flows: pd.DataFrame, side: Side, metric: str) -> float:
 
 # ----------------------------------------------------------------------------------- the verdicts
 
-#: what a condition can show, per claim kind: ``holds`` (the claim's effect), ``opposite``, ``absent``
-#: (the effect shown smaller than the paper's, or, for similar and near, a difference beyond the margin)
-FINDINGS = ("holds", "opposite", "absent")
+#: what a condition can show, per claim kind (module doc): ``holds`` (the claim's effect), ``opposite``,
+#: ``absent`` (the threshold shown missed; similar and near: a difference beyond the margin; not_lower
+#: with a paper's gain: shown below no difference) and ``short`` (higher, lower: shown short of the paper's
+#: effect, the threshold not shown). In this order of precedence where several are shown at one condition,
+#: but a condition where the claim holds and is shown short too is "holds, smaller than the paper's".
+FINDINGS = ("opposite", "absent", "holds", "short")
 
 
 @dataclass
@@ -314,7 +352,7 @@ class ConditionResult:
     a: list[float]
     b: list[float]
     effect: stats.Effect | None
-    finding: str  # holds / opposite / absent / undecided
+    finding: str  # holds / opposite / absent / short / undecided
     p_values: dict[str, float] = field(default_factory=dict)  # finding -> Holm-adjusted one-sided p
     seeds_needed: int | None = None  # per side, to decide it at the measured noise (undecided only)
     wall_s: float = math.nan  # one run's mean wall time here
@@ -322,6 +360,8 @@ class ConditionResult:
     points: dict[str, int] = field(default_factory=dict)  # point id -> its runs at this condition
     #: higher / lower: the claim holds here and the effect is also shown short of the paper's
     smaller: bool = False
+    #: the level its tests were made at (a sequential design's look: less than 0.05); its intervals follow it
+    alpha: float = ALPHA
 
     @property
     def difference(self) -> float:
@@ -341,11 +381,16 @@ class ConditionResult:
                 else f"{len(self.a)} vs {len(self.b)} runs")  # fmt: skip
         if self.effect is not None and not self.against_value:
             runs += f", {self.effect.test}" if self.effect.paired else ", Welch (unpaired)"
-        low, high = self.interval()
+        low, high = self.interval(1 - self.alpha)  # two-sided at the look's level: 95 % at 0.05
         shown = f"{self.difference:+.0%}" if self.effect else "no ratio (a mean of 0)"
         if not math.isnan(low):
-            shown += f" (95 % interval {low:+.0%} to {high:+.0%})"
+            shown += f" ({_percent_level(1 - self.alpha)} interval {low:+.0%} to {high:+.0%})"
         return f"{self.condition}: {ma:.3g} vs {mb:.3g}{unit}, {shown}, {runs}: {finding_text(claim, self)}"
+
+
+def _percent_level(confidence: float) -> str:
+    """'95 %', '98.2 %': a confidence level as the interval's label."""
+    return f"{100 * confidence:.3g} %"
 
 
 def bounds(claim: Claim) -> dict[str, float]:
@@ -362,16 +407,19 @@ def one_sided_p(claim: Claim, effect: stats.Effect) -> dict[str, float]:
     b = bounds(claim)
     if claim.expect == "higher":
         return {"holds": effect.p_above(b["high"]), "opposite": effect.p_below(b["low"]),
-                "absent": effect.p_below(b["paper"])}  # fmt: skip
+                "absent": effect.p_below(b["high"]), "short": effect.p_below(b["paper"])}  # fmt: skip
     if claim.expect == "lower":
         return {"holds": effect.p_below(b["low"]), "opposite": effect.p_above(b["high"]),
-                "absent": effect.p_above(b["paper"])}  # fmt: skip
+                "absent": effect.p_above(b["low"]), "short": effect.p_above(b["paper"])}  # fmt: skip
     if claim.expect == "not_lower":
-        return {"holds": effect.p_above(b["low"]), "opposite": effect.p_below(b["low"]), "absent": math.nan}
+        # where the paper reports a gain, an effect shown below no difference is against it (module doc)
+        against = effect.p_below(0.0) if claim.paper_effect is not None else math.nan
+        return {"holds": effect.p_above(b["low"]), "opposite": effect.p_below(b["low"]), "absent": against,
+                "short": math.nan}  # fmt: skip
     # similar and near: equivalence by two one-sided tests; a difference beyond the margin either way
     outside = min(1.0, 2 * min(effect.p_above(b["high"]), effect.p_below(b["low"])))
     return {"holds": max(effect.p_above(b["low"]), effect.p_below(b["high"])), "opposite": math.nan,
-            "absent": outside}  # fmt: skip
+            "absent": outside, "short": math.nan}  # fmt: skip
 
 
 def seeds_needed(claim: Claim, effect: stats.Effect | None, alpha: float) -> int | None:
@@ -387,10 +435,14 @@ def seeds_needed(claim: Claim, effect: stats.Effect | None, alpha: float) -> int
                   effect.seeds_to_show(b["high"], False, alpha, both)]  # fmt: skip
         options = [max(inside)] if None not in inside else []
         options += [effect.seeds_to_show(b["high"], True, alpha / 2), effect.seeds_to_show(b["low"], False, alpha / 2)]
-    else:
-        options = [effect.seeds_to_show(b["high"], True, alpha), effect.seeds_to_show(b["low"], False, alpha)]
-        if not math.isnan(b["paper"]):
-            options.append(effect.seeds_to_show(b["paper"], b["paper"] < 0, alpha))
+    elif claim.expect in ("higher", "lower"):
+        # the threshold decides (holds, or absent: shown missed); short of the paper's effect decides nothing
+        threshold = b["high"] if claim.expect == "higher" else b["low"]
+        options = [effect.seeds_to_show(threshold, True, alpha), effect.seeds_to_show(threshold, False, alpha)]
+    else:  # not_lower: non-inferiority or the opposite; with a paper's gain, shown below no difference too
+        options = [effect.seeds_to_show(b["low"], True, alpha), effect.seeds_to_show(b["low"], False, alpha)]
+        if claim.paper_effect is not None:
+            options.append(effect.seeds_to_show(0.0, False, alpha))
     found = [n for n in options if n is not None]
     return min(found) if found else None
 
@@ -409,8 +461,11 @@ def finding_text(claim: Claim, result: ConditionResult) -> str:
         ("higher", "opposite"): f"shown below {b['low']:+.0%}: the opposite",
         ("lower", "opposite"): f"shown above {b['high']:+.0%}: the opposite",
         ("not_lower", "opposite"): f"shown below {b['low']:+.0%}: the opposite",
-        ("higher", "absent"): f"shown below the paper's {b['paper']:+.0%}",
-        ("lower", "absent"): f"shown above the paper's {b['paper']:+.0%}",
+        ("higher", "absent"): f"shown below {b['high']:+.0%}: the threshold missed",
+        ("lower", "absent"): f"shown above {b['low']:+.0%}: the threshold missed",
+        ("not_lower", "absent"): f"shown below 0, against the paper's gain of {b['paper']:+.0%}",
+        ("higher", "short"): f"shown below the paper's {b['paper']:+.0%}, the {b['high']:+.0%} threshold not shown",
+        ("lower", "short"): f"shown above the paper's {b['paper']:+.0%}, the {b['low']:+.0%} threshold not shown",
     }
     kind = "similar" if claim.expect in ("similar", "near") else claim.expect
     if kind == "similar":
@@ -418,7 +473,7 @@ def finding_text(claim: Claim, result: ConditionResult) -> str:
         texts[(kind, "absent")] = f"shown outside {b['low']:+.0%} to {b['high']:+.0%}"
     if result.smaller:
         return (f"{texts[(kind, 'holds')]} (p = {p['holds']:.3g}), and short of the paper's {b['paper']:+.0%} "
-                f"(p = {p['absent']:.3g}): smaller than the paper's effect")  # fmt: skip
+                f"(p = {p['short']:.3g}): smaller than the paper's effect")  # fmt: skip
     if result.finding in FINDINGS:
         return f"{texts[(kind, result.finding)]} (p = {p[result.finding]:.3g})"
     needed = result.seeds_needed
@@ -440,15 +495,34 @@ class Verdict:
     explained: str = ""
     #: the level its tests were made at (less than 0.05 at a look of a sequential design)
     alpha: float = ALPHA
+    #: runs left out because their fidelity checks failed: why (the failed checks) -> how many
+    left_out: dict[str, int] = field(default_factory=dict)
+    #: the verdict those runs would have given, had they counted ('' when none was left out)
+    with_untrusted: str = ""
+    #: how the session's design judged it, where that is not simply "this look": decided at an earlier look
+    #: (which, on how many runs), provisional, or exploratory (analysis/sequential.py)
+    design_note: str = ""
+
+    def left_out_text(self) -> str:
+        """'2 untrustworthy runs left out (cpu headroom: 2); with them: reproduced, the same verdict'."""
+        if not self.left_out:
+            return ""
+        runs = sum(self.left_out.values())
+        why = "; ".join(f"{reason}: {n}" for reason, n in sorted(self.left_out.items()))
+        same = "the same verdict" if self.with_untrusted == self.verdict else "a different verdict"
+        return (f"{runs} untrustworthy run{'s' * (runs != 1)} left out ({why}); with them the verdict would be "
+                f"{self.with_untrusted}: {same}")  # fmt: skip
 
     @property
     def smaller(self) -> bool:
-        """Reproduced, and at some condition where it holds the effect is shown short of the paper's."""
-        return self.verdict == "reproduced" and any(c.smaller for c in self.conditions)
+        """Reproduced, and at some condition the effect is shown short of the paper's."""
+        return self.verdict == "reproduced" and any(c.smaller or c.finding == "short" for c in self.conditions)
 
     @property
     def label(self) -> str:
         """The verdict as shown: 'reproduced, smaller than the paper's effect' where that is shown too."""
+        if self.verdict == "short of the paper":
+            return "short of the paper's effect (threshold not shown)"
         return "reproduced, smaller than the paper's effect" if self.smaller else self.verdict
 
     @property
@@ -469,7 +543,7 @@ class Verdict:
         it; (0, 0) when none can be decided by more seeds within ``stats.SEED_LIMIT``."""
         runs, seconds = 0, 0.0
         for c in self.conditions:
-            if c.finding == "undecided" and c.seeds_needed and c.seeds_needed <= stats.SEED_LIMIT:
+            if c.finding in ("undecided", "short") and c.seeds_needed and c.seeds_needed <= stats.SEED_LIMIT:
                 more = max(0, c.seeds_needed - len(c.a)) + (0 if c.against_value else max(0, c.seeds_needed - len(c.b)))
                 runs += more
                 seconds += more * (c.wall_s if not math.isnan(c.wall_s) else 0.0)
@@ -478,7 +552,7 @@ class Verdict:
     def cost_text(self, hosts: int = 4) -> str:
         """'24 more runs (about 12 min here, 3 min on 4 hosts)', '' when nothing is undecided."""
         runs, seconds = self.cost()
-        if self.verdict != "undecided" or not runs:
+        if self.verdict not in ("undecided", "short of the paper") or not runs:
             return ""
         return (f"{runs} more runs would decide it (about {seconds / 60:.0f} min here, {seconds / 60 / hosts:.0f} min "
                 f"on {hosts} hosts)")  # fmt: skip
@@ -493,9 +567,10 @@ def decide(claim: Claim, results: list[ConditionResult], alpha: float = ALPHA, p
         for r, adjusted in zip(results, stats.holm([p[finding] for p in raw]), strict=True):
             r.p_values[finding] = adjusted
     for r in results:
+        r.alpha = alpha
         r.finding = next((f for f in FINDINGS if r.p_values[f] < alpha), "undecided")
-        r.smaller = r.finding == "holds" and claim.expect in ("higher", "lower") and r.p_values["absent"] < alpha
-        if plan and r.finding == "undecided":  # Holm's first step is Bonferroni's: alpha over the conditions
+        r.smaller = r.finding == "holds" and r.p_values["short"] < alpha
+        if plan and r.finding in ("undecided", "short"):  # Holm's first step is Bonferroni's: alpha over them
             r.seeds_needed = seeds_needed(claim, r.effect, alpha / len(results))
     findings = [r.finding for r in results]
     half = len(findings) / 2
@@ -503,12 +578,31 @@ def decide(claim: Claim, results: list[ConditionResult], alpha: float = ALPHA, p
         return "opposite"
     if "opposite" in findings or "absent" in findings:
         return "not reproduced"
-    return "reproduced" if findings.count("holds") > half else "undecided"
+    if findings.count("holds") > half:
+        return "reproduced"
+    return "short of the paper" if "short" in findings else "undecided"
 
 
 def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
     """The verdict of one claim on the flows of ``flow_rows`` (module doc), its tests at ``alpha`` (less
-    than 0.05 at a look of a sequential design: analysis/sequential.py)."""
+    than 0.05 at a look of a sequential design: analysis/sequential.py). Only trustworthy runs decide:
+    the runs whose fidelity checks failed are left out and counted by why, and the claim is judged again
+    with them to say whether they would have changed the verdict."""
+    if flows.empty or "untrusted" not in flows or not flows["untrusted"].astype(bool).any():
+        return _judge(claim, flows, alpha)
+    untrusted = flows[flows["untrusted"].astype(bool)]
+    result = _judge(claim, flows[~flows["untrusted"].astype(bool)], alpha)
+    for _run, run_flows in untrusted[untrusted["experiment"] == claim.experiment].groupby("run", sort=True):
+        first = run_flows.iloc[0]
+        if _matches_point(claim, first["params"], first["profile"]):
+            result.left_out[first["untrusted"]] = result.left_out.get(first["untrusted"], 0) + 1
+    if result.left_out:
+        result.with_untrusted = _judge(claim, flows, alpha).verdict
+    return result
+
+
+def _judge(claim: Claim, flows: pd.DataFrame, alpha: float) -> Verdict:
+    """:func:`judge` on the runs given, whatever their fidelity."""
     result = Verdict(claim=claim, verdict="no data")
     if flows.empty:
         return result
@@ -528,6 +622,7 @@ def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
         start = stats.number_or_nan(first.get("window_from_s"))
         # None and 0, not NaN: NaN != NaN as a key
         condition += (None if math.isnan(duration) else duration, 0.0 if math.isnan(start) else start)
+        condition += (str(first["kernel"]),)  # two kernels' runs are never paired nor pooled
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan
         slot = sides.setdefault(condition, ([], [], []))
@@ -542,18 +637,20 @@ def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
             slot[2].append(float(first.get("wall_s", math.nan)))
             counted = points.setdefault(condition, {})
             counted[str(first.get("point"))] = counted.get(str(first.get("point")), 0) + 1
-    for condition in sorted(sides, key=lambda c: [(k, _num(v)) for k, v in c[2]]):
+    several_kernels = len({c[5] for c in sides}) > 1
+    for condition in sorted(sides, key=lambda c: ([(k, _num(v)) for k, v in c[2]], c[5])):
         a_runs, b_runs, walls = sides[condition]
+        text = _condition_text(condition) + (f", kernel {condition[5]}" if several_kernels else "")
         a, b = [v for _, v in a_runs], [v for _, v in b_runs]
         wall = sum(walls) / len(walls) if walls else math.nan
         if claim.expect == "near" and a:
-            result.conditions.append(ConditionResult(_condition_text(condition), a, [claim.value],
+            result.conditions.append(ConditionResult(text, a, [claim.value],
                                                      stats.ratio_to_value(a, claim.value), "undecided",
                                                      wall_s=wall, against_value=True,
                                                      points=points.get(condition, {})))  # fmt: skip
         elif a and b:
             effect = stats.seeded_effect(a_runs, b_runs)
-            result.conditions.append(ConditionResult(_condition_text(condition), a, b, effect, "undecided",
+            result.conditions.append(ConditionResult(text, a, b, effect, "undecided",
                                                      wall_s=wall, points=points.get(condition, {})))  # fmt: skip
     result.kernels, result.profiles = sorted(kernels), sorted(profiles)
     if result.conditions:
@@ -603,19 +700,23 @@ def verdict_counts(results: list[Verdict]) -> dict[str, int]:
 
 
 def effects_table(results: list[Verdict]) -> pd.DataFrame:
-    """One row per judged condition: the claim, its verdict, the effect with its 95 % and 90 % intervals
-    (the 90 % one is what the one-sided 5 % tests decide by), the paper's effect, the margin's bounds and
-    what the condition shows (the forest plot's and the summary's table)."""
+    """One row per judged condition: the claim, its verdict, the effect with its two-sided interval at the
+    claim's level (95 % at 0.05; ``low``/``high``) and the one the one-sided tests decide by (90 % at 0.05;
+    ``low90``/``high90``), at a sequential design's look both at that look's level, the level itself, the
+    paper's effect, the margin's bounds and what the condition shows (the forest plot's and the summary's
+    table)."""
     rows = []
     for v in results:
         b = bounds(v.claim) if v.conditions else {}
         for c in v.conditions:
-            low, high = c.interval(0.95)
-            low90, high90 = c.interval(0.90)
+            low, high = c.interval(1 - v.alpha)
+            low90, high90 = c.interval(1 - 2 * v.alpha)
             paper = b["paper"] if v.claim.expect in ("higher", "lower") else math.nan
             rows.append({"claim": v.claim.id, "condition": c.condition, "verdict": v.verdict, "expect": v.claim.expect,
                          "effect": c.difference, "low": low, "high": high, "low90": low90, "high90": high90,
                          "paper": paper, "margin_low": b["low"], "margin_high": b["high"], "finding": c.finding,
+                         "alpha": v.alpha,
                          "runs": f"{len(c.a)} vs {'value' if c.against_value else len(c.b)}"})  # fmt: skip
     return pd.DataFrame(rows, columns=["claim", "condition", "verdict", "expect", "effect", "low", "high", "low90",
-                                       "high90", "paper", "margin_low", "margin_high", "finding", "runs"])  # fmt: skip
+                                       "high90", "paper", "margin_low", "margin_high", "finding", "alpha",
+                                       "runs"])  # fmt: skip

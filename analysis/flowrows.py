@@ -73,9 +73,21 @@ def _flow_goodput(series: pd.DataFrame, conns: list[str], start_s: float, stop_s
     return float(sum(values)) if values and not any(math.isnan(v) for v in values) else math.nan
 
 
+def untrusted_because(manifest: dict) -> str:
+    """Why a run's fidelity says it is untrustworthy: its failed checks' names ('' when it is trusted or
+    says nothing). Bounded: a guest's manifest may hold anything."""
+    fidelity = manifest.get("fidelity") or {}
+    if not isinstance(fidelity, dict) or fidelity.get("trustworthy") is not False:
+        return ""
+    failed = [str(c.get("name"))[:60] for c in (fidelity.get("checks") or [])[:200]
+              if isinstance(c, dict) and c.get("ok") is False]  # fmt: skip
+    return ", ".join(sorted(set(failed))[:3]) or "its fidelity says so"
+
+
 def flow_rows(analyses) -> pd.DataFrame:
     """One row per flow of every complete run: experiment, profile, params, seed, run, the flow's
-    index, algorithm, direction and totals (metrics.flow_totals)."""
+    index, algorithm, direction and totals (metrics.flow_totals), and ``untrusted``: why the run's fidelity
+    checks say it is untrustworthy ('' when they do not: analysis/claims.py leaves such runs out)."""
     frames = []
     for analysis in analyses:
         if analysis.status != "complete" or analysis.flow_totals.empty:
@@ -91,5 +103,6 @@ def flow_rows(analyses) -> pd.DataFrame:
         totals["kernel"] = (manifest.get("kernel") or {}).get("release")
         totals["wall_s"] = ((manifest.get("timing") or {}).get("run_wall_s")) or math.nan
         totals["duration_s"] = (manifest.get("resolved") or {}).get("duration_s") or math.nan
+        totals["untrusted"] = untrusted_because(manifest)
         frames.append(totals)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()

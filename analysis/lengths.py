@@ -14,6 +14,12 @@ Goodput over a window is analysis/flowrows.py's: the sender's acknowledged bytes
 window's length. Only goodput claims (``goodput``, ``total_goodput``, ``jain``) have a per-window value;
 the others are left out and said so.
 
+**Exploratory, always.** Picking the window whose verdict one likes is a choice made on the runs it
+then judges. So every window's verdict is labelled exploratory, and the windows' tests share the 5 %:
+each is judged at 0.05 divided by the number of windows tried (Bonferroni), so that the table as a whole
+shows a wrong finding at most 5 % of the time. A window chosen here is only used by a claim once it is
+confirmed on seeds that took no part in choosing it (claims.yaml's ``warmup_confirmed``).
+
 Pure: it reads analyses already made (analysis/run.py), no kernel.
 """
 
@@ -47,27 +53,29 @@ def table(analyses, claims: list[claims_module.Claim]) -> pd.DataFrame:
     durations = {float((a.manifest.get("resolved") or {}).get("duration_s") or math.nan) for a in complete}
     longest = max((d for d in durations if not math.isnan(d)), default=math.nan)
     rows = []
-    for window in windows_for(longest) if not math.isnan(longest) else []:
+    windows = windows_for(longest) if not math.isnan(longest) else []
+    alpha = claims_module.ALPHA / max(1, len(windows))  # the windows share the 5 % (module doc)
+    for window in windows:
         flows = windowed_flows(complete, window)
         for claim in claims:
             if claim.metric not in WINDOWED_METRICS or flows.empty or claim.experiment not in set(flows["experiment"]):
                 continue
-            verdict = claims_module.judge(claim, flows)
+            verdict = claims_module.judge(claim, flows, alpha)
             for c in verdict.conditions:
                 low, high = c.interval()
                 rows.append({"claim": claim.id, "condition": c.condition, "point": _point(c.condition),
                              "window": window.label,
                              "effect": c.difference, "low": low, "high": high,
                              "test": c.effect.test if c.effect else "", "finding": c.finding,
-                             "verdict": verdict.label, "r": pair_correlation(c),
+                             "verdict": f"exploratory: {verdict.label}", "alpha": alpha, "r": pair_correlation(c),
                              "detectable": c.effect.detectable() if c.effect else math.nan})  # fmt: skip
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-COLUMNS = ["claim", "condition", "point", "window", "effect", "low", "high", "test", "finding", "verdict", "r",
-           "detectable"]  # fmt: skip
+COLUMNS = ["claim", "condition", "point", "window", "effect", "low", "high", "test", "finding", "verdict", "alpha",
+           "r", "detectable"]  # fmt: skip
 #: the run length and window that claims._condition_text appends to a condition's parameters
-_LENGTH = re.compile(r", (?:[\d.]+-)?[\d.]+ s (?:of [\d.]+ s )?runs$")
+_LENGTH = re.compile(r", (?:[\d.]+-)?[\d.]+ s (?:of [\d.]+ s )?runs(?=$|, kernel )")
 
 
 def _point(condition: str) -> str:

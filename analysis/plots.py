@@ -515,15 +515,17 @@ def _draw_cdfs(ax, series: dict[str, pd.Series], xlabel: str, title: str, empty:
 
 
 #: the forest plot's colour per claim verdict
-VERDICT_COLOURS = {"reproduced": "#2a7d2a", "opposite": "#b22222", "not reproduced": "#d2691e", "undecided": "#6a6a9a"}
+VERDICT_COLOURS = {"reproduced": "#2a7d2a", "opposite": "#b22222", "not reproduced": "#d2691e",
+                   "short of the paper": "#b8860b", "undecided": "#6a6a9a"}
 
 
 def forest_png(effects: pd.DataFrame, title: str = "the papers' claims: each condition's effect with its interval",
                legend: str = "claim verdict") -> bytes:
     """The claims' effects (analysis/claims.py ``effects_table``), one line per condition: the effect
-    (a / b - 1, on a log axis) with its 95 % interval (thin) and 90 % interval (thick: the one-sided 5 %
-    tests decide by it), the margin or threshold shaded, the paper's effect as a diamond, coloured by
-    the claim's verdict."""
+    (a / b - 1, on a log axis) with its two-sided interval at the claim's level (thin: 95 % at 0.05) and
+    the one its one-sided tests decide by (thick: 90 % at 0.05), both at a sequential look's own level
+    (its alpha printed beside the label where it is not 0.05), the margin or threshold shaded, the
+    paper's effect as a diamond, coloured by the claim's verdict."""
     rows = effects.dropna(subset=["effect"]).reset_index(drop=True)
     fig = Figure(figsize=(9, 1.2 + 0.32 * max(len(rows), 1)))
     ax = fig.add_subplot()
@@ -544,11 +546,14 @@ def forest_png(effects: pd.DataFrame, title: str = "the papers' claims: each con
     ticks = [t for t in (0.25, 0.5, 0.67, 0.8, 1, 1.25, 1.5, 2, 3, 4) if ax.get_xlim()[0] <= t <= ax.get_xlim()[1]]
     ax.set_xticks(ticks, [f"{t - 1:+.0%}" for t in ticks])
     ax.minorticks_off()
-    ax.set_yticks(range(len(rows)), [textwrap.shorten(f"{r.claim} [{r.condition}]", 70) for r in rows.itertuples()],
-                  fontsize=7)  # fmt: skip
+    alphas = rows["alpha"] if "alpha" in rows else pd.Series([0.05] * len(rows))
+    labels = [textwrap.shorten(f"{r.claim} [{r.condition}]", 70) + ("" if abs(a - 0.05) < 1e-9 else f" (alpha {a:.3g})")
+              for r, a in zip(rows.itertuples(), alphas, strict=True)]  # fmt: skip
+    ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("effect: a / b - 1 (log scale); thin 95 % interval, thick 90 %; diamond: the paper's effect; "
-                  "grey: the threshold or margin", fontsize=8)  # fmt: skip
+    ax.set_xlabel("effect: a / b - 1 (log scale); thin: two-sided interval at the claim's alpha (95 % at 0.05), "
+                  "thick: the one-sided tests' (90 %); diamond: the paper's effect; grey: the threshold or margin",
+                  fontsize=8)  # fmt: skip
     handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items() if v in set(rows.verdict)]
     ax.legend(handles=handles, fontsize=7, loc="lower right", title=legend, title_fontsize=7)
     ax.set_title(title, fontsize=10)

@@ -31,7 +31,7 @@ def _step(claim_verdict: Verdict) -> tuple[dict[str, int], float, float]:
     undecided condition, at least one), their cost, and the whole way's cost (seconds)."""
     more, step_s = {}, 0.0
     for c in claim_verdict.conditions:
-        if c.finding != "undecided" or not c.seeds_needed or c.seeds_needed > stats.SEED_LIMIT:
+        if c.finding not in ("undecided", "short") or not c.seeds_needed or c.seeds_needed > stats.SEED_LIMIT:
             continue
         wall = c.wall_s if not math.isnan(c.wall_s) else UNKNOWN_WALL_S
         for point, runs in c.points.items():
@@ -50,7 +50,7 @@ def seed_plan(results: list[Verdict], budget_s: float) -> SeedPlan:
     plan = SeedPlan()
     ranked = []
     for v in results:
-        if v.verdict != "undecided":
+        if v.verdict not in ("undecided", "short of the paper"):
             continue
         more, step_s, whole_s = _step(v)
         if not more:

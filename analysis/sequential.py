@@ -21,7 +21,14 @@ was seen, so the simpler bound that holds regardless is used, and simulated.
 nor add runs for it (``Record``). A claim still undecided after the last planned look stays undecided,
 saying what it would need.
 
-A plain run (no ``--decide``) is a design of one look: the full alpha.
+A plain run (no ``--decide``) is a design of one look: the full alpha, spent by its report, which
+records it (``sequential.json``). ``--decide`` on such a session refuses: its alpha is spent.
+
+**One design per claim, whatever reads it** (:func:`judge_by_design`): the session's report, a report
+written again, and the live page all judge through the record. A claim decided at a look is reported
+with the verdict, the level and the runs it was decided on, even after runs were added for other claims
+that share its points; the others at the level of the look their runs make. Runs beyond the design's
+last look are kept, not judged (a look nobody planned).
 
 Written here rather than taken from a library: neither scipy nor statsmodels has alpha spending (the
 well-kept implementations, gsDesign and rpact, are R packages), and the spending function is one line.
@@ -29,11 +36,12 @@ well-kept implementations, gsDesign and rpact, are R packages), and the spending
 
 from __future__ import annotations
 
+import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from analysis import stats
+from analysis import claims, stats
 from testbed.results import rundir
 
 #: looks of ``testbed suite --decide`` (the suite's runs, then up to three rounds of added runs)
@@ -84,25 +92,37 @@ class Record:
     looks: int = 0
     #: the complete runs each look judged (a judgement of the same runs again is the same look)
     runs_at: list[int] = field(default_factory=list)
+    #: their names (run folders relative to the session), where the look recorded them
+    runs_of: list[list[str]] = field(default_factory=list)
 
-    def look_at(self, runs: int) -> int | None:
-        """The look that judges ``runs`` complete runs: the earlier one that judged as many (the same data
-        judged again, e.g. a report written anew), else the next look; None when the design's looks are
-        spent (a judgement of more runs would be a look the design did not plan)."""
-        if runs in self.runs_at:
-            return self.runs_at.index(runs) + 1
+    def look_at(self, runs: int, names: list[str] | None = None) -> int | None:
+        """The look that judges ``runs`` complete runs (``names``: which, where known): the earlier one that
+        judged the same runs (the same data judged again, e.g. a report written anew), else the next look;
+        None when the design's looks are spent (a judgement of more runs would be a look the design did not
+        plan)."""
+        for index, counted in enumerate(self.runs_at):
+            known = self.runs_of[index] if index < len(self.runs_of) else None
+            if counted == runs and (names is None or not known or sorted(names) == known):
+                return index + 1
         if self.looks >= self.design.max_looks:
             return None
         self.looks += 1
-        self.runs_at.append(runs)
+        self._remember(runs, names)
         return self.looks
 
-    def look(self, verdicts: dict[str, str]) -> float:
-        """Take the next look's verdicts (claim id -> verdict, judged at :meth:`alpha_now`): the claims that
-        decided there are kept. Returns the alpha of the look after it (NaN when none is planned)."""
+    def _remember(self, runs: int, names: list[str] | None) -> None:
+        self.runs_at.append(runs)
+        self.runs_of += [[]] * (len(self.runs_at) - 1 - len(self.runs_of)) + [sorted(names or [])]
+
+    def look(self, verdicts: dict[str, str], names: list[str] | None = None) -> float:
+        """Take the next look's verdicts (claim id -> verdict, judged at :meth:`alpha_now`; ``names``: the
+        complete runs judged): the claims that decided there are kept. Returns the alpha of the look after
+        it (NaN when none is planned)."""
         self.looks += 1
+        if names is not None:
+            self._remember(len(names), names)
         for claim_id, verdict in verdicts.items():
-            if claim_id not in self.decided and verdict not in ("undecided", "no data"):
+            if claim_id not in self.decided and verdict not in claims.UNSETTLED:
                 self.decided[claim_id] = (self.looks, verdict)
         return self.design.alpha_at(self.looks + 1) if self.looks < self.design.max_looks else math.nan
 
@@ -120,7 +140,7 @@ class Record:
 
     def to_json(self) -> dict:
         return {"max_looks": self.design.max_looks, "alpha": self.design.alpha, "looks": self.looks,
-                "runs_at": self.runs_at,
+                "runs_at": self.runs_at, "runs_of": self.runs_of,
                 "levels": [self.design.alpha_at(k) for k in range(1, self.design.max_looks + 1)],
                 "decided": {k: {"look": look, "verdict": v} for k, (look, v) in self.decided.items()}}  # fmt: skip
 
@@ -128,7 +148,8 @@ class Record:
     def from_json(cls, data: dict) -> Record:
         design = Design(int(data["max_looks"]), float(data.get("alpha", stats.ALPHA)))
         decided = {k: (int(v["look"]), str(v["verdict"])) for k, v in (data.get("decided") or {}).items()}
-        return cls(design, decided, int(data.get("looks", 0)), [int(n) for n in data.get("runs_at") or []])
+        runs_of = [[str(name) for name in names] for names in data.get("runs_of") or []]
+        return cls(design, decided, int(data.get("looks", 0)), [int(n) for n in data.get("runs_at") or []], runs_of)
 
 
 def read_record(session_dir: Path) -> Record | None:
@@ -141,3 +162,81 @@ def read_record(session_dir: Path) -> Record | None:
     except (KeyError, TypeError, ValueError) as exc:
         raise rundir.LoadError(path, f"not a sequential record ({exc}); remove it to judge at the full alpha") \
             from exc
+
+
+def run_name(session_dir: Path, run_dir: Path) -> str:
+    """A run as a record names it: its folder relative to the session (the folder's own path otherwise)."""
+    try:
+        return str(Path(run_dir).resolve().relative_to(Path(session_dir).resolve()))
+    except ValueError:
+        return str(run_dir)
+
+
+@dataclass
+class Judged:
+    """:func:`judge_by_design`'s answer: the verdicts, the record (to be written back) and what it said."""
+
+    verdicts: list
+    record: Record
+    look: int | None  # the look these runs make; None past the design's last
+    notes: list[str] = field(default_factory=list)
+
+
+def judge_by_design(session_dir: Path, analyses, record: Record | None, flows=None, final: bool = True,
+                    known: list | None = None) -> Judged:  # fmt: skip
+    """Every claim (of ``known``, default claims.yaml's) about the session's experiments judged by the
+    session's one design (module doc): a plain session's first judgement is the one look of a one-look
+    design. Not ``final`` (runs the session planned are not all complete yet, or the session still runs),
+    the look is only previewed: judged at the level the look would have, marked provisional, nothing
+    recorded. ``flows``: the runs' ``claims.flow_rows`` where already made. The caller writes ``record`` back."""
+    record = copy.deepcopy(record) if record else Record(Design(1))
+    runs = _Runs(session_dir, [a for a in analyses if a.status == "complete"], flows)
+    names = runs.names()
+    if not final:
+        preview = copy.deepcopy(record)
+        look = preview.look_at(len(names), names) or preview.looks
+        verdicts = runs.verdicts(None, preview.design.alpha_at(look), known)
+        for v in verdicts:
+            v.design_note = (f"provisional: {len(names)} runs, not all the session planned; the verdict is made "
+                             f"once they are complete (look {look} of {record.design.max_looks})")  # fmt: skip
+        return Judged(verdicts, record, None)
+    look, notes, judged_names = record.look_at(len(names), names), [], None
+    if look is None:  # the runs beyond the last look are kept, but the last look stands
+        look = record.looks
+        judged_names = set(record.runs_of[look - 1]) if look - 1 < len(record.runs_of) else set()
+        notes.append(f"{len(set(names) - judged_names)} runs after the design's last look (look {look} of "
+                     f"{record.design.max_looks}) are not judged: a look the design did not plan")  # fmt: skip
+    verdicts = runs.verdicts(judged_names, record.design.alpha_at(look), known)
+    for index, v in enumerate(verdicts):
+        decided_at = record.decided.get(v.claim.id, (look, ""))[0]
+        if decided_at < look:  # decided earlier: on that look's runs, at its level
+            earlier = set(record.runs_of[decided_at - 1]) if decided_at - 1 < len(record.runs_of) else None
+            again = runs.verdicts(earlier or None, record.design.alpha_at(decided_at), [v.claim])
+            if again:
+                again[0].design_note = (f"decided at look {decided_at} of {record.design.max_looks} on "
+                                        f"{len(earlier) if earlier else len(names)} runs; runs added later for other "
+                                        "claims do not judge it again")  # fmt: skip
+                verdicts[index] = again[0]
+        elif v.claim.id not in record.decided and v.verdict not in claims.UNSETTLED:
+            record.decided[v.claim.id] = (look, v.verdict)
+    return Judged(verdicts, record, look, notes)
+
+
+class _Runs:
+    """A session's complete runs and their flows, judged whole or by a look's runs (by name)."""
+
+    def __init__(self, session_dir: Path, complete: list, flows):
+        self.session_dir, self.complete = session_dir, complete
+        self.flows = claims.flow_rows(complete) if flows is None else flows
+
+    def names(self) -> list[str]:
+        return sorted(run_name(self.session_dir, a.run_dir) for a in self.complete)
+
+    def verdicts(self, names: set[str] | None, alpha: float, known: list | None) -> list:
+        """The claims' verdicts over the runs named (all of them: None), at ``alpha``."""
+        analyses, flows = self.complete, self.flows
+        if names is not None:
+            analyses = [a for a in analyses if run_name(self.session_dir, a.run_dir) in names]
+            if not flows.empty:
+                flows = flows[flows["run"].map(lambda r: run_name(self.session_dir, Path(r)) in names)]
+        return claims.verdicts(analyses, claims=known, flows=flows, alpha=alpha)

@@ -27,7 +27,7 @@ import functools
 import math
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats
@@ -224,6 +224,8 @@ class Effect:
     pairs: tuple[tuple[object, float], ...] = ()
     #: runs of either side left out of a paired test because the other side has no run of that seed
     unpaired: int = 0
+    #: runs folded into their seed's mean before pairing (a seed run more than once on a side)
+    averaged: int = 0
 
     @property
     def paired(self) -> bool:
@@ -234,6 +236,8 @@ class Effect:
         """How it was tested, for a verdict's line: 'paired over 3 seeds', 'Welch, 3 vs 2 runs'."""
         if self.paired:
             left = f", {self.unpaired} unpaired run{'s' * (self.unpaired != 1)} left out" if self.unpaired else ""
+            if self.averaged:
+                left += f", {self.averaged} repeated run{'s' * (self.averaged != 1)} averaged into their seed's"
             return f"paired over {len(self.pairs)} seeds{left}"
         if self.n_b == 0:
             return f"one-sample, {self.n_a} runs"
@@ -387,19 +391,27 @@ def _one_sample_log(logs: list[tuple[object, float]], unpaired: int = 0) -> Effe
 
 def seeded_effect(a: Sequence[tuple[object, float]], b: Sequence[tuple[object, float]]) -> Effect | None:
     """Side a relative to side b from ``(seed, value)`` runs, by the design: **paired** (:func:`
-    paired_ratio_effect`) when no seed ran twice on a side and two seeds or more ran on both (a run whose
-    seed the other side lacks is left out, and the effect says so); else **Welch** on all runs
-    (:func:`ratio_effect`). The choice depends on which seeds ran, never on the values, so it spends no
-    alpha; a value of 0 or less (a ratio of 0 retransmissions) has no log ratio and falls back to Welch."""
-    a_seeds, b_seeds = [s for s, _ in a], [s for s, _ in b]
-    repeated = len(set(a_seeds)) < len(a_seeds) or len(set(b_seeds)) < len(b_seeds)
-    if not repeated:
-        a_map = {s: v for s, v in a if not math.isnan(number_or_nan(v))}
-        b_map = {s: v for s, v in b if not math.isnan(number_or_nan(v))}
-        paired = paired_ratio_effect(a_map, b_map)
-        if paired is not None:
-            return paired
-    return ratio_effect([v for _, v in a], [v for _, v in b])
+    paired_ratio_effect`) when two seeds or more ran on both (a run whose seed the other side lacks is
+    left out, and the effect says so); else **Welch** on all runs (:func:`ratio_effect`). A seed run more
+    than once on a side (two sessions at the same seeds) is one replicate, not several: its runs are
+    averaged first, so that repeating seeds never buys the power of new ones (pseudo-replication). The
+    choice depends on which seeds ran, never on the values, so it spends no alpha; a value of 0 or less (a
+    ratio of 0 retransmissions) has no log ratio and falls back to Welch."""
+    a_map, b_map = _seed_means(a), _seed_means(b)
+    paired = paired_ratio_effect(a_map, b_map)
+    if paired is None:  # Welch, one value per seed
+        return ratio_effect(list(a_map.values()), list(b_map.values()))
+    folded = sum(1 for s, v in [*a, *b] if not math.isnan(number_or_nan(v))) - len(a_map) - len(b_map)
+    return replace(paired, averaged=folded)
+
+
+def _seed_means(runs: Sequence[tuple[object, float]]) -> dict[object, float]:
+    """Each seed's mean value over its runs (a seed run once: its value)."""
+    by_seed: dict[object, list[float]] = {}
+    for index, (seed, value) in enumerate(runs):
+        if not math.isnan(number_or_nan(value)):  # a run without a seed is a replicate of its own
+            by_seed.setdefault(("run", index) if seed is None else seed, []).append(float(value))
+    return {seed: sum(values) / len(values) for seed, values in by_seed.items()}
 
 
 def ratio_to_value(a: Sequence[float], value: float) -> Effect | None:

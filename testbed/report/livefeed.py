@@ -36,6 +36,7 @@ from pathlib import Path
 
 from analysis import claims as paper_claims
 from analysis import run as run_analysis
+from analysis import sequential
 from analysis.loaders import INFINITE_SSTHRESH, trace_event
 from testbed.guest.queues import LIVE_CSV
 from testbed.plan import progress
@@ -354,8 +355,16 @@ class SessionFeed:
             if run.run not in self.analyses:
                 self.analyses[run.run] = cache.load(self.session, run.dir) or run_analysis.analyze_run(run.dir,
                                                                                                        write=False)
-        judged_now = paper_claims.verdicts(list(self.analyses.values()))
-        return [{"kind": "claims", "runs": len(settled), "claims": [_claim_row(v) for v in judged_now]}]
+        # by the session's design, as its report will judge (sequential.json); provisional until every run is in,
+        # and never recorded from here (the report records the look)
+        final = len(settled) == len(self.runs) and all(r.settled for r in self.runs)
+        record = sequential.read_record(self.session)
+        judged = sequential.judge_by_design(self.session, list(self.analyses.values()), record, final=final)
+        rows = [_claim_row(v) for v in judged.verdicts]
+        if not final:
+            for row in rows:
+                row["verdict"] = f"provisional: {row['verdict']}"
+        return [{"kind": "claims", "runs": len(settled), "provisional": not final, "claims": rows}]
 
     def _progress_if_moved(self) -> list[dict]:
         told = self._progress()

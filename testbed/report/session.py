@@ -42,7 +42,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import ablation, claims, figures, plots, sequential
+from analysis import ablation, claims, figures, plots
 from analysis.loaders import LoadError, load_session
 from analysis.run import RunAnalysis, write_text_atomic
 from testbed.report import cache, latency, pages
@@ -50,7 +50,7 @@ from testbed.report.analyses import analyze_runs, session_run_dirs
 from testbed.report.pages import Link
 from testbed.report.points import aggregate_points, display_table, point_id_of, run_group_rows, sort_value, text_table
 from testbed.report.run import provenance_items
-from testbed.report.verdicts import claims_section, counts_text, terminal_lines, wrapped
+from testbed.report.verdicts import claims_section, counts_text, judge_claims, terminal_lines, wrapped
 from testbed.results.rundir import record_figures
 from testbed.scenario.algorithms import lookup
 
@@ -84,9 +84,9 @@ def write_session_report(session_dir: Path) -> SessionReport:
     complete = sum(a.status == "complete" for a in analyses)
     heading = f"{scenario or session_dir.name}: {complete}/{len(analyses)} runs complete"
     table, shown, flows, sections = _tables_and_figures(session_dir, analyses, scenario)
-    try:  # a session grown by `--decide` is judged at the levels of its sequential design
-        record = sequential.read_record(session_dir)
-        verdicts = claims.verdicts(analyses, flows=flows, alpha=record.alpha_for if record else claims.ALPHA)
+    try:  # each claim by its session's one design (sequential.json): a plain session's report is its one look
+        verdicts, notes = judge_claims(session_dir, analyses, flows)
+        problems += notes
     except (claims.ClaimsError, LoadError) as exc:  # a broken claims file must not take the report down
         problems.append(f"claims not judged: {exc}")
         verdicts = []

@@ -87,6 +87,10 @@ class Suite(StrictModel):
     traffic_s: float | None = Field(default=None, gt=0, le=100_000, description="compress each point to this")
     seeds: list[int] | None = Field(default=None, min_length=1)
     run_as: dict[str, str] = Field(default_factory=dict, description="algorithm -> the algorithm its flows run")
+    chosen_on: list[int] | None = Field(default=None, min_length=1, description="seeds whose runs chose a window, "
+                                        "warm-up or run length this suite's claims use: the suite never judges them")
+    confirmed_on: list[int] | None = Field(default=None, min_length=1, description="seeds, none of chosen_on, on "
+                                           "which those choices were confirmed (the session is named in the file)")
     # each entry loads a scenario file: far more than any suite needs, few enough to load in seconds
     experiments: list[SuiteEntry] = Field(min_length=1, max_length=200)
 
@@ -122,6 +126,26 @@ def run_as(point: Point, mapping: dict[str, str]) -> Point:
         params[RUN_AS_PARAM] = "+".join(mapped)
     parts = [f"{_safe(_id_key(k))}={_safe(_format_value(v))}" for k, v in params.items()]
     return replace(point, point_id=_shorten(",".join(parts)), params=params, scenario=scenario)
+
+
+def _chosen_problems(suite: Suite, lines: dict) -> list[Problem]:
+    """A suite judges no seed that chose its windows (``chosen_on``), and confirms on others: an analysis
+    fixed before the data that judge it (issue 61)."""
+    chosen = set(suite.chosen_on or [])
+    problems = []
+    if overlap := sorted(chosen & set(suite.confirmed_on or [])):
+        problems.append(Problem(lines.get(("confirmed_on",)), "confirmed_on",
+                                f"seeds {overlap} are in chosen_on too: a confirmation is made on seeds that took "
+                                "no part in the choice"))  # fmt: skip
+    uses = [("seeds", lines.get(("seeds",)), suite.seeds)]
+    uses += [(f"experiments[{i}].seeds", lines.get(("experiments", i)), entry.seeds)
+             for i, entry in enumerate(suite.experiments)]  # fmt: skip
+    for where, line, seeds in uses:
+        if overlap := sorted(chosen & set(seeds or [])):
+            problems.append(Problem(line, where, f"seeds {overlap} chose this suite's windows (chosen_on "
+                                    f"{sorted(chosen)}): judge seeds that took no part in choosing them, such as "
+                                    "confirmed_on"))  # fmt: skip
+    return problems
 
 
 def find_suite(name_or_path: str, suites_dir: Path) -> Path:
@@ -200,7 +224,7 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
         suite = Suite.model_validate(data)
     except ValidationError as error:
         raise ScenarioError(source, [*problems, *validation_problems(error, data, lines, Suite)]) from None
-    problems += _run_as_problems(suite, lines)
+    problems += _run_as_problems(suite, lines) + _chosen_problems(suite, lines)
     if problems:
         raise ScenarioError(source, problems)
     points: list[Point] = []

@@ -104,6 +104,8 @@ class Measurer:
             raise BisectError(f"bisect: {kernel} refused the suite ({err}); a point it can run (--point) or a "
                               f"range without it would bisect") from err  # fmt: skip
         frame, statuses = compare.side_metrics({session})
+        for line in compare.left_out_runs(statuses, kernel):
+            log(f"bisect: left out: {line}")
         failed = {point: compare.failed_runs(point, statuses) for point in statuses}
         if any(failed.values()):
             reasons = "; ".join(sorted({r for rs in failed.values() for r in rs}))[:400]

@@ -37,6 +37,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import claims, regression
+from analysis.flowrows import untrusted_because
 from testbed.guest.lossbpf import LossChannelError
 from testbed.guest.modules import ModuleBuildError
 from testbed.host import kernels, kernelsource
@@ -289,17 +290,23 @@ def completed_runs(session: Path) -> tuple[int, list[str]]:
 
 
 def side_metrics(session_dirs: set[Path]) -> tuple[pd.DataFrame, dict[str, list[tuple[str, str]]]]:
-    """Analyse every run of a side: (its run metrics, point -> [(status, reason)] of its runs)."""
+    """Analyse every run of a side: (its run metrics, point -> [(status, reason)] of its runs). Only
+    trustworthy runs are measured: a run whose fidelity checks failed has the status "untrustworthy"
+    with the checks as its reason (:func:`left_out_runs`), like the claims' verdicts."""
     frames, statuses = [], {}
     for session in sorted(session_dirs):
         report = write_session_report(session)
+        trusted = []
         for analysis in report.runs:
             point = analysis.manifest.get("point_id") or analysis.run_dir.parent.name
-            statuses.setdefault(point, []).append((analysis.status, analysis.reason))
-        flows = claims.flow_rows(report.runs)
+            why = untrusted_because(analysis.manifest) if analysis.status == "complete" else ""
+            statuses.setdefault(point, []).append(("untrustworthy", why) if why else (analysis.status, analysis.reason))
+            if not why:
+                trusted.append(analysis)
+        flows = claims.flow_rows(trusted)
         if not flows.empty:
             frames.append(regression.run_metrics(flows))
-        latency = regression.latency_metrics(report.runs)
+        latency = regression.latency_metrics(trusted)
         if not latency.empty:
             frames.append(latency)
     metrics = pd.concat(frames, ignore_index=True) if frames else regression.run_metrics(pd.DataFrame())
@@ -308,7 +315,19 @@ def side_metrics(session_dirs: set[Path]) -> tuple[pd.DataFrame, dict[str, list[
 
 def failed_runs(point: str, statuses: dict[str, list[tuple[str, str]]]) -> list[str]:
     """The reasons of ``point``'s runs that did not complete on a side (``side_metrics``' statuses)."""
-    return [reason or "no reason recorded" for status, reason in statuses.get(point, []) if status != "complete"]
+    return [reason or "no reason recorded" for status, reason in statuses.get(point, [])
+            if status not in ("complete", "untrustworthy")]  # fmt: skip
+
+
+def left_out_runs(statuses: dict[str, list[tuple[str, str]]], side: str = "") -> list[str]:
+    """One line per point with runs left out as untrustworthy (complete, but their fidelity checks failed)."""
+    lines = []
+    for point in sorted(statuses):
+        why = [reason for status, reason in statuses[point] if status == "untrustworthy"]
+        if why:
+            lines.append(f"{side + ': ' if side else ''}{point}: {len(why)} untrustworthy run(s) left out "
+                         f"({'; '.join(sorted(set(why)))[:300]})")  # fmt: skip
+    return lines
 
 
 def control_line(what: str, comparisons: list) -> tuple[str, bool]:

@@ -61,28 +61,47 @@ def grow(scenario: ScenarioFile, more: dict[str, int]) -> ScenarioFile:
     return dataclasses.replace(scenario, points=points)
 
 
-def judge(session_dir: Path, alpha: float = claims.ALPHA) -> list[claims.Verdict]:
-    """The claims' verdicts on the session's runs as they are now (analyses from the report's cache), at ``alpha``."""
+def judge(session_dir: Path, alpha: float = claims.ALPHA) -> tuple[list[claims.Verdict], list[str]]:
+    """The claims' verdicts on the session's runs as they are now (analyses from the report's cache), at
+    ``alpha``, and the complete runs judged (as the record names them)."""
     try:
         session = load_session(session_dir)
     except LoadError:
         session = {}
     analyses = analyze_runs(session_dir, session_run_dirs(session_dir, session, []))
-    return claims.verdicts(analyses, alpha=alpha)
+    names = [sequential.run_name(session_dir, a.run_dir) for a in analyses if a.status == "complete"]
+    return claims.verdicts(analyses, alpha=alpha), names
+
+
+def planned_record(session_dir: Path, looks: int = sequential.DECIDE_LOOKS) -> sequential.Record:
+    """The session's design: its record, or a new ``--decide`` design; a session its report already judged
+    at the full 5 % (a plain session's one look) is refused, since a design is planned before its first look."""
+    record = sequential.read_record(session_dir)
+    if record is None:
+        return sequential.Record(sequential.Design(looks))
+    if record.design.max_looks == 1:
+        raise ValueError(f"{session_dir}: its report already judged it at the full 0.05 in one look "
+                         f"({sequential.RECORD_FILE}); --decide would look again at alpha that is spent. Start "
+                         "the decision in a session of its own, planned from its first look: --results DIR (another "
+                         "results folder) or --force (the suite's runs made again)")  # fmt: skip
+    return record
 
 
 def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Callable[[ScenarioFile], object],
-           log: Callable[[str], object] = print) -> object | None:  # fmt: skip
+           log: Callable[[str], object] = print, judge: Callable = judge, grow: Callable = grow,
+           looks: int = sequential.DECIDE_LOOKS) -> object | None:  # fmt: skip
     """Run more seeds where they move verdicts, within ``budget_s`` of wall time (module doc); ``run`` runs a
     (grown) suite into the same session and returns its ``SessionResult``. Returns the last one (None when
-    no round ran)."""
+    no round ran). ``judge`` and ``grow`` are this module's; testbed/workflows/decide_check.py passes its
+    simulated session's to run this very loop on runs of known truth."""
     spent, rounds, last, complete = 0.0, 0, None, None
-    record = sequential.read_record(session_dir) or sequential.Record(sequential.Design(sequential.DECIDE_LOOKS))
+    record = planned_record(session_dir, looks)
     log(f"decide: {record.design.describe()}; a claim decided at a look keeps its verdict")
     while record.left():
         alpha = record.alpha_now()
-        verdicts = [v for v in judge(session_dir, alpha) if v.claim.id not in record.decided]
-        record.look({v.claim.id: v.verdict for v in verdicts})
+        judged, names = judge(session_dir, alpha)
+        verdicts = [v for v in judged if v.claim.id not in record.decided]
+        record.look({v.claim.id: v.verdict for v in verdicts}, names)
         rundir.write_json_atomic(Path(session_dir) / sequential.RECORD_FILE, record.to_json())
         log(f"decide: look {record.looks} at alpha {alpha:.3g}: " + (", ".join(
             f"{k} {v}" for k, (look, v) in record.decided.items() if look == record.looks) or "nothing decided"))

@@ -40,7 +40,7 @@ from testbed.scenario.sweep import _id_key, _safe, _shorten
 REPRODUCE_SUITE = PROJECT / "scenarios" / "suites" / "reproduce.yaml"
 #: the forest plot's colour per setting is the claim's finding there, in the claims' colours
 FINDING_AS_VERDICT = {"holds": "reproduced", "opposite": "opposite", "absent": "not reproduced",
-                      "undecided": "undecided"}  # fmt: skip
+                      "short": "short of the paper", "undecided": "undecided"}  # fmt: skip
 
 
 def find_claim(claim_id: str) -> claims.Claim:
@@ -140,6 +140,14 @@ def plan(claim: claims.Claim, seeds: int, chosen: list[str] | None = None,
 def variant_of(claim: claims.Claim) -> str | None:
     factor = claim.ablations.factors.get("variant") if claim.ablations else None
     return factor.setting() if factor is not None and factor.unavailable is None else None
+
+
+def plan_design(session: Path) -> None:
+    """An explain session's design (``sequential.EXPLAIN_LOOKS`` looks), recorded before anything judges its
+    runs, so that its report and its explanation judge by the same one."""
+    if sequential.read_record(session) is None:
+        record = sequential.Record(sequential.Design(sequential.EXPLAIN_LOOKS))
+        rundir.write_json_atomic(session / sequential.RECORD_FILE, record.to_json())
 
 
 def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Explanation:

@@ -23,7 +23,7 @@ def shown(table) -> list[str]:
         frame[column] = [f"{v:+.0%}" if v == v else "-" for v in frame[column]]
     frame["detectable"] = [f"{v:.0%}" if v == v else "-" for v in frame["detectable"]]
     frame["r"] = [f"{v:.2f}" if v == v else "-" for v in frame["r"]]
-    return text_table(frame.drop(columns=["condition", "point"])).splitlines()
+    return text_table(frame.drop(columns=["condition", "point", "alpha"])).splitlines()
 
 
 def run(session_dir: Path) -> tuple[Path, list[str]]:
@@ -41,8 +41,12 @@ def run(session_dir: Path) -> tuple[Path, list[str]]:
     figure.parent.mkdir(exist_ok=True)
     figure.write_bytes(plots.lengths_png(table, {c.id: c.paper_effect for c in known if c.paper_effect is not None}))
     complete = sum(a.status == "complete" for a in analyses)
+    alpha = table["alpha"].iloc[0] if len(table) else claims.ALPHA
     lines = [f"{session_dir.name}: the goodput claims of {complete} complete runs, judged per window "
-             f"(analysis/lengths.py); {fmt(len(table))} rows", "", *shown(table), "", f"figure: {figure}"]  # fmt: skip
+             f"(analysis/lengths.py); {fmt(len(table))} rows",
+             f"exploratory: each window judged at alpha {alpha:.3g} (0.05 shared by the windows tried); a window "
+             "chosen here decides nothing until confirmed on seeds that took no part in choosing it "
+             "(claims.yaml: warmup_confirmed)", "", *shown(table), "", f"figure: {figure}"]  # fmt: skip
     path = session_dir / "lengths.md"
     rundir.write_text_atomic(path, "\n".join(["```", *lines, "```"]) + "\n")
     return path, lines

@@ -57,6 +57,8 @@ class RegressResult:
     directory: Path
     comparisons: list = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
+    #: runs left out as untrustworthy, one line per side and point (compare.left_out_runs)
+    left_out: list[str] = field(default_factory=list)
     #: one line per positive control: detected or missed, and by which metrics
     controls: list[str] = field(default_factory=list)
     exit_code: int = 0
@@ -133,6 +135,7 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
         side_metrics["baseline"] = pd.concat([side_metrics["baseline"], copied], ignore_index=True)
     result.comparisons = regression.compare(side_metrics["baseline"], side_metrics["candidate"])
     result.failures += _failed_points(side_status)
+    result.left_out = [line for side in SIDES for line in compare.left_out_runs(side_status[side], side)]
     _check_controls(result, controls)
     regressed = any(c.verdict == "regression" and c.point not in controls for c in result.comparisons)
     result.exit_code = compare.exit_code(result.failures, regressed)
@@ -143,7 +146,7 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     (directory / "regress.txt").write_text(summary + "\n")
     rundir.write_json_atomic(directory / "regress.json", {
         "baseline": baseline, "candidate": candidate, "repeat": repeat, "candidate_flow_options": flow_options or {},
-        "exit_code": result.exit_code, "failures": result.failures,
+        "exit_code": result.exit_code, "failures": result.failures, "left_out": result.left_out,
         "controls": controls, "control_checks": result.controls,
         "comparisons": [{**c.__dict__, "name": c.name} for c in result.comparisons],
     })  # fmt: skip
@@ -174,6 +177,7 @@ def _summary(result: RegressResult, header: str, controls: dict) -> str:
     lines = [header, _table(result.comparisons, controls), ", ".join(f"{n} {v}" for v, n in counts.items())]
     lines += result.controls
     lines += [f"failed: {f}" for f in result.failures if f not in result.controls]
+    lines += [f"left out: {line}" for line in result.left_out]
     lines.append(f"exit status {result.exit_code} ({compare.EXIT_MEANINGS[result.exit_code]})")
     return "\n".join(lines)
 

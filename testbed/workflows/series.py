@@ -49,6 +49,8 @@ class SeriesResult:
     steps: list[series.Step] = field(default_factory=list)
     failures: list[str] = field(default_factory=list)
     controls: list[str] = field(default_factory=list)
+    #: runs left out as untrustworthy, one line per kernel and point (compare.left_out_runs)
+    left_out: list[str] = field(default_factory=list)
     exit_code: int = 0
 
     @property
@@ -156,6 +158,7 @@ def judge(result: SeriesResult, kept: list[str], sessions: dict, suite: Scenario
     plain = {k: f[~f["point"].isin(list(suite.controls))] for k, f in frames.items()}
     result.steps = series.compare_series(plain, kept, extra=controls)
     for kernel in kept:
+        result.left_out += compare.left_out_runs(statuses[kernel], kernel)
         for point in sorted(statuses[kernel]):
             if failed := compare.failed_runs(point, statuses[kernel]):
                 result.failures.append(f"{kernel}: {len(failed)} run(s) of {point} did not complete: "
@@ -206,6 +209,7 @@ def _summary(result: SeriesResult, repeat: int, inject: dict | None, inject_from
         lines.append(f"  first vs last: {c.point} {c.cc} {c.metric} {c.change:+.1%} ({c.verdict}, p = {c.p_value:.2g})")
     lines += result.controls
     lines += [f"failed: {f}" for f in result.failures if f not in result.controls]
+    lines += [f"left out: {line}" for line in result.left_out]
     lines.append(f"exit status {result.exit_code} ({compare.EXIT_MEANINGS[result.exit_code]})")
     return "\n".join(lines)
 
@@ -222,7 +226,8 @@ def _write(result: SeriesResult, suite: ScenarioFile, repeat: int, frames: dict,
     trend.to_csv(directory / "trend.csv", index=False)
     rundir.write_json_atomic(directory / "series.json", {
         "kernels": result.kernels, "compared": kept, "repeat": repeat, "exit_code": result.exit_code,
-        "inject": inject or {}, "inject_from": inject_from, "failures": result.failures, "controls": result.controls,
+        "inject": inject or {}, "inject_from": inject_from, "failures": result.failures, "left_out": result.left_out,
+        "controls": result.controls,
         "steps": [{"before": s.before, "after": s.after, "kind": s.kind, **s.comparison.__dict__}
                   for s in result.steps],
     })  # fmt: skip

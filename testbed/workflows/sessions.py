@@ -102,6 +102,7 @@ def explain_claim(claim_id: str, seeds: int, factors: list[str], where: Where) -
     with _ahead(True) as ahead:
         result = _session(scenario, where, where.force, ahead)
         ahead.finish()
+    explain.plan_design(result.directory)  # its looks, before the report judges the first
     report = write_session_report(result.directory)
     found = explain.explain_session(claim, result.directory, report.runs)
     print("\n".join(found.lines()))

@@ -130,3 +130,25 @@ def test_a_session_with_a_failed_run_runs_again_on_resume_and_only_it(tmp_path, 
     series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
     assert ran == [("6.1.0-55", 2)] + [(k, 3) for k in KERNELS]
     assert rundir.read_json(folder / compare.STATE_FILE)["incomplete"] == []
+
+
+def test_untrustworthy_runs_are_left_out_of_the_sides_metrics_and_said_so(tmp_path):
+    """The fixture run's fidelity checks failed (base RTT, bottleneck rate): measured only once trusted."""
+    import json
+    import shutil
+
+    session = tmp_path / "s"
+    for seed, trusted in ((1, False), (2, True)):
+        run = session / "p" / f"seed={seed}"
+        shutil.copytree(PROJECT / "tests" / "fixtures" / "run-westwood", run)
+        manifest = json.loads((run / "manifest.json").read_text())
+        manifest.update(point_id="p", seed=seed)
+        if trusted:
+            manifest["fidelity"] = {"trustworthy": True, "problems": [], "checks": []}
+        (run / "manifest.json").write_text(json.dumps(manifest))
+    (session / "session.json").write_text(json.dumps({"scenario": "x", "runs": ["p/seed=1", "p/seed=2"]}))
+    metrics, statuses = compare.side_metrics({session})
+    assert set(metrics["seed"]) == {2}
+    assert compare.failed_runs("p", statuses) == []  # left out, not failed: the comparison goes on
+    assert compare.left_out_runs(statuses, "baseline") == [
+        "baseline: p: 1 untrustworthy run(s) left out (base RTT pair 0, bottleneck rate forward)"]

@@ -74,6 +74,6 @@ def test_growing_a_suite_adds_seeds_after_the_highest_and_keeps_the_runs_made():
     point = suite.points[0]
     grown = grow(suite, {point.point_id: 2})
     before, after = {r.point_id + str(r.seed): r.identity() for r in suite.runs()}, grown.runs()
-    assert [r.seed for r in after if r.point_id == point.point_id] == [*point.scenario.seeds, 4, 5]
+    assert [r.seed for r in after if r.point_id == point.point_id] == [*point.scenario.seeds, 9, 10]
     assert len(after) == len(before) + 2
-    assert all(before[r.point_id + str(r.seed)] == r.identity() for r in after if r.seed <= 3)
+    assert all(before[r.point_id + str(r.seed)] == r.identity() for r in after if r.seed <= 8)

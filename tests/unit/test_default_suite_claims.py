@@ -85,10 +85,10 @@ def headline_flows() -> pd.DataFrame:
 
 
 @pytest.mark.parametrize("claim_id", sorted(DESIGNED_FOR))
-def test_the_claims_the_default_suite_is_built_for_get_three_runs_per_side(default_flows, claim_id):
+def test_the_claims_the_default_suite_is_built_for_get_five_runs_per_side(default_flows, claim_id):
     (claim,) = [claim for claim in claims.load_claims() if claim.id == claim_id]
     verdict = claims.judge(claim, default_flows)
-    assert runs_per_side(verdict) == [(3, 3)], f"{claim_id}: {verdict.measured}"
+    assert runs_per_side(verdict) == [(5, 5)], f"{claim_id}: {verdict.measured}"
 
 
 @pytest.mark.parametrize("claim_id", sorted(HEADLINE))

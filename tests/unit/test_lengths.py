@@ -62,8 +62,8 @@ def test_the_effect_flips_after_the_warm_up_and_each_window_is_judged_by_the_cla
         runs.append(_run("reno", seed, [(0, 1.0 * noise)]))
     table = lengths.table(runs, [CLAIM]).set_index("window")
     first, after = table.loc["0-10 s"], table.loc["10-end s"]
-    assert first["effect"] == pytest.approx(-0.5, abs=0.02) and first["verdict"] == "opposite"
-    assert after["effect"] == pytest.approx(0.6, abs=0.02) and after["verdict"] == "reproduced"
+    assert first["effect"] == pytest.approx(-0.5, abs=0.02) and first["verdict"] == "exploratory: opposite"
+    assert after["effect"] == pytest.approx(0.6, abs=0.02) and after["verdict"] == "exploratory: reproduced"
     assert first["test"] == "paired over 3 seeds"
     assert first["r"] == pytest.approx(1.0, abs=0.01) and first["detectable"] < 0.05  # the seeds' spread is shared
     whole = table.loc["0-end s"]

@@ -162,3 +162,20 @@ def test_the_hosts_check_added_after_a_runs_end_reaches_the_page(session, monkey
     feed = livefeed.SessionFeed(session)
     feed.poll()
     assert feed.poll() == [] and feed.settled
+
+
+def test_before_the_last_run_every_verdict_on_the_page_is_provisional(tmp_path):
+    """The same session with one planned run still to come: the page's verdicts say provisional, and the
+    page records no look (the report records the session's one look once every run is in)."""
+    source = next((STUDENT.with_name("lab-reproduce-student") / "results" / "suite-claim").iterdir())
+    folder = tmp_path / source.name
+    shutil.copytree(source, folder)
+    runs = [str(m.parent.relative_to(folder)) for m in sorted(folder.rglob("manifest.json"))]
+    planned = [*runs, "mobile-bernoulli.loss_pct=5,cc=reno/seed=4"]
+    (folder / "plan.json").write_text(json.dumps({"runs": [{"run_dir": r} for r in planned]}))
+    records = livefeed.SessionFeed(folder).poll()
+    [told] = [r for r in records if r["kind"] == "claims"]
+    assert told["provisional"] is True
+    row = next(c for c in told["claims"] if c["id"] == "mobile-westwood-beats-reno-bernoulli")
+    assert row["verdict"] == "provisional: reproduced"
+    assert not (folder / "sequential.json").exists()

@@ -160,11 +160,11 @@ def test_the_default_suite_runs_one_comparison_long_enough_and_headline_the_thre
     assert [point.point_id for point in suite.points] == ["mobile-bernoulli.loss_pct=5,cc=westwood_ml",
                                                           "mobile-bernoulli.loss_pct=5,cc=reno"]  # fmt: skip
     for point in suite.points:
-        assert point.scenario.seeds == [1, 2, 3] and point.scenario.duration_s == 25
+        assert point.scenario.seeds == [4, 5, 6, 7, 8] and point.scenario.duration_s == 25
         assert "westwood" not in {flow.cc for flow in point.scenario.flows}
         assert point.params["cc"] == point.scenario.flows[0].cc
-    # 6 runs of 25 s: about 3.3 min at ~5 s of overhead per run, 6 min in all on a fresh machine
-    assert len(suite.runs()) == 6
+    # 10 runs of 25 s: about 5.3 min at ~5 s of overhead per run, 7.5 min in all on a fresh machine
+    assert len(suite.runs()) == 10
     headline = load_suite(find_suite("headline", SUITES), SCENARIOS)
     lengths = {p.point_id.split(".")[0]: p.scenario.duration_s for p in headline.points}
     assert lengths == {"mobile-bernoulli": 25, "wireless-gilbert": 100, "lab-vs-cubic": 25}
@@ -254,3 +254,14 @@ def test_point_and_points_together_is_an_error_and_a_bad_id_in_points_is_named(t
     lines = str(error.value).splitlines()
     assert lines[1] == "  line 2, experiments[0]: give point or points, not both"
     assert lines[2].startswith("  line 3, experiments[1].points: 'hops=9,cc=reno' is not a point of parking-lot")
+
+
+def test_a_suite_that_judges_the_seeds_that_chose_its_windows_is_refused(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("seeds: [2, 4]\nchosen_on: [1, 2]\nconfirmed_on: [2, 5]\nexperiments:\n"
+                    "  - scenario: mobile-bernoulli\n    points: ['loss_pct=5,cc=westwood']\n")  # fmt: skip
+    with pytest.raises(ScenarioError) as caught:
+        load_suite(path, SCENARIOS)
+    text = str(caught.value)
+    assert "seeds [2] chose this suite's windows (chosen_on [1, 2])" in text
+    assert "confirmed_on: seeds [2] are in chosen_on too" in text

@@ -68,11 +68,20 @@ def test_higher_with_no_difference_is_almost_never_reproduced_nor_opposite():
     assert rates.get("reproduced", 0.0) <= MAX_FALSE / 2 and rates.get("opposite", 0.0) <= MAX_FALSE / 2
 
 
-def test_a_true_effect_the_size_of_the_papers_is_not_called_absent_beyond_alpha():
-    """Truth exactly the paper's +34 %, 3 runs, 20 % noise: "not reproduced" (shown smaller than the paper's)
-    at most alpha. Measured: 3.8 % (and reproduced 29 %, undecided 67 %)."""
-    rate = _rates(_claim("higher", **HIGHER), [0.34], 3, 0.20).get("not reproduced", 0.0)
-    assert rate <= MAX_FALSE
+def test_a_true_effect_the_size_of_the_papers_is_not_called_short_of_it_beyond_alpha():
+    """Truth exactly the paper's +34 %, 3 runs, 20 % noise: "short of the paper" or "reproduced, smaller than
+    the paper's effect" (both say shown below the paper's) at most alpha, and "not reproduced" (shown below
+    the threshold) almost never."""
+    claim = _claim("higher", **HIGHER)
+    rng = np.random.default_rng(2026)
+    short = absent = 0
+    for _ in range(TRIALS):
+        a, b = rng.normal(1.34, 0.20 * 1.34, 3), rng.normal(1.0, 0.20, 3)
+        result = claims.ConditionResult("c", list(a), list(b), stats.ratio_effect(a, b), "undecided")
+        verdict = claims.decide(claim, [result], plan=False)
+        short += result.finding == "short" or result.smaller
+        absent += verdict == "not reproduced"
+    assert short / TRIALS <= MAX_FALSE and absent / TRIALS <= MAX_FALSE / 5
 
 
 def test_the_runs_the_rule_asks_for_decide_with_the_power_it_promises():
