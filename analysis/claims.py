@@ -588,10 +588,11 @@ def judge(claim: Claim, flows: pd.DataFrame, alpha: float = ALPHA) -> Verdict:
     than 0.05 at a look of a sequential design: analysis/sequential.py). Only trustworthy runs decide:
     the runs whose fidelity checks failed are left out and counted by why, and the claim is judged again
     with them to say whether they would have changed the verdict."""
-    if flows.empty or "untrusted" not in flows or not flows["untrusted"].astype(bool).any():
+    left = flows["untrusted"].astype(bool) if not flows.empty and "untrusted" in flows else None
+    if left is None or not left.any():
         return _judge(claim, flows, alpha)
-    untrusted = flows[flows["untrusted"].astype(bool)]
-    result = _judge(claim, flows[~flows["untrusted"].astype(bool)], alpha)
+    untrusted = flows[left]
+    result = _judge(claim, flows[~left], alpha)
     for _run, run_flows in untrusted[untrusted["experiment"] == claim.experiment].groupby("run", sort=True):
         first = run_flows.iloc[0]
         if _matches_point(claim, first["params"], first["profile"]):

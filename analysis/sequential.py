@@ -110,6 +110,10 @@ class Record:
         self._remember(runs, names)
         return self.looks
 
+    def names_at(self, look: int) -> set[str]:
+        """The runs ``look`` judged, by name (empty where it did not record them)."""
+        return set(self.runs_of[look - 1]) if 0 < look <= len(self.runs_of) else set()
+
     def _remember(self, runs: int, names: list[str] | None) -> None:
         self.runs_at.append(runs)
         self.runs_of += [[]] * (len(self.runs_at) - 1 - len(self.runs_of)) + [sorted(names or [])]
@@ -178,7 +182,6 @@ class Judged:
 
     verdicts: list
     record: Record
-    look: int | None  # the look these runs make; None past the design's last
     notes: list[str] = field(default_factory=list)
 
 
@@ -199,18 +202,18 @@ def judge_by_design(session_dir: Path, analyses, record: Record | None, flows=No
         for v in verdicts:
             v.design_note = (f"provisional: {len(names)} runs, not all the session planned; the verdict is made "
                              f"once they are complete (look {look} of {record.design.max_looks})")  # fmt: skip
-        return Judged(verdicts, record, None)
+        return Judged(verdicts, record)
     look, notes, judged_names = record.look_at(len(names), names), [], None
     if look is None:  # the runs beyond the last look are kept, but the last look stands
         look = record.looks
-        judged_names = set(record.runs_of[look - 1]) if look - 1 < len(record.runs_of) else set()
+        judged_names = record.names_at(look)
         notes.append(f"{len(set(names) - judged_names)} runs after the design's last look (look {look} of "
                      f"{record.design.max_looks}) are not judged: a look the design did not plan")  # fmt: skip
     verdicts = runs.verdicts(judged_names, record.design.alpha_at(look), known)
     for index, v in enumerate(verdicts):
         decided_at = record.decided.get(v.claim.id, (look, ""))[0]
         if decided_at < look:  # decided earlier: on that look's runs, at its level
-            earlier = set(record.runs_of[decided_at - 1]) if decided_at - 1 < len(record.runs_of) else None
+            earlier = record.names_at(decided_at)
             again = runs.verdicts(earlier or None, record.design.alpha_at(decided_at), [v.claim])
             if again:
                 again[0].design_note = (f"decided at look {decided_at} of {record.design.max_looks} on "
@@ -219,7 +222,7 @@ def judge_by_design(session_dir: Path, analyses, record: Record | None, flows=No
                 verdicts[index] = again[0]
         elif v.claim.id not in record.decided and v.verdict not in claims.UNSETTLED:
             record.decided[v.claim.id] = (look, v.verdict)
-    return Judged(verdicts, record, look, notes)
+    return Judged(verdicts, record, notes)
 
 
 class _Runs:

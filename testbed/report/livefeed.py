@@ -357,7 +357,7 @@ class SessionFeed:
                                                                                                        write=False)
         # by the session's design, as its report will judge (sequential.json); provisional until every run is in,
         # and never recorded from here (the report records the look)
-        final = len(settled) == len(self.runs) and all(r.settled for r in self.runs)
+        final = len(settled) == len(self.runs)
         record = sequential.read_record(self.session)
         judged = sequential.judge_by_design(self.session, list(self.analyses.values()), record, final=final)
         rows = [_claim_row(v) for v in judged.verdicts]
