@@ -189,7 +189,8 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from testbed.labs import lab
 
     runner = None if args.action != "check" or args.no_hidden else _hidden_runner(args)
-    return lab.command(args.action, args.name, args.dir, args.more, args.work, args.how, runner, args.student)
+    return lab.command(args.action, args.name, args.dir, args.more, args.work, args.how, runner, args.student,
+                       student_check=not args.no_student_check)
 
 
 def _hidden_runner(args: argparse.Namespace):
@@ -609,6 +610,8 @@ def _add_lab(sub) -> None:
     _backend_options(lab, "check: where the hidden variants run (as for testbed run)",
                      "check: the guest kernel of the hidden variants (as for testbed run)")
     lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")
+    lab.add_argument("--no-student-check", action="store_true",
+                     help="autograder: build it without the course's secret (a student's own seeds unchecked)")
     lab.add_argument("--student", metavar="ID",
                      help="start: give the student their own seeds (and the lab's variant, e.g. the wireless "
                           "lab's radio rate), drawn from the course's secret (CC_TESTBED_COURSE_SECRET) and "

@@ -77,18 +77,36 @@ cat "$root/results/check.log"
 """
 
 
-def build(name: str, out: Path) -> Path:
-    """Write the lab ``name``'s Gradescope autograder zip to ``out`` (a .zip path or a folder)."""
+README = """cc-testbed's autograder for the lab {lab} (testbed lab autograder; docs/labs.md).
+{check}
+"""
+WITH_CHECK = ("Built with the course's secret: each submission must run the submitter's own seeds (and value of\n"
+              "the lab's variant), named by Gradescope's submission_metadata.json.")
+WITHOUT_CHECK = ("Built without the student check (--no-student-check): the course's secret is not in it, so a\n"
+                 "submission is not held to its submitter's own seeds; another student's folder grades as well\n"
+                 "as their own. Build it again with " + students.SECRET_ENV + " set to check them.")
+
+
+def build(name: str, out: Path, student_check: bool = True) -> Path:
+    """Write the lab ``name``'s Gradescope autograder zip to ``out`` (a .zip path or a folder). Without the
+    course's secret it is refused unless ``student_check`` is False (its README then says so)."""
     master = labkit.lab_dir(name)
     lab = labkit.load_lab(master)
+    secret = students.course_secret()
+    if secret is None and student_check:
+        raise labkit.LabError(f"{students.SECRET_ENV} is not set: without the course's secret the autograder "
+                              "cannot hold a submission to its submitter's own seeds, and another student's "
+                              "folder grades as well as their own. Set it, or build with "
+                              "--no-student-check")  # fmt: skip
     path = out / f"{master.name}-autograder.zip" if out.is_dir() else out
     scenario = lab.scenario or "claim.yaml"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("README.txt", README.format(lab=master.name, check=WITH_CHECK if secret else WITHOUT_CHECK))
         _script(zf, "setup.sh", SETUP.format(source=SOURCE))
         _script(zf, "run_autograder", RUN.format(lab=master.name, answers=lab.answers, scenario=scenario,
                                                  source=SOURCE, secret=SECRET_FILE,
                                                  secret_env=students.SECRET_ENV))  # fmt: skip
-        if secret := students.course_secret():  # on Gradescope only, never in a student's folder
+        if secret:  # on Gradescope only, never in a student's folder
             zf.writestr(f"{SOURCE}/{SECRET_FILE}", secret)
         for file in TOP_FILES:
             zf.write(PROJECT / file, f"{SOURCE}/{file}")

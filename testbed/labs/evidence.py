@@ -35,6 +35,7 @@ import pandas as pd
 
 from analysis import run as run_analysis
 from testbed.guest import capture, fidelity
+from testbed.labs import labels
 from testbed.results import rundir
 
 #: flows.csv's columns that grading reads (testbed/labs/labresults.py, analysis/metrics.group_metric)
@@ -52,7 +53,8 @@ def run_problems(run_dir: Path) -> list[str]:
     problems = raw_problems(run_dir, manifest)
     if problems:
         return problems
-    return table_problems(run_dir, manifest) + fidelity_problems(run_dir / "raw", manifest)
+    raw = run_dir / "raw"
+    return labels.label_problems(raw, manifest) + table_problems(run_dir, manifest) + fidelity_problems(raw, manifest)
 
 
 def raw_problems(run_dir: Path, manifest: dict) -> list[str]:
@@ -75,7 +77,7 @@ def raw_problems(run_dir: Path, manifest: dict) -> list[str]:
 def table_problems(run_dir: Path, manifest: dict) -> list[str]:
     """flows.csv and latency.csv against the analysis of the run's raw files."""
     flows, latency = _recomputed(_manifest_key(manifest), run_dir)
-    problems = _table_diff(run_dir / "flows.csv", flows, ["conn"], FLOW_COLUMNS)
+    problems = labels.byte_problems(flows) + _table_diff(run_dir / "flows.csv", flows, ["conn"], FLOW_COLUMNS)
     if not latency.empty or (run_dir / "latency.csv").is_file():
         keys = [c for c in ("conn", "kind") if c in latency.columns]
         problems += _table_diff(run_dir / "latency.csv", latency, keys, None)
@@ -164,17 +166,27 @@ def _shown(value) -> str:
 
 
 def fidelity_problems(raw: Path, manifest: dict) -> list[str]:
-    """The manifest's fidelity verdict against its checks, and each check whose evidence is a raw file
-    judged again from that file by the guest's own function."""
+    """The run's fidelity judged again, failing closed: every check the run must have is there (a check
+    deleted from the manifest fails), each check whose evidence is a raw file is judged again from that
+    file by the guest's own function (the file missing fails), and the run is trustworthy only when
+    every check passes, whatever the manifest's ``trustworthy`` says."""
     record = manifest.get("fidelity") or {}
-    checks = record.get("checks") or []
-    problems = []
-    failed = [c.get("name") for c in checks if not c.get("ok")]
-    if record.get("trustworthy") and failed:
-        problems.append(f"{rundir.MANIFEST} says trustworthy while its check(s) {', '.join(failed)} failed")
+    checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
+    names = {str(c.get("name")) for c in checks}
+    problems = [f"{rundir.MANIFEST} lacks the check '{name}' the run must have: a run is graded only with "
+                "every check it made" for name in required_checks(raw, manifest) if name not in names]  # fmt: skip
+    if not any(name.startswith("bottleneck rate") for name in names):
+        problems.append(f"{rundir.MANIFEST} lacks a bottleneck rate check: a run is graded only with every "
+                        "check it made")
+    failed = [str(c.get("name")) for c in checks if not c.get("ok")]
+    if failed:
+        said = " (while it says trustworthy)" if record.get("trustworthy") else ""
+        problems.append(f"{rundir.MANIFEST}'s check(s) {', '.join(failed)} failed{said}: the run is untrustworthy")
     for check in checks:
         found = _judged_again(raw, check)
-        if found is not None and bool(found[1].ok) != bool(check.get("ok")):
+        if isinstance(found, str):
+            problems.append(found)
+        elif found is not None and bool(found[1].ok) != bool(check.get("ok")):
             file, again = found
             said = "passed" if check.get("ok") else "failed"
             problems.append(f"{rundir.MANIFEST} says '{check.get('name')}' {said}; judged again from "
@@ -182,9 +194,28 @@ def fidelity_problems(raw: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def _judged_again(raw: Path, check: dict) -> tuple[str, fidelity.Check] | None:
-    """The raw file that decides the check and the check judged from it; None when no file here
-    decides it (CPU, host contention, start times, a rate under a probe the run no longer has)."""
+def required_checks(raw: Path, manifest: dict) -> list[str]:
+    """The checks every run of this shape makes (testbed/guest/run.py): a base RTT per pair, a capture
+    per capturing node, the loss of each state each timed loss channel saw packets in, the CPU and the
+    data's start; the bottleneck's rate is required apart (its checks are named per direction)."""
+    flows = [*(manifest.get("connections") or []), *(manifest.get("latency_flows") or [])]
+    names = [f"base RTT pair {p}" for p in sorted({f.get("pair") for f in flows if isinstance(f, dict)} - {None})]
+    capturing = {c.get("capture_node") for c in manifest.get("connections") or [] if isinstance(c, dict)}
+    names += [f"capture {n}" for n in sorted(capturing - {None})]
+    for path in sorted(raw.glob("loss-*.json")):
+        try:
+            channel = rundir.read_json(path)
+            names += [f"loss {kind} {channel['node']}/{channel['interface']}"
+                      for kind, state in sorted(channel["per_state"].items()) if state.get("seen")]  # fmt: skip
+        except (rundir.LoadError, KeyError, TypeError, AttributeError):
+            names.append(f"loss of raw/{path.name}")
+    return [*names, "cpu headroom", "data start"]
+
+
+def _judged_again(raw: Path, check: dict) -> tuple[str, fidelity.Check] | str | None:
+    """The raw file that decides the check and the check judged from it; why it cannot be judged when
+    that file is missing or unreadable (a failure: evidence fails closed); None when no file here
+    decides it (CPU, host contention, start times, the bottleneck's rate)."""
     name = str(check.get("name") or "")
     for pattern, judge in _JUDGES:
         match = re.fullmatch(pattern, name)
@@ -193,28 +224,33 @@ def _judged_again(raw: Path, check: dict) -> tuple[str, fidelity.Check] | None:
     return None
 
 
+def _missing(check: str, path: Path) -> str:
+    return f"the check '{check}' has no evidence: raw/{path.name}, the file that decides it, is missing or unreadable"
+
+
 def _rtt(raw: Path, name: str, match: re.Match, check: dict):
     path = raw / f"ping-pair{match.group(1)}.txt"
-    if not path.is_file() or check.get("expected") is None:
-        return None
+    if not path.is_file() or not isinstance(check.get("expected"), int | float):
+        return _missing(name, path)
     return f"raw/{path.name}", fidelity.rtt_check(name, path.read_text(errors="replace"), float(check["expected"]))
 
 
 def _capture(raw: Path, name: str, match: re.Match, check: dict):
     path = raw / f"tcpdump-{match.group(1)}.log"
     if not path.is_file():
-        return None
+        return _missing(name, path)
     return f"raw/{path.name}", fidelity.capture_check(match.group(1), capture.tcpdump_stats(path.read_text()))
 
 
 def _channel_loss(raw: Path, name: str, match: re.Match, check: dict):
     kind, node, ifname = match.groups()
     path = raw / f"loss-{node}-{ifname}.json"
-    if not path.is_file():
-        return None
-    state = (rundir.read_json(path).get("per_state") or {}).get(kind)
-    if not state:
-        return None
+    try:
+        state = (rundir.read_json(path).get("per_state") or {}).get(kind)
+    except (rundir.LoadError, AttributeError):
+        state = None
+    if not isinstance(state, dict):
+        return _missing(name, path)
     return f"raw/{path.name}", fidelity.loss_check(name, state["seen"], state["dropped"], state["configured_loss_pct"])
 
 
@@ -222,5 +258,5 @@ def _channel_loss(raw: Path, name: str, match: re.Match, check: dict):
 _JUDGES = [
     (r"base RTT pair (\d+)", _rtt),
     (r"capture (\S+)", _capture),
-    (r"loss (\S+) ([^/\s]+)/(\S+)", _channel_loss),
+    (r"loss (good|bad) ([^/\s]+)/(\S+)", _channel_loss),  # a timed channel's (netem's: tc-stats, not judged here)
 ]

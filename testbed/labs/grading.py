@@ -22,15 +22,12 @@ from pathlib import Path
 
 from PIL import Image
 
-from analysis import claims
-from testbed.labs import answerfile, evidence, labkit, labresults
+from testbed.labs import answerfile, evidence, labkit, labresults, statements
 from testbed.labs.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
 from testbed.labs.labresults import Results, point_values
 from testbed.report import junit
 from testbed.results import rundir
 
-#: the units of the numbers a prose answer is held to (a number with one of them is checked against the runs)
-PROSE_UNITS = ("Mbit/s", "ms")
 #: an answer shorter than this many words is not one (the starter file's "(your answer)" is 2)
 MIN_ANSWER_WORDS = 5
 #: an answer whose different words are fewer than this share of its words is filler ("banana banana ...");
@@ -98,11 +95,13 @@ def grade(work: Path, lab: Lab, expected: Expected | None, results: Results,
     kernels = sorted(set(results.runs["kernel_release"].dropna())) if not results.runs.empty else []
     tasks = []
     first_runs = next((t.id for t in lab.tasks if t.runs), None)
+    copies = set(expected.reference.fingerprints) if expected and expected.reference else set()
+    min_seeds = max(lab.min_seeds, len(labkit.lab_start(work).get("seeds") or []))  # as many as lab start gave
+    compared = statements.compared_algorithms(lab, results)
     for task in lab.tasks:
-        copies = set(expected.reference.fingerprints) if expected and expected.reference else set()
         checks = list(seed_checks or []) if task.id == first_runs else []
-        checks += _run_checks(task, results, copies, lab.min_seeds) + _figure_checks(task, work, results)
-        checks += _answer_checks(task, work / lab.answers, results, _settings(work, lab))
+        checks += _run_checks(task, results, copies, min_seeds) + _figure_checks(task, work, results)
+        checks += _answer_checks(task, work / lab.answers, results, _settings(work, lab), compared)
         checks += _band_checks([b for b in (expected.bands if expected else []) if b.task == task.id], results)
         tasks.append(TaskGrade(task, checks))
     return Grade(lab, tasks, kernels[-1] if kernels else None)
@@ -174,10 +173,15 @@ def _point_check(point: str, results: Results, copies: set[str]) -> Check:
                         f"{f' ({r.reason})' if r.reason else ''}" for r in bad.itertuples())  # fmt: skip
         return Check(name, False, f"{why}: see the run's report.html, then run it again (--force)")
     runs = runs[runs["seed"].isin(wanted)]
-    copied = [f"seed {r.seed}" for r in runs.itertuples() if labresults.run_fingerprint(Path(r.path)) in copies]
+    fingerprints = {r.seed: labresults.run_fingerprints(Path(r.path)) for r in runs.itertuples()}
+    copied = [f"seed {seed}" for seed, found in fingerprints.items() if found & copies]
     if copied:
         return Check(name, False, f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
                                   "byte for byte): run the scenario yourself")  # fmt: skip
+    twins = _shared(fingerprints, _other_runs(results, point))
+    if twins:
+        return Check(name, False, f"{twins}: the same capture as another run, byte for byte (a run copied under "
+                                  "another seed or point): run each seed yourself")  # fmt: skip
     disagree = [f"seed {r.seed}: {problem}" for r in runs.itertuples()
                 for problem in evidence.run_problems(Path(r.path))]  # fmt: skip
     if disagree:
@@ -198,6 +202,24 @@ def _point_check(point: str, results: Results, copies: set[str]) -> Check:
                                   f"({results.started_utc}): not this lab's run")  # fmt: skip
     return Check(name, True, f"{len(wanted)} run(s) complete and trustworthy, of the scenario file as it is, "
                              "made after 'testbed lab start'")  # fmt: skip
+
+
+def _other_runs(results: Results, point: str) -> dict[str, set[str]]:
+    """The fingerprints of the student's graded runs of other points ("point seed N" -> them)."""
+    graded = labresults.graded_run_ids(results)
+    return {f"{r.point_id} seed {r.seed}": labresults.run_fingerprints(Path(r.path)) for r in results.runs.itertuples()
+            if r.run_id in graded and r.point_id != point}  # fmt: skip
+
+
+def _shared(mine: dict[int, set[str]], others: dict[str, set[str]]) -> str | None:
+    """The first run of ``mine`` that shares a capture with another of ``mine`` or of ``others``, named."""
+    runs = {f"seed {seed}": found for seed, found in mine.items()} | others
+    names = list(runs)
+    for i, first in enumerate(names[: len(mine)]):
+        for second in names[i + 1 :]:
+            if runs[first] & runs[second]:
+                return f"{first} and {second}"
+    return None
 
 
 def _utc(stamp: str) -> datetime:
@@ -264,9 +286,10 @@ def _settings(work: Path, lab: Lab) -> dict[str, list[float]]:
             for unit, key in SETTING_KEYS.items()}  # fmt: skip
 
 
-def _answer_checks(task: Task, path: Path, results: Results, settings: dict[str, list[float]]) -> list[Check]:
+def _answer_checks(task: Task, path: Path, results: Results, settings: dict[str, list[float]],
+                   compared: statements.Compared | None = None) -> list[Check]:  # fmt: skip
     given = answerfile.sections(path)
-    checks = [question_check(q, given.get(q.id, ""), path.name, results, settings) for q in task.questions]
+    checks = [question_check(q, given.get(q.id, ""), path.name, results, settings, compared) for q in task.questions]
     for question, check in zip(task.questions, checks, strict=True):
         if question.verdict and check.ok:
             verdict = verdict_check(given.get(question.id, ""), "\n".join(given.values()), results)
@@ -284,21 +307,19 @@ def verdict_check(answer: str, all_answers: str, results: Results) -> Check:
         return Check("verdict", False, f"the answers name none of the claims your runs decide "
                                        f"({', '.join(decided) or 'none: run the points of one claim'})")  # fmt: skip
     verdict = decided[named[0]]
-    said = [v for v in claims.VERDICTS if _says(answer, v)]
+    said = statements.verdicts_stated(answer)
+    if len(said) > 1:
+        return Check("verdict", False, f"the answer states {len(said)} verdicts ({', '.join(said)}): state the one "
+                                       f"your runs give on {named[0]}")  # fmt: skip
     if verdict.verdict not in said:
         return Check("verdict", False, f"your runs give {named[0]}: {verdict.verdict}, which the answer does not "
                                        f"say{f' (it says {said[0]})' if said else ''}")  # fmt: skip
     return Check("verdict", True, f"states the verdict your runs give on {named[0]}: {verdict.verdict}")
 
 
-def _says(text: str, verdict: str) -> bool:
-    """The text says ``verdict`` ("reproduced" not as part of "not reproduced")."""
-    pattern = r"(?<!not )\breproduced\b" if verdict == "reproduced" else r"\b" + re.escape(verdict) + r"\b"
-    return re.search(pattern, text.lower()) is not None
-
-
 def question_check(question: Question, answer: str, file: str, results: Results,
-                   settings: dict[str, list[float]] | None = None) -> Check:  # fmt: skip
+                   settings: dict[str, list[float]] | None = None,
+                   compared: statements.Compared | None = None) -> Check:  # fmt: skip
     """An answer graded on what it states (testbed/labs/answerfile.py): each number the question asks for in
     its numbers block, within its tolerance of the student's own runs; prose in sentences that claim
     something, whose numbers agree with the runs; and the rubric's concepts, each stated in such a
@@ -320,7 +341,10 @@ def question_check(question: Question, answer: str, file: str, results: Results,
         return Check(name, False, "no sentence that states something: a list of terms or numbers is not an "
                                   "answer; say in sentences what your runs show")  # fmt: skip
     problems = _number_problems(question, section, file, results)
-    problems += _contradictions(question, text, results, settings or {})
+    problems += statements.contradictions(question, text, results, settings or {})
+    if compared is not None:  # what the sentences say of the algorithms' difference (testbed/labs/statements.py)
+        problems += statements.comparison_problems(said, compared.means)
+        problems += statements.significance_problems(said, compared.p_values)
     if problems:
         return Check(name, False, "; ".join(problems))
     stated = [c.name for c in question.rubric if any(_states(sentence, c) for sentence in said)]
@@ -340,7 +364,9 @@ def question_check(question: Question, answer: str, file: str, results: Results,
 
 
 def _states(sentence: str, concept: Concept) -> bool:
-    return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), sentence.lower()) for term in concept.terms)
+    """The sentence states the concept: one of its terms, not negated ("does not use the estimate")."""
+    return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), sentence.lower())
+               and not statements.negated(sentence, term) for term in concept.terms)  # fmt: skip
 
 
 def _number_problems(question: Question, section: answerfile.Section, file: str, results: Results) -> list[str]:
@@ -376,40 +402,6 @@ def _number_missing(asked: Measured, given, results: Results) -> str | None:
     if abs(number - value) > asked.tolerance_pct / 100 * abs(value):
         return f"{what}: {number:g} is not within {asked.tolerance_pct:g} % of what your runs give ({value:.3g})"
     return None
-
-
-def _contradictions(question: Question, prose: str, results: Results, settings: dict[str, list[float]]) -> list[str]:
-    """The prose's numbers in the units the question asks about (``1.4 Mbit/s``; ``0.8 and 1.1 Mbit/s``)
-    that nothing backs: none of the runs' values of those points (each run, their mean, range and
-    spread, the difference of two means) nor a setting of the scenario file is within the tolerance."""
-    problems = []
-    for unit in sorted({n.unit for n in question.numbers if n.unit in PROSE_UNITS}):
-        asked = [n for n in question.numbers if n.unit == unit]
-        tolerance = min(n.tolerance_pct for n in asked) / 100
-        backed = _evidence(asked, results) + settings.get(unit, [])
-        # a number, or a list or range of them ("0.8, 0.9 and 1.1", "0.8-1.1"), followed by the unit
-        number = r"\d+(?:\.\d+)?"
-        pattern = rf"(?<![\d.])({number}(?:\s*(?:,|and|or|to|-)\s*{number})*)\s*" + re.escape(unit)
-        for group in re.finditer(pattern, prose.replace(",000", "000")):
-            for n in (float(x) for x in re.findall(r"\d+(?:\.\d+)?", group.group(1))):
-                if not any(abs(n - b) <= tolerance * max(abs(b), 1e-9) for b in backed):
-                    problems.append(f"the answer says {n:g} {unit}, which neither your runs nor your scenario "
-                                    f"file give")  # fmt: skip
-    return list(dict.fromkeys(problems))
-
-
-def _evidence(asked: list[Measured], results: Results) -> list[float]:
-    """Every number the runs give for ``asked``'s points in their unit: each run's value of each metric
-    of that unit, each metric's mean, range and spread, and the differences of the means."""
-    means, found = [], []
-    for n in asked:
-        for metric in labkit.metrics_in(n.unit):
-            values = [v * n.scale for v in point_values(n.point, n.model_copy(update={"metric": metric}), results)]
-            if values:
-                mean = sum(values) / len(values)
-                means.append(mean)
-                found += [*values, mean, max(values) - min(values)]
-    return found + [abs(a - b) for a in means for b in means if a != b]
 
 
 def _quote(text: str, limit: int = 400) -> str:

@@ -17,7 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from testbed.labs import grading, labkit, labresults, students
+from testbed.labs import grading, intake, labkit, labresults, students
+from testbed.results import rundir
 from testbed.scenario import variants
 from testbed.scenario.load import load_scenario
 from testbed.scenario.points import ScenarioFile
@@ -70,6 +71,7 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     None skips them). The hidden variants' checks belong to the lab's first task that runs points: a
     scenario file that only works for the seeds it was tried with fails the task that asked for it.
     ``student``: whose work this is (their own seeds are then required: testbed/labs/students.py)."""
+    intake.refuse_unsafe(work, results)  # before anything in them is read or written
     lab = labkit.load_lab(master)
     expected = labkit.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
     ran = []
@@ -84,10 +86,10 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     if ran:
         task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
         task.checks += _hidden_checks(ran, expected, found)
-    out = work / "grade"
-    out.mkdir(exist_ok=True)
+    # a folder made afresh for the grade, put in place of grade/ (a link there removed, never followed)
+    out = intake.write_fresh(work / "grade", {"results.json": (json.dumps(grading.gradescope(graded), indent=2)
+                                                               + "\n").encode()})  # fmt: skip
     grading.junit_xml(graded, out / "junit.xml")
-    (out / "results.json").write_text(json.dumps(grading.gradescope(graded), indent=2) + "\n")
     return LabCheck(graded, out / "junit.xml", out / "results.json")
 
 
@@ -200,17 +202,20 @@ def _variant_checks(master: Path, lab: labkit.Lab, work: Path, found: labresults
 
 
 def shared_runs(folders: list[Path]) -> dict[str, list[Path]]:
-    """Runs found in more than one of the submissions ``folders`` (an instructor's check across a class):
-    fingerprint -> the run folders that have it, when they belong to two submissions or more. A run is
-    found by its manifest; its fingerprint (labresults.run_fingerprint) is its captures' sha256s, which
-    no two real runs share."""
+    """Runs that share a capture across the submissions ``folders`` (an instructor's check across a class):
+    a fingerprint -> the run folders that have it, when they belong to two submissions or more. A run is
+    found by its manifest (links not followed: testbed/labs/intake.py); its fingerprints
+    (labresults.run_fingerprints) are its captures' sha256s, which no two real runs share."""
     seen: dict[str, list[tuple[int, Path]]] = {}
     for index, folder in enumerate(folders):
-        for manifest in sorted(folder.rglob("manifest.json")):
-            fingerprint = labresults.run_fingerprint(manifest.parent)
-            if fingerprint is not None:
+        for manifest in intake.files_named(folder, rundir.MANIFEST):
+            for fingerprint in labresults.run_fingerprints(manifest.parent):
                 seen.setdefault(fingerprint, []).append((index, manifest.parent))
-    return {f: [run for _, run in found] for f, found in seen.items() if len({i for i, _ in found}) > 1}
+    shared: dict[tuple[Path, ...], str] = {}
+    for fingerprint, found in sorted(seen.items()):
+        if len({i for i, _ in found}) > 1:
+            shared.setdefault(tuple(run for _, run in found), fingerprint)
+    return {fingerprint: list(runs) for runs, fingerprint in shared.items()}
 
 
 def open_notebook(folder: Path) -> int:
@@ -230,7 +235,7 @@ def open_notebook(folder: Path) -> int:
 
 def command(action: str, name: str | None, folder: Path | None = None, more: list[str] | None = None,
             work: Path | None = None, how: str | None = None, hidden_runner: SessionRunner | None = None,
-            student: str | None = None) -> int:  # fmt: skip
+            student: str | None = None, student_check: bool = True) -> int:  # fmt: skip
     """``testbed lab ACTION``: list, start, check, pack, bands, autograder, notebook or duplicates (docs/labs.md);
     returns the exit status. ``hidden_runner`` runs the hidden variants for ``check`` (None: not run)."""
     if action == "list":
@@ -259,7 +264,7 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
     if action == "autograder":
         from testbed.labs import autograder
 
-        path = autograder.build(name, folder or Path.cwd())
+        path = autograder.build(name, folder or Path.cwd(), student_check)
         print(f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
               f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)")  # fmt: skip
         return 0

@@ -36,7 +36,7 @@ def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Exp
     bands = [_band(band, found) for band in _templates(expected.bands, lab.variant)]
     complete = found.runs[found.runs["status"] == "complete"]
     kernels = ", ".join(sorted(set(complete["kernel_release"].dropna())))
-    fingerprints = sorted(filter(None, (labresults.run_fingerprint(Path(path)) for path in complete["path"])))
+    fingerprints = sorted(set().union(*(labresults.run_fingerprints(Path(path)) for path in complete["path"])))
     seeds = sorted({int(seed) for seed in complete["seed"]})
     reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete), seeds=seeds,
                                  fingerprints=fingerprints)  # fmt: skip

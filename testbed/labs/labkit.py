@@ -182,7 +182,7 @@ class Reference(_Strict):
     commit: str
     runs: int  # complete reference runs the bands were made from
     seeds: list[int] = []  # their seeds (a hidden variant's must be among them: its runs are graded by the bands)
-    #: each reference run's fingerprint (labresults.run_fingerprint): a student's run with one is a copy
+    #: the reference runs' fingerprints (labresults.run_fingerprints): a student's run with one is a copy
     fingerprints: list[str] = []
 
 

@@ -132,13 +132,20 @@ def graded_run_ids(results: Results, points: set[str] | None = None) -> set[str]
 def point_values(point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None) -> list[float]:
     """The metric ``asked`` of each of the student's latest complete runs of ``point``: of the seeds their
     scenario file asks for (``seeds`` when given: a hidden variant's), never another's."""
+    return [value for _, value in seeded_values(point, asked, results, seeds)]
+
+
+def seeded_values(point: str, asked: Band | Measured, results: Results,
+                  seeds: list[int] | None = None) -> list[tuple[int, float]]:  # fmt: skip
+    """:func:`point_values` with each run's seed: (seed, value)."""
     runs = results.runs
     if runs.empty:
         return []
     wanted = seeds if seeds is not None else results.seeds.get(point, [])
     runs = runs[(runs["point_id"] == point) & (runs["status"] == "complete") & runs["seed"].isin(wanted)]
-    values = (run_metric(asked, run_id, results) for run_id in runs["run_id"])
-    return [v for v in values if not math.isnan(v)]
+    pairs = zip(runs["seed"], runs["run_id"], strict=True)
+    values = ((int(seed), run_metric(asked, run_id, results)) for seed, run_id in pairs)
+    return [(seed, v) for seed, v in values if not math.isnan(v)]
 
 
 def run_metric(asked: Band | Measured, run_id: str, results: Results) -> float:
@@ -163,14 +170,23 @@ def run_knob(run_dir: Path, knob: str) -> float | None:
         return None
 
 
-def run_fingerprint(run_dir: Path) -> str | None:
-    """What tells a run from every other: the sha256 of its manifest's list of files and their sha256
-    (its captures and traces differ from any other run's). None when the manifest lists no files."""
+def run_fingerprints(run_dir: Path) -> set[str]:
+    """What tells a run from every other: the sha256 of each of its captures (``raw/*.pcap``, read from
+    the files themselves: no two real runs share a capture, and renaming, relabelling or adding a file
+    leaves it), and the sha256 of its manifest's list of files (the fingerprint of reference runs kept
+    without their raw files). Empty when the run has neither."""
+    found = {rundir.sha256_file(path) for path in sorted((run_dir / "raw").glob("*.pcap")) if _regular(path)}
     try:
         files = rundir.read_json(run_dir / rundir.MANIFEST).get("files") or {}
     except (rundir.LoadError, AttributeError):
-        return None
-    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest() if files else None
+        files = {}
+    if files:
+        found.add(hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest())
+    return found
+
+
+def _regular(path: Path) -> bool:
+    return path.is_file() and not path.is_symlink()
 
 
 def claim_flows(results: Results) -> pd.DataFrame:

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.labs import answerfile, labkit, labresults
+from testbed.labs import answerfile, labkit, labresults, statements
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
 COMMANDS = {
@@ -75,6 +75,13 @@ def _quote_the_runs(name: str, work: Path) -> None:
         block = "```numbers\n" + "".join(f"{key}: {mean:.4g}\n" for key, mean in means.items() if mean) + "```\n"
         prose = re.sub(r"```numbers.*?```\n?", "", given[question.id], flags=re.S).strip()
         given[question.id] = f"{prose}\n\n{block}"
+    # a comparison the solution states ("about 6 % below New Reno") is the committed runs'; this test's own
+    compared = statements.compared_algorithms(lab_, found).means
+    if set(compared) == {"reno", "westwood"}:
+        change = 100 * (compared["westwood"] / compared["reno"] - 1)
+        for key, text in given.items():
+            given[key] = re.sub(r"about \d+ % (?:below|above) New Reno",
+                                f"about {abs(change):.0f} % {'above' if change > 0 else 'below'} New Reno", text)
     for question in (q for t in lab_.tasks for q in t.questions if q.verdict):
         said = "; ".join(f"{claim}: {v.verdict}" for claim, v in labresults.decided_claims(found).items())
         given[question.id] = f"{given[question.id].strip()}\nThe verdict my runs give: {said}.\n"

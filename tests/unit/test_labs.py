@@ -324,15 +324,16 @@ CHEATS = {
     _four_byte_png: ({"t1": 0, "t2": 3, "t3": 3}, "not a PNG image"),
     _another_figure: ({"t1": 0, "t2": 3, "t3": 3}, "not the figure its session's report drew"),
     _another_kernel_series: ({"t1": 0, "t2": 3, "t3": 3}, "no bands for this kernel (6.12; the lab has bands for 6.1)"),
-    _a_seed_missing: ({"t1": 0, "t2": 3, "t3": 3}, "no run of seed 3"),
+    # Q2's "less than 1 % lower" was written from the three seeds: two give -4.3 %, so t2 goes too
+    _a_seed_missing: ({"t1": 0, "t2": 0, "t3": 3}, "no run of seed 3"),
     _flows_edited: ({"t1": 0, "t2": 3, "t3": 3}, "seed 1: flows.csv: goodput_mbit of c0 is 1.01392; the run's "
                                                  "captures give 0.881667"),
     _raw_left_home: ({"t1": 0, "t2": 3, "t3": 3}, "raw/ is missing: hand in each run with its raw/ folder"),
     _capture_edited: ({"t1": 0, "t2": 3, "t3": 3}, "raw/ra.pcap is not the file the run wrote"),
     _manifest_says_trustworthy: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json says 'capture ra' passed; judged again "
                                                               "from raw/tcpdump-ra.log, it fails"),
-    _trustworthy_flag_flipped: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json says trustworthy while its check(s) "
-                                                             "capture ra failed"),
+    _trustworthy_flag_flipped: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json's check(s) capture ra failed (while it "
+                                                             "says trustworthy)"),
     _reference_runs_copied: ({"t1": 0, "t2": 3, "t3": 3}, "a copy of the lab's reference runs"),
     _edited_after_the_runs: ({"t1": 0, "t2": 3, "t3": 3}, "made with other settings than the scenario file has now"),
     _runs_before_lab_start: ({"t1": 0, "t2": 3, "t3": 3}, "made before 'testbed lab start' made this folder"),
@@ -514,7 +515,7 @@ def _gradescope_run(root: Path, upload: Path | None) -> dict:
 
 
 def test_the_gradescope_autograder_grades_an_upload_laid_out_as_gradescope_lays_it_out(tmp_path):
-    zipped = autograder.build("wireless", tmp_path)
+    zipped = autograder.build("wireless", tmp_path, student_check=False)  # without the course's secret
     root = tmp_path / "autograder"
     with zipfile.ZipFile(zipped) as archive:
         names = archive.namelist()
