@@ -7,6 +7,10 @@ the line parser of the finished report's cwnd, ssthresh and RTT), ``raw/queues-l
 sampler's ticks as it reads them), the session's ``plan.json`` and, under a guest, the console log's
 fidelity lines; at a run's end its manifest's checks and its ``flows.csv`` (the report's numbers).
 A finished session is the same files read at once, which is how ``testbed watch`` replays it.
+The guest writes these folders while they are read: every file is opened as a regular file only (a
+symbolic link is not followed, a FIFO not waited on: such a file counts as not there yet,
+``rundir.open_regular``), a JSON or CSV file is read only up to :data:`MAX_FILE_BYTES`, and a growing
+file at most :data:`TAIL_READ_BYTES` a poll.
 
 Records (``kind``):
 
@@ -29,6 +33,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import os
 import re
 import time
 from dataclasses import dataclass, field
@@ -56,28 +61,40 @@ HOST_CHECK_WAIT_S = 5.0
 CLAIMS_EVERY_S = 30.0
 #: a packet, for the BDP drawn beside cwnd (the queues' own unit)
 PACKET_BYTES = 1500
+#: the most read of a run's manifest, the session's plan or a run's flows.csv (a manifest is about 30 KB)
+MAX_FILE_BYTES = 8 << 20
+#: the most a growing file (a trace, the queues, the console log) is read of at one poll: a run's end
+#: waits until its traces are read to their end (see RunTail.poll)
+TAIL_READ_BYTES = 16 << 20
+#: a line still without its newline past this length is dropped (no trace line comes near it)
+MAX_LINE_BYTES = 1 << 20
 _FIDELITY_LINE = re.compile(r"fidelity: (.+?): (ok|OFF): (.*)$")
 
 
 class _Tail:
-    """A text file read as it grows: whole lines only (a line being written waits for its newline)."""
+    """A text file read as it grows: whole lines only (a line being written waits for its newline), at most
+    :data:`TAIL_READ_BYTES` a call (``behind`` then says there is more); a link or a FIFO is not read."""
 
     def __init__(self, path: Path):
         self.path = path
         self.offset = 0
-        self.partial = ""
+        self.partial = b""
+        self.behind = False
 
     def lines(self) -> list[str]:
         try:
-            with open(self.path, errors="replace") as handle:
+            with rundir.open_regular(self.path) as handle:
                 handle.seek(self.offset)
-                text = handle.read()
-                self.offset = handle.tell()
-        except OSError:
+                data = handle.read(TAIL_READ_BYTES)
+                self.behind = self.offset + len(data) < os.fstat(handle.fileno()).st_size
+        except (OSError, rundir.LoadError):
+            self.behind = False  # gone, or not a file: nothing more to wait for
             return []
-        text = self.partial + text
-        *whole, self.partial = text.split("\n")
-        return whole
+        self.offset += len(data)
+        *whole, self.partial = (self.partial + data).split(b"\n")
+        if len(self.partial) > MAX_LINE_BYTES:
+            self.partial = b""  # not a line of any file this reads: dropped, not kept growing
+        return [line.decode(errors="replace") for line in whole]
 
 
 @dataclass
@@ -124,10 +141,11 @@ class RunTail:
         manifest = self._manifest()
         if manifest is None:
             return []
-        ended = manifest.get("status") not in (None, "running")
         records = self._start_records(manifest)
         if self.t0 is not None:  # the two traces merged by time: a replay releases them by it
             records += sorted(self._flow_records() + self._queue_records(), key=lambda r: r["t"])
+        # ended once its traces are read to their end (a long trace takes more than one poll)
+        ended = manifest.get("status") not in (None, "running") and not (self.probe.behind or self.queues.behind)
         if ended:
             records += self._flush_bins() + self._status_record(manifest) + self._end_records(manifest)
             self.done = True
@@ -137,7 +155,7 @@ class RunTail:
 
     def _manifest(self) -> dict | None:
         try:
-            return rundir.read_json(self.dir / rundir.MANIFEST)
+            return rundir.read_json(self.dir / rundir.MANIFEST, MAX_FILE_BYTES)
         except (rundir.LoadError, OSError):
             return None
 
@@ -257,8 +275,8 @@ class RunTail:
     def _goodput_record(self) -> list[dict]:
         """The run's goodput per connection once its analysis wrote flows.csv (after the run's end)."""
         try:  # a run run again had its earlier attempt's files moved away (.attempts/): this one is its own
-            rows = list(csv.DictReader(io.StringIO(self.flows.read_text())))
-        except OSError:
+            rows = list(csv.DictReader(io.StringIO(rundir.read_text(self.flows, MAX_FILE_BYTES))))
+        except rundir.LoadError:
             return []
         self.goodput_told = True
         return [{"kind": "result", "run": self.run,
@@ -382,8 +400,11 @@ class SessionFeed:
         newest = newest_session(self.folder, self.since)
         if newest is None or newest == self.session:
             return []
+        try:
+            plan = rundir.read_json(newest / "plan.json", MAX_FILE_BYTES)
+        except rundir.LoadError:
+            return []  # not written yet, or not a file to read: looked at again at the next scan
         self.session = newest
-        plan = rundir.read_json(newest / "plan.json")
         entries = plan.get("runs") or []
         self.runs = [RunTail(newest, e["run_dir"]) for e in entries]
         self.estimates = [float(e.get("estimate_s") or 0.0) for e in entries]
@@ -439,12 +460,12 @@ def newest_session(folder: Path, since: float | None = None) -> Path | None:
 def finished(session: Path) -> bool:
     """Whether every run of the session's plan has ended (its manifest no longer says running)."""
     try:
-        entries = rundir.read_json(session / "plan.json").get("runs") or []
+        entries = rundir.read_json(session / "plan.json", MAX_FILE_BYTES).get("runs") or []
     except rundir.LoadError:
         return False
     for entry in entries:
         try:
-            status = rundir.read_json(session / entry["run_dir"] / rundir.MANIFEST).get("status")
+            status = rundir.read_json(session / entry["run_dir"] / rundir.MANIFEST, MAX_FILE_BYTES).get("status")
         except rundir.LoadError:
             return False
         if status in (None, "running"):

@@ -10,7 +10,12 @@ A finished session is replayed at ``speed`` times the pace it ran at (each run's
 their time on the run's clock); a running one is streamed as it grows.
 
 Tornado serves it (already a dependency through Dask and Jupyter): an event loop that holds many
-long-lived streams on one thread, in a daemon thread beside the session it watches.
+long-lived streams on one thread, in a daemon thread beside the session it watches. Any local user can
+connect to the port, and the server shares the measuring process's file descriptors: it holds at most
+:data:`MAX_CONNECTIONS` connections at once (one more is closed as soon as it is accepted) and closes a
+connection that has not sent a whole request within :data:`IDLE_TIMEOUT_S` (a keep-alive one between
+requests too). A stream of events is a request being answered, not an idle connection: it counts
+against the cap but lasts as long as its viewer.
 """
 
 from __future__ import annotations
@@ -43,6 +48,13 @@ POLL_S = 0.25
 RUN_GAP_S = 0.5
 #: how long a live session's end waits for its viewers' streams to send their last records
 DRAIN_S = 10.0
+#: connections held at once (a browser opens about 6 to a host; every viewer's stream is one of them)
+MAX_CONNECTIONS = 64
+#: a connection that has not sent a whole request's headers (or body) within this long is closed
+IDLE_TIMEOUT_S = 5.0
+#: the most a request may send (the page takes only GETs), and a connection's read buffer
+MAX_REQUEST_BYTES = 64 << 10
+MAX_BUFFER_BYTES = 1 << 20
 
 
 @dataclass
@@ -135,16 +147,40 @@ async def _batches(history: _History, speed: float | None):
         await asyncio.sleep(POLL_S / 2 if speed else POLL_S)
 
 
+class _CappedServer(tornado.httpserver.HTTPServer):
+    """An HTTP server that holds at most ``max_connections`` connections: the next is closed when accepted."""
+
+    def initialize(self, *args, max_connections: int = MAX_CONNECTIONS, **kwargs) -> None:
+        super().initialize(*args, **kwargs)
+        self.max_connections = max_connections
+        self.connections_open = 0
+
+    def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple) -> None:
+        if self.connections_open >= self.max_connections:
+            stream.close()
+            return
+        self.connections_open += 1
+        super().handle_stream(stream, address)
+
+    def on_close(self, server_conn: object) -> None:
+        self.connections_open -= 1
+        super().on_close(server_conn)
+
+
 class LiveServer:
     """The page for ``folder`` (a session, or a results folder whose newest session is followed), served
-    on 127.0.0.1 from a thread until :meth:`stop`."""
+    on 127.0.0.1 from a thread until :meth:`stop`; at most ``max_connections`` at once, an idle one closed
+    after ``idle_timeout_s``."""
 
-    def __init__(self, folder: Path, speed: float | None = None, port: int = 0, since: float | None = None):
+    def __init__(self, folder: Path, speed: float | None = None, port: int = 0, since: float | None = None,
+                 max_connections: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S):  # fmt: skip
         self.feed = SessionFeed(folder, since=since)
         self.history = _History([])
         self.token = secrets.token_urlsafe(16)
         self.speed = speed
         self.port = port
+        self.max_connections = max_connections
+        self.idle_timeout_s = idle_timeout_s
         self._loop: tornado.ioloop.IOLoop | None = None
         self._thread: threading.Thread | None = None
         self._ready = threading.Event()
@@ -171,7 +207,10 @@ class LiveServer:
              (r"/static/(.*)", tornado.web.StaticFileHandler, {"path": str(STATIC)})],
             token=self.token, history=self.history, speed=self.speed,
         )  # fmt: skip
-        server = tornado.httpserver.HTTPServer(app)
+        # idle_connection_timeout bounds the wait for a request's headers only: a stream being sent is not idle
+        server = _CappedServer(app, max_connections=self.max_connections, idle_connection_timeout=self.idle_timeout_s,
+                               body_timeout=self.idle_timeout_s, max_buffer_size=MAX_BUFFER_BYTES,
+                               max_header_size=MAX_REQUEST_BYTES, max_body_size=MAX_REQUEST_BYTES)  # fmt: skip
         sockets = tornado.netutil.bind_sockets(self.port, address="127.0.0.1")
         self.port = sockets[0].getsockname()[1]
         server.add_sockets(sockets)

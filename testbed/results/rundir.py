@@ -17,6 +17,9 @@ a run that is killed keeps that status and the next look at it reads "incomplete
 the one reader and the one writer of the folder's JSON and text files: every write goes to a
 temporary file in the same folder, is flushed to disk and renamed into place (a reader never sees
 half a file, a crash never leaves one); every read that fails raises :class:`LoadError` naming the file.
+A reader of a folder someone else writes while it reads (the live page reads the guest's run folders)
+gives a ``limit``: the file is then opened by :func:`open_regular` (never through a symbolic link, never
+blocking on a FIFO) and refused when it holds more than ``limit`` bytes.
 """
 
 from __future__ import annotations
@@ -24,10 +27,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 MANIFEST = "manifest.json"
 SESSION = "session.json"
@@ -90,9 +94,35 @@ def write_json_atomic(path: Path, data: object) -> None:
     write_text_atomic(path, json.dumps(data, indent=1, sort_keys=False, default=str) + "\n")
 
 
-def read_text(path: Path) -> str:
-    """A file's text, or :class:`LoadError` saying whether it is missing or unreadable."""
+def open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, only when it is a regular file: a symbolic link is not followed
+    (O_NOFOLLOW: OSError ELOOP) and a FIFO or a device is not waited on (O_NONBLOCK, then refused by
+    fstat: :class:`LoadError`), so that whoever writes the folder can neither point a reader elsewhere
+    nor hang it."""
+    handle = os.fdopen(os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC), "rb")
+    if not stat.S_ISREG(os.fstat(handle.fileno()).st_mode):
+        handle.close()
+        raise LoadError(path, "not a regular file")
+    return handle
+
+
+def read_bounded(path: Path, limit: int) -> bytes:
+    """``path``'s bytes through :func:`open_regular`; :class:`LoadError` when it holds more than ``limit``
+    (its size first, then no more than ``limit + 1`` bytes read: it may grow), OSError when it cannot be opened."""
+    with open_regular(path) as handle:
+        size = os.fstat(handle.fileno()).st_size
+        data = handle.read(limit + 1) if size <= limit else b""
+    if size > limit or len(data) > limit:
+        raise LoadError(path, f"larger than {limit} bytes: not read")
+    return data
+
+
+def read_text(path: Path, limit: int | None = None) -> str:
+    """A file's text, or :class:`LoadError` saying whether it is missing or unreadable; with ``limit``,
+    read by :func:`read_bounded` (a link, a FIFO or a larger file is unreadable)."""
     try:
+        if limit is not None:
+            return read_bounded(path, limit).decode(errors="replace")
         return Path(path).read_text(errors="replace")
     except FileNotFoundError:
         raise LoadError(path, "missing") from None
@@ -100,10 +130,11 @@ def read_text(path: Path) -> str:
         raise LoadError(path, f"unreadable ({exc.strerror})") from None
 
 
-def read_json(path: Path) -> Any:
-    """A JSON file, or :class:`LoadError` saying whether it is missing, empty, cut short or not JSON."""
+def read_json(path: Path, limit: int | None = None) -> Any:
+    """A JSON file, or :class:`LoadError` saying whether it is missing, empty, cut short or not JSON
+    (``limit``: as :func:`read_text`)."""
     path = Path(path)
-    text = read_text(path)
+    text = read_text(path, limit)
     if not text.strip():
         raise LoadError(path, "empty file")
     try:
