@@ -289,24 +289,26 @@ def completed_runs(session: Path) -> tuple[int, list[str]]:
 # -- judging: the parts every comparing workflow uses ------------------------------------------------------
 
 
-def side_metrics(session_dirs: set[Path]) -> tuple[pd.DataFrame, dict[str, list[tuple[str, str]]]]:
+def side_metrics(session_dirs: set[Path],
+                 untrusted: bool = False) -> tuple[pd.DataFrame, dict[str, list[tuple[str, str]]]]:  # fmt: skip
     """Analyse every run of a side: (its run metrics, point -> [(status, reason)] of its runs). Only
     trustworthy runs are measured: a run whose fidelity checks failed has the status "untrustworthy"
-    with the checks as its reason (:func:`left_out_runs`), like the claims' verdicts."""
+    with the checks as its reason (:func:`left_out_runs`), like the claims' verdicts. ``untrusted``:
+    the metrics of every complete run, untrustworthy ones too (the sensitivity line: :func:`sensitivity`)."""
     frames, statuses = [], {}
     for session in sorted(session_dirs):
         report = write_session_report(session)
-        trusted = []
+        measured = []
         for analysis in report.runs:
             point = analysis.manifest.get("point_id") or analysis.run_dir.parent.name
             why = untrusted_because(analysis.manifest) if analysis.status == "complete" else ""
             statuses.setdefault(point, []).append(("untrustworthy", why) if why else (analysis.status, analysis.reason))
-            if not why:
-                trusted.append(analysis)
-        flows = claims.flow_rows(trusted)
+            if not why or untrusted:
+                measured.append(analysis)
+        flows = claims.flow_rows(measured)
         if not flows.empty:
             frames.append(regression.run_metrics(flows))
-        latency = regression.latency_metrics(trusted)
+        latency = regression.latency_metrics(measured)
         if not latency.empty:
             frames.append(latency)
     metrics = pd.concat(frames, ignore_index=True) if frames else regression.run_metrics(pd.DataFrame())
@@ -328,6 +330,15 @@ def left_out_runs(statuses: dict[str, list[tuple[str, str]]], side: str = "") ->
             lines.append(f"{side + ': ' if side else ''}{point}: {len(why)} untrustworthy run(s) left out "
                          f"({'; '.join(sorted(set(why)))[:300]})")  # fmt: skip
     return lines
+
+
+def sensitivity(judged: dict[str, str], with_untrusted: dict[str, str]) -> list[str]:
+    """Whether the runs left out as untrustworthy would change a verdict: one line per comparison whose
+    verdict they change (``judged``: comparison -> its verdict without them; ``with_untrusted``: with
+    them), or one line saying none would. Said, never acted on: verdicts stand on trustworthy runs only."""
+    changed = [f"with the untrustworthy runs, {name} would be {verdict} (without them: {judged[name]})"
+               for name, verdict in with_untrusted.items() if name in judged and judged[name] != verdict]  # fmt: skip
+    return changed or ["with the untrustworthy runs included, no verdict would change"]
 
 
 def control_line(what: str, comparisons: list) -> tuple[str, bool]:

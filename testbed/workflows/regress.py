@@ -59,6 +59,8 @@ class RegressResult:
     failures: list[str] = field(default_factory=list)
     #: runs left out as untrustworthy, one line per side and point (compare.left_out_runs)
     left_out: list[str] = field(default_factory=list)
+    #: whether those runs would change a verdict (compare.sensitivity); empty when none was left out
+    sensitivity: list[str] = field(default_factory=list)
     #: one line per positive control: detected or missed, and by which metrics
     controls: list[str] = field(default_factory=list)
     exit_code: int = 0
@@ -136,6 +138,11 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     result.comparisons = regression.compare(side_metrics["baseline"], side_metrics["candidate"])
     result.failures += _failed_points(side_status)
     result.left_out = [line for side in SIDES for line in compare.left_out_runs(side_status[side], side)]
+    if result.left_out:
+        every = {side: compare.side_metrics(sessions[side], untrusted=True)[0] for side in SIDES}
+        again = regression.compare(every["baseline"], every["candidate"])
+        result.sensitivity = compare.sensitivity({c.name: c.verdict for c in result.comparisons},
+                                                 {c.name: c.verdict for c in again})  # fmt: skip
     _check_controls(result, controls)
     regressed = any(c.verdict == "regression" and c.point not in controls for c in result.comparisons)
     result.exit_code = compare.exit_code(result.failures, regressed)
@@ -147,6 +154,7 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     rundir.write_json_atomic(directory / "regress.json", {
         "baseline": baseline, "candidate": candidate, "repeat": repeat, "candidate_flow_options": flow_options or {},
         "exit_code": result.exit_code, "failures": result.failures, "left_out": result.left_out,
+        "sensitivity": result.sensitivity,
         "controls": controls, "control_checks": result.controls,
         "comparisons": [{**c.__dict__, "name": c.name} for c in result.comparisons],
     })  # fmt: skip
@@ -178,6 +186,7 @@ def _summary(result: RegressResult, header: str, controls: dict) -> str:
     lines += result.controls
     lines += [f"failed: {f}" for f in result.failures if f not in result.controls]
     lines += [f"left out: {line}" for line in result.left_out]
+    lines += [f"sensitivity: {line}" for line in result.sensitivity]
     lines.append(f"exit status {result.exit_code} ({compare.EXIT_MEANINGS[result.exit_code]})")
     return "\n".join(lines)
 

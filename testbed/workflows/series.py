@@ -51,6 +51,8 @@ class SeriesResult:
     controls: list[str] = field(default_factory=list)
     #: runs left out as untrustworthy, one line per kernel and point (compare.left_out_runs)
     left_out: list[str] = field(default_factory=list)
+    #: whether those runs would change a step's verdict (compare.sensitivity); empty when none was left out
+    sensitivity: list[str] = field(default_factory=list)
     exit_code: int = 0
 
     @property
@@ -148,6 +150,10 @@ def _control_steps(frame: pd.DataFrame, kernel: str, suite: ScenarioFile) -> lis
     return steps
 
 
+def _verdicts(steps: list) -> dict[str, str]:
+    return {f"{s.before} -> {s.after}: {s.comparison.name}": s.comparison.verdict for s in steps if s.kind != "control"}
+
+
 def judge(result: SeriesResult, kept: list[str], sessions: dict, suite: ScenarioFile, repeat: int,
           inject: dict | None = None, inject_from: str | None = None) -> SeriesResult:  # fmt: skip
     """Compare the kernels' runs (analysis/series.py) and write the outputs (module doc)."""
@@ -163,6 +169,10 @@ def judge(result: SeriesResult, kept: list[str], sessions: dict, suite: Scenario
             if failed := compare.failed_runs(point, statuses[kernel]):
                 result.failures.append(f"{kernel}: {len(failed)} run(s) of {point} did not complete: "
                                        f"{'; '.join(sorted(set(failed)))[:300]}")  # fmt: skip
+    if result.left_out:
+        every = {k: compare.side_metrics(sessions[k], untrusted=True)[0] for k in kept}
+        again = series.compare_series({k: f[~f["point"].isin(list(suite.controls))] for k, f in every.items()}, kept)
+        result.sensitivity = compare.sensitivity(_verdicts(result.steps), _verdicts(again))
     _check_controls(result, suite)
     regressed = any(s.comparison.verdict == "regression" for s in result.steps
                     if s.kind in (series.ADJACENT, series.OVERALL))  # fmt: skip
@@ -210,6 +220,7 @@ def _summary(result: SeriesResult, repeat: int, inject: dict | None, inject_from
     lines += result.controls
     lines += [f"failed: {f}" for f in result.failures if f not in result.controls]
     lines += [f"left out: {line}" for line in result.left_out]
+    lines += [f"sensitivity: {line}" for line in result.sensitivity]
     lines.append(f"exit status {result.exit_code} ({compare.EXIT_MEANINGS[result.exit_code]})")
     return "\n".join(lines)
 
@@ -227,6 +238,7 @@ def _write(result: SeriesResult, suite: ScenarioFile, repeat: int, frames: dict,
     rundir.write_json_atomic(directory / "series.json", {
         "kernels": result.kernels, "compared": kept, "repeat": repeat, "exit_code": result.exit_code,
         "inject": inject or {}, "inject_from": inject_from, "failures": result.failures, "left_out": result.left_out,
+        "sensitivity": result.sensitivity,
         "controls": result.controls,
         "steps": [{"before": s.before, "after": s.after, "kind": s.kind, **s.comparison.__dict__}
                   for s in result.steps],

@@ -152,3 +152,14 @@ def test_untrustworthy_runs_are_left_out_of_the_sides_metrics_and_said_so(tmp_pa
     assert compare.failed_runs("p", statuses) == []  # left out, not failed: the comparison goes on
     assert compare.left_out_runs(statuses, "baseline") == [
         "baseline: p: 1 untrustworthy run(s) left out (base RTT pair 0, bottleneck rate forward)"]
+    every, _ = compare.side_metrics({session}, untrusted=True)  # for the sensitivity line only
+    assert set(every["seed"]) == {1, 2}
+
+
+def test_the_sensitivity_line_names_each_verdict_the_left_out_runs_would_change():
+    judged = {"p reno goodput": "no change", "p reno retransmissions": "no change"}
+    assert compare.sensitivity(judged, dict(judged)) == [
+        "with the untrustworthy runs included, no verdict would change"]
+    changed = {**judged, "p reno goodput": "regression"}
+    assert compare.sensitivity(judged, changed) == [
+        "with the untrustworthy runs, p reno goodput would be regression (without them: no change)"]
