@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -42,6 +43,13 @@ FRAGMENT = PROJECT / "kernel-patch" / "testbed-guest.config"
 FIRST_BUILD = {"compiled": 2506, "seconds": 860.0, "jobs": 2}
 #: how often a running build says how far it is
 PROGRESS_EVERY_S = 30.0
+#: free space a build needs on the disks of its checkout and the kernel cache (a defconfig build with the
+#: project's fragment: about 3 GB of objects; Debian's config: over 10)
+MIN_FREE_BYTES = 5 << 30
+#: how long make's group has after SIGTERM to stop (deleting its half-written targets) before SIGKILL
+STOP_GRACE_S = 10.0
+#: in an object folder: its last build was killed before it could stop (the next one starts clean)
+INTERRUPTED = ".testbed-interrupted"
 
 
 class BuildError(SourceError):
@@ -118,9 +126,11 @@ def build(source: Source, kernels: Path, log=print) -> Path:
                          "(make setup installs them)")  # fmt: skip
     tree = worktrees_root() / f"{source.repo.name}-{hashlib.sha256(str(source.repo).encode()).hexdigest()[:10]}"
     tree.mkdir(parents=True, exist_ok=True)
-    with _locked(tree / "lock"):
+    check_free_space(tree, kernels)
+    with _locked(tree / "lock", f"{source.name} ({source.commit[:12]})", log):
         if (root := cached(kernels, key)) is not None:  # built by another process while this one waited
             return root
+        _clean_after_a_kill(tree / "obj", log)
         src, obj = _checkout(source, tree)
         _configure(src, obj)
         started = time.monotonic()
@@ -129,11 +139,59 @@ def build(source: Source, kernels: Path, log=print) -> Path:
         return _install(source, src, obj, kernels / f"build-{key}", config, release, seconds, log)
 
 
+def check_free_space(tree: Path, kernels: Path) -> None:
+    """Refuse a build that would fill the disk (a kernel's objects, modules and install take several GB),
+    naming what to remove."""
+    for folder in (tree, kernels):
+        folder.mkdir(parents=True, exist_ok=True)
+        free = shutil.disk_usage(folder).free
+        if free < MIN_FREE_BYTES:
+            raise BuildError(f"{free / 2**30:.1f} GiB free on the disk of {folder}; a kernel build needs "
+                             f"{MIN_FREE_BYTES / 2**30:.0f} GiB: remove builds (build-* in {kernels}) or checkouts "
+                             f"({worktrees_root()}) you no longer need")  # fmt: skip
+
+
 @contextlib.contextmanager
-def _locked(path: Path):
-    with open(path, "w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+def _locked(path: Path, what: str, log):
+    """The tree's lock, held for a build; while another process holds it, say whose it is and wait."""
+    with open(path, "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read(500).strip() or "another process"
+            log(f"kernel build: {path.parent.name} is in use, waiting for {holder}")
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, building {what} since "
+                     f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")  # fmt: skip
+        handle.flush()
         yield
+
+
+def _clean_after_a_kill(obj: Path, log) -> None:
+    """A build killed before it could stop may have left truncated objects newer than their sources,
+    which make would link: the object folder goes, and the build starts clean (ccache keeps it quick)."""
+    if (obj / INTERRUPTED).exists():
+        log(f"kernel build: the last build in {obj} was killed mid-way; its objects are removed")
+        shutil.rmtree(obj)
+
+
+def _stop(proc: subprocess.Popen, obj: Path) -> None:
+    """make's whole group stopped: SIGTERM first (make deletes the targets it was writing), SIGKILL after
+    STOP_GRACE_S; a killed build marks its object folder for a clean start (:func:`_clean_after_a_kill`)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(STOP_GRACE_S)
+        return
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    (obj / INTERRUPTED).write_text("killed mid-build: the next build starts clean\n")
 
 
 def _git(src: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -231,8 +289,7 @@ def _make(src: Path, obj: Path, key: str, log_path: Path, log) -> str:
                     log(progress_text(compiled, expected, said - started))
         finally:
             if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
+                _stop(proc, obj)
     if proc.returncode != 0:
         raise BuildError(f"the kernel did not build (make exited {proc.returncode}); last lines:\n"
                          f"{_last_lines(log_path)}\nlog: {log_path}")  # fmt: skip

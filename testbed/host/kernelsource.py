@@ -173,7 +173,9 @@ def _commit(repo: Path, rev: str | None, name: str) -> str:
 def _dirty_patch(repo: Path) -> Patch | None:
     """The working tree's uncommitted changes to tracked files as one patch, or None when clean (untracked
     files are not part of a build: git add them). Plumbing, not ``git diff``: a user's diff settings
-    (colour, no prefix, an external diff) would spoil the patch."""
+    (colour, no prefix, an external diff) would spoil the patch. The index's stat information is
+    refreshed first (as ``git status`` does): a file touched but unchanged is not a change."""
+    subprocess.run(["git", "-C", str(repo), "update-index", "-q", "--refresh"], capture_output=True)  # 1: changes
     files = _git(repo, "diff-index", "--name-only", "HEAD").splitlines()
     if not files:
         return None

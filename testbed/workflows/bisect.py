@@ -145,13 +145,34 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
         print(err)
         comparison.finish()
         return None, directory, 2
-    _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"))
+    _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"),
+           reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree))
     comparison.finish()
     return result, directory, 0
 
 
+def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: str | None,
+                    tree: Path | None) -> list[str]:  # fmt: skip
+    """How to run this again, whole: the bisection with every option it ran with, and the comparison of its
+    answer alone (the pair as ``testbed regress`` judges it, at the most seeds a step may take)."""
+    versions = spec["versions"]
+    options = [("--tree", tree), ("--suite", suite), ("--point", point), ("--cc", spec["cc"]),
+               ("--metric", spec["metric"]), ("--repeat", spec["repeat"]), ("--max-repeat", spec["max_repeat"]),
+               *(("--inject", f"{k}={v}") for k, v in spec["inject"].items()), ("--inject-from", spec["inject_from"]),
+               ("--clock", spec["clock"] if spec["clock"] != "auto" else None)]  # fmt: skip
+    given = "".join(f" {flag} {value}" for flag, value in options if value is not None)
+    lines = [f"reproduce the bisection: testbed bisect --good {versions[0]} --bad {versions[-1]}{given}"]
+    if result.first_bad and result.last_good:
+        harm = "".join(f" --candidate-flow-option {k}={v}" for k, v in spec["inject"].items()) \
+            if spec["inject_from"] else ""  # fmt: skip
+        lines.append(f"reproduce its answer: testbed regress --baseline {result.last_good} --candidate "
+                     f"{result.first_bad} --suite {suite} --repeat {spec['max_repeat']}{harm} (then read its "
+                     f"{point or 'every point'}, {result.key[1]} {result.key[2]} line)")  # fmt: skip
+    return lines
+
+
 def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inject: dict | None,
-           inject_from: str | None, suite: str) -> None:  # fmt: skip
+           inject_from: str | None, suite: str, reproduce: list[str]) -> None:  # fmt: skip
     point, cc, metric = result.key
     lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
              f"{point} {cc} {metric}"
@@ -166,9 +187,7 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
         low, high = change.interval()
         lines.append(f"{result.first_bad} against {result.last_good}: {metric} {change.relative:+.1%} (95 % interval "
                      f"{low:+.1%} to {high:+.1%}, {change.test})")  # fmt: skip
-    lines.append(f"reproduce: testbed regress --baseline {result.last_good} --candidate {result.first_bad} "
-                 f"--suite {suite}" + "".join(f" --candidate-flow-option {k}={v}" for k, v in (inject or {}).items()
-                                              if result.first_bad and inject_from))  # fmt: skip
+    lines += reproduce
     text = "\n".join(lines)
     print(text)
     (directory / "bisect.txt").write_text(text + "\n")

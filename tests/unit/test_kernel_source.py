@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 import subprocess
+import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -133,6 +136,15 @@ def test_a_dirty_tree_is_refused_unless_allowed_and_its_diff_is_then_built_and_r
     assert b"= 10;" in clean.vmlinuz.read_bytes() and not clean.build["dirty"]
 
 
+def test_a_file_touched_but_unchanged_is_not_a_dirty_tree(tree):
+    source = tree / "net" / "ipv4" / "tcp.c"
+    source.write_text(source.read_text())  # the same bytes, written again: only its stat information moved
+    later = time.time() + 5
+    os.utime(source, (later, later))
+    kernel, _ = _fetch(f"tree:{tree}")
+    assert not kernel.build["dirty"]
+
+
 def test_a_patch_is_part_of_the_key_and_one_that_does_not_apply_names_itself(tree, tmp_path, monkeypatch):
     monkeypatch.setattr(kernelsource, "debian_source", lambda series, log: (tree, "6.1.0-sim"))
     good = tmp_path / "cwnd.patch"
@@ -217,12 +229,20 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
     assert low < -0.3 < high and -0.4 < change.relative < -0.2
     folder = tmp_path / "bisect"
     folder.mkdir()
-    bisect_workflow._write(folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, "regression-check")
+    spec = {"versions": versions, "cc": "reno", "metric": None, "repeat": 3, "max_repeat": 9, "inject": {},
+            "inject_from": None, "clock": "auto"}  # fmt: skip
+    again = bisect_workflow.reproduce_lines(spec, result, "regression-check", "upload.default", tree)
+    bisect_workflow._write(folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, "regression-check",
+                           again)  # fmt: skip
     text = (folder / "bisect.txt").read_text()
     assert f"first bad version: {result.first_bad} (last good: {versions[4]})" in text
     assert f"{result.first_bad} against {versions[4]}: goodput {change.relative:+.1%} (95 % interval" in text
-    assert (f"reproduce: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
-            "--suite regression-check") in text  # fmt: skip
+    # every option the bisection ran with, and its answer alone
+    assert (f"reproduce the bisection: testbed bisect --good {versions[0]} --bad {versions[-1]} --tree {tree} "
+            "--suite regression-check --point upload.default --cc reno --repeat 3 --max-repeat 9") in text
+    assert (f"reproduce its answer: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
+            f"--suite regression-check --repeat 9 (then read its upload.default, {result.key[1]} goodput "
+            "line)") in text  # fmt: skip
 
 
 def test_a_missing_build_tool_is_named_with_its_package_before_anything_is_checked_out(tree, monkeypatch):
@@ -271,3 +291,46 @@ def test_two_patches_of_one_file_name_in_a_series_are_refused_before_anything_ru
     with pytest.raises(ValueError, match=r"would share the folder 6\.1\+patch-fix: give one of them another"):
         series.run_series(["6.1+source", *named], suite, 2, results_root=tmp_path / "results")
     assert not (tmp_path / "results").exists()  # refused before anything ran or was built
+
+
+def test_a_build_stopped_gets_sigterm_first_and_only_a_killed_one_starts_clean_next_time(tree, tmp_path, monkeypatch):
+    obj = tmp_path / "obj"
+    obj.mkdir()
+    polite = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    kernelbuild._stop(polite, obj)  # sleep dies of SIGTERM: make would have deleted its half-written target
+    assert polite.returncode == -15 and not (obj / kernelbuild.INTERRUPTED).exists()
+    monkeypatch.setattr(kernelbuild, "STOP_GRACE_S", 0.3)
+    stubborn = subprocess.Popen(["bash", "-c", "trap '' TERM; sleep 30 & wait; sleep 30"], start_new_session=True)
+    time.sleep(0.2)  # its trap set
+    kernelbuild._stop(stubborn, obj)
+    assert stubborn.returncode == -9 and (obj / kernelbuild.INTERRUPTED).exists()
+    # the next build of a tree whose last one was killed starts with an empty object folder
+    kernel, said = _fetch(f"tree:{tree}")
+    [worktree] = kernelbuild.worktrees_root().iterdir()
+    (worktree / "obj" / "truncated.o").write_text("half")
+    (worktree / "obj" / kernelbuild.INTERRUPTED).write_text("killed\n")
+    _commit(tree, "int tcp_init_cwnd = 12;\n", "another")
+    _, said = _fetch(f"tree:{tree}")
+    assert any("was killed mid-way; its objects are removed" in line for line in said), said
+    assert not (worktree / "obj" / "truncated.o").exists()
+
+
+def test_a_build_waiting_for_the_trees_lock_says_whose_it_is(tree):
+    kernel, _ = _fetch(f"tree:{tree}")  # the worktree and its lock made
+    [worktree] = kernelbuild.worktrees_root().iterdir()
+    (worktree / "lock").write_text("pid 4242 on elsewhere, building tree:linux (abc) since 2026-12-02\n")
+    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+            "print('held', flush=True); time.sleep(1.5)")
+    with subprocess.Popen([sys.executable, "-c", hold, str(worktree / "lock")], stdout=subprocess.PIPE,
+                          text=True) as holder:  # fmt: skip
+        assert holder.stdout.readline().strip() == "held"
+        _commit(tree, "int tcp_init_cwnd = 14;\n", "another")
+        _, said = _fetch(f"tree:{tree}")
+    assert any("is in use, waiting for pid 4242 on elsewhere, building tree:linux (abc)" in line for line in said), said
+    assert (worktree / "lock").read_text().startswith(f"pid {os.getpid()} on ")
+
+
+def test_a_build_without_the_free_space_it_needs_is_refused_naming_what_to_remove(tree, monkeypatch):
+    monkeypatch.setattr(kernelbuild.shutil, "disk_usage", lambda path: SimpleNamespace(free=1 << 30))
+    with pytest.raises(kernels.KernelError, match=r"1.0 GiB free on the disk of .*needs 5 GiB: remove builds"):
+        _fetch(f"tree:{tree}")
