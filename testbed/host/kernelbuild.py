@@ -43,6 +43,13 @@ FRAGMENT = PROJECT / "kernel-patch" / "testbed-guest.config"
 FIRST_BUILD = {"compiled": 2506, "seconds": 860.0, "jobs": 2}
 #: how often a running build says how far it is
 PROGRESS_EVERY_S = 30.0
+#: the environment variables a build reads from the user's (kbuild's toolchain and flags): each one set is
+#: part of the build's key and of build.json, so LLVM=1 or KCFLAGS=-O3 is another build
+TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "CC", "LD", "AR", "NM", "OBJCOPY", "OBJDUMP", "STRIP",
+             "READELF", "HOSTCC", "HOSTCXX", "HOSTCFLAGS", "HOSTLDFLAGS", "KCFLAGS", "KCPPFLAGS", "KAFLAGS",
+             "KRUSTFLAGS", "KBUILD_BUILD_TIMESTAMP")  # fmt: skip
+#: the rest of the environment a build sees: what the shell and the tools need, not what they build
+PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
 #: free space a build needs on the disks of its checkout and the kernel cache (a defconfig build with the
 #: project's fragment: about 3 GB of objects; Debian's config: over 10)
 MIN_FREE_BYTES = 5 << 30
@@ -84,11 +91,21 @@ def config_digest() -> str:
 
 
 def build_key(source: Source, config: str) -> str:
-    digest = hashlib.sha256(source.commit.encode())
+    """What a build is: the commit's tree (not the commit: an amend that keeps the files, or Debian's
+    source fetched again, builds the same), the patches, the config's digest and the toolchain variables
+    the build sees (:func:`toolchain`)."""
+    digest = hashlib.sha256((source.tree_id or source.commit).encode())
     for patch in source.patches:
         digest.update(patch.sha256.encode())
     digest.update(config.encode())
+    for name, value in toolchain().items():
+        digest.update(f"\0{name}={value}".encode())
     return digest.hexdigest()[:12]
+
+
+def toolchain() -> dict[str, str]:
+    """The variables of :data:`TOOLCHAIN` set in this environment: the build sees them, its key holds them."""
+    return {name: os.environ[name] for name in TOOLCHAIN if name in os.environ}
 
 
 #: fragment options a tree may lack without harm: DEBUG_INFO_NONE came with 5.18 (before it, the
@@ -227,7 +244,10 @@ def _configkernel() -> str:
 
 
 def _make_env() -> dict:
-    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    """The environment make sees: the shell's basics (:data:`PASSED`) and the toolchain's variables
+    (:func:`toolchain`, in the key), nothing else: make reads every variable of its environment, and one
+    that is in neither (a KCONFIG_CONFIG, a W=1) must not change a build its key does not name."""
+    env = {name: os.environ[name] for name in PASSED if name in os.environ} | toolchain()
     # ccache's base folder: paths under it are hashed relative to the object folder, so a tree's second
     # checkout (another tree cloned from it, the same commit) hits what the first one compiled
     env.update(KBUILD_BUILD_USER="testbed", KBUILD_BUILD_HOST="cc-testbed", CCACHE_BASEDIR=str(worktrees_root()),
@@ -252,9 +272,17 @@ def _configure(src: Path, obj: Path) -> None:
 
 
 def _make_argv(src: Path, obj: Path, key: str, *targets: str) -> list[str]:
-    compiler = ["CC=ccache gcc"] if shutil.which("ccache") else []
     return ["make", "-C", str(src), f"O={obj}", f"-j{os.cpu_count() or 1}", f"LOCALVERSION=-tb{key[:8]}",
-            *compiler, *targets]  # fmt: skip
+            *_compiler(), *targets]  # fmt: skip
+
+
+def _compiler() -> list[str]:
+    """The compiler through ccache when it is installed: the one the toolchain's variables choose (CC, or
+    LLVM=1's clang), gcc otherwise; LLVM=-14 and LLVM=/path are left to kbuild (no ccache)."""
+    chosen = toolchain()
+    if not shutil.which("ccache") or chosen.get("LLVM", "1") != "1":
+        return []
+    return [f"CC=ccache {chosen.get('CC') or ('clang' if 'LLVM' in chosen else 'gcc')}"]
 
 
 def estimate_text(stats: dict | None) -> str:
@@ -343,7 +371,7 @@ def _install_into(source: Source, src: Path, obj: Path, dest: Path, root: Path, 
     (root / "boot").mkdir()
     shutil.copy2(obj / "arch" / "x86" / "boot" / "bzImage", root / "boot" / f"vmlinuz-{release}")
     shutil.copy2(obj / ".config", root / "boot" / f"config-{release}")
-    record = {**source.describe(), "key": key, "config_digest": config, "release": release,
+    record = {**source.describe(), "key": key, "config_digest": config, "toolchain": toolchain(), "release": release,
               "config_sha256": hashlib.sha256((obj / ".config").read_bytes()).hexdigest(),
               "build_seconds": round(seconds, 1), "ccache": bool(shutil.which("ccache")),
               "westwood_tb": _project_module(release, obj, log)}  # fmt: skip

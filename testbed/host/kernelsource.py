@@ -66,10 +66,14 @@ class Source:
     patches: tuple[Patch, ...]
     origin: str  # the tree's path, or linux-source-6.1=6.1.192-3
     dirty: bool = False
+    #: the commit's tree (``git rev-parse COMMIT^{tree}``): what is built, whatever the commit's message,
+    #: author or date (an amend that keeps the files, Debian's source fetched again)
+    tree_id: str = ""
 
     def describe(self) -> dict:
         """What a run's manifest records of it."""
-        return {"name": self.name, "origin": self.origin, "commit": self.commit, "dirty": self.dirty,
+        return {"name": self.name, "origin": self.origin, "commit": self.commit, "tree": self.tree_id,
+                "dirty": self.dirty,
                 "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches]}  # fmt: skip
 
 
@@ -114,7 +118,9 @@ def resolve(name: str, log=print) -> Source:
     patches = tuple(_read_patch(p) for p in parsed.patches)
     if parsed.kind == DEBIAN:
         repo, version = debian_source(parsed.series, log)
-        return Source(name, repo, _git(repo, "rev-parse", "HEAD"), patches, f"linux-source-{parsed.series}={version}")
+        commit = _git(repo, "rev-parse", "HEAD")
+        return Source(name, repo, commit, patches, f"linux-source-{parsed.series}={version}",
+                      tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
     repo = _tree(parsed.tree)
     commit = _commit(repo, parsed.rev, name)
     dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") else None
@@ -123,7 +129,8 @@ def resolve(name: str, log=print) -> Source:
             raise SourceError(f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
                               f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff")  # fmt: skip
         patches += (dirty,)
-    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None)
+    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None,
+                  tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
 
 
 def tree_versions(tree: Path, good: str, bad: str) -> list[str]:

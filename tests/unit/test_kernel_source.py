@@ -34,6 +34,7 @@ bzImage:
 \t@if grep -q BREAK net/ipv4/*.c; then echo "net/ipv4/tcp.c:1:1: error: a planted syntax error"; exit 1; fi
 \t@for f in net/ipv4/*.c; do echo "  CC      $$f"; done
 \t@mkdir -p $(O)/arch/x86/boot && cat net/ipv4/*.c > $(O)/arch/x86/boot/bzImage
+\t@echo "built with: llvm=$(LLVM) foo=$(FOO)" >> $(O)/arch/x86/boot/bzImage
 modules:
 \t@echo "  CC [M]  net/sched/sch_htb.o"
 kernelrelease:
@@ -334,3 +335,16 @@ def test_a_build_without_the_free_space_it_needs_is_refused_naming_what_to_remov
     monkeypatch.setattr(kernelbuild.shutil, "disk_usage", lambda path: SimpleNamespace(free=1 << 30))
     with pytest.raises(kernels.KernelError, match=r"1.0 GiB free on the disk of .*needs 5 GiB: remove builds"):
         _fetch(f"tree:{tree}")
+
+
+def test_the_key_is_the_trees_files_and_the_toolchain_the_build_sees(tree, monkeypatch):
+    first, said = _fetch(f"tree:{tree}")
+    assert any("kernel build-" in line for line in said)
+    _git(tree, "commit", "-q", "--amend", "-m", "the same files, another message")  # another commit, one tree
+    again, said = _fetch(f"tree:{tree}")
+    assert again.vmlinuz == first.vmlinuz and not any("kernel build-" in line for line in said), said
+    monkeypatch.setenv("LLVM", "1")  # kbuild's toolchain: another build, its variable in the key and the record
+    monkeypatch.setenv("FOO", "bar")  # not a toolchain variable: make never sees it
+    llvm, said = _fetch(f"tree:{tree}")
+    assert llvm.vmlinuz != first.vmlinuz and b"built with: llvm=1 foo=\n" in llvm.vmlinuz.read_bytes()
+    assert json.loads((llvm.vmlinuz.parents[1] / "build.json").read_text())["toolchain"] == {"LLVM": "1"}
