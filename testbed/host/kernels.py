@@ -158,16 +158,14 @@ def _from_source(name: str, log) -> Kernel:
 
 
 def pinned(name: str) -> str:
-    """A tree's name at the commit it stands for now (``tree:PATH@<sha>``), so that a comparison of hours
-    runs that commit in every session whatever is committed meanwhile; other names as they are (a patch
-    file and a dirty tree's diff are read again by each session: each run's manifest has their sha256)."""
-    if not (kernelsource.is_source(name) and name.startswith(kernelsource.TREE)):
-        return name
+    """A source name as a comparison keeps it (:func:`kernelsource.pin`): a tree at the commit it stands for
+    now (``tree:PATH@<sha>``), each patch and a dirty tree's diff read now and named by its sha256, so that
+    every session of a comparison of hours builds the same bytes whatever is committed or edited meanwhile;
+    other names as they are."""
     try:
-        source = kernelsource.resolve(name, log=lambda _line: None)
+        return kernelsource.pin(name) if kernelsource.is_source(name) else name
     except kernelsource.SourceError as err:
         raise KernelError(str(err)) from err
-    return name if source.dirty else f"{kernelsource.TREE}{source.repo}@{source.commit}"
 
 
 def _from_path(path: Path, log) -> Kernel:

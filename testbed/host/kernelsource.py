@@ -1,6 +1,7 @@
 """Kernels named by their source (issue 55): what a name says, and the exact source it stands for.
 
-- ``tree:PATH[@REV]``: a git tree (a revision of it: a commit, tag or branch; its HEAD by default);
+- ``tree:PATH[@REV][+patch:FILE...]``: a git tree (a revision of it: a commit, tag or branch; its HEAD by
+  default), with patches on top when named (a base and a series, as NIPA tests patches);
 - ``SERIES+patch:FILE[+patch:FILE2...]``: Debian's ``linux-source-SERIES`` with these patches;
 - ``SERIES+source``: Debian's ``linux-source-SERIES`` as it is, built here the same way: the fair
   baseline for a patch (Debian's own package differs from it in config and compiler flags, so a
@@ -11,6 +12,10 @@ make the build's key (:mod:`testbed.host.kernelbuild`). Debian's source is fetch
 ``apt-get download`` and kept as a one-commit git repository, so both kinds build the same way.
 A tree with uncommitted changes is refused unless allowed (``--allow-dirty``, which sets
 ``TESTBED_ALLOW_DIRTY=1``): then its diff is built as a patch and recorded as such.
+
+A comparison reads its inputs once (:func:`pin`): each patch file, and a dirty tree's diff, is copied
+into a store named by its sha256 and the name rewritten to ``patch:FILE@sha256:HEX``, which every later
+session reads from the store, so editing a patch during a comparison of hours changes nothing in it.
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ class SourceName:
     rev: str | None = None
     series: str | None = None
     patches: tuple[Path, ...] = ()
+    pins: tuple[str | None, ...] = ()  # each patch's sha256 when pinned (read from the store), else None
 
 
 @dataclass(frozen=True)
@@ -83,12 +89,13 @@ def is_source(name: str | None) -> bool:
 
 def parse(name: str) -> SourceName:
     """The parts of a source name (module doc); a malformed one says what the forms are."""
-    forms = "tree:PATH[@REV], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or SERIES+source"
+    forms = "tree:PATH[@REV][+patch:FILE], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or SERIES+source"
     if name.startswith(TREE):
-        path, _, rev = name[len(TREE) :].partition("@")
-        if not path:
-            raise SourceError(f"kernel {name!r}: no tree path; give {forms}")
-        return SourceName(TREE, tree=Path(path).expanduser(), rev=rev or None)
+        head, *patches = name[len(TREE) :].split("+patch:")
+        path, _, rev = head.partition("@")
+        if not path or not all(patches):
+            raise SourceError(f"kernel {name!r}: no tree path or an empty patch; give {forms}")
+        return SourceName(TREE, tree=Path(path).expanduser(), rev=rev or None, **_patch_parts(patches))
     series, _, rest = name.partition("+")
     if not re.fullmatch(r"\d+\.\d+", series) or not rest:
         raise SourceError(f"kernel {name!r}: not a source name; give {forms}")
@@ -97,7 +104,13 @@ def parse(name: str) -> SourceName:
     parts = rest.split("+")
     if not all(p.startswith("patch:") and len(p) > len("patch:") for p in parts):
         raise SourceError(f"kernel {name!r}: after {series}+ comes 'source' or patch:FILE (+patch:FILE...)")
-    return SourceName(DEBIAN, series=series, patches=tuple(Path(p[len("patch:") :]).expanduser() for p in parts))
+    return SourceName(DEBIAN, series=series, **_patch_parts([p[len("patch:") :] for p in parts]))
+
+
+def _patch_parts(tokens: list[str]) -> dict:
+    """The patches' paths and pins of ``FILE`` or ``FILE@sha256:HEX`` tokens."""
+    split = [re.fullmatch(r"(.+?)(?:@sha256:([0-9a-f]{64}))?", token).groups() for token in tokens]
+    return {"patches": tuple(Path(path).expanduser() for path, _ in split), "pins": tuple(pin for _, pin in split)}
 
 
 def label(name: str) -> str:
@@ -106,7 +119,8 @@ def label(name: str) -> str:
     parsed = parse(name)
     if parsed.kind == TREE:
         rev = parsed.rev[:12] if parsed.rev and re.fullmatch(r"[0-9a-f]{40}", parsed.rev) else parsed.rev
-        text = f"tree-{parsed.tree.name}" + (f"-{rev}" if rev else "")
+        patched = "".join(f"+patch-{p.stem}" for p in parsed.patches)
+        text = f"tree-{parsed.tree.name}" + (f"-{rev}" if rev else "") + patched
     else:
         text = parsed.series + ("".join(f"+patch-{p.stem}" for p in parsed.patches) or "+source")
     return re.sub(r"[^A-Za-z0-9_+.-]", "-", text)
@@ -115,7 +129,8 @@ def label(name: str) -> str:
 def resolve(name: str, log=print) -> Source:
     """The source ``name`` stands for (Debian's fetched once); bad paths, revisions or patches say why."""
     parsed = parse(name)
-    patches = tuple(_read_patch(p) for p in parsed.patches)
+    pins = parsed.pins or (None,) * len(parsed.patches)
+    patches = tuple(_read_patch(path, pin) for path, pin in zip(parsed.patches, pins, strict=True))
     if parsed.kind == DEBIAN:
         repo, version = debian_source(parsed.series, log)
         commit = _git(repo, "rev-parse", "HEAD")
@@ -145,7 +160,43 @@ def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
     return [f"{TREE}{repo}@{commit[:12]}" for commit in [first, *between]]
 
 
-def _read_patch(path: Path) -> Patch:
+def pins_root() -> Path:
+    """Where a comparison's inputs are kept by their sha256 (:func:`pin`)."""
+    return build_cache.cache_base() / "pinned-inputs"
+
+
+def pin(name: str) -> str:
+    """``name`` with each patch read now and named by its sha256 (``patch:FILE@sha256:HEX``), its bytes
+    kept in :func:`pins_root`; a dirty tree's diff (``--allow-dirty``) kept the same way, the tree named at
+    its commit with the diff as a patch. Other names as they are."""
+    if not is_source(name) or name.endswith("+source"):
+        return name
+    source = resolve(name, log=lambda _line: None)
+    pins_root().mkdir(parents=True, exist_ok=True)
+    for patch in source.patches:
+        stored = pins_root() / patch.sha256
+        if not stored.exists():
+            stored.write_bytes(patch.text)
+    parsed = parse(name)
+    tokens = [f"{p}@sha256:{patch.sha256}" for p, patch in zip(parsed.patches, source.patches, strict=False)]
+    if source.dirty:
+        tokens.append(f"{WORKING_TREE}@sha256:{source.patches[-1].sha256}")
+    if parsed.kind == TREE:
+        return f"{TREE}{source.repo}@{source.commit}" + "".join(f"+patch:{t}" for t in tokens)
+    return f"{parsed.series}" + "".join(f"+patch:{t}" for t in tokens)
+
+
+#: the file name a dirty tree's pinned diff goes by (it is no file of the user's)
+WORKING_TREE = "working-tree.diff"
+
+
+def _read_patch(path: Path, pin: str | None = None) -> Patch:
+    if pin is not None:  # pinned when the comparison started: its bytes from the store, whatever the file holds now
+        stored = pins_root() / pin
+        if not stored.is_file() or hashlib.sha256(stored.read_bytes()).hexdigest() != pin:
+            raise SourceError(f"patch {path}: its copy pinned when the comparison started ({stored}) is gone or "
+                              "changed: start the comparison again (--force)")  # fmt: skip
+        return Patch(str(path), stored.read_bytes())
     if not path.is_file():
         raise SourceError(f"patch {path}: no such file (the name is SERIES+patch:FILE, a path to a unified diff)")
     return Patch(str(path), path.read_bytes())

@@ -27,8 +27,10 @@ judges them paired by seed. This module holds every step they have in common, in
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -185,6 +187,10 @@ class Comparison:
                 log(f"{kind}: resuming {path.parent} ({done} sub-sessions complete; --force starts a new one)")
                 return cls(path.parent, spec, state.get("placement_seed"), state.get("sessions", {}),
                            state.get("dropped", {}), state.get("incomplete", []), resumed=True)  # fmt: skip
+            if not state.get("finished") and (changed := _changed_inputs(state.get("spec") or {}, spec)):
+                raise ValueError(f"{kind} {path.parent.name} was started with other contents of {', '.join(changed)} "
+                                 "(each patch and diff is pinned by its sha256 when a comparison starts): put them "
+                                 "back to resume it, or --force a new comparison of what they hold now")  # fmt: skip
         directory = parent / f"{rundir.utc_stamp()}-{name}"
         for n in range(2, 100):  # two started within a second (a test, a script) each get their own
             if not directory.exists():
@@ -284,6 +290,20 @@ def completed_runs(session: Path) -> tuple[int, list[str]]:
         else:
             reasons.append(manifest.get("reason") or "no reason recorded")
     return done, reasons
+
+
+#: a pinned input in a kernel's name (testbed.host.kernelsource.pin)
+_PIN = re.compile(r"(patch:[^+@]+)@sha256:([0-9a-f]{64})")
+
+
+def _changed_inputs(earlier: dict, spec: dict) -> list[str]:
+    """The inputs (patch files, a tree's diff) whose contents differ between two specs that are otherwise
+    the same: a comparison resumed after one of its patches was edited."""
+    before, now = json.dumps(earlier, sort_keys=True), json.dumps(spec, sort_keys=True)
+    if before == now or _PIN.sub(r"\1", before) != _PIN.sub(r"\1", now):
+        return []
+    pins = dict(_PIN.findall(before))
+    return sorted({f"{name.removeprefix('patch:')}" for name, sha in _PIN.findall(now) if pins.get(name) != sha})
 
 
 # -- judging: the parts every comparing workflow uses ------------------------------------------------------

@@ -269,14 +269,31 @@ def test_a_file_a_patch_adds_is_gone_before_the_next_patch_even_where_gitignore_
     assert b"int added = 1;" in first.vmlinuz.read_bytes() and b"int added = 2;" in second.vmlinuz.read_bytes()
 
 
-def test_a_tree_is_pinned_to_its_commit_for_a_comparison_unless_its_diff_is_built(tree, monkeypatch):
+def test_a_comparisons_inputs_are_pinned_when_it_starts_a_tree_at_its_commit_a_patch_and_a_diff_by_sha256(
+        tree, tmp_path, monkeypatch):  # fmt: skip
     head = _git(tree, "rev-parse", "HEAD")
     assert kernels.pinned(f"tree:{tree}") == f"tree:{tree}@{head}"
     assert kernels.pinned(f"tree:{tree}@HEAD") == f"tree:{tree}@{head}" and kernels.pinned("6.1.0-56") == "6.1.0-56"
     assert label(f"tree:{tree}@{head}") == f"tree-linux-{head[:12]}"
+    # a patch on the tree: read once, kept by its sha256; edited later, the comparison still builds what it read
+    patch = tmp_path / "fix.patch"
+    (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 6;\n")
+    patch.write_bytes(subprocess.run(["git", "-C", str(tree), "diff"], capture_output=True, check=True).stdout)
+    _git(tree, "checkout", "-q", "--", ".")
+    pinned = kernels.pinned(f"tree:{tree}+patch:{patch}")
+    assert pinned.startswith(f"tree:{tree}@{head}+patch:{patch}@sha256:")
+    assert label(pinned) == f"tree-linux-{head[:12]}+patch-fix"
+    patch.write_text("edited during the comparison\n")
+    kernel, _ = _fetch(pinned)
+    assert b"= 6;" in kernel.vmlinuz.read_bytes() and kernel.build["patches"][0]["name"] == str(patch)
+    # a dirty tree's diff (--allow-dirty) the same way: the tree at its commit, the diff a pinned patch
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 4;\n")
     monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
-    assert kernels.pinned(f"tree:{tree}") == f"tree:{tree}"  # its diff is read by each session, and recorded
+    dirty = kernels.pinned(f"tree:{tree}")
+    assert dirty.startswith(f"tree:{tree}@{head}+patch:{kernelsource.WORKING_TREE}@sha256:")
+    _git(tree, "checkout", "-q", "--", ".")  # the tree cleaned during the comparison
+    kernel, _ = _fetch(dirty)
+    assert b"= 4;" in kernel.vmlinuz.read_bytes()
 
 
 def test_two_patches_of_one_file_name_in_a_series_are_refused_before_anything_runs(tmp_path):
