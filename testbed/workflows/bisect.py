@@ -89,6 +89,9 @@ class Measurer:
         self.clock = clock
         self.sessions = 0
         self.started = time.monotonic()
+        #: (kernel, seeds) -> the session's metrics with its untrustworthy runs too, when it had any
+        self.with_untrusted: dict[tuple[str, tuple[int, ...]], pd.DataFrame] = {}
+        self.measured: dict[tuple[str, tuple[int, ...]], pd.DataFrame] = {}
 
     def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
         self.sessions += 1
@@ -110,7 +113,32 @@ class Measurer:
         if any(failed.values()):
             reasons = "; ".join(sorted({r for rs in failed.values() for r in rs}))[:400]
             raise BisectError(f"bisect: runs on {kernel} did not complete ({reasons}); see {session}")
+        self.measured[kernel, tuple(seeds)] = frame
+        if compare.left_out_runs(statuses):
+            self.with_untrusted[kernel, tuple(seeds)] = compare.side_metrics({session}, untrusted=True)[0]
         return frame
+
+    def sensitivity(self, result: bisection.Bisection, wanted: dict, repeat: int, max_repeat: int) -> list[str]:
+        """Whether the runs left out as untrustworthy would change the answer: the search replayed on the
+        same sessions with them included (empty when none was left out; said when the replay would have
+        needed a session that was not run)."""
+        if not self.with_untrusted:
+            return []
+        every = {**self.measured, **self.with_untrusted}
+
+        def replayed(kernel: str, seeds: list[int]) -> pd.DataFrame:
+            if (kernel, tuple(seeds)) not in every:
+                raise BisectError(f"{kernel} with seeds {seeds[0]}-{seeds[-1]}, not run")
+            return every[kernel, tuple(seeds)]
+
+        try:
+            again = bisection.bisect(result.versions, replayed, wanted, repeat, max_repeat)
+        except (BisectError, bisection.NothingToBisect) as err:
+            return [f"with the untrustworthy runs the search would have gone elsewhere ({err}): not known"]
+        if again.first_bad == result.first_bad:
+            return ["with the untrustworthy runs included, the answer would be the same"]
+        return [f"with the untrustworthy runs the first bad version would be {again.first_bad} (without them: "
+                f"{result.first_bad})"]
 
 
 def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = None, cc: str | None = None,
@@ -145,8 +173,10 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
         print(err)
         comparison.finish()
         return None, directory, 2
+    wanted = dict(zip(("point", "cc", "metric"), result.key, strict=True))  # the metric step 0 chose, too
+    again = [f"sensitivity: {line}" for line in measure.sensitivity(result, wanted, repeat, max_repeat)]
     _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"),
-           reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree))
+           again + reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree))
     comparison.finish()
     return result, directory, 0
 

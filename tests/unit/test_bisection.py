@@ -83,3 +83,27 @@ def test_bad_ends_are_refused_with_what_would_do():
         versions_between("6.1.0-40", "6.1.0-50", VERSIONS)
     with pytest.raises(BisectError, match="adjacent versions"):
         versions_between("6.1.0-49", "6.1.0-50", VERSIONS)
+
+
+def test_the_sensitivity_line_replays_the_search_with_the_untrustworthy_runs_on_the_same_sessions():
+    from testbed.workflows.bisect import Measurer
+
+    truth = Simulated("6.1.0-52")
+    measurer = Measurer(None, VERSIONS, None, None, None, None, None)
+
+    def measure(kernel, seeds):  # what Measurer.__call__ keeps of each session
+        measurer.measured[kernel, tuple(seeds)] = truth(kernel, seeds)
+        return measurer.measured[kernel, tuple(seeds)]
+
+    result = bisection.bisect(VERSIONS, measure)
+    wanted = dict(zip(("point", "cc", "metric"), result.key, strict=True))
+    assert measurer.sensitivity(result, wanted, 3, 9) == []  # nothing left out: no line
+    [(kernel, seeds), *_] = [key for key in measurer.measured if key[0] == result.last_good]
+    measurer.with_untrusted[kernel, seeds] = measurer.measured[kernel, seeds]  # a left-out run changing nothing
+    assert measurer.sensitivity(result, wanted, 3, 9) == [
+        "with the untrustworthy runs included, the answer would be the same"]
+    moved = measurer.measured[kernel, seeds].copy()  # left-out runs that make the last good version look bad
+    moved.loc[(moved["point"] == "point1") & (moved["metric"] == "goodput"), "value"] *= 0.7
+    measurer.with_untrusted[kernel, seeds] = moved
+    [line] = measurer.sensitivity(result, wanted, 3, 9)
+    assert line.startswith("with the untrustworthy runs the ") and result.first_bad not in line.split("(")[0], line
