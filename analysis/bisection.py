@@ -21,6 +21,13 @@ comparison is made again: those looks spend the step's share by the one group-se
 analysis/sequential.py (Pocock-type spending over the looks ``--repeat`` up to ``--max-repeat`` allows),
 so adding repetitions does not buy a decision. A comparison counts at its look's level and a change
 beyond 5 %. With N versions the search takes ceil(log2(N - 1)) steps after step 0.
+
+**A version that cannot be run** (it does not build, boot or complete the suite: ``measure`` raises
+:class:`Skip`) is skipped, as ``git bisect skip``: the search tries the untried version nearest the
+middle of what is left, and when only skipped versions lie between the last good and the first bad,
+the answer is that range (:attr:`Bisection.between`), not one version. Going round a skipped version
+can take more decisions than planned; each is still made at 0.05 / (planned steps), and the answer
+says how many were made (the bound on a wrong step grows with them).
 """
 
 from __future__ import annotations
@@ -41,6 +48,14 @@ Measure = Callable[[str, list[int]], pd.DataFrame]
 
 class NothingToBisect(ValueError):
     """The good and the bad kernel do not differ at these repetitions (or a bad input: the message says)."""
+
+
+class Skip(Exception):
+    """``measure`` cannot run ``kernel`` (it does not build, boot or complete the suite): skipped."""
+
+    def __init__(self, kernel: str, why: str):
+        super().__init__(f"{kernel}: {why}")
+        self.kernel, self.why = kernel, why
 
 
 @dataclass
@@ -71,10 +86,19 @@ class Bisection:
     steps: list[Evidence] = field(default_factory=list)
     first_bad: str | None = None
     last_good: str | None = None
+    #: versions skipped (they could not be run), with why
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    #: skipped versions left between the last good and the first bad: the first bad is one of them or it
+    between: list[str] = field(default_factory=list)
 
     @property
     def planned_steps(self) -> int:
         return planned_steps(len(self.versions))
+
+    @property
+    def decisions(self) -> int:
+        """The steps that decided a version (step 0 included): more than planned when skips forced it."""
+        return len(self.steps)
 
 
 def planned_steps(n_versions: int) -> int:
@@ -185,15 +209,34 @@ def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, re
         raise NothingToBisect(f"--repeat {repeat} / --max-repeat {max_repeat}: at least 2, and max at least repeat")
     result = Bisection(list(versions))
     runs = Runs(measure)
-    n = confirm(runs, result, wanted or {}, repeat, max_repeat)
-    lo, hi = 0, len(versions) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        evidence = judge_version(runs, result, versions[mid], n, repeat, max_repeat)
+    try:
+        n = confirm(runs, result, wanted or {}, repeat, max_repeat)
+    except Skip as err:
+        raise NothingToBisect(f"an end of the range cannot be run ({err}): choose ends that build, boot and run "
+                              "the suite") from err  # fmt: skip
+    lo, hi, skipped = 0, len(versions) - 1, set()
+    while (mid := _untried(lo, hi, skipped)) is not None:
+        try:
+            evidence = judge_version(runs, result, versions[mid], n, repeat, max_repeat)
+        except Skip as err:
+            if err.kernel != versions[mid]:  # an end that ran before fails now: no answer can be trusted
+                raise NothingToBisect(f"an end of the range stopped running ({err})") from err
+            skipped.add(mid)
+            result.skipped.append((err.kernel, err.why))
+            continue
         result.steps.append(evidence)
         lo, hi = (mid, hi) if evidence.side == "good" else (lo, mid)
     result.first_bad, result.last_good = versions[hi], versions[lo]
+    result.between = [versions[i] for i in range(lo + 1, hi)]  # all skipped
     return result
+
+
+def _untried(lo: int, hi: int, skipped: set[int]) -> int | None:
+    """The version strictly between ``lo`` and ``hi`` nearest their middle that was not skipped (the lower
+    of two as near), None when every one was."""
+    middle = (lo + hi) / 2
+    left = sorted((i for i in range(lo + 1, hi) if i not in skipped), key=lambda i: (abs(i - middle), i))
+    return left[0] if left else None
 
 
 def measured(result: Bisection, kernel: str) -> dict[int, float]:

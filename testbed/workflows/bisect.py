@@ -103,16 +103,17 @@ class Measurer:
             session = run_session(scenario, backend="guest", kernel_version=kernel,
                                   results_root=self.directory / label(kernel), vcpus=self.vcpus,
                                   cluster=self.cluster, clock=self.clock).directory  # fmt: skip
-        except KERNEL_REFUSALS as err:
-            raise BisectError(f"bisect: {kernel} refused the suite ({err}); a point it can run (--point) or a "
-                              f"range without it would bisect") from err  # fmt: skip
+        except KERNEL_REFUSALS as err:  # it does not build, boot or run the suite: skipped (an end: no answer)
+            log(f"bisect: {kernel} skipped: {err}")
+            raise bisection.Skip(kernel, f"refused the suite ({str(err)[:300]})") from err
         frame, statuses = compare.side_metrics({session})
         for line in compare.left_out_runs(statuses, kernel):
             log(f"bisect: left out: {line}")
         failed = {point: compare.failed_runs(point, statuses) for point in statuses}
         if any(failed.values()):
             reasons = "; ".join(sorted({r for rs in failed.values() for r in rs}))[:400]
-            raise BisectError(f"bisect: runs on {kernel} did not complete ({reasons}); see {session}")
+            log(f"bisect: {kernel} skipped: runs did not complete ({reasons}); see {session}")
+            raise bisection.Skip(kernel, f"runs did not complete ({reasons}); see {session}")
         self.measured[kernel, tuple(seeds)] = frame
         if compare.left_out_runs(statuses):
             self.with_untrusted[kernel, tuple(seeds)] = compare.side_metrics({session}, untrusted=True)[0]
@@ -178,7 +179,7 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
     _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"),
            again + reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree))
     comparison.finish()
-    return result, directory, 0
+    return result, directory, 2 if result.between else 0
 
 
 def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: str | None,
@@ -201,16 +202,28 @@ def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: 
     return lines
 
 
+def _answer(result: bisection.Bisection) -> str:
+    """The first bad version, or the range skipped versions leave it in."""
+    if result.between:
+        return (f"first bad version: one of {', '.join([*result.between, result.first_bad])} (last good: "
+                f"{result.last_good}; {', '.join(result.between)} could not be run)")  # fmt: skip
+    return f"first bad version: {result.first_bad} (last good: {result.last_good})"
+
+
 def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inject: dict | None,
            inject_from: str | None, suite: str, reproduce: list[str]) -> None:  # fmt: skip
     point, cc, metric = result.key
     lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
              f"{point} {cc} {metric}"
              + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else ""),
-             f"first bad version: {result.first_bad} (last good: {result.last_good}), {len(result.steps)} steps "
-             f"({result.planned_steps} planned), {measure.sessions} guest sessions",
+             _answer(result) + f", {len(result.steps)} steps ({result.planned_steps} planned), {measure.sessions} "
+             "guest sessions",
              f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
-             f"(Bonferroni over the planned steps) and a change beyond 5 %"]  # fmt: skip
+             f"(Bonferroni over the planned steps) and a change beyond 5 %"
+             + ("" if result.decisions <= result.planned_steps else
+                f"; {result.decisions} steps were needed to go round skipped versions, so a wrong step is bounded "
+                f"by {result.decisions} x 0.05 / {result.planned_steps}, not 5 %")]  # fmt: skip
+    lines += [f"skipped: {kernel}: {why}" for kernel, why in result.skipped]
     lines += [f"  step {i}: {e.line()}" for i, e in enumerate(result.steps)]
     change = bisection.change_at(result)
     if change is not None:
@@ -224,7 +237,8 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
     rundir.write_json_atomic(directory / "bisect.json", {
         "versions": result.versions, "key": list(result.key), "first_bad": result.first_bad,
         "last_good": result.last_good, "planned_steps": result.planned_steps, "sessions": measure.sessions,
-        "inject": inject or {}, "inject_from": inject_from,
+        "inject": inject or {}, "inject_from": inject_from, "skipped": [list(s) for s in result.skipped],
+        "between": result.between,
         "steps": [{"kernel": e.kernel, "side": e.side, "note": e.note, "seeds": e.seeds,
                    "vs_good": e.vs_good.__dict__, "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None}
                   for e in result.steps],

@@ -107,3 +107,32 @@ def test_the_sensitivity_line_replays_the_search_with_the_untrustworthy_runs_on_
     measurer.with_untrusted[kernel, seeds] = moved
     [line] = measurer.sensitivity(result, wanted, 3, 9)
     assert line.startswith("with the untrustworthy runs the ") and result.first_bad not in line.split("(")[0], line
+
+
+class Skipping(Simulated):
+    """Simulated, and some versions cannot be run (they do not build or boot)."""
+
+    def __init__(self, moved_at: str, cannot: set[str]):
+        super().__init__(moved_at)
+        self.cannot = cannot
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        if kernel in self.cannot:
+            raise bisection.Skip(kernel, "does not build")
+        return super().__call__(kernel, seeds)
+
+
+def test_a_version_that_cannot_be_run_is_skipped_and_the_search_goes_round_it():
+    result = bisection.bisect(VERSIONS, Skipping("6.1.0-52", {"6.1.0-53"}))  # the search reaches 53 and skips it
+    assert (result.first_bad, result.last_good, result.between) == ("6.1.0-52", "6.1.0-51", [])
+    assert result.skipped == [("6.1.0-53", "does not build")]
+
+
+def test_when_only_skipped_versions_are_left_the_answer_is_their_range():
+    result = bisection.bisect(VERSIONS, Skipping("6.1.0-52", {"6.1.0-51"}))
+    assert (result.first_bad, result.last_good, result.between) == ("6.1.0-52", "6.1.0-50", ["6.1.0-51"])
+
+
+def test_an_end_that_cannot_be_run_leaves_nothing_to_bisect():
+    with pytest.raises(bisection.NothingToBisect, match="an end of the range cannot be run"):
+        bisection.bisect(VERSIONS, Skipping("6.1.0-52", {VERSIONS[0]}))

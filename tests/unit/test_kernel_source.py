@@ -365,3 +365,25 @@ def test_the_key_is_the_trees_files_and_the_toolchain_the_build_sees(tree, monke
     llvm, said = _fetch(f"tree:{tree}")
     assert llvm.vmlinuz != first.vmlinuz and b"built with: llvm=1 foo=\n" in llvm.vmlinuz.read_bytes()
     assert json.loads((llvm.vmlinuz.parents[1] / "build.json").read_text())["toolchain"] == {"LLVM": "1"}
+
+
+class SkippingBuilt(BuiltKernels):
+    """BuiltKernels with the workflow's rule (testbed/workflows/bisect.py): a kernel that does not build is skipped."""
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        try:
+            return super().__call__(kernel, seeds)
+        except kernels.KernelError as err:
+            raise bisection.Skip(kernel, f"refused the suite ({err})") from err
+
+
+def test_a_bisection_goes_round_a_commit_that_does_not_build_and_still_names_the_planted_one(tree):
+    for n in range(1, 8):
+        text = f"int tcp_init_cwnd = 10; /* {n} */\n" + ("/* PLANTED */\n" if n >= 5 else "")
+        _commit(tree, text + ("BREAK\n" if n == 3 else ""), f"commit {n}")  # commit 3 does not build
+    planted, broken = _git(tree, "rev-parse", "HEAD~2"), _git(tree, "rev-parse", "HEAD~4")
+    versions = bisect_workflow.tree_versions(tree, "HEAD~7", "HEAD")
+    result = bisection.bisect(versions, SkippingBuilt())
+    assert result.first_bad == f"tree:{tree}@{planted[:12]}" and result.between == []
+    [(skipped, why)] = result.skipped
+    assert skipped == f"tree:{tree}@{broken[:12]}" and "a planted syntax error" in why
