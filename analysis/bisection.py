@@ -28,6 +28,11 @@ middle of what is left, and when only skipped versions lie between the last good
 the answer is that range (:attr:`Bisection.between`), not one version. Going round a skipped version
 can take more decisions than planned; each is still made at 0.05 / (planned steps), and the answer
 says how many were made (the bound on a wrong step grows with them).
+
+**The answer is confirmed** on seeds the search never used: the first bad and the last good version
+run ``repeat`` fresh seeds each and are compared, paired, at a step's level; unless the change holds
+there, the way step 0 saw it, the answer is **unconfirmed** (:attr:`Bisection.confirmed`), as a
+maintainer would ask before a "first bad commit" mail.
 """
 
 from __future__ import annotations
@@ -90,6 +95,11 @@ class Bisection:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     #: skipped versions left between the last good and the first bad: the first bad is one of them or it
     between: list[str] = field(default_factory=list)
+    #: the first bad against the last good version on fresh seeds (None: not run), and whether it held
+    confirmation: regression.Comparison | None = None
+    confirmed: bool | None = None
+    confirmation_seeds: list[int] = field(default_factory=list)
+    confirmation_note: str = ""
 
     @property
     def planned_steps(self) -> int:
@@ -228,7 +238,26 @@ def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, re
         lo, hi = (mid, hi) if evidence.side == "good" else (lo, mid)
     result.first_bad, result.last_good = versions[hi], versions[lo]
     result.between = [versions[i] for i in range(lo + 1, hi)]  # all skipped
+    if not result.between:
+        confirm_answer(runs, result, repeat)
     return result
+
+
+def confirm_answer(runs: Runs, result: Bisection, repeat: int) -> None:
+    """The answer run again (module doc): the first bad and the last good version on ``repeat`` seeds no
+    step used, compared paired at a step's level, the change counting the way step 0's did."""
+    used = max(int(seed) for frame in runs.frames.values() for seed in frame["seed"])
+    seeds = list(range(used + 1, used + repeat + 1))
+    result.confirmation_seeds = seeds
+    try:
+        good, bad = runs.measure(result.last_good, seeds), runs.measure(result.first_bad, seeds)
+    except Skip as err:
+        result.confirmed, result.confirmation_note = False, f"it could not be run: {err}"
+        return
+    result.confirmation = _pair(result.key, good, bad, seeds)
+    direction = math.copysign(1, result.steps[0].vs_good.change)
+    result.confirmed = (counts(result.confirmation, regression.ALPHA / result.planned_steps)
+                        and math.copysign(1, result.confirmation.change) == direction)  # fmt: skip
 
 
 def _untried(lo: int, hi: int, skipped: set[int]) -> int | None:

@@ -509,8 +509,8 @@ def _add_bisect(sub) -> None:
         "differ (and picks the metric unless given), each later step runs the version halfway with the same seeds "
         "and compares it, paired by seed, with both ends, adding repetitions while undecided. Writes bisect.txt, "
         "bisect.json and bisect.png under results/bisect/. A version that does not build, boot or run is skipped. "
-        "Exit 0: the first bad version named; 2: only a range (skipped versions), nothing to bisect, or an end "
-        "failed. docs/regression.md.",
+        "The answer is confirmed on fresh seeds. Exit 0: the first bad version named and confirmed; 2: unconfirmed, "
+        "only a range (skipped versions), nothing to bisect, or an end failed. docs/regression.md.",
     )  # fmt: skip
     bisect.add_argument("--good", required=True, help="the older kernel (with --tree: commit), where the metric is "
                                                       "as it should be")  # fmt: skip

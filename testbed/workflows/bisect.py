@@ -179,7 +179,7 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
     _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"),
            again + reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree))
     comparison.finish()
-    return result, directory, 2 if result.between else 0
+    return result, directory, 2 if result.between or result.confirmed is False else 0
 
 
 def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: str | None,
@@ -200,6 +200,19 @@ def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: 
                      f"{result.first_bad} --suite {suite} --repeat {spec['max_repeat']}{harm} (then read its "
                      f"{point or 'every point'}, {result.key[1]} {result.key[2]} line)")  # fmt: skip
     return lines
+
+
+def _confirmation(result: bisection.Bisection) -> list[str]:
+    """The answer's confirmation on fresh seeds (analysis/bisection.py), one line."""
+    if result.confirmed is None:
+        return []
+    seeds = f"{result.confirmation_seeds[0]}-{result.confirmation_seeds[-1]}"
+    verdict = "confirmed" if result.confirmed else "UNCONFIRMED: the change did not hold there"
+    if result.confirmation is None:
+        return [f"confirmation on fresh seeds {seeds}: {verdict} ({result.confirmation_note})"]
+    c = result.confirmation
+    return [f"confirmation on fresh seeds {seeds}: {result.first_bad} against {result.last_good}: {c.metric} "
+            f"{c.change:+.1%} (p = {c.p_value:.2g}, at 0.05 / {result.planned_steps}): {verdict}"]
 
 
 def _answer(result: bisection.Bisection) -> str:
@@ -224,6 +237,7 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
                 f"; {result.decisions} steps were needed to go round skipped versions, so a wrong step is bounded "
                 f"by {result.decisions} x 0.05 / {result.planned_steps}, not 5 %")]  # fmt: skip
     lines += [f"skipped: {kernel}: {why}" for kernel, why in result.skipped]
+    lines += _confirmation(result)
     lines += [f"  step {i}: {e.line()}" for i, e in enumerate(result.steps)]
     change = bisection.change_at(result)
     if change is not None:
@@ -238,7 +252,8 @@ def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inje
         "versions": result.versions, "key": list(result.key), "first_bad": result.first_bad,
         "last_good": result.last_good, "planned_steps": result.planned_steps, "sessions": measure.sessions,
         "inject": inject or {}, "inject_from": inject_from, "skipped": [list(s) for s in result.skipped],
-        "between": result.between,
+        "between": result.between, "confirmed": result.confirmed, "confirmation_seeds": result.confirmation_seeds,
+        "confirmation": result.confirmation.__dict__ if result.confirmation else None,
         "steps": [{"kernel": e.kernel, "side": e.side, "note": e.note, "seeds": e.seeds,
                    "vs_good": e.vs_good.__dict__, "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None}
                   for e in result.steps],

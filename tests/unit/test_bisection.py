@@ -136,3 +136,25 @@ def test_when_only_skipped_versions_are_left_the_answer_is_their_range():
 def test_an_end_that_cannot_be_run_leaves_nothing_to_bisect():
     with pytest.raises(bisection.NothingToBisect, match="an end of the range cannot be run"):
         bisection.bisect(VERSIONS, Skipping("6.1.0-52", {VERSIONS[0]}))
+
+
+class Fleeting(Simulated):
+    """Simulated, but the move shows on seeds 1-6 only (those the search uses here): it does not hold on others."""
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        frame = super().__call__(kernel, seeds)
+        if VERSIONS.index(kernel) >= VERSIONS.index(self.moved_at):
+            later = (frame["seed"] > 6) & (frame["point"] == "point1") & (frame["metric"] == "goodput")
+            frame.loc[later, "value"] /= self.factor
+        return frame
+
+
+def test_the_answer_is_confirmed_on_fresh_seeds_or_said_unconfirmed():
+    held = bisection.bisect(VERSIONS, Simulated("6.1.0-52"))
+    used = max(seed for e in held.steps for seed in e.seeds)
+    assert held.confirmed and held.confirmation_seeds == [used + 1, used + 2, used + 3]
+    assert held.confirmation.change < -0.2
+    fleeting = bisection.bisect(VERSIONS, Fleeting("6.1.0-52"))
+    assert fleeting.first_bad == "6.1.0-52" and fleeting.confirmed is False
+    skipped = bisection.bisect(VERSIONS, Skipping("6.1.0-52", {"6.1.0-51"}))  # only a range: nothing to confirm
+    assert skipped.between and skipped.confirmed is None
