@@ -153,11 +153,27 @@ def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
     first-parent line between them, each named ``tree:PATH@<12 hex digits>``."""
     repo = _tree(tree)
     first, last = _commit(repo, good, f"tree:{repo}@{good}"), _commit(repo, bad, f"tree:{repo}@{bad}")
-    if subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", first, last]).returncode != 0:
-        raise SourceError(f"--good {good} is not an ancestor of --bad {bad} in {repo}: give the older commit as "
-                          f"--good (git log --oneline {bad} shows the line)")  # fmt: skip
+    if not _is_ancestor(repo, first, last):
+        raise SourceError(_not_ancestor(repo, good, bad, first, last))
     between = _git(repo, "rev-list", "--first-parent", "--ancestry-path", "--reverse", f"{first}..{last}").split()
     return [f"{TREE}{repo}@{commit[:12]}" for commit in [first, *between]]
+
+
+def _is_ancestor(repo: Path, first: str, last: str) -> bool:
+    return subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", first, last]).returncode == 0
+
+
+def _not_ancestor(repo: Path, good: str, bad: str, first: str, last: str) -> str:
+    """Why ``good`` cannot start a bisection to ``bad``, and what would (as ``git bisect`` tests the merge base)."""
+    if _is_ancestor(repo, last, first):
+        return f"--good {good} comes after --bad {bad} in {repo}: swap them (the older commit is --good)"
+    base = subprocess.run(["git", "-C", str(repo), "merge-base", first, last], capture_output=True, text=True)
+    if base.returncode != 0 or not base.stdout.strip():
+        return f"--good {good} and --bad {bad} share no history in {repo}: give two commits of one line"
+    where = base.stdout.strip()[:12]
+    return (f"--good {good} is not an ancestor of --bad {bad} in {repo}: their lines diverged at {where} (git "
+            f"merge-base). If {where} is good, bisect from it: --good {where}; if it is bad already, the change is "
+            f"older than both lines")  # fmt: skip
 
 
 def pins_root() -> Path:

@@ -187,8 +187,15 @@ def test_a_tree_range_is_its_first_parent_commits_and_bad_ranges_say_why(tree):
     names = kernelsource.tree_versions(tree, first[:7], "HEAD")
     assert names == [f"tree:{tree}@{c[:12]}" for c in commits]
     assert kernels.expand_series(f"tree:{tree}@{first}..HEAD") == names
-    with pytest.raises(kernelsource.SourceError, match="is not an ancestor"):
+    with pytest.raises(kernelsource.SourceError, match="comes after --bad .*: swap them"):
         kernelsource.tree_versions(tree, "HEAD", first)
+    # diverged ends: the merge base named, as git bisect would test it
+    _git(tree, "checkout", "-q", "-b", "side", commits[1])
+    side = _commit(tree, "int tcp_init_cwnd = 3;\n", "a side line")
+    _git(tree, "checkout", "-q", "-")
+    base = commits[1][:12]
+    with pytest.raises(kernelsource.SourceError, match=rf"lines diverged at {base} .*--good {base}"):
+        kernelsource.tree_versions(tree, side, "HEAD")
     with pytest.raises(bisect_workflow.BisectError, match="adjacent commits"):
         bisect_workflow.tree_versions(tree, "HEAD~1", "HEAD")
 
