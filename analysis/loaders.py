@@ -1,6 +1,6 @@
 """Loaders for every raw file a run writes, each returning tidy pandas frames or plain dicts.
 
-A run folder (see ARCHITECTURE.md, "Results layout")::
+A run folder (docs/results.md shows the whole layout)::
 
     manifest.json                 provenance, status, connections, topology, fidelity
     raw/iperf3-<conn>-client.json iperf3 -J of the sender (the client) of connection <conn>

@@ -1,7 +1,7 @@
 """The project's statistics, in one place: every workflow that asks "is there a difference, is it
 absent, or can we not tell" (the claims' verdicts and, through them, the labs' verdict questions;
 kernel regression, series and bisection; ablations) calls this module and keeps no test of its own
-(ARCHITECTURE.md: one statistics room). Pure functions on lists of numbers, scipy underneath; the
+(docs/layout.md: one statistics module). Pure functions on lists of numbers, scipy underneath; the
 rules built on them are stated where they are used (analysis/claims.py, analysis/regression.py) and
 in docs/results.md.
 

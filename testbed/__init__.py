@@ -3,12 +3,16 @@
 Rooms (each a subpackage; imports run one way, enforced by import-linter in ``make lint``)::
 
     scenario/   the experiment files: schema, YAML line index, sweeps, suites, algorithm registry (pure)
+    plan/       a session's plan: its runs, connections, time estimate, progress and resume
     results/    one run folder: layout, provenance, the folder lock
     guest/      what runs where the experiment runs: network, shaping, traffic, capture, fidelity, runner
     host/       what runs on the controlling machine: kernels, builds, guests, the lab VM, sessions
-    report/     HTML and Markdown reports over the analysis (the top-level ``analysis`` package)
-    workflows/  regress and bench, built from sessions and reports
+    report/     reports over the analysis (the top-level ``analysis`` package), its cache, the live page
+    labs/       the course labs: a lab, a student's runs, grading and its evidence, the autograder
+    workflows/  what is built from sessions: compare, regress, series, bisect, explain, decide, bench
     cli.py      the ``testbed`` command
+
+docs/layout.md names every module of every room.
 """
 
 from pathlib import Path

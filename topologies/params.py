@@ -44,7 +44,7 @@ class LinkParams(StrictModel):
     queue: QueueDiscipline | None = Field(
         default=None,
         description="the queue's discipline: fifo (the default, drop-tail), codel, fq_codel, pie, red or cake, "
-        "with its parameters (docs/scenarios.md)",
+        "with its parameters (scenarios/README.md, Queue disciplines)",
     )
 
     @model_validator(mode="after")
