@@ -46,9 +46,12 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     return True, "the host kernel has everything these runs need"
 
 
-def choose_backend(runs: list[RunSpec]) -> tuple[str, str]:
-    """Where runs go when nobody says: this kernel when it can, else the lab VM when it is up,
-    else a virtme-ng guest. Returns the backend's name (:data:`backends.NAMES`) and why."""
+def choose_backend(runs: list[RunSpec], kernel: str | None = None) -> tuple[str, str]:
+    """Where runs go when nobody says: a guest when a kernel is named (only a guest boots one), else this
+    kernel when it can, else the lab VM when it is up, else a virtme-ng guest. Returns the backend's name
+    (:data:`backends.NAMES`) and why."""
+    if kernel:
+        return "guest", f"--kernel {kernel} boots in a guest"
     local_ok, why = host_can_run(runs)
     if local_ok:
         return "local", why

@@ -135,7 +135,7 @@ def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, 
         choice, why = "guest", "--clock virtual runs in a guest (QEMU's icount)"
         log(f"backend: {choice} ({why})")
     elif choice == "auto":
-        choice, why = choose_backend(runs)
+        choice, why = choose_backend(runs, kernel_version)
         log(f"backend: {choice} ({why})")
     return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments)
 

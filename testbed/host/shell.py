@@ -50,7 +50,7 @@ def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: st
     (its ``live`` command prints the URL; not in the lab VM, whose folder this host cannot read)."""
     run = chosen_run(scenario, log)
     if backend == "auto":
-        backend, why = choose_backend([run])
+        backend, why = choose_backend([run], kernel_version)
         log(f"backend: {backend} ({why})")
     virtme.stop_orphans(log=log)
     chosen = backends.create(backend, kernel_version, vcpus, log=log)
