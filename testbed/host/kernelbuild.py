@@ -45,9 +45,11 @@ FIRST_BUILD = {"compiled": 2506, "seconds": 860.0, "jobs": 2}
 PROGRESS_EVERY_S = 30.0
 #: the environment variables a build reads from the user's (kbuild's toolchain and flags): each one set is
 #: part of the build's key and of build.json, so LLVM=1 or KCFLAGS=-O3 is another build
-TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "CC", "LD", "AR", "NM", "OBJCOPY", "OBJDUMP", "STRIP",
-             "READELF", "HOSTCC", "HOSTCXX", "HOSTCFLAGS", "HOSTLDFLAGS", "KCFLAGS", "KCPPFLAGS", "KAFLAGS",
-             "KRUSTFLAGS", "KBUILD_BUILD_TIMESTAMP")  # fmt: skip
+#: (not CC, LD, AR...: kbuild's Makefile sets those itself and overrides the environment's); the search
+#: paths of a toolchain loaded from elsewhere (modules on a cluster host) too
+TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "HOSTCFLAGS", "HOSTLDFLAGS", "KCFLAGS", "KCPPFLAGS",
+             "KAFLAGS", "KRUSTFLAGS", "KBUILD_BUILD_TIMESTAMP", "LD_LIBRARY_PATH", "PKG_CONFIG_PATH", "CPATH",
+             "LIBRARY_PATH")  # fmt: skip
 #: the rest of the environment a build sees: what the shell and the tools need, not what they build
 PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
 #: free space a build needs on the disks of its checkout and the kernel cache (a defconfig build with the
@@ -143,10 +145,10 @@ def build(source: Source, kernels: Path, log=print) -> Path:
                          "(make setup installs them)")  # fmt: skip
     tree = worktrees_root() / f"{source.repo.name}-{hashlib.sha256(str(source.repo).encode()).hexdigest()[:10]}"
     tree.mkdir(parents=True, exist_ok=True)
-    check_free_space(tree, kernels)
     with _locked(tree / "lock", f"{source.name} ({source.commit[:12]})", log):
         if (root := cached(kernels, key)) is not None:  # built by another process while this one waited
             return root
+        check_free_space(tree, kernels)
         _clean_after_a_kill(tree / "obj", log)
         src, obj = _checkout(source, tree)
         _configure(src, obj)
@@ -200,15 +202,18 @@ def _stop(proc: subprocess.Popen, obj: Path) -> None:
     STOP_GRACE_S; a killed build marks its object folder for a clean start (:func:`_clean_after_a_kill`)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGTERM)
+    stopped = False
     try:
         proc.wait(STOP_GRACE_S)
-        return
+        stopped = True
     except subprocess.TimeoutExpired:
         pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, signal.SIGKILL)
-    proc.wait()
-    (obj / INTERRUPTED).write_text("killed mid-build: the next build starts clean\n")
+    finally:  # a second Ctrl-C while waiting still kills the group and marks the folder
+        if not stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            (obj / INTERRUPTED).write_text("killed mid-build: the next build starts clean\n")
 
 
 def _git(src: Path, *args: str, stdin: bytes | None = None) -> subprocess.CompletedProcess:
@@ -277,12 +282,12 @@ def _make_argv(src: Path, obj: Path, key: str, *targets: str) -> list[str]:
 
 
 def _compiler() -> list[str]:
-    """The compiler through ccache when it is installed: the one the toolchain's variables choose (CC, or
-    LLVM=1's clang), gcc otherwise; LLVM=-14 and LLVM=/path are left to kbuild (no ccache)."""
+    """The compiler through ccache when it is installed: LLVM=1's clang, else gcc (kbuild's own choices);
+    LLVM=-14 and LLVM=/path are left to kbuild (no ccache)."""
     chosen = toolchain()
     if not shutil.which("ccache") or chosen.get("LLVM", "1") != "1":
         return []
-    return [f"CC=ccache {chosen.get('CC') or ('clang' if 'LLVM' in chosen else 'gcc')}"]
+    return [f"CC=ccache {'clang' if 'LLVM' in chosen else 'gcc'}"]
 
 
 def estimate_text(stats: dict | None) -> str:

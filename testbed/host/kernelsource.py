@@ -131,6 +131,8 @@ def resolve(name: str, log=print) -> Source:
     parsed = parse(name)
     pins = parsed.pins or (None,) * len(parsed.patches)
     patches = tuple(_read_patch(path, pin) for path, pin in zip(parsed.patches, pins, strict=True))
+    # a dirty tree's diff pinned when a comparison started: still the tree's uncommitted changes
+    pinned_dirty = any(path.name == WORKING_TREE for path in parsed.patches)
     if parsed.kind == DEBIAN:
         repo, version = debian_source(parsed.series, log)
         commit = _git(repo, "rev-parse", "HEAD")
@@ -144,7 +146,7 @@ def resolve(name: str, log=print) -> Source:
             raise SourceError(f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
                               f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff")  # fmt: skip
         patches += (dirty,)
-    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None,
+    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None or pinned_dirty,
                   tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
 
 
@@ -191,8 +193,10 @@ def pin(name: str) -> str:
     pins_root().mkdir(parents=True, exist_ok=True)
     for patch in source.patches:
         stored = pins_root() / patch.sha256
-        if not stored.exists():
-            stored.write_bytes(patch.text)
+        if not stored.is_file() or hashlib.sha256(stored.read_bytes()).hexdigest() != patch.sha256:
+            partial = stored.with_name(f".{patch.sha256}.{os.getpid()}")  # a reader never sees half of it
+            partial.write_bytes(patch.text)
+            partial.replace(stored)
     parsed = parse(name)
     tokens = [f"{p}@sha256:{patch.sha256}" for p, patch in zip(parsed.patches, source.patches, strict=False)]
     if source.dirty:

@@ -44,8 +44,9 @@ FLOW_COLUMNS = ("cc", "direction", "goodput_mbit", "recv_goodput_mbit", "sent_by
 RELATIVE_TOLERANCE = 1e-6
 
 
-def run_problems(run_dir: Path) -> list[str]:
-    """Why the run's files disagree with its evidence (empty: they agree), each naming the file."""
+def run_problems(run_dir: Path, receiver_pct: float | None = None) -> list[str]:
+    """Why the run's files disagree with its evidence (empty: they agree), each naming the file;
+    ``receiver_pct``: the lab's goodput agreement with iperf3's receiver (testbed/labs/labels.py)."""
     try:
         manifest = rundir.read_json(run_dir / rundir.MANIFEST)
     except rundir.LoadError as err:
@@ -54,7 +55,8 @@ def run_problems(run_dir: Path) -> list[str]:
     if problems:
         return problems
     raw = run_dir / "raw"
-    return labels.label_problems(raw, manifest) + table_problems(run_dir, manifest) + fidelity_problems(raw, manifest)
+    problems = labels.label_problems(raw, manifest) + table_problems(run_dir, manifest, receiver_pct)
+    return problems + fidelity_problems(raw, manifest)
 
 
 def raw_problems(run_dir: Path, manifest: dict) -> list[str]:
@@ -74,10 +76,11 @@ def raw_problems(run_dir: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def table_problems(run_dir: Path, manifest: dict) -> list[str]:
+def table_problems(run_dir: Path, manifest: dict, receiver_pct: float | None = None) -> list[str]:
     """flows.csv and latency.csv against the analysis of the run's raw files."""
     flows, latency = _recomputed(_manifest_key(manifest), run_dir)
-    problems = labels.byte_problems(flows) + _table_diff(run_dir / "flows.csv", flows, ["conn"], FLOW_COLUMNS)
+    problems = labels.receiver_problems(flows, receiver_pct) if receiver_pct else []
+    problems += _table_diff(run_dir / "flows.csv", flows, ["conn"], FLOW_COLUMNS)
     if not latency.empty or (run_dir / "latency.csv").is_file():
         keys = [c for c in ("conn", "kind") if c in latency.columns]
         problems += _table_diff(run_dir / "latency.csv", latency, keys, None)

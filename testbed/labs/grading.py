@@ -95,12 +95,16 @@ def grade(work: Path, lab: Lab, expected: Expected | None, results: Results,
     kernels = sorted(set(results.runs["kernel_release"].dropna())) if not results.runs.empty else []
     tasks = []
     first_runs = next((t.id for t in lab.tasks if t.runs), None)
-    copies = set(expected.reference.fingerprints) if expected and expected.reference else set()
-    min_seeds = max(lab.min_seeds, len(labkit.lab_start(work).get("seeds") or []))  # as many as lab start gave
+    rules = _RunRules(
+        copies=set(expected.reference.fingerprints) if expected and expected.reference else set(),
+        min_seeds=max(lab.min_seeds, len(labkit.lab_start(work).get("seeds") or [])),  # as many as lab start gave
+        receiver_pct=lab.receiver_check_pct,
+        fingerprints=_fingerprints(results),
+    )  # fmt: skip
     compared = statements.compared_algorithms(lab, results)
     for task in lab.tasks:
         checks = list(seed_checks or []) if task.id == first_runs else []
-        checks += _run_checks(task, results, copies, min_seeds) + _figure_checks(task, work, results)
+        checks += _run_checks(task, results, rules) + _figure_checks(task, work, results)
         checks += _answer_checks(task, work / lab.answers, results, _settings(work, lab), compared)
         checks += _band_checks([b for b in (expected.bands if expected else []) if b.task == task.id], results)
         tasks.append(TaskGrade(task, checks))
@@ -137,7 +141,24 @@ def variant_bands(bands: list[Band], value: float | None) -> tuple[list[Band], C
                                      f"the lab has bands for {have}): set the one lab start gave")  # fmt: skip
 
 
-def _run_checks(task: Task, results: Results, copies: set[str], min_seeds: int) -> list[Check]:
+@dataclass
+class _RunRules:
+    """What every graded run is held to beyond its own evidence."""
+
+    copies: set[str]  # the reference runs' fingerprints
+    min_seeds: int
+    receiver_pct: float | None  # the lab's capture-to-receiver goodput agreement (testbed/labs/labels.py)
+    fingerprints: dict[str, set[str]]  # each graded run's ("point seed N") fingerprints, hashed once
+
+
+def _fingerprints(results: Results) -> dict[str, set[str]]:
+    graded = labresults.graded_run_ids(results)
+    return {f"{r.point_id} seed {r.seed}": labresults.run_fingerprints(Path(r.path)) for r in results.runs.itertuples()
+            if r.run_id in graded}  # fmt: skip
+
+
+def _run_checks(task: Task, results: Results, rules: _RunRules) -> list[Check]:
+    min_seeds = rules.min_seeds
     if not task.runs:
         return []
     if results.problem and not results.seeds:
@@ -150,10 +171,10 @@ def _run_checks(task: Task, results: Results, copies: set[str], min_seeds: int) 
         named = ", ".join(f"{p} ({n})" for p, n in few.items())
         return [Check("seeds", False, f"the lab asks for at least {min_seeds} seeds a point; the file asks for "
                                       f"fewer at {named}: set its seeds")]  # fmt: skip
-    return [_point_check(point, results, copies) for point in points]
+    return [_point_check(point, results, rules) for point in points]
 
 
-def _point_check(point: str, results: Results, copies: set[str]) -> Check:
+def _point_check(point: str, results: Results, rules: _RunRules) -> Check:
     """The point's runs: one complete and trustworthy run per seed the scenario file asks for, made
     from the file as it is now, after ``testbed lab start``, none a copy of the reference runs, and each
     what its captures give (testbed/labs/evidence.py)."""
@@ -173,17 +194,18 @@ def _point_check(point: str, results: Results, copies: set[str]) -> Check:
                         f"{f' ({r.reason})' if r.reason else ''}" for r in bad.itertuples())  # fmt: skip
         return Check(name, False, f"{why}: see the run's report.html, then run it again (--force)")
     runs = runs[runs["seed"].isin(wanted)]
-    fingerprints = {r.seed: labresults.run_fingerprints(Path(r.path)) for r in runs.itertuples()}
-    copied = [f"seed {seed}" for seed, found in fingerprints.items() if found & copies]
+    fingerprints = {r.seed: rules.fingerprints.get(f"{point} seed {r.seed}", set()) for r in runs.itertuples()}
+    copied = [f"seed {seed}" for seed, found in fingerprints.items() if found & rules.copies]
     if copied:
         return Check(name, False, f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
                                   "byte for byte): run the scenario yourself")  # fmt: skip
-    twins = _shared(fingerprints, _other_runs(results, point))
+    twins = _shared(fingerprints, {run: found for run, found in rules.fingerprints.items()
+                                   if not run.startswith(f"{point} seed ")})  # fmt: skip
     if twins:
         return Check(name, False, f"{twins}: the same capture as another run, byte for byte (a run copied under "
                                   "another seed or point): run each seed yourself")  # fmt: skip
     disagree = [f"seed {r.seed}: {problem}" for r in runs.itertuples()
-                for problem in evidence.run_problems(Path(r.path))]  # fmt: skip
+                for problem in evidence.run_problems(Path(r.path), rules.receiver_pct)]  # fmt: skip
     if disagree:
         return Check(name, False, f"{'; '.join(disagree[:3])}{' ...' if len(disagree) > 3 else ''}: a run is graded "
                                   "on what its captures give (hand in each run as the testbed left it)")  # fmt: skip
@@ -202,13 +224,6 @@ def _point_check(point: str, results: Results, copies: set[str]) -> Check:
                                   f"({results.started_utc}): not this lab's run")  # fmt: skip
     return Check(name, True, f"{len(wanted)} run(s) complete and trustworthy, of the scenario file as it is, "
                              "made after 'testbed lab start'")  # fmt: skip
-
-
-def _other_runs(results: Results, point: str) -> dict[str, set[str]]:
-    """The fingerprints of the student's graded runs of other points ("point seed N" -> them)."""
-    graded = labresults.graded_run_ids(results)
-    return {f"{r.point_id} seed {r.seed}": labresults.run_fingerprints(Path(r.path)) for r in results.runs.itertuples()
-            if r.run_id in graded and r.point_id != point}  # fmt: skip
 
 
 def _shared(mine: dict[int, set[str]], others: dict[str, set[str]]) -> str | None:
@@ -366,7 +381,7 @@ def question_check(question: Question, answer: str, file: str, results: Results,
 def _states(sentence: str, concept: Concept) -> bool:
     """The sentence states the concept: one of its terms, not negated ("does not use the estimate")."""
     return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), sentence.lower())
-               and not statements.negated(sentence, term) for term in concept.terms)  # fmt: skip
+               and (concept.negative or not statements.negated(sentence, term)) for term in concept.terms)  # fmt: skip
 
 
 def _number_problems(question: Question, section: answerfile.Section, file: str, results: Results) -> list[str]:

@@ -16,9 +16,12 @@ started on the guest's clock, the capture and iperf3's receiver the bytes that c
 * **start time**: iperf3's own start stamp lies between the manifest's start and end (both on the
   guest's clock, in real and in virtual time): a start time edited to after ``testbed lab start``
   fails;
-* **bytes**: the bytes the capture saw delivered and those iperf3's receiver counted agree within
-  :data:`BYTES_TOLERANCE`, and so do their goodputs within :data:`GOODPUT_TOLERANCE` (a capture whose
-  timestamps were compressed to raise its goodput no longer matches the receiver's count).
+* **goodput**, in a lab that sets ``receiver_check_pct``: each flow's goodput from the capture and from
+  iperf3's receiver agree within it (a capture whose timestamps were compressed to raise its goodput no
+  longer matches the receiver's count). Only where honest runs agree closely: a single bulk flow over a
+  shallow queue (the wireless lab: 0.1-2.2 % apart); with deep queues, many flows, a multipath sprayer or
+  ON/OFF traffic the capture's count differs from the receiver's by up to 20-150 % honestly (measured
+  on 1325 flows here), so no other lab sets it.
 
 A student who rewrites every one of these consistently (iperf3's JSON, the loss timelines, the capture)
 is not caught here; docs/labs.md says so, and what the grader's own reruns add.
@@ -37,11 +40,6 @@ from topologies.lossmodel import TimedTwoStateLoss, timeline
 
 #: iperf3's start stamp (whole seconds) may lie this far outside the manifest's start and end (whole seconds)
 CLOCK_SLACK_S = 5.0
-#: how far the bytes the capture saw delivered and those iperf3's receiver counted may differ (honest runs:
-#: 0.0-1.4 %, tests/fixtures/lab-wireless-student)
-BYTES_TOLERANCE = 0.05
-#: how far the capture's goodput and the receiver's may differ (honest runs: 0.1-2.2 %)
-GOODPUT_TOLERANCE = 0.10
 #: below this many bytes received a flow's two counts are too small to compare
 MIN_COMPARED_BYTES = 100_000
 
@@ -126,20 +124,18 @@ def _clock_problems(raw: Path, manifest: dict) -> list[str]:
     return problems
 
 
-def byte_problems(flows: pd.DataFrame) -> list[str]:
-    """The capture's count of delivered bytes and goodput against iperf3's receiver, per flow (the flows
-    as the analysis computes them from the raw files)."""
+def receiver_problems(flows: pd.DataFrame, tolerance_pct: float) -> list[str]:
+    """Each flow's goodput from the capture against iperf3's receiver (the flows as the analysis computes
+    them from the raw files), within ``tolerance_pct`` (a lab's ``receiver_check_pct``)."""
     problems = []
-    columns = {"conn", "unique_bytes", "recv_bytes", "goodput_mbit", "recv_goodput_mbit"}
+    columns = {"conn", "recv_bytes", "goodput_mbit", "recv_goodput_mbit"}
     if flows.empty or not columns <= set(flows.columns):
         return problems
     for row in flows.itertuples():
-        if not (row.recv_bytes >= MIN_COMPARED_BYTES and row.unique_bytes > 0):
+        if not (row.recv_bytes >= MIN_COMPARED_BYTES and row.recv_goodput_mbit > 0):
             continue
-        if abs(row.unique_bytes / row.recv_bytes - 1) > BYTES_TOLERANCE:
-            problems.append(f"{row.conn}: the capture saw {row.unique_bytes:.0f} bytes delivered, iperf3's receiver "
-                            f"{row.recv_bytes:.0f}")  # fmt: skip
-        elif abs(row.goodput_mbit / row.recv_goodput_mbit - 1) > GOODPUT_TOLERANCE:
+        if abs(row.goodput_mbit / row.recv_goodput_mbit - 1) > tolerance_pct / 100:
             problems.append(f"{row.conn}: the capture gives a goodput of {row.goodput_mbit:.4g} Mbit/s, iperf3's "
-                            f"receiver {row.recv_goodput_mbit:.4g} (its clock is not the capture's)")  # fmt: skip
+                            f"receiver {row.recv_goodput_mbit:.4g} (more than {tolerance_pct:g} % apart: its clock "
+                            "is not the capture's)")  # fmt: skip
     return problems

@@ -86,6 +86,8 @@ class Concept(_Strict):
 
     name: str
     terms: list[str] = Field(min_length=1)
+    #: the concept is naturally stated by a negation ("three runs cannot detect it"): a negated term counts
+    negative: bool = False
 
 
 class Question(_Strict):
@@ -155,6 +157,9 @@ class Lab(_Strict):
     suite: str | None = None
     #: each point needs runs of at least this many seeds (the verdicts' statistics need them)
     min_seeds: int = Field(1, ge=1)
+    #: hold each run's goodput from its capture to iperf3's receiver within this many percent
+    #: (testbed/labs/labels.py); only a lab whose runs agree that closely when honest sets it
+    receiver_check_pct: float | None = Field(None, gt=0, le=100)
     answers: str = "answers.md"
     tasks: list[Task]
     variant: Variant | None = None

@@ -4,17 +4,23 @@
 * **Units.** A rate in prose is read in whatever unit it is written: ``2.5 Mbps``, ``2.5 Mb/s``,
   ``2500 kbit/s`` and ``0.3125 MB/s`` are all 2.5 Mbit/s (:func:`in_mbit`), so a made-up number cannot
   hide behind a unit the checks do not know.
-* **Comparisons.** A sentence that names two of the lab's algorithms and states a percentage with a
-  direction ("Westwood+ is about 6 % below New Reno", "New Reno got 19 % higher goodput than
-  Westwood+") is held to the runs' means: the direction must be the runs' (unless they differ by under
-  :data:`TIE_PCT`), and the size within :data:`SIZE_SLACK_PP` points or :data:`SIZE_SLACK_SHARE` of the
-  runs' difference; "less than N %", "under N %", "within N %" only bound it from above.
-* **Significance.** "significant" (not negated) needs the runs' two-sided test below 0.05, and "not
-  significant" above it: the paired test over the seeds both ran (the design's) or Welch's (what the
-  handout names); either one agreeing is enough.
-* **Negation.** A rubric term in a clause that negates it ("it does not use the bandwidth estimate")
-  does not state the concept (:func:`negated`); a term that is itself a negation ("not congestion") is
-  read as written.
+* **Comparisons.** A sentence that names two of the lab's algorithms, the first before a percentage
+  and the second right after its direction ("Westwood+ is about 6 % below New Reno", "New Reno got 19 %
+  higher goodput than Westwood+"), is held to the runs' means: the direction must be the runs' (unless
+  they differ by under :data:`TIE_PCT`), and the size within :data:`SIZE_SLACK_PP` points or
+  :data:`SIZE_SLACK_SHARE` of the runs' difference; "less than N %", "under N %", "within N %" only
+  bound it from above. Other orders ("compared with New Reno, Westwood+ is 6 % lower") and sentences
+  about a paper or a report are not judged. Only a lab whose rate numbers give each algorithm one point
+  and one metric (the wireless lab) has its comparisons judged: elsewhere "higher" could mean another
+  point or metric than the runs' means say.
+* **Significance.** "is significant" or "significantly higher" needs the runs' two-sided test below
+  0.05, and "is not significant" above it (a hypothetical, "would be significant", is not judged):
+  the paired test over the seeds both ran (the design's) or Welch's (what the handout names); either
+  one agreeing is enough.
+* **Negation.** A rubric term negated wherever it is used in the sentence ("it does not use the
+  bandwidth estimate") does not state the concept (:func:`negated`); a term that is itself a negation
+  ("not congestion"), and a concept stated by a negation (``negative`` in lab.yaml: "three runs
+  cannot detect it"), are read as written.
 * **Verdicts.** A verdict question states exactly one verdict (:func:`verdicts_stated`): an answer
   hedged over several earns none.
 
@@ -33,7 +39,7 @@ from dataclasses import dataclass, field
 
 from analysis import claims, stats
 from analysis.stats import ALPHA
-from testbed.labs import labkit, labresults
+from testbed.labs import answerfile, labkit, labresults
 from testbed.labs.labkit import Lab, Measured, Question
 from testbed.labs.labresults import Results, point_values
 
@@ -97,19 +103,31 @@ def negated(sentence: str, term: str) -> bool:
 
 
 def _negation_before(clause: str, term: str) -> bool:
-    before = clause[: re.search(r"(?<![a-z0-9])" + re.escape(term), clause).start()]
-    return re.search(rf"(?:\b(?:{NEGATIONS})\b|n't)(?:\W+\w+){{0,{NEGATION_REACH}}}\W*$", before) is not None
+    """Every use of ``term`` in ``clause`` has a negation before it, within reach."""
+    uses = re.finditer(r"(?<![a-z0-9])" + re.escape(term), clause)
+    negation = rf"(?:\b(?:{NEGATIONS})\b|n't)(?:\W+\w+){{0,{NEGATION_REACH}}}\W*$"
+    return all(re.search(negation, clause[: use.start()]) is not None for use in uses)
+
+
+#: a verdict's name as a verdict, not as a word of a sentence: "reproduced" not inside "not reproduced",
+#: "opposite" not "the opposite of", "short of the paper" not "falls short of the paper's +20 %"
+VERDICT_PATTERNS = {
+    "reproduced": r"(?<!not )\breproduced\b",
+    "opposite": r"\bopposite\b(?! of)",
+    "short of the paper": r"(?<!falls )(?<!fell )(?<!fall )\bshort of the paper\b(?!'s)",
+}
 
 
 def verdicts_stated(answer: str) -> list[str]:
-    """The verdicts of analysis/claims.py the answer states ("reproduced" not inside "not reproduced")."""
-    text = answer.lower()
-    said = []
-    for verdict in claims.VERDICTS:
-        pattern = r"(?<!not )\breproduced\b" if verdict == "reproduced" else r"\b" + re.escape(verdict) + r"\b"
-        if re.search(pattern, text):
-            said.append(verdict)
-    return said
+    """The verdicts of analysis/claims.py the answer states: those of its first sentence that names any
+    (an answer leads with its verdict; a later sentence may quote another session's), each not negated
+    ("neither reproduced nor refuted" states none)."""
+    for sentence in answerfile.sentences(answer):
+        said = [v for v in claims.VERDICTS if re.search(VERDICT_PATTERNS.get(v, r"\b" + re.escape(v) + r"\b"),
+                                                        sentence.lower()) and not negated(sentence, v)]  # fmt: skip
+        if said:
+            return said
+    return []
 
 
 def comparison_problems(sentences: list[str], means: Mapping[str, float]) -> list[str]:
@@ -122,8 +140,14 @@ def comparison_problems(sentences: list[str], means: Mapping[str, float]) -> lis
             continue
         (first, _), (second, _) = named
         actual = 100 * (means[first] / means[second] - 1)
-        for bound, size, direction in re.findall(rf"(?i)({AT_MOST})?\s*({NUMBER})\s*%\s*(?:\w+\s+)?({UP}|{DOWN})\b",
-                                                 sentence):  # fmt: skip
+        # "A ... N % lower than B", "A is N % below B": the second algorithm right after the direction;
+        # a sentence about a paper or a report quotes another result
+        other = CC_NAMES.get(second, re.escape(second))
+        pattern = (rf"({AT_MOST})?\s*({NUMBER})\s*%\s*(?:\w+\s+)?({UP}|{DOWN})\s+(?:\w+\s+)?(?:than\s+)?"
+                   rf"(?:that of\s+)?(?:{other})(?![a-z])")
+        if re.search(r"\bpaper|\breport", sentence.lower()):
+            continue
+        for bound, size, direction in re.findall(pattern, sentence.lower()):
             stated = float(size) * (1 if re.fullmatch(UP, direction.lower()) else -1)
             if why := _contradicted(stated, actual, bool(bound)):
                 problems.append(f'"{_short(sentence)}": {why}; your runs give {first} {actual:+.1f} % '
@@ -159,9 +183,13 @@ def significance_problems(sentences: list[str], p_values: list[float]) -> list[s
         return []
     problems = []
     for sentence in sentences:
-        if not re.search(r"\bsignificant(?:ly)?\b", sentence.lower()):
+        # a statement about these runs ("is significant", "is not statistically significant", "significantly
+        # higher"), not a hypothetical ("would be significant", "far from significant")
+        stated = re.search(rf"\b(?:is|was|are|were)\s+(not\s+)?(?:statistically\s+)?significant\b|"
+                           rf"\b(not\s+)?significantly\s+(?:{UP}|{DOWN})\b", sentence.lower())  # fmt: skip
+        if not stated:
             continue
-        said = not negated(sentence, "significant")
+        said = not (stated.group(1) or stated.group(2))
         shown = [p < ALPHA for p in known]
         if (said and not any(shown)) or (not said and all(shown)):
             tests = ", ".join(f"{p:.3g}" for p in known)
@@ -188,6 +216,8 @@ class Compared:
 def compared_algorithms(lab: Lab, results: Results) -> Compared:
     """:class:`Compared` over the numbers the lab's questions ask for in Mbit/s, per algorithm (``cc``)."""
     asked = [n for t in lab.tasks for q in t.questions for n in q.numbers if n.cc and n.unit == "Mbit/s"]
+    if any(len({(n.point, n.metric) for n in asked if n.cc == cc}) > 1 for cc in {n.cc for n in asked}):
+        return Compared()  # an algorithm at several points or metrics: "higher" would not say which
     runs = {n.cc: labresults.seeded_values(n.point, n, results) for n in asked}
     runs = {cc: values for cc, values in runs.items() if values}
     means = {cc: sum(v for _, v in values) / len(values) for cc, values in runs.items()}
@@ -203,7 +233,7 @@ def contradictions(question: Question, prose: str, results: Results, settings: d
     that nothing backs: none of the runs' values of those points (each run, their mean, range and
     spread, the difference of two means) nor a setting of the scenario file is within the tolerance."""
     problems = []
-    prose = in_mbit(prose)  # 2500 kbit/s and 2.5 Mbps are 2.5 Mbit/s
+    prose = in_mbit(re.sub(r"(?<=\d),(?=\d{3}(?!\d))", "", prose))  # 2,500 kbit/s and 2.5 Mbps are 2.5 Mbit/s
     for unit in sorted({n.unit for n in question.numbers if n.unit in PROSE_UNITS}):
         asked = [n for n in question.numbers if n.unit == unit]
         tolerance = min(n.tolerance_pct for n in asked) / 100

@@ -119,9 +119,12 @@ def key_folder() -> Path | None:
     if not shm.is_dir():
         return build.cache_base()
     folder = shm / f"cc-testbed-{os.getuid()}"
-    with contextlib.suppress(FileExistsError):
-        folder.mkdir(mode=0o700)
-    info = folder.lstat()
+    try:
+        with contextlib.suppress(FileExistsError):
+            folder.mkdir(mode=0o700)
+        info = folder.lstat()
+    except OSError:  # a read-only or full /dev/shm: no cache, never an error
+        return None
     private = not info.st_mode & (stat.S_IRWXG | stat.S_IRWXO)
     mine = stat.S_ISDIR(info.st_mode) and info.st_uid == os.getuid() and private
     return folder if mine else None

@@ -127,7 +127,11 @@ class Measurer:
             return []
         every = {**self.measured, **self.with_untrusted}
 
+        skipped = {kernel for kernel, _ in result.skipped}
+
         def replayed(kernel: str, seeds: list[int]) -> pd.DataFrame:
+            if kernel in skipped:  # it could not be run in the search either
+                raise bisection.Skip(kernel, "could not be run")
             if (kernel, tuple(seeds)) not in every:
                 raise BisectError(f"{kernel} with seeds {seeds[0]}-{seeds[-1]}, not run")
             return every[kernel, tuple(seeds)]
@@ -192,7 +196,9 @@ def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: 
                *(("--inject", f"{k}={v}") for k, v in spec["inject"].items()), ("--inject-from", spec["inject_from"]),
                ("--clock", spec["clock"] if spec["clock"] != "auto" else None)]  # fmt: skip
     given = "".join(f" {flag} {value}" for flag, value in options if value is not None)
-    lines = [f"reproduce the bisection: testbed bisect --good {versions[0]} --bad {versions[-1]}{given}"]
+    ends = (versions[0], versions[-1])
+    good, bad = (kernelsource.parse(v).rev for v in ends) if tree else ends  # --tree takes commits
+    lines = [f"reproduce the bisection: testbed bisect --good {good} --bad {bad}{given}"]
     if result.first_bad and result.last_good:
         harm = "".join(f" --candidate-flow-option {k}={v}" for k, v in spec["inject"].items()) \
             if spec["inject_from"] else ""  # fmt: skip

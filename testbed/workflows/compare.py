@@ -187,7 +187,8 @@ class Comparison:
                 log(f"{kind}: resuming {path.parent} ({done} sub-sessions complete; --force starts a new one)")
                 return cls(path.parent, spec, state.get("placement_seed"), state.get("sessions", {}),
                            state.get("dropped", {}), state.get("incomplete", []), resumed=True)  # fmt: skip
-            if not state.get("finished") and (changed := _changed_inputs(state.get("spec") or {}, spec)):
+            changed = _changed_inputs(state.get("spec") or {}, spec) if not state.get("finished") else []
+            if changed and path == _newest(parent, kind):
                 raise ValueError(f"{kind} {path.parent.name} was started with other contents of {', '.join(changed)} "
                                  "(each patch and diff is pinned by its sha256 when a comparison starts): put them "
                                  "back to resume it, or --force a new comparison of what they hold now")  # fmt: skip
@@ -296,6 +297,14 @@ def completed_runs(session: Path) -> tuple[int, list[str]]:
 _PIN = re.compile(r"(patch:[^+@]+)@sha256:([0-9a-f]{64})")
 
 
+def _newest(parent: Path, kind: str) -> Path | None:
+    """The state file of the newest comparison of ``kind`` under ``parent`` (an older unfinished one whose
+    inputs changed is abandoned: it blocks nothing)."""
+    found = [p for p in sorted(parent.glob(f"*/{STATE_FILE}"), reverse=True) if rundir.read_json(p).get("spec", {})
+             .get("kind") == kind]  # fmt: skip
+    return found[0] if found else None
+
+
 def _changed_inputs(earlier: dict, spec: dict) -> list[str]:
     """The inputs (patch files, a tree's diff) whose contents differ between two specs that are otherwise
     the same: a comparison resumed after one of its patches was edited."""
@@ -303,7 +312,8 @@ def _changed_inputs(earlier: dict, spec: dict) -> list[str]:
     if before == now or _PIN.sub(r"\1", before) != _PIN.sub(r"\1", now):
         return []
     pins = dict(_PIN.findall(before))
-    return sorted({f"{name.removeprefix('patch:')}" for name, sha in _PIN.findall(now) if pins.get(name) != sha})
+    changed = {name for name, sha in _PIN.findall(now) if name in pins and pins[name] != sha}
+    return sorted(name.removeprefix("patch:") for name in changed)
 
 
 # -- judging: the parts every comparing workflow uses ------------------------------------------------------

@@ -132,15 +132,13 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     side_metrics, side_status = {}, {}
     for side in SIDES:
         side_metrics[side], side_status[side] = compare.side_metrics(sessions[side])
-    for control, base in (control_bases or {}).items():
-        copied = side_metrics["baseline"][side_metrics["baseline"]["point"] == base].assign(point=control)
-        side_metrics["baseline"] = pd.concat([side_metrics["baseline"], copied], ignore_index=True)
+    side_metrics["baseline"] = _with_control_bases(side_metrics["baseline"], control_bases)
     result.comparisons = regression.compare(side_metrics["baseline"], side_metrics["candidate"])
     result.failures += _failed_points(side_status)
     result.left_out = [line for side in SIDES for line in compare.left_out_runs(side_status[side], side)]
     if result.left_out:
         every = {side: compare.side_metrics(sessions[side], untrusted=True)[0] for side in SIDES}
-        again = regression.compare(every["baseline"], every["candidate"])
+        again = regression.compare(_with_control_bases(every["baseline"], control_bases), every["candidate"])
         result.sensitivity = compare.sensitivity({c.name: c.verdict for c in result.comparisons},
                                                  {c.name: c.verdict for c in again})  # fmt: skip
     _check_controls(result, controls)
@@ -163,6 +161,14 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     _html(directory / "report.html", result, header, side_metrics, controls)
     print(f"report: {directory / 'report.html'}\njunit: {directory / 'junit.xml'}")
     return result
+
+
+def _with_control_bases(baseline: pd.DataFrame, control_bases: dict | None) -> pd.DataFrame:
+    """The baseline's metrics with each control's base point copied as the control's baseline (the
+    baseline kernel does not run the controls)."""
+    for control, base in (control_bases or {}).items():
+        baseline = pd.concat([baseline, baseline[baseline["point"] == base].assign(point=control)], ignore_index=True)
+    return baseline
 
 
 def _failed_points(side_status: dict) -> list[str]:

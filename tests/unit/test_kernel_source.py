@@ -246,7 +246,8 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
     assert f"first bad version: {result.first_bad} (last good: {versions[4]})" in text
     assert f"{result.first_bad} against {versions[4]}: goodput {change.relative:+.1%} (95 % interval" in text
     # every option the bisection ran with, and its answer alone
-    assert (f"reproduce the bisection: testbed bisect --good {versions[0]} --bad {versions[-1]} --tree {tree} "
+    good, bad = (kernelsource.parse(v).rev for v in (versions[0], versions[-1]))  # --tree takes commits
+    assert (f"reproduce the bisection: testbed bisect --good {good} --bad {bad} --tree {tree} "
             "--suite regression-check --point upload.default --cc reno --repeat 3 --max-repeat 9") in text
     assert (f"reproduce its answer: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
             f"--suite regression-check --repeat 9 (then read its upload.default, {result.key[1]} goodput "
@@ -300,7 +301,7 @@ def test_a_comparisons_inputs_are_pinned_when_it_starts_a_tree_at_its_commit_a_p
     assert dirty.startswith(f"tree:{tree}@{head}+patch:{kernelsource.WORKING_TREE}@sha256:")
     _git(tree, "checkout", "-q", "--", ".")  # the tree cleaned during the comparison
     kernel, _ = _fetch(dirty)
-    assert b"= 4;" in kernel.vmlinuz.read_bytes()
+    assert b"= 4;" in kernel.vmlinuz.read_bytes() and kernel.build["dirty"]  # still recorded as uncommitted
 
 
 def test_two_patches_of_one_file_name_in_a_series_are_refused_before_anything_runs(tmp_path):

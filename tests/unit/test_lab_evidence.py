@@ -203,7 +203,7 @@ CHEATS = {
     _failed_check_deleted: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json lacks the check 'capture ra'"),
     _evidence_removed: ({"t1": 0, "t2": 3, "t3": 3}, "the check 'capture ra' has no evidence: raw/tcpdump-ra.log"),
     _start_times_moved: ({"t1": 0, "t2": 3, "t3": 3}, "iperf3's own output says c0 started 2026-11-29"),
-    _capture_clock_compressed: ({"t1": 0, "t2": 3, "t3": 3}, "(its clock is not the capture's)"),
+    _capture_clock_compressed: ({"t1": 0, "t2": 3, "t3": 3}, "apart: its clock is not the capture's"),
     _comparison_reversed: ({"t1": 4, "t2": 0, "t3": 3}, "19 % is not the runs' difference; your runs give westwood "
                                                         "-0.7 % against reno"),
     _rates_in_another_unit: ({"t1": 4, "t2": 0, "t3": 3}, "the answer says 2.5 Mbit/s, which neither your runs"),
@@ -304,7 +304,7 @@ def test_a_reproduce_answer_hedged_over_every_verdict_earns_none(tmp_path):
                         "mobile-westwood-beats-reno-bernoulli: the mean is 1.53 Mbit/s and p = 0.0053.")  # fmt: skip
     graded = lab.check(LABS / "reproduce", work, work / "results").grade
     assert graded.tasks[1].score == 0, grading.text(graded)
-    assert "the answer states 4 verdicts (reproduced, opposite, not reproduced, undecided)" in grading.text(graded)
+    assert "the answer states 2 verdicts (reproduced, not reproduced)" in grading.text(graded)
 
 
 def test_a_negated_term_does_not_state_its_concept_but_a_negation_in_the_term_does():
