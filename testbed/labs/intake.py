@@ -44,14 +44,21 @@ def problems(folder: Path) -> list[str]:
     if not folder.is_dir():
         return []
     found, files, size = [], 0, 0
-    for entry in _walk(folder):
+    try:
+        entries = list(_walk(folder, MAX_FILES + 1))
+    except OSError as err:  # a folder of it that cannot be read (permissions), too deep a tree
+        return [f"{folder} cannot be read whole ({err}): hand in plain files and folders"]
+    too_large = f"{folder} holds more than {MAX_FILES} files or {MAX_BYTES >> 30} GiB: hand in the lab folder only"
+    if len(entries) > MAX_FILES:
+        return [too_large]
+    for entry in entries:
         mode = entry.stat(follow_symlinks=False).st_mode
         if stat.S_ISREG(mode):
             files, size = files + 1, size + entry.stat(follow_symlinks=False).st_size
         elif not stat.S_ISDIR(mode):
             found.append(f"{Path(entry.path).relative_to(folder)} ({_kind(mode)})")
-        if files > MAX_FILES or size > MAX_BYTES:
-            return [f"{folder} holds more than {MAX_FILES} files or {MAX_BYTES >> 30} GiB: hand in the lab folder only"]
+        if size > MAX_BYTES:
+            return [too_large]
     if not found:
         return []
     more = f" and {len(found) - 10} more" if len(found) > 10 else ""
@@ -59,13 +66,17 @@ def problems(folder: Path) -> list[str]:
             "and reads no special file; replace each by the file itself (cp -L) and hand in again"]  # fmt: skip
 
 
-def _walk(folder: Path) -> Iterator[os.DirEntry]:
-    """Every entry under ``folder``, depth first, never entering a link."""
-    with os.scandir(folder) as entries:
-        for entry in entries:
-            yield entry
-            if entry.is_dir(follow_symlinks=False):
-                yield from _walk(Path(entry.path))
+def _walk(folder: Path, limit: int) -> Iterator[os.DirEntry]:
+    """The entries under ``folder`` (at most ``limit``), from a stack rather than by recursion (a deep tree
+    cannot exhaust Python's), never entering a link."""
+    pending, seen = [folder], 0
+    while pending and seen < limit:
+        with os.scandir(pending.pop()) as entries:
+            for entry in entries:
+                seen += 1
+                yield entry
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(Path(entry.path))
 
 
 def _kind(mode: int) -> str:
@@ -89,7 +100,8 @@ def files_named(folder: Path, name: str) -> list[Path]:
     """The plain files called ``name`` under ``folder``, found without following a link."""
     if folder.is_symlink() or not folder.is_dir():
         return []
-    return sorted(Path(e.path) for e in _walk(folder) if e.name == name and e.is_file(follow_symlinks=False))
+    found = _walk(folder, MAX_FILES * 4)  # bounded: a class's folders are compared, never an unbounded tree
+    return sorted(Path(e.path) for e in found if e.name == name and e.is_file(follow_symlinks=False))
 
 
 def write_fresh(destination: Path, files: dict[str, bytes]) -> Path:
