@@ -24,7 +24,8 @@ started on the guest's clock, the capture and iperf3's receiver the bytes that c
   on 1325 flows here), so no other lab sets it.
 
 A student who rewrites every one of these consistently (iperf3's JSON, the loss timelines, the capture)
-is not caught here; docs/labs.md says so, and what the grader's own reruns add.
+is not caught here (the grader running a sample of the student's runs again would be: not built yet);
+docs/labs.md says so.
 """
 
 from __future__ import annotations
