@@ -188,9 +188,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 def _cmd_lab(args: argparse.Namespace) -> int:
     from testbed.labs import lab
 
-    runner = None if args.action != "check" or args.no_hidden else _hidden_runner(args)
-    return lab.command(args.action, args.name, args.dir, args.more, args.work, args.how, runner, args.student,
-                       student_check=not args.no_student_check)
+    runner = None if args.action != "check" or (args.no_hidden and not args.rerun) else _hidden_runner(args)
+    return lab.command(args.action, args.name, args.dir, args.more, args.work, args.how,
+                       None if args.no_hidden else runner, args.student, student_check=not args.no_student_check,
+                       rerun_runner=runner if args.rerun else None)  # fmt: skip
 
 
 def _hidden_runner(args: argparse.Namespace):
@@ -608,6 +609,9 @@ def _add_lab(sub) -> None:
     lab.add_argument("--work", type=Path, help="check, pack: the student's lab folder (default: the current one "
                      "if it holds a lab.yaml, else the lab's own)")  # fmt: skip
     lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")
+    lab.add_argument("--rerun", action="store_true",
+                     help="check: run one graded run per point again on this machine and hold the submitted ones "
+                          "to it (beyond 20 %%: to grade by hand; docs/labs.md)")  # fmt: skip
     _backend_options(lab, "check: where the hidden variants run (as for testbed run)",
                      "check: the guest kernel of the hidden variants (as for testbed run)")
     lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")

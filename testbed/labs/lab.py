@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from testbed.labs import grading, intake, labkit, labresults, students
+from testbed.labs import grading, intake, labkit, labresults, reruns, students
 from testbed.results import rundir
 from testbed.scenario import variants
 from testbed.scenario.load import load_scenario
@@ -65,12 +65,13 @@ def hidden_scenarios(work: Path, lab: labkit.Lab, hidden: labkit.Hidden,
 
 
 def check(master: Path, work: Path, results: Path, run: SessionRunner | None = None,
-          student: str | None = None) -> LabCheck:  # fmt: skip
+          student: str | None = None, rerun: SessionRunner | None = None) -> LabCheck:  # fmt: skip
     """Grade the student's folder ``work`` (their scenario file, answers and figures) on ``results``
     with the lab ``master`` as installed: its tasks, bands and hidden variants (``run`` runs those;
     None skips them). The hidden variants' checks belong to the lab's first task that runs points: a
     scenario file that only works for the seeds it was tried with fails the task that asked for it.
-    ``student``: whose work this is (their own seeds are then required: testbed/labs/students.py)."""
+    ``student``: whose work this is (their own seeds are then required: testbed/labs/students.py);
+    ``rerun``: run one graded run per point again and hold the submitted ones to it (testbed/labs/reruns.py)."""
     intake.refuse_unsafe(work, results)  # before anything in them is read or written
     lab = labkit.load_lab(master)
     expected = labkit.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
@@ -83,9 +84,11 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     if all(c.ok for c in own):
         own += _variant_checks(master, lab, work, found, student)
     graded = grading.grade(work, lab, expected, found, own)
+    task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
     if ran:
-        task = next((t for t in graded.tasks if t.task.runs), graded.tasks[0])
         task.checks += _hidden_checks(ran, expected, found)
+    if rerun is not None:
+        task.checks += reruns.rerun_checks(work, lab, found, rerun)
     # a folder made afresh for the grade, put in place of grade/ (a link there removed, never followed)
     out = intake.write_fresh(work / "grade", {"results.json": (json.dumps(grading.gradescope(graded), indent=2)
                                                                + "\n").encode()})  # fmt: skip
@@ -235,7 +238,8 @@ def open_notebook(folder: Path) -> int:
 
 def command(action: str, name: str | None, folder: Path | None = None, more: list[str] | None = None,
             work: Path | None = None, how: str | None = None, hidden_runner: SessionRunner | None = None,
-            student: str | None = None, student_check: bool = True) -> int:  # fmt: skip
+            student: str | None = None, student_check: bool = True,
+            rerun_runner: SessionRunner | None = None) -> int:  # fmt: skip
     """``testbed lab ACTION``: list, start, check, pack, bands, autograder, notebook or duplicates (docs/labs.md);
     returns the exit status. ``hidden_runner`` runs the hidden variants for ``check`` (None: not run)."""
     if action == "list":
@@ -273,7 +277,7 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
     if action == "notebook":
         return open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
     work = work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
-    checked = check(master, work, folder or work / "results", hidden_runner, student)
+    checked = check(master, work, folder or work / "results", hidden_runner, student, rerun_runner)
     print(grading.text(checked.grade))
     print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
     return 0 if all(t.passed for t in checked.grade.tasks) else 1

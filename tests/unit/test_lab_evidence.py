@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shutil
 import struct
 import zipfile
@@ -315,3 +316,39 @@ def test_a_negated_term_does_not_state_its_concept_but_a_negation_in_the_term_do
     assert not statements.negated("It is not the papers': it recovers with SACK.", "sack")
     assert not statements.negated("A random loss is not congestion.", "not congestion")
     assert statements.in_mbit("0.8 and 1.1 Mbps, 2500 kbit/s, 0.25 MB/s") == "0.8 and 1.1 Mbit/s, 2.5 Mbit/s, 2 Mbit/s"
+
+
+def _rerunner(source: Path, calls: list):
+    """A stand-in for the grader's session runner: the honest run of the point and seed asked for (from the
+    student's fixture, as the guest would make it again), copied into the grader's folder."""
+
+    def run(scenario, where):
+        [spec] = scenario.runs()
+        calls.append((spec.point_id, spec.seed, where))
+        original = next(source.rglob(f"{spec.point_id}/seed={spec.seed}"))
+        shutil.copytree(original, where / "session" / spec.point_id / f"seed={spec.seed}")
+        return []
+
+    return run
+
+
+def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading_by_hand(tmp_path):
+    from testbed.labs import reruns
+
+    honest_source = Path(__file__).parents[1] / "fixtures" / "lab-wireless-student" / "results"
+    lab_ = labkit.load_lab(LABS / "wireless")
+    work, results = _submission(tmp_path / "honest")
+    calls = []
+    found = labresults.load_results(work, lab_, results)
+    checks = reruns.rerun_checks(work, lab_, found, _rerunner(honest_source, calls), random.Random(1))
+    assert [c.name.split(" seed ")[0] for c in checks] == ["rerun of cc=reno", "rerun of cc=westwood"]
+    assert all(c.ok and c.graded and "within 20%" in c.detail for c in checks), checks
+    assert all(not where.exists() for *_, where in calls)  # the grader's folder, removed after
+    forged, forged_results = _submission(tmp_path / "forged")
+    _capture_clock_compressed(forged, forged_results)  # Westwood+'s goodput +30 %, consistent down to flows.csv
+    found = labresults.load_results(forged, lab_, forged_results)
+    checks = reruns.rerun_checks(forged, lab_, found, _rerunner(honest_source, []), random.Random(1))
+    [westwood] = [c for c in checks if "westwood" in c.name]
+    assert not westwood.graded and "beyond 20% of what the grader's machine gives" in westwood.detail, westwood
+    failing = reruns.rerun_checks(work, lab_, labresults.load_results(work, lab_, results), lambda s, w: ["a run"])
+    assert all(not c.graded and "did not complete on the grader's machine" in c.detail for c in failing)
