@@ -35,7 +35,7 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.guest import build as build_cache
 from testbed.guest import modules
-from testbed.host.kernelsource import Source, SourceError
+from testbed.host.kernelsource import Patch, Source, SourceError
 
 FRAGMENT = PROJECT / "kernel-patch" / "testbed-guest.config"
 #: a first build's size and time here (linux-source-6.1, the fragment's config, 2 cores; docs/regression.md):
@@ -52,6 +52,8 @@ TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "HOSTCFLAGS", "HOSTLDF
              "LIBRARY_PATH")  # fmt: skip
 #: the rest of the environment a build sees: what the shell and the tools need, not what they build
 PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
+#: a config with at least this many options is a whole .config, not a fragment
+FULL_CONFIG_OPTIONS = 200
 #: free space a build needs on the disks of its checkout and the kernel cache (a defconfig build with the
 #: project's fragment: about 3 GB of objects; Debian's config: over 10)
 MIN_FREE_BYTES = 5 << 30
@@ -99,6 +101,8 @@ def build_key(source: Source, config: str) -> str:
     digest = hashlib.sha256((source.tree_id or source.commit).encode())
     for patch in source.patches:
         digest.update(patch.sha256.encode())
+    if source.config is not None:
+        digest.update(b"\0config\0" + source.config.sha256.encode())
     digest.update(config.encode())
     for name, value in toolchain().items():
         digest.update(f"\0{name}={value}".encode())
@@ -151,7 +155,11 @@ def build(source: Source, kernels: Path, log=print) -> Path:
         check_free_space(tree, kernels)
         _clean_after_a_kill(tree / "obj", log)
         src, obj = _checkout(source, tree)
-        _configure(src, obj)
+        _configure(src, obj, source.config)
+        unset = unset_new_options(source, (obj / ".config").read_text())
+        if unset:
+            log(f"kernel build: the patches add {', '.join(unset)}, which this build leaves unset (default off): the "
+                "patched code is not built unless a config turns them on (+config:FILE with them =y)")  # fmt: skip
         started = time.monotonic()
         release = _make(src, obj, key, tree / f"build-{key}.log", log)
         seconds = time.monotonic() - started
@@ -260,12 +268,19 @@ def _make_env() -> dict:
     return env
 
 
-def _configure(src: Path, obj: Path) -> None:
+def _configure(src: Path, obj: Path, config: Patch | None = None) -> None:
     """virtme-ng's guest config with the fragment merged on top (virtme-ng applies its own items after
-    a ``--custom`` one, debug info among them); every fragment option must hold."""
-    steps = ([_configkernel(), "--defconfig", f"O={obj}"],
-             ["scripts/kconfig/merge_config.sh", "-m", "-O", str(obj), str(obj / ".config"), str(FRAGMENT)],
-             ["make", f"O={obj}", "olddefconfig"])  # fmt: skip
+    a ``--custom`` one, debug info among them); every fragment option must hold. The developer's own
+    ``config`` (``+config:FILE``): a full ``.config`` replaces virtme-ng's as the base, a fragment is merged
+    onto it; the project's fragment is merged last either way (what runs need)."""
+    merge = ["scripts/kconfig/merge_config.sh", "-m", "-O", str(obj), str(obj / ".config")]
+    steps = [[_configkernel(), "--defconfig", f"O={obj}"]]
+    if config is not None:
+        mine = obj / "developer.config"
+        mine.write_bytes(config.text)
+        steps = [["cp", str(mine), str(obj / ".config")]] if is_full_config(config.text) else \
+            [*steps, [*merge, str(mine)]]  # fmt: skip
+    steps += [[*merge, str(FRAGMENT)], ["make", f"O={obj}", "olddefconfig"]]
     for argv in steps:
         out = subprocess.run(argv, cwd=src, env=_make_env(), capture_output=True, text=True)
         if out.returncode != 0 or not (obj / ".config").exists():
@@ -274,6 +289,28 @@ def _configure(src: Path, obj: Path) -> None:
     if missing:
         raise BuildError(f"this tree's Kconfig does not give what runs need ({FRAGMENT.name}): "
                          f"{'; '.join(missing)}. See {obj / '.config'}; the suites need them")  # fmt: skip
+
+
+def is_full_config(text: bytes) -> bool:
+    """A whole ``.config`` (make's header, or hundreds of options) rather than a fragment of a few."""
+    lines = text.decode(errors="replace").splitlines()
+    return any("Automatically generated file" in line for line in lines[:5]) or \
+        sum(line.startswith(("CONFIG_", "# CONFIG_")) for line in lines) >= FULL_CONFIG_OPTIONS  # fmt: skip
+
+
+def unset_new_options(source: Source, config: str) -> list[str]:
+    """The Kconfig options the source's patches add (``+config NAME`` in a Kconfig file) that ``config``
+    leaves unset: a patch behind a new default-off option is not built, and its comparison would say so."""
+    added = []
+    for patch in source.patches:
+        current = ""
+        for line in patch.text.decode(errors="replace").splitlines():
+            if line.startswith("+++ "):
+                current = line[4:]
+            elif "Kconfig" in current.rsplit("/", 1)[-1] and (match := re.match(r"\+\s*(?:menu)?config\s+(\w+)", line)):
+                added.append(f"CONFIG_{match.group(1)}")
+    have = {line.split("=", 1)[0] for line in config.splitlines() if line.startswith("CONFIG_") and "=" in line}
+    return [option for option in dict.fromkeys(added) if option not in have]
 
 
 def _make_argv(src: Path, obj: Path, key: str, *targets: str) -> list[str]:
@@ -379,6 +416,7 @@ def _install_into(source: Source, src: Path, obj: Path, dest: Path, root: Path, 
     record = {**source.describe(), "key": key, "config_digest": config, "toolchain": toolchain(), "release": release,
               "config_sha256": hashlib.sha256((obj / ".config").read_bytes()).hexdigest(),
               "build_seconds": round(seconds, 1), "ccache": bool(shutil.which("ccache")),
+              "unset_new_options": unset_new_options(source, (obj / ".config").read_text()),
               "westwood_tb": _project_module(release, obj, log)}  # fmt: skip
     (root / "build.json").write_text(json.dumps(record, indent=2) + "\n")
     (root / ".complete").write_text(key + "\n")

@@ -3,6 +3,8 @@
 - ``tree:PATH[@REV][+patch:FILE...]``: a git tree (a revision of it: a commit, tag or branch; its HEAD by
   default), with patches on top when named (a base and a series, as NIPA tests patches);
 - ``SERIES+patch:FILE[+patch:FILE2...]``: Debian's ``linux-source-SERIES`` with these patches;
+- ``...+config:FILE`` on either: the developer's own config, a full ``.config`` or a fragment, merged
+  with what runs need (testbed/host/kernelbuild.py);
 - ``SERIES+source``: Debian's ``linux-source-SERIES`` as it is, built here the same way: the fair
   baseline for a patch (Debian's own package differs from it in config and compiler flags, so a
   patched build against Debian's package would measure the config too).
@@ -60,6 +62,8 @@ class SourceName:
     series: str | None = None
     patches: tuple[Path, ...] = ()
     pins: tuple[str | None, ...] = ()  # each patch's sha256 when pinned (read from the store), else None
+    config: Path | None = None  # the developer's config (+config:FILE)
+    config_pin: str | None = None
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class Source:
     patches: tuple[Patch, ...]
     origin: str  # the tree's path, or linux-source-6.1=6.1.192-3
     dirty: bool = False
+    config: Patch | None = None  # the developer's config (a full .config or a fragment), read as bytes
     #: the commit's tree (``git rev-parse COMMIT^{tree}``): what is built, whatever the commit's message,
     #: author or date (an amend that keeps the files, Debian's source fetched again)
     tree_id: str = ""
@@ -79,38 +84,48 @@ class Source:
     def describe(self) -> dict:
         """What a run's manifest records of it."""
         return {"name": self.name, "origin": self.origin, "commit": self.commit, "tree": self.tree_id,
-                "dirty": self.dirty,
-                "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches]}  # fmt: skip
+                "dirty": self.dirty, "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
+                "config": {"name": self.config.name, "sha256": self.config.sha256}
+                if self.config else None}  # fmt: skip
 
 
 def is_source(name: str | None) -> bool:
-    return bool(name) and (name.startswith(TREE) or bool(re.fullmatch(r"\d+\.\d+\+(source|patch:.+)", name)))
+    return bool(name) and (name.startswith(TREE) or bool(re.fullmatch(r"\d+\.\d+\+(source|patch:|config:).*", name)))
 
 
 def parse(name: str) -> SourceName:
     """The parts of a source name (module doc); a malformed one says what the forms are."""
-    forms = "tree:PATH[@REV][+patch:FILE], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or SERIES+source"
+    forms = ("tree:PATH[@REV][+patch:FILE][+config:FILE], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or "
+             "SERIES+source [+config:FILE]")  # fmt: skip
     if name.startswith(TREE):
-        head, *patches = name[len(TREE) :].split("+patch:")
+        head, *parts = re.split(r"\+(?=(?:patch|config):)", name[len(TREE) :])
         path, _, rev = head.partition("@")
-        if not path or not all(patches):
-            raise SourceError(f"kernel {name!r}: no tree path or an empty patch; give {forms}")
-        return SourceName(TREE, tree=Path(path).expanduser(), rev=rev or None, **_patch_parts(patches))
+        if not path:
+            raise SourceError(f"kernel {name!r}: no tree path; give {forms}")
+        return SourceName(TREE, tree=Path(path).expanduser(), rev=rev or None, **_parts(name, parts, forms))
     series, _, rest = name.partition("+")
     if not re.fullmatch(r"\d+\.\d+", series) or not rest:
         raise SourceError(f"kernel {name!r}: not a source name; give {forms}")
-    if rest == "source":
-        return SourceName(DEBIAN, series=series)
-    parts = rest.split("+")
-    if not all(p.startswith("patch:") and len(p) > len("patch:") for p in parts):
-        raise SourceError(f"kernel {name!r}: after {series}+ comes 'source' or patch:FILE (+patch:FILE...)")
-    return SourceName(DEBIAN, series=series, **_patch_parts([p[len("patch:") :] for p in parts]))
+    parts = re.split(r"\+(?=(?:patch|config|source))", rest)
+    if parts[0] == "source":
+        parts = parts[1:]
+        if any(p.startswith("patch:") for p in parts):
+            raise SourceError(f"kernel {name!r}: 'source' takes no patches; give {forms}")
+    return SourceName(DEBIAN, series=series, **_parts(name, parts, forms))
 
 
-def _patch_parts(tokens: list[str]) -> dict:
-    """The patches' paths and pins of ``FILE`` or ``FILE@sha256:HEX`` tokens."""
-    split = [re.fullmatch(r"(.+?)(?:@sha256:([0-9a-f]{64}))?", token).groups() for token in tokens]
-    return {"patches": tuple(Path(path).expanduser() for path, _ in split), "pins": tuple(pin for _, pin in split)}
+def _parts(name: str, parts: list[str], forms: str) -> dict:
+    """The patches (and the config) of ``patch:FILE[@sha256:HEX]`` and ``config:FILE[@sha256:HEX]`` parts."""
+    kinds = [part.partition(":") for part in parts]
+    if not all(kind in ("patch", "config") and rest for kind, _, rest in kinds) or \
+            sum(kind == "config" for kind, _, _ in kinds) > 1:  # fmt: skip
+        raise SourceError(f"kernel {name!r}: after the source come patch:FILE parts and at most one config:FILE; "
+                          f"give {forms}")  # fmt: skip
+    split = [(kind, *re.fullmatch(r"(.+?)(?:@sha256:([0-9a-f]{64}))?", rest).groups()) for kind, _, rest in kinds]
+    patches = [(Path(path).expanduser(), pin) for kind, path, pin in split if kind == "patch"]
+    config = next(((Path(path).expanduser(), pin) for kind, path, pin in split if kind == "config"), (None, None))
+    return {"patches": tuple(p for p, _ in patches), "pins": tuple(pin for _, pin in patches),
+            "config": config[0], "config_pin": config[1]}  # fmt: skip
 
 
 def label(name: str) -> str:
@@ -123,6 +138,7 @@ def label(name: str) -> str:
         text = f"tree-{parsed.tree.name}" + (f"-{rev}" if rev else "") + patched
     else:
         text = parsed.series + ("".join(f"+patch-{p.stem}" for p in parsed.patches) or "+source")
+    text += f"+config-{parsed.config.stem}" if parsed.config else ""
     return re.sub(r"[^A-Za-z0-9_+.-]", "-", text)
 
 
@@ -133,10 +149,11 @@ def resolve(name: str, log=print) -> Source:
     patches = tuple(_read_patch(path, pin) for path, pin in zip(parsed.patches, pins, strict=True))
     # a dirty tree's diff pinned when a comparison started: still the tree's uncommitted changes
     pinned_dirty = any(path.name == WORKING_TREE for path in parsed.patches)
+    config = _read_patch(parsed.config, parsed.config_pin, "config") if parsed.config else None
     if parsed.kind == DEBIAN:
         repo, version = debian_source(parsed.series, log)
         commit = _git(repo, "rev-parse", "HEAD")
-        return Source(name, repo, commit, patches, f"linux-source-{parsed.series}={version}",
+        return Source(name, repo, commit, patches, f"linux-source-{parsed.series}={version}", config=config,
                       tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
     repo = _tree(parsed.tree)
     commit = _commit(repo, parsed.rev, name)
@@ -146,7 +163,7 @@ def resolve(name: str, log=print) -> Source:
             raise SourceError(f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
                               f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff")  # fmt: skip
         patches += (dirty,)
-    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None or pinned_dirty,
+    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None or pinned_dirty, config=config,
                   tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
 
 
@@ -190,33 +207,42 @@ def pin(name: str) -> str:
     if not is_source(name) or name.endswith("+source"):
         return name
     source = resolve(name, log=lambda _line: None)
-    pins_root().mkdir(parents=True, exist_ok=True)
-    for patch in source.patches:
-        stored = pins_root() / patch.sha256
-        if not stored.is_file() or hashlib.sha256(stored.read_bytes()).hexdigest() != patch.sha256:
-            partial = stored.with_name(f".{patch.sha256}.{os.getpid()}")  # a reader never sees half of it
-            partial.write_bytes(patch.text)
-            partial.replace(stored)
+    for patch in (*source.patches, *([source.config] if source.config else [])):
+        _store(patch)
     parsed = parse(name)
     tokens = [f"{p}@sha256:{patch.sha256}" for p, patch in zip(parsed.patches, source.patches, strict=False)]
-    if source.dirty:
+    if source.dirty and not any(p.name == WORKING_TREE for p in parsed.patches):  # not pinned yet
         tokens.append(f"{WORKING_TREE}@sha256:{source.patches[-1].sha256}")
+    text = "".join(f"+patch:{t}" for t in tokens) or ("" if parsed.kind == TREE else "+source")
+    text += f"+config:{parsed.config}@sha256:{source.config.sha256}" if source.config else ""
     if parsed.kind == TREE:
-        return f"{TREE}{source.repo}@{source.commit}" + "".join(f"+patch:{t}" for t in tokens)
-    return f"{parsed.series}" + "".join(f"+patch:{t}" for t in tokens)
+        return f"{TREE}{source.repo}@{source.commit}{text}"
+    return f"{parsed.series}{text}"
+
+
+def _store(patch: Patch) -> None:
+    """``patch``'s bytes in :func:`pins_root` under their sha256, written whole or not at all."""
+    pins_root().mkdir(parents=True, exist_ok=True)
+    stored = pins_root() / patch.sha256
+    if not stored.is_file() or hashlib.sha256(stored.read_bytes()).hexdigest() != patch.sha256:
+        partial = stored.with_name(f".{patch.sha256}.{os.getpid()}")  # a reader never sees half of it
+        partial.write_bytes(patch.text)
+        partial.replace(stored)
 
 
 #: the file name a dirty tree's pinned diff goes by (it is no file of the user's)
 WORKING_TREE = "working-tree.diff"
 
 
-def _read_patch(path: Path, pin: str | None = None) -> Patch:
+def _read_patch(path: Path, pin: str | None = None, what: str = "patch") -> Patch:
     if pin is not None:  # pinned when the comparison started: its bytes from the store, whatever the file holds now
         stored = pins_root() / pin
         if not stored.is_file() or hashlib.sha256(stored.read_bytes()).hexdigest() != pin:
-            raise SourceError(f"patch {path}: its copy pinned when the comparison started ({stored}) is gone or "
+            raise SourceError(f"{what} {path}: its copy pinned when the comparison started ({stored}) is gone or "
                               "changed: start the comparison again (--force)")  # fmt: skip
         return Patch(str(path), stored.read_bytes())
+    if what == "config" and not path.is_file():
+        raise SourceError(f"config {path}: no such file (config:FILE, a full .config or a fragment of CONFIG_ lines)")
     if not path.is_file():
         raise SourceError(f"patch {path}: no such file (the name is SERIES+patch:FILE, a path to a unified diff)")
     return Patch(str(path), path.read_bytes())

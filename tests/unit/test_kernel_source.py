@@ -395,3 +395,37 @@ def test_a_bisection_goes_round_a_commit_that_does_not_build_and_still_names_the
     assert result.first_bad == f"tree:{tree}@{planted[:12]}" and result.between == []
     [(skipped, why)] = result.skipped
     assert skipped == f"tree:{tree}@{broken[:12]}" and "a planted syntax error" in why
+
+
+NEW_OPTION = """diff --git a/net/ipv4/Kconfig b/net/ipv4/Kconfig
+new file mode 100644
+--- /dev/null
++++ b/net/ipv4/Kconfig
+@@ -0,0 +1,2 @@
++config TCP_NEW
++\tbool "a new option, default off"
+"""
+
+
+def test_a_developers_own_config_is_merged_keyed_and_an_option_the_patch_adds_left_unset_is_said(tree, tmp_path):
+    patch = tmp_path / "new.patch"
+    patch.write_text(NEW_OPTION)
+    plain, said = _fetch(f"tree:{tree}+patch:{patch}")
+    assert plain.build["unset_new_options"] == ["CONFIG_TCP_NEW"]
+    assert any("the patches add CONFIG_TCP_NEW, which this build leaves unset" in line for line in said), said
+    fragment = tmp_path / "mine.config"
+    fragment.write_text("CONFIG_TCP_NEW=y\n")
+    mine, said = _fetch(f"tree:{tree}+patch:{patch}+config:{fragment}")
+    assert mine.build["key"] != plain.build["key"] and mine.build["unset_new_options"] == []
+    assert mine.build["config"]["name"] == str(fragment) and label(f"tree:{tree}+config:{fragment}").endswith(
+        "+config-mine")
+    config = (mine.vmlinuz.parents[1] / "boot").glob("config-*")
+    text = next(config).read_text()
+    assert "CONFIG_TCP_NEW=y" in text and "CONFIG_BASE=y" in text  # merged onto virtme-ng's base
+    full = tmp_path / "full.config"  # a whole .config replaces the base
+    full.write_text("#\n# Automatically generated file; DO NOT EDIT.\n#\nCONFIG_FULL=y\n")
+    whole, _ = _fetch(f"tree:{tree}+config:{full}")
+    text = next((whole.vmlinuz.parents[1] / "boot").glob("config-*")).read_text()
+    assert "CONFIG_FULL=y" in text and "CONFIG_BASE=y" not in text
+    pinned = kernels.pinned(f"tree:{tree}+config:{full}")  # a comparison pins it like a patch
+    assert "+config:" in pinned and "@sha256:" in pinned.split("+config:")[1]
