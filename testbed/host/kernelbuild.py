@@ -52,6 +52,8 @@ TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "HOSTCFLAGS", "HOSTLDF
              "LIBRARY_PATH")  # fmt: skip
 #: the rest of the environment a build sees: what the shell and the tools need, not what they build
 PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
+#: checkout, configure, compile, install (kernelbuild.build's phases, each said as it starts)
+BUILD_PHASES = 4
 #: a config with at least this many options is a whole .config, not a fragment
 FULL_CONFIG_OPTIONS = 200
 #: free space a build needs on the disks of its checkout and the kernel cache (a defconfig build with the
@@ -154,16 +156,35 @@ def build(source: Source, kernels: Path, log=print) -> Path:
             return root
         check_free_space(tree, kernels)
         _clean_after_a_kill(tree / "obj", log)
+        phase = _phases(f"kernel build-{key} ({source.name})", log)
+        phase("checkout and patches")
         src, obj = _checkout(source, tree)
+        phase("configure")
         _configure(src, obj, source.config)
         unset = unset_new_options(source, (obj / ".config").read_text())
         if unset:
             log(f"kernel build: the patches add {', '.join(unset)}, which this build leaves unset (default off): the "
                 "patched code is not built unless a config turns them on (+config:FILE with them =y)")  # fmt: skip
+        phase("compile (bzImage, modules)")
         started = time.monotonic()
         release = _make(src, obj, key, tree / f"build-{key}.log", log)
         seconds = time.monotonic() - started
+        phase("install (modules_install, the project's module)")
         return _install(source, src, obj, kernels / f"build-{key}", config, release, seconds, log)
+
+
+def _phases(what: str, log):
+    """A logger of a build's phases: each named with its number, and the time the one before took."""
+    names: list[str] = []
+    last = [time.monotonic()]
+
+    def phase(name: str) -> None:
+        took = f" (the one before took {time.monotonic() - last[0]:.0f} s)" if names else ""
+        names.append(name)
+        last[0] = time.monotonic()
+        log(f"{what}: phase {len(names)} of {BUILD_PHASES}, {name}{took}")
+
+    return phase
 
 
 def check_free_space(tree: Path, kernels: Path) -> None:

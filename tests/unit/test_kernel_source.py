@@ -411,6 +411,8 @@ def test_a_developers_own_config_is_merged_keyed_and_an_option_the_patch_adds_le
     patch = tmp_path / "new.patch"
     patch.write_text(NEW_OPTION)
     plain, said = _fetch(f"tree:{tree}+patch:{patch}")
+    phases = [line.split(": phase ")[1].split(",")[0] for line in said if ": phase " in line]
+    assert phases == ["1 of 4", "2 of 4", "3 of 4", "4 of 4"], said  # every phase of a build said as it starts
     assert plain.build["unset_new_options"] == ["CONFIG_TCP_NEW"]
     assert any("the patches add CONFIG_TCP_NEW, which this build leaves unset" in line for line in said), said
     fragment = tmp_path / "mine.config"
