@@ -149,6 +149,12 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         kernel = kernels.fetch(args.fetch, log=lambda line: print(line, flush=True))
         print(f"{kernel.release}: {kernel.vmlinuz}")
         return 0
+    if args.prune is not None:
+        from testbed.host import kernelbuild
+
+        removed = kernelbuild.prune(kernels.cache_root(), args.prune)
+        print(f"{len(removed)} kernel build(s) and checkout(s) unused for {args.prune:g} days removed")
+        return 0
     print("\n".join(kernels.describe()))
     return 0
 
@@ -558,6 +564,8 @@ def _add_kernels(sub) -> None:
     kern.add_argument("--fetch", metavar="KERNEL",
                       help="download and unpack a kernel into the cache, or build one from its source (" +
                            KERNEL_HELP.removeprefix("guest kernel: ") + ")")  # fmt: skip
+    kern.add_argument("--prune", type=float, metavar="DAYS",
+                      help="remove the kernels built here (and tree checkouts) unused for DAYS days")
     _dirty_option(kern)
     kern.set_defaults(func=_cmd_kernels)
 

@@ -135,9 +135,38 @@ def missing_options(required: dict[str, str], config: str) -> list[str]:
 
 
 def cached(kernels: Path, key: str) -> Path | None:
-    """The build of this key in the kernel cache ``kernels``, if it is there whole."""
+    """The build of this key in the kernel cache ``kernels``, if it is there whole (its use recorded, for
+    :func:`prune`)."""
     root = kernels / f"build-{key}"
-    return root if (root / ".complete").exists() else None
+    if not (root / ".complete").exists():
+        return None
+    with contextlib.suppress(OSError):
+        (root / ".last-used").touch()
+    return root
+
+
+def prune(kernels: Path, older_than_days: float, log=print) -> list[Path]:
+    """Remove the kernels built here (``build-*``) unused for ``older_than_days``, and the checkouts of
+    trees with no build left; the builds and checkouts removed. Debian's packages are left alone (a
+    download, not a build)."""
+    cutoff = time.time() - older_than_days * 86400
+    removed = []
+    for root in sorted(kernels.glob("build-*")):
+        used = max((p.stat().st_mtime for p in (root / ".last-used", root / ".complete") if p.exists()), default=0)
+        if used < cutoff:
+            shutil.rmtree(root, ignore_errors=True)
+            removed.append(root)
+    origins = {json.loads((r / "build.json").read_text()).get("origin") for r in kernels.glob("build-*")
+               if (r / "build.json").is_file()}  # fmt: skip
+    kept = {_worktree_name(Path(origin)) for origin in origins if origin}  # a tree a build left is from
+    for tree in sorted(worktrees_root().glob("*")) if worktrees_root().is_dir() else []:
+        used = (tree / "lock").stat().st_mtime if (tree / "lock").exists() else 0
+        if used < cutoff and tree.name not in kept:
+            shutil.rmtree(tree, ignore_errors=True)
+            removed.append(tree)
+    for path in removed:
+        log(f"removed {path}")
+    return removed
 
 
 def build(source: Source, kernels: Path, log=print) -> Path:
@@ -149,7 +178,7 @@ def build(source: Source, kernels: Path, log=print) -> Path:
     if missing := missing_tools():
         raise BuildError(f"building a kernel needs {', '.join(missing)}: apt-get install {' '.join(missing)} "
                          "(make setup installs them)")  # fmt: skip
-    tree = worktrees_root() / f"{source.repo.name}-{hashlib.sha256(str(source.repo).encode()).hexdigest()[:10]}"
+    tree = worktrees_root() / _worktree_name(source.repo)
     tree.mkdir(parents=True, exist_ok=True)
     with _locked(tree / "lock", f"{source.name} ({source.commit[:12]})", log):
         if (root := cached(kernels, key)) is not None:  # built by another process while this one waited
@@ -185,6 +214,11 @@ def _phases(what: str, log):
         log(f"{what}: phase {len(names)} of {BUILD_PHASES}, {name}{took}")
 
     return phase
+
+
+def _worktree_name(repo: Path) -> str:
+    """A tree's checkout and object folder in :func:`worktrees_root`: one per repository."""
+    return f"{repo.name}-{hashlib.sha256(str(repo).encode()).hexdigest()[:10]}"
 
 
 def check_free_space(tree: Path, kernels: Path) -> None:

@@ -431,3 +431,20 @@ def test_a_developers_own_config_is_merged_keyed_and_an_option_the_patch_adds_le
     assert "CONFIG_FULL=y" in text and "CONFIG_BASE=y" not in text
     pinned = kernels.pinned(f"tree:{tree}+config:{full}")  # a comparison pins it like a patch
     assert "+config:" in pinned and "@sha256:" in pinned.split("+config:")[1]
+
+
+def test_prune_removes_the_builds_unused_for_days_and_the_checkouts_they_leave(tree, capsys):
+    import os as _os
+
+    kernel, _ = _fetch(f"tree:{tree}")
+    kernels_dir = kernel.vmlinuz.parents[2]
+    [build] = kernels_dir.glob("build-*")
+    assert kernelbuild.prune(kernels_dir, 30) == []  # used just now: kept, and its checkout with it
+    old = time.time() - 40 * 86400
+    for path in (build / ".complete", build / ".last-used", *kernelbuild.worktrees_root().glob("*/lock")):
+        if path.exists():
+            _os.utime(path, (old, old))
+    removed = kernelbuild.prune(kernels_dir, 30)
+    assert build in removed and not build.exists() and not any(kernelbuild.worktrees_root().iterdir())
+    again, said = _fetch(f"tree:{tree}")  # built anew when asked for again
+    assert any("kernel build-" in line for line in said) and again.vmlinuz.exists()
