@@ -35,7 +35,7 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.guest import build as build_cache
 from testbed.guest import modules
-from testbed.host.kernelsource import Patch, Source, SourceError
+from testbed.host.kernelsource import Patch, Source, SourceError, resolve
 
 FRAGMENT = PROJECT / "kernel-patch" / "testbed-guest.config"
 #: a first build's size and time here (linux-source-6.1, the fragment's config, 2 cores; docs/regression.md):
@@ -380,6 +380,27 @@ def _compiler() -> list[str]:
     if not shutil.which("ccache") or chosen.get("LLVM", "1") != "1":
         return []
     return [f"CC=ccache {'clang' if 'LLVM' in chosen else 'gcc'}"]
+
+
+def build_estimate_s() -> float:
+    """A first build's seconds on this machine (FIRST_BUILD scaled by its cores): what a kernel to build
+    adds to a comparison's estimate (less when ccache has seen the commit)."""
+    return FIRST_BUILD["seconds"] * FIRST_BUILD["jobs"] / (os.cpu_count() or 1)
+
+
+def unbuilt(names: list[str], kernels: Path) -> list[str]:
+    """The source names among ``names`` whose build is not in the kernel cache (a name that cannot be
+    resolved yet counts as one to build)."""
+    config = config_digest()
+    missing = []
+    for name in dict.fromkeys(names):
+        try:
+            built = cached(kernels, build_key(resolve(name, log=lambda _line: None), config)) is not None
+        except (SourceError, OSError, subprocess.SubprocessError):
+            built = False
+        if not built:
+            missing.append(name)
+    return missing
 
 
 def estimate_text(stats: dict | None) -> str:

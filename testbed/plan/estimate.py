@@ -58,10 +58,11 @@ def estimate_s(run: RunSpec) -> float:
 RUNAWAY_S = 24 * 3600.0
 
 
-def runaway(runs: list[RunSpec], hosts: int = 1) -> str | None:
+def runaway(runs: list[RunSpec], hosts: int = 1, extra_s: float = 0.0) -> str | None:
     """Why a session of ``runs`` is too long to start without asking (None: it is not): its estimate
-    here and spread over more hosts, and how to cut it."""
-    total_s = sum(estimate_s(r) for r in runs)
+    here and spread over more hosts, and how to cut it. ``extra_s``: work before the runs (kernels to
+    build), on this host."""
+    total_s = sum(estimate_s(r) for r in runs) + extra_s * hosts
     if total_s / hosts <= RUNAWAY_S:
         return None
     spread = ", ".join(f"{total_s / n / 3600:.1f} h on {n} hosts" for n in (10, 100) if n > hosts)
@@ -71,9 +72,9 @@ def runaway(runs: list[RunSpec], hosts: int = 1) -> str | None:
 
 
 
-def check_runaway(runs: list[RunSpec], hosts: int, yes: bool) -> str | None:
+def check_runaway(runs: list[RunSpec], hosts: int, yes: bool, extra_s: float = 0.0) -> str | None:
     """Refuse (ValueError) what :func:`runaway` finds too long unless ``yes``; with ``yes``, the note to print."""
-    why = runaway(runs, hosts)
+    why = runaway(runs, hosts, extra_s)
     if why and not yes:
         raise ValueError(f"{why}; or run it as it is with --yes")
     return f"{why}; running it as asked (--yes)" if why else None

@@ -159,7 +159,8 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
     chosen = only_points(suite, point)
     # the planned steps and both ends, each with the most seeds a step may take
     planned = compare.variant(chosen, list(range(1, max_repeat + 1))).runs()
-    compare.refuse_runaway(planned * (bisection.planned_steps(len(versions)) + 2), cluster, yes)
+    steps = bisection.planned_steps(len(versions)) + 2
+    compare.refuse_runaway(planned * steps, cluster, yes, versions, builds_at_most=steps)
     for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
         kernels.fetch(kernel, log=log)
     spec = {"versions": versions, "suite": suite.name, "points": [p.point_id for p in chosen.points], "cc": cc,

@@ -83,7 +83,8 @@ def regress(
     comparison of the same kernels, suite and options resumes (``force``: a new one). With ``cluster``,
     each session's runs spread over its workers, a point's run on the same host on both kernels."""
     compare.check_repeat(repeat)
-    compare.refuse_runaway(variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, yes)
+    compare.refuse_runaway(variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, yes,
+                           [baseline, candidate])  # fmt: skip
     # both kernels are settled (downloaded, or refused with the list of versions) before anything runs
     baseline, candidate = kernels.pinned(baseline), kernels.pinned(candidate)  # a tree at its commit now
     for kernel in (baseline, candidate):

@@ -106,7 +106,7 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
     inject_from = kernels.pinned(inject_from) if inject_from else None
     compare.check_injection(inject, inject_from, kernel_list)
     every_seed = compare.variant(suite, list(range(1, repeat + 1)), candidate=True).runs()
-    compare.refuse_runaway(every_seed * len(kernel_list), cluster, yes)
+    compare.refuse_runaway(every_seed * len(kernel_list), cluster, yes, kernel_list)
     for kernel in kernel_list:  # every kernel settled (downloaded, or refused with the list) before anything runs
         kernels.fetch(kernel, log=log)
     spec = {"kernels": list(kernel_list), "suite": suite.name, "points": [p.point_id for p in suite.points],

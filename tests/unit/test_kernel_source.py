@@ -448,3 +448,20 @@ def test_prune_removes_the_builds_unused_for_days_and_the_checkouts_they_leave(t
     assert build in removed and not build.exists() and not any(kernelbuild.worktrees_root().iterdir())
     again, said = _fetch(f"tree:{tree}")  # built anew when asked for again
     assert any("kernel build-" in line for line in said) and again.vmlinuz.exists()
+
+
+def test_a_comparison_counts_the_kernels_it_builds_into_its_estimate(tree, monkeypatch):
+    from testbed.workflows import compare
+
+    said: list[str] = []
+    monkeypatch.setattr(compare, "log", said.append)
+    compare.refuse_runaway([], None, False, [f"tree:{tree}", "6.1.0-56"])  # a package is downloaded, not built
+    assert [line for line in said if line.startswith("builds: 1 kernel(s) to build here first, about ")], said
+    _fetch(f"tree:{tree}")
+    said.clear()
+    compare.refuse_runaway([], None, False, [f"tree:{tree}"])
+    assert not [line for line in said if line.startswith("builds:")]
+    monkeypatch.setattr(kernelbuild, "build_estimate_s", lambda: 2 * 86400.0)  # two days of builds: refused
+    _commit(tree, "int tcp_init_cwnd = 11;\n", "another")
+    with pytest.raises(ValueError, match="--yes"):
+        compare.refuse_runaway([], None, False, [f"tree:{tree}"])
