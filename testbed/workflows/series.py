@@ -107,7 +107,8 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
     compare.check_injection(inject, inject_from, kernel_list)
     every_seed = compare.variant(suite, list(range(1, repeat + 1)), candidate=True).runs()
     compare.refuse_runaway(every_seed * len(kernel_list), cluster, yes, kernel_list)
-    for kernel in kernel_list:  # every kernel settled (downloaded, or refused with the list) before anything runs
+    for n, kernel in enumerate(kernel_list, 1):  # every kernel settled (downloaded, built or refused) before runs
+        log(f"series: kernel {n} of {len(kernel_list)}: {kernel}")
         kernels.fetch(kernel, log=log)
     spec = {"kernels": list(kernel_list), "suite": suite.name, "points": [p.point_id for p in suite.points],
             "repeat": repeat, "inject": inject or {}, "inject_from": inject_from, "cluster": cluster,
