@@ -76,8 +76,8 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     lab = labkit.load_lab(master)
     expected = labkit.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
     ran = []
-    if run is not None and (master / "hidden.yaml").is_file():
-        hidden = labkit.load_hidden(master / "hidden.yaml")
+    if run is not None and labkit.hidden_file(master).is_file():
+        hidden = labkit.load_hidden(labkit.hidden_file(master))
         ran = _run_hidden(work, lab, hidden, results, run, labkit.seed_pool(master, lab))
     found = labresults.load_results(work, lab, results)
     own = _student_checks(master, work, found, student)

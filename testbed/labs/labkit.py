@@ -14,6 +14,7 @@ A lab is a folder ``labs/<name>/``:
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from datetime import UTC, datetime
@@ -29,6 +30,18 @@ from testbed.labs import students
 LABS = PROJECT / "labs"
 #: what ``lab start`` leaves out of the student's copy
 INSTRUCTOR_ONLY = ("solution", "hidden.yaml")
+#: a course's own instructor folder (NAME/hidden.yaml, NAME/solution/), kept apart from the public project
+INSTRUCTOR_ENV = "CC_TESTBED_INSTRUCTOR"
+
+
+def hidden_file(master: Path) -> Path:
+    """The hidden variants a lab is graded with: the course's own (``$CC_TESTBED_INSTRUCTOR/NAME/hidden.yaml``)
+    when the instructor keeps one, else the example the project ships (public, like the whole project:
+    docs/labs.md says why a course should keep its own)."""
+    own = os.environ.get(INSTRUCTOR_ENV)
+    if own and (Path(own) / master.name / "hidden.yaml").is_file():
+        return Path(own) / master.name / "hidden.yaml"
+    return master / "hidden.yaml"
 #: what ``lab start`` writes into the student's folder: which lab, and when
 LAB_START = "lab-start.json"
 #: the metrics a band can bound: analysis.metrics.group_metric's (per run, the flows of one algorithm)

@@ -352,3 +352,15 @@ def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading
     assert not westwood.graded and "beyond 20% of what the grader's machine gives" in westwood.detail, westwood
     failing = reruns.rerun_checks(work, lab_, labresults.load_results(work, lab_, results), lambda s, w: ["a run"])
     assert all(not c.graded and "did not complete on the grader's machine" in c.detail for c in failing)
+
+
+def test_a_course_keeps_its_own_hidden_variants_apart_from_the_public_examples(tmp_path, monkeypatch):
+    own = tmp_path / "instructor" / "wireless"
+    own.mkdir(parents=True)
+    (own / "hidden.yaml").write_text((LABS / "wireless" / "hidden.yaml").read_text()
+                                     .replace("seeds: [4, 5]", "seeds: [6, 7]"))  # fmt: skip
+    monkeypatch.setenv(labkit.INSTRUCTOR_ENV, str(tmp_path / "instructor"))
+    work, results = _submission(tmp_path)
+    asked = []
+    lab.check(LABS / "wireless", work, results, lambda scenario, where: asked.append(scenario.runs()) or ["x"])
+    assert sorted({r.seed for r in asked[0]}) == [6, 7]  # the course's own seeds, not the shipped example's
