@@ -35,6 +35,7 @@ from pathlib import Path
 from testbed import PROJECT
 from testbed.guest import build as build_cache
 from testbed.guest import modules
+from testbed.host.kernelconfig import is_full_config, missing_options, required_options, unset_new_options
 from testbed.host.kernelsource import Patch, Source, SourceError, resolve
 
 FRAGMENT = PROJECT / "kernel-patch" / "testbed-guest.config"
@@ -54,8 +55,6 @@ TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "HOSTCFLAGS", "HOSTLDF
 PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
 #: checkout, configure, compile, install (kernelbuild.build's phases, each said as it starts)
 BUILD_PHASES = 4
-#: a config with at least this many options is a whole .config, not a fragment
-FULL_CONFIG_OPTIONS = 200
 #: free space a build needs on the disks of its checkout and the kernel cache (a defconfig build with the
 #: project's fragment: about 3 GB of objects; Debian's config: over 10)
 MIN_FREE_BYTES = 5 << 30
@@ -114,24 +113,6 @@ def build_key(source: Source, config: str) -> str:
 def toolchain() -> dict[str, str]:
     """The variables of :data:`TOOLCHAIN` set in this environment: the build sees them, its key holds them."""
     return {name: os.environ[name] for name in TOOLCHAIN if name in os.environ}
-
-
-#: fragment options a tree may lack without harm: DEBUG_INFO_NONE came with 5.18 (before it, the
-#: fragment's "DEBUG_INFO is not set" does the same)
-OPTIONAL = frozenset({"CONFIG_DEBUG_INFO_NONE"})
-
-
-def required_options(fragment: str) -> dict[str, str]:
-    """The fragment's ``CONFIG_X=value`` lines (comments and :data:`OPTIONAL` skipped)."""
-    pairs = (line.split("=", 1) for line in fragment.splitlines() if line.startswith("CONFIG_") and "=" in line)
-    return {name: value for name, value in pairs if name not in OPTIONAL}
-
-
-def missing_options(required: dict[str, str], config: str) -> list[str]:
-    """The required options a built ``.config`` does not hold, as ``CONFIG_X=value (it has: ...)``."""
-    have = dict(line.split("=", 1) for line in config.splitlines() if line.startswith("CONFIG_") and "=" in line)
-    return [f"{name}={value} (it has: {have.get(name, 'not set')})" for name, value in required.items()
-            if have.get(name) != value]  # fmt: skip
 
 
 def cached(kernels: Path, key: str) -> Path | None:
@@ -344,28 +325,6 @@ def _configure(src: Path, obj: Path, config: Patch | None = None) -> None:
     if missing:
         raise BuildError(f"this tree's Kconfig does not give what runs need ({FRAGMENT.name}): "
                          f"{'; '.join(missing)}. See {obj / '.config'}; the suites need them")  # fmt: skip
-
-
-def is_full_config(text: bytes) -> bool:
-    """A whole ``.config`` (make's header, or hundreds of options) rather than a fragment of a few."""
-    lines = text.decode(errors="replace").splitlines()
-    return any("Automatically generated file" in line for line in lines[:5]) or \
-        sum(line.startswith(("CONFIG_", "# CONFIG_")) for line in lines) >= FULL_CONFIG_OPTIONS  # fmt: skip
-
-
-def unset_new_options(source: Source, config: str) -> list[str]:
-    """The Kconfig options the source's patches add (``+config NAME`` in a Kconfig file) that ``config``
-    leaves unset: a patch behind a new default-off option is not built, and its comparison would say so."""
-    added = []
-    for patch in source.patches:
-        current = ""
-        for line in patch.text.decode(errors="replace").splitlines():
-            if line.startswith("+++ "):
-                current = line[4:]
-            elif "Kconfig" in current.rsplit("/", 1)[-1] and (match := re.match(r"\+\s*(?:menu)?config\s+(\w+)", line)):
-                added.append(f"CONFIG_{match.group(1)}")
-    have = {line.split("=", 1)[0] for line in config.splitlines() if line.startswith("CONFIG_") and "=" in line}
-    return [option for option in dict.fromkeys(added) if option not in have]
 
 
 def _make_argv(src: Path, obj: Path, key: str, *targets: str) -> list[str]:
