@@ -11,6 +11,7 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
 import yaml
 
 from testbed.host import hostload
@@ -18,6 +19,7 @@ from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 from testbed.results.manifest import run_status
 from tests.conftest import PROJECT, guest_processes
+from tests.guest import hoststeal
 
 SCENARIO = {
     "description": "two seeds of one short flow",
@@ -74,13 +76,15 @@ def test_a_killed_controller_leaves_no_guest_and_a_contended_run_is_untrustworth
     assert (attempt / "raw").is_dir()
     quiet, hogged = (rundir.read_json(session / "default" / f"seed={s}" / rundir.MANIFEST) for s in (1, 2))
     assert quiet["status"] == "complete", quiet.get("reason")
-    quiet_check = _host_check(quiet)
-    assert quiet_check["ok"], quiet_check["detail"]
     hogged_check = _host_check(hogged)
     assert not hogged_check["ok"] and "the host was contended" in hogged_check["detail"], hogged["host"]
     assert hogged["fidelity"]["trustworthy"] is False
     assert hogged["host"]["other_busy_pct"] > quiet["host"]["other_busy_pct"]
     print("host, quiet run:", quiet["host"], "\nhost, hogged run:", hogged["host"])
+    quiet_check = _host_check(quiet)
+    if not quiet_check["ok"] and (why := hoststeal.stolen(quiet)):  # the machine's fault, not the testbed's
+        pytest.skip(f"the quiet run could not be quiet on this machine now: {why}")
+    assert quiet_check["ok"], quiet_check["detail"]
 
 
 def _hog_during_run_2(log: Path) -> None:
