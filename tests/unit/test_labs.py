@@ -343,10 +343,16 @@ CHEATS = {
 
 @pytest.mark.parametrize("cheat", list(CHEATS), ids=[c.__name__.strip("_") for c in CHEATS])
 def test_each_cheat_loses_exactly_its_points_and_says_why(cheat, tmp_path):
+    assert_cheat_graded(cheat, CHEATS[cheat], tmp_path)
+
+
+def assert_cheat_graded(cheat, expected: tuple[dict, str], tmp_path: Path) -> None:
+    """The real student's submission with ``cheat`` applied keeps exactly ``expected``'s points per task,
+    and the grade says its message."""
     work, results = _submission(tmp_path)
     cheat(work, results)
     checked = lab.check(LABS / "wireless", work, results)
-    points, message = CHEATS[cheat]
+    points, message = expected
     report = grading.text(checked.grade)
     assert {t.task.id: t.score for t in checked.grade.tasks} == points, report
     assert message in report, report

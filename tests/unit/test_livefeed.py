@@ -20,6 +20,10 @@ STUDENT = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless-stude
 
 @pytest.fixture
 def session(tmp_path) -> Path:
+    return student_session(tmp_path)
+
+
+def student_session(tmp_path: Path) -> Path:
     """The student fixture's session (6 real runs with their raw files), with the plan its runner had."""
     source = next((STUDENT / "results" / "wireless").iterdir())
     folder = tmp_path / source.name

@@ -4,29 +4,21 @@ read a bounded piece at a time without losing a record."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import threading
 from pathlib import Path
 
 import pytest
 
 from testbed.report import livefeed
+from tests.unit.test_livefeed import student_session
 
-STUDENT = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless-student"
 RUN = "cc=reno/seed=1"
 
 
 @pytest.fixture
 def session(tmp_path) -> Path:
-    """The student fixture's session (6 real runs), with the plan its runner had."""
-    source = next((STUDENT / "results" / "wireless").iterdir())
-    folder = tmp_path / source.name
-    shutil.copytree(source, folder)
-    runs = sorted(str(m.parent.relative_to(folder)) for m in folder.rglob("manifest.json"))
-    (folder / "plan.json").write_text(json.dumps({"runs": [{"run_dir": r, "estimate_s": 20.0} for r in runs]}))
-    return folder
+    return student_session(tmp_path)
 
 
 def _within(seconds: float, call):
