@@ -145,13 +145,17 @@ def test_bursty_loss_is_realized_and_checked_by_the_run(smoke, model):
     assert all(c["ok"] for c in checks), [c["detail"] for c in checks]
     assert all("the chain's bursts counted" in c["detail"] for c in checks)
     (seen_data, dropped_data), (seen_acks, dropped_acks) = netem_loss(run), netem_loss(run, "rl/rl-eth1")
-    # both directions run the same chain; together they count more packets (a cubic flow through 9 %
-    # bursty loss sent only 464 data packets in 12 s once, and 234 with 156 ACKs, in RTO backoffs, once)
+    # both directions run the same chain (independently): together they count more packets. A cubic flow
+    # through 9 % bursty loss spends much of 12 s in RTO backoffs: 464 data packets once, 234 with 156 ACKs
+    # once, 191 in both directions in CI once; so the bound is the chain's own spread at the count seen,
+    # never a fixed number of points (16.8 % over 191 packets is 2.3 sigma from 9.1 %)
     seen, dropped = seen_data + seen_acks, dropped_data + dropped_acks
     kind = {"gilbert_elliott": GilbertElliottLoss, "four_state": FourStateLoss}[model]
     loss = kind(**tierpoints.LOSS_MODELS[model]["loss"])
-    stationary = 100 * fidelity.chain_loss(*packet_chain(loss))[0]
-    assert seen > 300 and abs(100 * dropped / seen - stationary) <= 4, (seen, dropped, stationary)
+    stationary, variance = fidelity.chain_loss(*packet_chain(loss))
+    assert seen >= 100, f"the flow barely ran: {seen} packets crossed the lossy link"
+    sigma_pts = 100 * math.sqrt(variance / seen)
+    assert abs(100 * dropped / seen - 100 * stationary) <= 3.5 * sigma_pts, (seen, dropped, stationary, sigma_pts)
 
 
 @pytest.mark.parametrize("seed", [1, 2])
