@@ -90,6 +90,7 @@ bench: setup-experiment
 
 lint: setup
 	$(PY) -m ruff check testbed topologies analysis tests
+	$(PY) -m ruff format --check testbed topologies analysis tests
 	.venv/bin/lint-imports --no-logo
 	yamllint -s -c .yamllint playbooks scenarios
 	cd playbooks && ansible-lint --offline -p host.yml site.yml

@@ -96,8 +96,10 @@ class Explanation:
             move = ""
             if s.setting != BASELINE and s.shift is not None:
                 low, high = s.shift.interval()
-                move = (f"; moved {s.shift.relative:+.0%} from the baseline's effect (95 % interval {low:+.0%} to "
-                        f"{high:+.0%}): {s.outcome}")  # fmt: skip
+                move = (
+                    f"; moved {s.shift.relative:+.0%} from the baseline's effect (95 % interval {low:+.0%} to "
+                    f"{high:+.0%}): {s.outcome}"
+                )
             out.append(f"  {what}{move}")
         return out
 
@@ -110,17 +112,32 @@ def target_effect(claim: Claim) -> float:
 Runs = list[tuple[object, float]]  # (seed, value) of one side at one setting
 
 
-def judge(claim: Claim, samples: dict[str, tuple[Runs, Runs]], factors: dict[str, Factor],
-          walls: dict[str, float] | None = None, alpha: float = stats.ALPHA) -> Explanation:  # fmt: skip
+def judge(
+    claim: Claim,
+    samples: dict[str, tuple[Runs, Runs]],
+    factors: dict[str, Factor],
+    walls: dict[str, float] | None = None,
+    alpha: float = stats.ALPHA,
+) -> Explanation:
     """The explanation from each setting's runs of side a and side b (``samples[setting] = (a, b)``, each
     a list of ``(seed, value)``, the baseline's among them): the module doc's rule."""
     walls = walls or {}
     order = [BASELINE, *[name for name in factors if name in samples], *([ALL] if ALL in samples else [])]
-    results = [ConditionResult(name, [v for _, v in samples[name][0]], [v for _, v in samples[name][1]],
-                               stats.seeded_effect(*samples[name]), "undecided", wall_s=walls.get(name, math.nan))
-               for name in order if name in samples]  # fmt: skip
-    explanation = Explanation(claim, "not judged: the baseline has no runs on both sides", factors=factors,
-                              target=target_effect(claim))  # fmt: skip
+    results = [
+        ConditionResult(
+            name,
+            [v for _, v in samples[name][0]],
+            [v for _, v in samples[name][1]],
+            stats.seeded_effect(*samples[name]),
+            "undecided",
+            wall_s=walls.get(name, math.nan),
+        )
+        for name in order
+        if name in samples
+    ]
+    explanation = Explanation(
+        claim, "not judged: the baseline has no runs on both sides", factors=factors, target=target_effect(claim)
+    )
     if not results or results[0].condition != BASELINE or results[0].effect is None:
         return explanation
     claims.decide(claim, results, alpha)
@@ -146,8 +163,11 @@ def _outcome(s: SettingResult, towards_up: bool, alpha: float, tests: int) -> st
     towards = (s.shift.log_ratio > 0) == towards_up
     if s.shift_p < alpha and towards:
         held = s.condition.finding == "holds"
-        return f"to the paper's: the claim holds (p = {s.shift_p:.3g})" if held else \
-            f"towards the paper's, the claim still not shown (p = {s.shift_p:.3g})"  # fmt: skip
+        return (
+            f"to the paper's: the claim holds (p = {s.shift_p:.3g})"
+            if held
+            else f"towards the paper's, the claim still not shown (p = {s.shift_p:.3g})"
+        )
     if s.shift_p < alpha:
         return f"away from the paper's (p = {s.shift_p:.3g})"
     # Holm's first step is Bonferroni's; each direction of the two-sided test gets half
@@ -174,20 +194,21 @@ def _conclusion(claim: Claim, settings: list[SettingResult]) -> str:
         named = to_paper + towards
         detail = "; ".join(_moved(s) for s in settings if s.setting in named)
         together = " (only all together make the claim hold)" if ALL in to_paper else ""
-        return f"partly explained by {' and '.join(named)}{together}: the effect moves towards the paper's " \
-               f"({detail})"  # fmt: skip
+        return f"partly explained by {' and '.join(named)}{together}: the effect moves towards the paper's ({detail})"
     smallest = min((s.detectable_shift for s in settings[1:] if not math.isnan(s.detectable_shift)), default=math.nan)
     could = f"; these runs could show moves of {smallest:.0%} or more" if not math.isnan(smallest) else ""
     against = all(s.condition.finding in ("short", "absent", "opposite") for s in settings)
-    everywhere = ("; at every setting the effect is shown short of the paper's (or absent, or the opposite)"
-                  if against else "")  # fmt: skip
+    everywhere = (
+        "; at every setting the effect is shown short of the paper's (or absent, or the opposite)" if against else ""
+    )
     return f"not explained by these factors: none moves the effect towards the paper's{could}{everywhere}"
 
 
 def _moved(s: SettingResult) -> str:
     low, high = s.shift.interval()
-    return f"{s.setting}: effect {s.condition.difference:+.0%}, moved {s.shift.relative:+.0%} ({low:+.0%} to " \
-           f"{high:+.0%})"  # fmt: skip
+    return (
+        f"{s.setting}: effect {s.condition.difference:+.0%}, moved {s.shift.relative:+.0%} ({low:+.0%} to {high:+.0%})"
+    )
 
 
 def samples_of(claim: Claim, flows: pd.DataFrame, variant: str | None) -> tuple[dict, dict]:
@@ -211,8 +232,23 @@ def samples_of(claim: Claim, flows: pd.DataFrame, variant: str | None) -> tuple[
     return samples, {k: sum(v) / len(v) for k, v in walls.items()}
 
 
-TABLE_COLUMNS = ["setting", "effect", "low", "high", "low90", "high90", "finding", "runs", "moved", "moved_low",
-                 "moved_high", "outcome", "paper", "margin_low", "margin_high"]  # fmt: skip
+TABLE_COLUMNS = [
+    "setting",
+    "effect",
+    "low",
+    "high",
+    "low90",
+    "high90",
+    "finding",
+    "runs",
+    "moved",
+    "moved_low",
+    "moved_high",
+    "outcome",
+    "paper",
+    "margin_low",
+    "margin_high",
+]
 
 
 def table(explanation: Explanation) -> pd.DataFrame:
@@ -225,11 +261,25 @@ def table(explanation: Explanation) -> pd.DataFrame:
         low, high = c.interval(0.95)
         low90, high90 = c.interval(0.90)
         shift_low, shift_high = s.shift.interval() if s.shift is not None else (math.nan, math.nan)
-        rows.append({"setting": s.setting, "effect": c.difference, "low": low, "high": high, "low90": low90,
-                     "high90": high90, "finding": c.finding, "runs": f"{len(c.a)} vs {len(c.b)}",
-                     "moved": s.shift.relative if s.shift is not None else math.nan, "moved_low": shift_low,
-                     "moved_high": shift_high, "outcome": s.outcome, "paper": explanation.target,
-                     "margin_low": b["low"], "margin_high": b["high"]})  # fmt: skip
+        rows.append(
+            {
+                "setting": s.setting,
+                "effect": c.difference,
+                "low": low,
+                "high": high,
+                "low90": low90,
+                "high90": high90,
+                "finding": c.finding,
+                "runs": f"{len(c.a)} vs {len(c.b)}",
+                "moved": s.shift.relative if s.shift is not None else math.nan,
+                "moved_low": shift_low,
+                "moved_high": shift_high,
+                "outcome": s.outcome,
+                "paper": explanation.target,
+                "margin_low": b["low"],
+                "margin_high": b["high"],
+            }
+        )
     return pd.DataFrame(rows, columns=TABLE_COLUMNS)
 
 
@@ -238,8 +288,12 @@ Kind = Literal["explained", "partly", "not explained", "nothing to explain", "no
 
 def kind(conclusion: str) -> Kind:
     """The conclusion's kind, for the reproduction report's line beside the verdict."""
-    for prefix, name in (("explained by", "explained"), ("partly", "partly"), ("not explained", "not explained"),
-                         ("nothing to explain", "nothing to explain")):  # fmt: skip
+    for prefix, name in (
+        ("explained by", "explained"),
+        ("partly", "partly"),
+        ("not explained", "not explained"),
+        ("nothing to explain", "nothing to explain"),
+    ):
         if conclusion.startswith(prefix):
             return name
     return "not judged"

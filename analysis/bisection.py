@@ -172,9 +172,11 @@ def confirm(runs: Runs, result: Bisection, wanted: dict, repeat: int, max_repeat
             break
         n, look = min(n + repeat, max_repeat), look + 1
     if chosen is None:
-        raise NothingToBisect(f"{good} and {bad} do not differ on {_wanted_text(wanted)} at {n} repetitions "
-                              f"(Holm over the suite's comparisons): nothing to bisect. Give --max-repeat higher, "
-                              f"or another --point/--metric")  # fmt: skip
+        raise NothingToBisect(
+            f"{good} and {bad} do not differ on {_wanted_text(wanted)} at {n} repetitions "
+            f"(Holm over the suite's comparisons): nothing to bisect. Give --max-repeat higher, "
+            f"or another --point/--metric"
+        )
     result.key = (chosen.point, chosen.cc, chosen.metric)
     seeds = list(range(1, n + 1))
     result.steps.append(Evidence(bad, seeds, chosen, None, "bad", "step 0: the change confirmed, Holm-adjusted p"))
@@ -204,13 +206,20 @@ def judge_version(runs: Runs, result: Bisection, kernel: str, n: int, repeat: in
             return Evidence(kernel, seeds, vs_good, vs_bad, "bad" if like_bad else "good")
         if n >= max_repeat:
             nearer_bad = abs(math.log1p(vs_good.change)) > abs(math.log1p(vs_bad.change))
-            return Evidence(kernel, seeds, vs_good, vs_bad, "bad" if nearer_bad else "good",
-                            f"undecided at {n} repetitions: the nearer end")  # fmt: skip
+            return Evidence(
+                kernel,
+                seeds,
+                vs_good,
+                vs_bad,
+                "bad" if nearer_bad else "good",
+                f"undecided at {n} repetitions: the nearer end",
+            )
         n, look = min(n + repeat, max_repeat), look + 1
 
 
-def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, repeat: int = 3,
-           max_repeat: int = 9) -> Bisection:  # fmt: skip
+def bisect(
+    versions: list[str], measure: Measure, wanted: dict | None = None, repeat: int = 3, max_repeat: int = 9
+) -> Bisection:
     """Binary search of ``versions`` (oldest first: the good kernel, ..., the bad one) for the first
     version whose metric moved (module doc)."""
     if len(versions) < 2:
@@ -222,8 +231,9 @@ def bisect(versions: list[str], measure: Measure, wanted: dict | None = None, re
     try:
         n = confirm(runs, result, wanted or {}, repeat, max_repeat)
     except Skip as err:
-        raise NothingToBisect(f"an end of the range cannot be run ({err}): choose ends that build, boot and run "
-                              "the suite") from err  # fmt: skip
+        raise NothingToBisect(
+            f"an end of the range cannot be run ({err}): choose ends that build, boot and run the suite"
+        ) from err
     lo, hi, skipped = 0, len(versions) - 1, set()
     while (mid := _untried(lo, hi, skipped)) is not None:
         try:
@@ -256,8 +266,10 @@ def confirm_answer(runs: Runs, result: Bisection, repeat: int) -> None:
         return
     result.confirmation = _pair(result.key, good, bad, seeds)
     direction = math.copysign(1, result.steps[0].vs_good.change)
-    result.confirmed = (counts(result.confirmation, regression.ALPHA / result.planned_steps)
-                        and math.copysign(1, result.confirmation.change) == direction)  # fmt: skip
+    result.confirmed = (
+        counts(result.confirmation, regression.ALPHA / result.planned_steps)
+        and math.copysign(1, result.confirmation.change) == direction
+    )
 
 
 def _untried(lo: int, hi: int, skipped: set[int]) -> int | None:
@@ -274,8 +286,11 @@ def measured(result: Bisection, kernel: str) -> dict[int, float]:
     good, bad = result.versions[0], result.versions[-1]
     values: dict[int, float] = {}
     for e in result.steps:
-        sides = [(e.kernel == kernel, e.vs_good.candidate), (kernel == good, e.vs_good.baseline),
-                 (kernel == bad and e.vs_bad is not None, e.vs_bad.candidate if e.vs_bad else [])]  # fmt: skip
+        sides = [
+            (e.kernel == kernel, e.vs_good.candidate),
+            (kernel == good, e.vs_good.baseline),
+            (kernel == bad and e.vs_bad is not None, e.vs_bad.candidate if e.vs_bad else []),
+        ]
         for wanted, side in sides:
             if wanted and len(side) == len(e.seeds):
                 values.update(zip(e.seeds, side, strict=True))
@@ -288,4 +303,3 @@ def change_at(result: Bisection) -> stats.Effect | None:
     if result.first_bad is None or result.last_good is None:
         return None
     return stats.paired_ratio_effect(measured(result, result.first_bad), measured(result, result.last_good))
-

@@ -39,16 +39,50 @@ SCHEMA_VERSION = 1
 
 #: runs table: column -> how it is read from a manifest
 RUN_COLUMNS = [
-    "run_id", "scenario", "profile", "point_id", "params", "seed", "identity", "status", "reason",
-    "trustworthy", "kernel_release", "kernel_version", "backend", "accel", "git_sha", "git_dirty",
-    "started_utc", "ended_utc", "stamp",
-]  # fmt: skip
+    "run_id",
+    "scenario",
+    "profile",
+    "point_id",
+    "params",
+    "seed",
+    "identity",
+    "status",
+    "reason",
+    "trustworthy",
+    "kernel_release",
+    "kernel_version",
+    "backend",
+    "accel",
+    "git_sha",
+    "git_dirty",
+    "started_utc",
+    "ended_utc",
+    "stamp",
+]
 #: flows table: the columns of flows.csv that are kept (absent ones are NULL)
 FLOW_COLUMNS = [
-    "conn", "flow", "replica", "period", "cc", "direction", "sender", "receiver", "start_s", "stop_s",
-    "base_rtt_ms", "sent_bytes", "retrans_bytes", "unique_bytes", "transfer_s", "goodput_mbit",
-    "recv_bytes", "recv_s", "recv_goodput_mbit", "retrans_ratio", "mean_rtt_ms",
-]  # fmt: skip
+    "conn",
+    "flow",
+    "replica",
+    "period",
+    "cc",
+    "direction",
+    "sender",
+    "receiver",
+    "start_s",
+    "stop_s",
+    "base_rtt_ms",
+    "sent_bytes",
+    "retrans_bytes",
+    "unique_bytes",
+    "transfer_s",
+    "goodput_mbit",
+    "recv_bytes",
+    "recv_s",
+    "recv_goodput_mbit",
+    "retrans_ratio",
+    "mean_rtt_ms",
+]
 
 #: latency table: the columns of latency.csv (analysis.latency.SUMMARY_COLUMNS, one row per ping or requests flow)
 LATENCY_COLUMNS = SUMMARY_COLUMNS
@@ -179,8 +213,10 @@ def _latency_of(run_dir: Path) -> pd.DataFrame:
 
 
 def _rows(run_id: str, frame: pd.DataFrame) -> list[list]:
-    return [[run_id, *(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in rec)]
-            for rec in frame.itertuples(index=False)]  # fmt: skip
+    return [
+        [run_id, *(None if pd.isna(v) else (v.item() if hasattr(v, "item") else v) for v in rec)]
+        for rec in frame.itertuples(index=False)
+    ]
 
 
 def update(results_root: Path) -> list[str]:

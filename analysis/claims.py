@@ -180,27 +180,41 @@ class Claim(BaseModel):
     below: dict[str, float] = Field(default_factory=dict, description="parameter -> the claim is about values below")
     profiles: list[str] | None = Field(default=None, description="only runs of these profiles (default: any)")
     margin: float | None = Field(
-        default=None, gt=0, lt=1,
+        default=None,
+        gt=0,
+        lt=1,
         description="similar, not_lower, near: the equivalence / non-inferiority margin (relative, e.g. 0.1: "
         "within -9 % to +10 %); higher, lower: the practical threshold (default 0.05)",
-    )  # fmt: skip
-    margin_reason: str = Field(default="", description="why this margin: what difference would matter, and "
-                               "why it is smaller than the effects the paper reports")  # fmt: skip
-    paper_effect: float | None = Field(default=None, description="higher, lower: the smallest effect the paper "
-                                       "reports (relative, signed: 0.34 for +34 %, -0.5 for half); not_lower: the "
-                                       "gain the paper reports, which the margin must stay below")  # fmt: skip
+    )
+    margin_reason: str = Field(
+        default="",
+        description="why this margin: what difference would matter, and "
+        "why it is smaller than the effects the paper reports",
+    )
+    paper_effect: float | None = Field(
+        default=None,
+        description="higher, lower: the smallest effect the paper "
+        "reports (relative, signed: 0.34 for +34 %, -0.5 for half); not_lower: the "
+        "gain the paper reports, which the margin must stay below",
+    )
     paper_effect_from: str = Field(default="", description="where paper_effect comes from in the paper")
-    warmup_s: float | None = Field(default=None, gt=0, description="goodput claims: the first seconds of each run "
-                                   "left out of the metric (slow start's transient; testbed lengths measures it)")
+    warmup_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="goodput claims: the first seconds of each run "
+        "left out of the metric (slow start's transient; testbed lengths measures it)",
+    )
     warmup_from: str = Field(default="", description="what showed the warm-up to be needed and enough")
-    warmup_confirmed: Confirmation | None = Field(default=None, description="warmup_s: its confirmation on seeds "
-                                                  "that took no part in choosing it")  # fmt: skip
+    warmup_confirmed: Confirmation | None = Field(
+        default=None, description="warmup_s: its confirmation on seeds that took no part in choosing it"
+    )
     not_here: str | None = Field(
         default=None, description="why the quick reproduction cannot decide it on a machine like ours (2 cores, TCG)"
     )
     note: str = ""
-    ablations: Ablations | None = Field(default=None, description="where and how testbed explain ablates it "
-                                        "(analysis/factors.py)")  # fmt: skip
+    ablations: Ablations | None = Field(
+        default=None, description="where and how testbed explain ablates it (analysis/factors.py)"
+    )
 
     @field_validator("where", mode="before")
     @classmethod
@@ -217,29 +231,41 @@ class Claim(BaseModel):
             self.margin = THRESHOLD if self.margin is None else self.margin
             sign = 1 if self.expect == "higher" else -1
             if self.paper_effect is None or not self.paper_effect_from:
-                raise ValueError(f"expect {self.expect} needs paper_effect (the smallest effect the paper reports, "
-                                 "e.g. 0.34 for +34 %) and paper_effect_from (where it comes from)")  # fmt: skip
+                raise ValueError(
+                    f"expect {self.expect} needs paper_effect (the smallest effect the paper reports, "
+                    "e.g. 0.34 for +34 %) and paper_effect_from (where it comes from)"
+                )
             if sign * self.paper_effect <= self.margin:
-                raise ValueError(f"paper_effect {self.paper_effect:+g} is not {self.expect} than the threshold "
-                                 f"{sign * self.margin:+g}: nothing could tell the paper's effect from no "
-                                 "effect")  # fmt: skip
+                raise ValueError(
+                    f"paper_effect {self.paper_effect:+g} is not {self.expect} than the threshold "
+                    f"{sign * self.margin:+g}: nothing could tell the paper's effect from no "
+                    "effect"
+                )
         elif self.margin is None or not self.margin_reason:
-            raise ValueError(f"expect {self.expect} needs margin (the equivalence or non-inferiority margin, e.g. 0.1) "
-                             "and margin_reason (why that margin)")  # fmt: skip
+            raise ValueError(
+                f"expect {self.expect} needs margin (the equivalence or non-inferiority margin, e.g. 0.1) "
+                "and margin_reason (why that margin)"
+            )
         if self.warmup_s is not None and (self.metric not in WINDOWED_METRICS or not self.warmup_from):
-            raise ValueError(f"warmup_s needs a goodput metric ({', '.join(WINDOWED_METRICS)}), not {self.metric}, "
-                             "and warmup_from (what showed it)")  # fmt: skip
+            raise ValueError(
+                f"warmup_s needs a goodput metric ({', '.join(WINDOWED_METRICS)}), not {self.metric}, "
+                "and warmup_from (what showed it)"
+            )
         if self.warmup_s is not None and self.warmup_confirmed is None:
-            raise ValueError("warmup_s needs warmup_confirmed: chosen_on (the seeds that chose it), seeds (others it "
-                             "was confirmed on), session and result; a window chosen on runs is confirmed on "
-                             "seeds that took no part in choosing it")  # fmt: skip
+            raise ValueError(
+                "warmup_s needs warmup_confirmed: chosen_on (the seeds that chose it), seeds (others it "
+                "was confirmed on), session and result; a window chosen on runs is confirmed on "
+                "seeds that took no part in choosing it"
+            )
         if self.expect == "not_lower" and self.paper_effect is not None:
             # a margin as large as the paper's gain would pass an a below b by what the paper has it above
             if not self.paper_effect_from or not 0 < self.margin < self.paper_effect:
-                raise ValueError(f"not_lower: the margin {self.margin:g} must be below the paper's gain "
-                                 f"paper_effect {self.paper_effect:g} (and paper_effect_from say where it comes "
-                                 "from); give a smaller margin, or leave paper_effect out where the paper reports "
-                                 "no gain")  # fmt: skip
+                raise ValueError(
+                    f"not_lower: the margin {self.margin:g} must be below the paper's gain "
+                    f"paper_effect {self.paper_effect:g} (and paper_effect_from say where it comes "
+                    "from); give a smaller margin, or leave paper_effect out where the paper reports "
+                    "no gain"
+                )
         return self
 
     def compared(self) -> str:
@@ -377,8 +403,11 @@ class ConditionResult:
         scale = 100 if metric == "retrans_ratio" else 1
         unit = " %" if metric == "retrans_ratio" else (" Mbit/s" if "goodput" in metric else "")
         ma, mb = sum(self.a) / len(self.a) * scale, sum(self.b) / len(self.b) * scale
-        runs = (f"{len(self.a)} run{'s' * (len(self.a) != 1)} vs the paper's value" if self.against_value
-                else f"{len(self.a)} vs {len(self.b)} runs")  # fmt: skip
+        runs = (
+            f"{len(self.a)} run{'s' * (len(self.a) != 1)} vs the paper's value"
+            if self.against_value
+            else f"{len(self.a)} vs {len(self.b)} runs"
+        )
         if self.effect is not None and not self.against_value:
             runs += f", {self.effect.test}" if self.effect.paired else ", Welch (unpaired)"
         low, high = self.interval(1 - self.alpha)  # two-sided at the look's level: 95 % at 0.05
@@ -398,28 +427,47 @@ def bounds(claim: Claim) -> dict[str, float]:
     similar, not_lower and near: ``high = margin`` and ``low = 1 / (1 + margin) - 1``, symmetric on the
     log scale; for higher and lower the practical threshold), ``paper`` the paper's effect."""
     margin = claim.margin
-    return {"low": 1 / (1 + margin) - 1, "high": margin, "paper": claim.paper_effect if claim.paper_effect is not None
-            else math.nan}  # fmt: skip
+    return {
+        "low": 1 / (1 + margin) - 1,
+        "high": margin,
+        "paper": claim.paper_effect if claim.paper_effect is not None else math.nan,
+    }
 
 
 def one_sided_p(claim: Claim, effect: stats.Effect) -> dict[str, float]:
     """The one-sided p of each finding the claim can have at one condition, before the correction (module doc)."""
     b = bounds(claim)
     if claim.expect == "higher":
-        return {"holds": effect.p_above(b["high"]), "opposite": effect.p_below(b["low"]),
-                "absent": effect.p_below(b["high"]), "short": effect.p_below(b["paper"])}  # fmt: skip
+        return {
+            "holds": effect.p_above(b["high"]),
+            "opposite": effect.p_below(b["low"]),
+            "absent": effect.p_below(b["high"]),
+            "short": effect.p_below(b["paper"]),
+        }
     if claim.expect == "lower":
-        return {"holds": effect.p_below(b["low"]), "opposite": effect.p_above(b["high"]),
-                "absent": effect.p_above(b["low"]), "short": effect.p_above(b["paper"])}  # fmt: skip
+        return {
+            "holds": effect.p_below(b["low"]),
+            "opposite": effect.p_above(b["high"]),
+            "absent": effect.p_above(b["low"]),
+            "short": effect.p_above(b["paper"]),
+        }
     if claim.expect == "not_lower":
         # where the paper reports a gain, an effect shown below no difference is against it (module doc)
         against = effect.p_below(0.0) if claim.paper_effect is not None else math.nan
-        return {"holds": effect.p_above(b["low"]), "opposite": effect.p_below(b["low"]), "absent": against,
-                "short": math.nan}  # fmt: skip
+        return {
+            "holds": effect.p_above(b["low"]),
+            "opposite": effect.p_below(b["low"]),
+            "absent": against,
+            "short": math.nan,
+        }
     # similar and near: equivalence by two one-sided tests; a difference beyond the margin either way
     outside = min(1.0, 2 * min(effect.p_above(b["high"]), effect.p_below(b["low"])))
-    return {"holds": max(effect.p_above(b["low"]), effect.p_below(b["high"])), "opposite": math.nan,
-            "absent": outside, "short": math.nan}  # fmt: skip
+    return {
+        "holds": max(effect.p_above(b["low"]), effect.p_below(b["high"])),
+        "opposite": math.nan,
+        "absent": outside,
+        "short": math.nan,
+    }
 
 
 def seeds_needed(claim: Claim, effect: stats.Effect | None, alpha: float) -> int | None:
@@ -431,8 +479,10 @@ def seeds_needed(claim: Claim, effect: stats.Effect | None, alpha: float) -> int
     if claim.expect in ("similar", "near"):
         # both one-sided tests must succeed: each at power 90 % so that both do at 80 % at least
         both = 1 - (1 - stats.POWER) / 2
-        inside = [effect.seeds_to_show(b["low"], True, alpha, both),
-                  effect.seeds_to_show(b["high"], False, alpha, both)]  # fmt: skip
+        inside = [
+            effect.seeds_to_show(b["low"], True, alpha, both),
+            effect.seeds_to_show(b["high"], False, alpha, both),
+        ]
         options = [max(inside)] if None not in inside else []
         options += [effect.seeds_to_show(b["high"], True, alpha / 2), effect.seeds_to_show(b["low"], False, alpha / 2)]
     elif claim.expect in ("higher", "lower"):
@@ -472,8 +522,10 @@ def finding_text(claim: Claim, result: ConditionResult) -> str:
         texts[(kind, "holds")] = f"shown within {b['low']:+.0%} to {b['high']:+.0%} (equivalence, TOST)"
         texts[(kind, "absent")] = f"shown outside {b['low']:+.0%} to {b['high']:+.0%}"
     if result.smaller:
-        return (f"{texts[(kind, 'holds')]} (p = {p['holds']:.3g}), and short of the paper's {b['paper']:+.0%} "
-                f"(p = {p['short']:.3g}): smaller than the paper's effect")  # fmt: skip
+        return (
+            f"{texts[(kind, 'holds')]} (p = {p['holds']:.3g}), and short of the paper's {b['paper']:+.0%} "
+            f"(p = {p['short']:.3g}): smaller than the paper's effect"
+        )
     if result.finding in FINDINGS:
         return f"{texts[(kind, result.finding)]} (p = {p[result.finding]:.3g})"
     needed = result.seeds_needed
@@ -510,8 +562,10 @@ class Verdict:
         runs = sum(self.left_out.values())
         why = "; ".join(f"{reason}: {n}" for reason, n in sorted(self.left_out.items()))
         same = "the same verdict" if self.with_untrusted == self.verdict else "a different verdict"
-        return (f"{runs} untrustworthy run{'s' * (runs != 1)} left out ({why}); with them the verdict would be "
-                f"{self.with_untrusted}: {same}")  # fmt: skip
+        return (
+            f"{runs} untrustworthy run{'s' * (runs != 1)} left out ({why}); with them the verdict would be "
+            f"{self.with_untrusted}: {same}"
+        )
 
     @property
     def smaller(self) -> bool:
@@ -554,8 +608,10 @@ class Verdict:
         runs, seconds = self.cost()
         if self.verdict not in ("undecided", "short of the paper") or not runs:
             return ""
-        return (f"{runs} more runs would decide it (about {seconds / 60:.0f} min here, {seconds / 60 / hosts:.0f} min "
-                f"on {hosts} hosts)")  # fmt: skip
+        return (
+            f"{runs} more runs would decide it (about {seconds / 60:.0f} min here, {seconds / 60 / hosts:.0f} min "
+            f"on {hosts} hosts)"
+        )
 
 
 def decide(claim: Claim, results: list[ConditionResult], alpha: float = ALPHA, plan: bool = True) -> str:
@@ -645,14 +701,23 @@ def _judge(claim: Claim, flows: pd.DataFrame, alpha: float) -> Verdict:
         a, b = [v for _, v in a_runs], [v for _, v in b_runs]
         wall = sum(walls) / len(walls) if walls else math.nan
         if claim.expect == "near" and a:
-            result.conditions.append(ConditionResult(text, a, [claim.value],
-                                                     stats.ratio_to_value(a, claim.value), "undecided",
-                                                     wall_s=wall, against_value=True,
-                                                     points=points.get(condition, {})))  # fmt: skip
+            result.conditions.append(
+                ConditionResult(
+                    text,
+                    a,
+                    [claim.value],
+                    stats.ratio_to_value(a, claim.value),
+                    "undecided",
+                    wall_s=wall,
+                    against_value=True,
+                    points=points.get(condition, {}),
+                )
+            )
         elif a and b:
             effect = stats.seeded_effect(a_runs, b_runs)
-            result.conditions.append(ConditionResult(text, a, b, effect, "undecided",
-                                                     wall_s=wall, points=points.get(condition, {})))  # fmt: skip
+            result.conditions.append(
+                ConditionResult(text, a, b, effect, "undecided", wall_s=wall, points=points.get(condition, {}))
+            )
     result.kernels, result.profiles = sorted(kernels), sorted(profiles)
     if result.conditions:
         result.verdict = decide(claim, result.conditions, alpha)
@@ -667,8 +732,12 @@ def _num(text: str):
         return (1, 0.0, text)
 
 
-def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | None = None,
-             alpha: float | Callable[[str], float] = ALPHA) -> list[Verdict]:  # fmt: skip
+def verdicts(
+    analyses,
+    claims: list[Claim] | None = None,
+    flows: pd.DataFrame | None = None,
+    alpha: float | Callable[[str], float] = ALPHA,
+) -> list[Verdict]:
     """The verdict of every claim about an experiment that ran in ``analyses`` (or ``flows``, their
     ``flow_rows``, when already made), at ``alpha`` (or ``alpha(claim id)``: a sequential design's level for
     that claim, analysis/sequential.py)."""
@@ -676,8 +745,11 @@ def verdicts(analyses, claims: list[Claim] | None = None, flows: pd.DataFrame | 
     flows = flow_rows(analyses) if flows is None else flows
     ran = set(flows["experiment"]) if not flows.empty else set()
     level = alpha if callable(alpha) else (lambda _claim_id: alpha)
-    return [judge(claim, measured_flows(claim, flows, analyses), level(claim.id)) for claim in claims
-            if claim.experiment in ran]  # fmt: skip
+    return [
+        judge(claim, measured_flows(claim, flows, analyses), level(claim.id))
+        for claim in claims
+        if claim.experiment in ran
+    ]
 
 
 def measured_flows(claim: Claim, flows: pd.DataFrame, analyses) -> pd.DataFrame:
@@ -713,11 +785,42 @@ def effects_table(results: list[Verdict]) -> pd.DataFrame:
             low, high = c.interval(1 - v.alpha)
             low90, high90 = c.interval(1 - 2 * v.alpha)
             paper = b["paper"] if v.claim.expect in ("higher", "lower") else math.nan
-            rows.append({"claim": v.claim.id, "condition": c.condition, "verdict": v.verdict, "expect": v.claim.expect,
-                         "effect": c.difference, "low": low, "high": high, "low90": low90, "high90": high90,
-                         "paper": paper, "margin_low": b["low"], "margin_high": b["high"], "finding": c.finding,
-                         "alpha": v.alpha,
-                         "runs": f"{len(c.a)} vs {'value' if c.against_value else len(c.b)}"})  # fmt: skip
-    return pd.DataFrame(rows, columns=["claim", "condition", "verdict", "expect", "effect", "low", "high", "low90",
-                                       "high90", "paper", "margin_low", "margin_high", "finding", "alpha",
-                                       "runs"])  # fmt: skip
+            rows.append(
+                {
+                    "claim": v.claim.id,
+                    "condition": c.condition,
+                    "verdict": v.verdict,
+                    "expect": v.claim.expect,
+                    "effect": c.difference,
+                    "low": low,
+                    "high": high,
+                    "low90": low90,
+                    "high90": high90,
+                    "paper": paper,
+                    "margin_low": b["low"],
+                    "margin_high": b["high"],
+                    "finding": c.finding,
+                    "alpha": v.alpha,
+                    "runs": f"{len(c.a)} vs {'value' if c.against_value else len(c.b)}",
+                }
+            )
+    return pd.DataFrame(
+        rows,
+        columns=[
+            "claim",
+            "condition",
+            "verdict",
+            "expect",
+            "effect",
+            "low",
+            "high",
+            "low90",
+            "high90",
+            "paper",
+            "margin_low",
+            "margin_high",
+            "finding",
+            "alpha",
+            "runs",
+        ],
+    )

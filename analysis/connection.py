@@ -29,9 +29,7 @@ SERIES_COLUMNS = ["conn", "t_s", "metric", "value"]
 def concat(frames: list[pd.DataFrame], columns: list[str]) -> pd.DataFrame:
     frames = [f for f in frames if not f.empty]
     if not frames:
-        return pd.DataFrame(
-            {c: pd.Series(dtype="float64" if c in ("t_s", "value") else "object") for c in columns}
-        )
+        return pd.DataFrame({c: pd.Series(dtype="float64" if c in ("t_s", "value") else "object") for c in columns})
     return pd.concat(frames, ignore_index=True)[columns]
 
 
@@ -53,8 +51,19 @@ def nan_of(value) -> float:
 
 
 #: the manifest's fields of a connection that flows.csv repeats
-CONNECTION_FIELDS = ["flow", "replica", "period", "pair", "cc", "direction", "sender", "receiver", "start_s", "stop_s",
-                     "base_rtt_ms"]  # fmt: skip
+CONNECTION_FIELDS = [
+    "flow",
+    "replica",
+    "period",
+    "pair",
+    "cc",
+    "direction",
+    "sender",
+    "receiver",
+    "start_s",
+    "stop_s",
+    "base_rtt_ms",
+]
 
 
 def connection_row(
@@ -98,12 +107,19 @@ def _sender_side(conn: dict, node: str | None, capture: PcapAccounting | None, p
             )
             direction = None
     if direction is not None:
-        row.update(sent_pkts=direction.data_pkts, sent_bytes=direction.data_bytes, retrans_pkts=direction.rexmit_pkts,
-                   retrans_bytes=direction.rexmit_bytes, unique_bytes=direction.unique_bytes,
-                   transfer_s=direction.transfer_s, cwr_segments=direction.cwr_count)  # fmt: skip
+        row.update(
+            sent_pkts=direction.data_pkts,
+            sent_bytes=direction.data_bytes,
+            retrans_pkts=direction.rexmit_pkts,
+            retrans_bytes=direction.rexmit_bytes,
+            unique_bytes=direction.unique_bytes,
+            transfer_s=direction.transfer_s,
+            cwr_segments=direction.cwr_count,
+        )
         # the ACKs pass the same router on their way back: those that echo a CE mark (ECN)
-        acks = capture.direction(conn.get("receiver_ip"), conn.get("server_port"), conn.get("sender_ip"),
-                                 conn.get("client_port"))  # fmt: skip
+        acks = capture.direction(
+            conn.get("receiver_ip"), conn.get("server_port"), conn.get("sender_ip"), conn.get("client_port")
+        )
         row["ece_acks"] = acks.ece_count if acks is not None else None
     row["goodput_mbit"] = metrics.goodput_mbit(row.get("sent_bytes"), row.get("retrans_bytes"), row.get("transfer_s"))
     row["retrans_ratio"] = metrics.retransmission_ratio(row.get("retrans_bytes"), row.get("sent_bytes"))
@@ -114,12 +130,18 @@ def _receiver_side(server: Iperf3Result | None, client: Iperf3Result | None) -> 
     """Bytes received and their time, from the iperf3 server (else the server's report the client got)."""
     row: dict = {}
     if server is not None and "received_bytes" in server.totals:
-        row.update(recv_bytes=server.totals["received_bytes"], recv_s=server.totals.get("received_s"),
-                   recv_source="iperf3 server")  # fmt: skip
+        row.update(
+            recv_bytes=server.totals["received_bytes"],
+            recv_s=server.totals.get("received_s"),
+            recv_source="iperf3 server",
+        )
     elif client is not None and "received_bytes" in client.totals:
         # the client's end section carries the server's own totals, sent back at the end of the test
-        row.update(recv_bytes=client.totals["received_bytes"], recv_s=client.totals.get("received_s"),
-                   recv_source="iperf3 client (server's report)")  # fmt: skip
+        row.update(
+            recv_bytes=client.totals["received_bytes"],
+            recv_s=client.totals.get("received_s"),
+            recv_source="iperf3 client (server's report)",
+        )
     row["recv_goodput_mbit"] = metrics.receiver_goodput_mbit(row.get("recv_bytes"), row.get("recv_s"))
     return row
 
@@ -131,16 +153,23 @@ def _receiver_samples(conn: dict, server: Iperf3Result | None) -> pd.DataFrame:
     offset = nan_of(conn.get("start_s"))
     offset = 0.0 if math.isnan(offset) else offset
     intervals = server.intervals
-    return pd.DataFrame({"conn": conn["id"], "t_start_s": intervals["start_s"] + offset,
-                         "t_end_s": intervals["end_s"] + offset, "bytes": intervals["bytes"]})  # fmt: skip
+    return pd.DataFrame(
+        {
+            "conn": conn["id"],
+            "t_start_s": intervals["start_s"] + offset,
+            "t_end_s": intervals["end_s"] + offset,
+            "bytes": intervals["bytes"],
+        }
+    )
 
 
 def _mean_rtt(conn: dict, probe: TcpProbeTrace | None, client: Iperf3Result | None, problems: list[str]) -> dict:
     """The sender kernel's srtt at every ACK (tcp_probe), else iperf3's mean of its samples."""
     events = _probe_events(conn, probe)
     if events is not None and events.empty:
-        problems.append(f"raw/tcp_probe.txt: no events of {conn['id']} "
-                        f"(source {conn.get('sender_ip')}:{conn.get('client_port')})")  # fmt: skip
+        problems.append(
+            f"raw/tcp_probe.txt: no events of {conn['id']} (source {conn.get('sender_ip')}:{conn.get('client_port')})"
+        )
     if events is not None and not events.empty and "srtt" in events:
         return {"mean_rtt_ms": float(events["srtt"].mean()) / 1000, "mean_rtt_source": "tcp_probe srtt"}
     if client is not None and "mean_rtt_ms" in client.totals:
@@ -177,10 +206,7 @@ def probe_series(conn: dict, probe: TcpProbeTrace, t0: float | None) -> pd.DataF
         parts.append(("srtt_ms", events["srtt"].to_numpy(dtype=float) / 1000))
     if "snd_una" in events and len(events):
         parts.append(("acked_mb", _unwrapped_seq(events["snd_una"].to_numpy(dtype=np.int64)) / 1e6))
-    frames = [
-        pd.DataFrame({"conn": conn["id"], "t_s": t_s, "metric": name, "value": values})
-        for name, values in parts
-    ]
+    frames = [pd.DataFrame({"conn": conn["id"], "t_s": t_s, "metric": name, "value": values}) for name, values in parts]
     return concat(frames, SERIES_COLUMNS)
 
 

@@ -26,8 +26,16 @@ import pandas as pd
 from analysis import stats
 
 #: metric -> the relative margin within which the candidate must be shown (TOST at ALPHA)
-MARGINS = {"goodput": 0.03, "total_goodput": 0.03, "jain": 0.03, "retrans_ratio": 0.10,
-           "ping_p50_ms": 0.05, "ping_p99_ms": 0.10, "request_p50_ms": 0.05, "request_p99_ms": 0.10}  # fmt: skip
+MARGINS = {
+    "goodput": 0.03,
+    "total_goodput": 0.03,
+    "jain": 0.03,
+    "retrans_ratio": 0.10,
+    "ping_p50_ms": 0.05,
+    "ping_p99_ms": 0.10,
+    "request_p50_ms": 0.05,
+    "request_p99_ms": 0.10,
+}
 #: the metric every experiment must show equivalent (the papers' goodput)
 PRIMARY = "goodput"
 ALPHA = stats.ALPHA
@@ -51,10 +59,15 @@ class MetricEquivalence:
 
     def line(self) -> str:
         shown = "shown within" if self.equivalent else "not shown within"
-        needed = (f"; at this spread {self.twins_needed} twins would show it, were the two ways equal"
-                  if self.twins_needed and not self.equivalent else "")  # fmt: skip
-        return (f"{self.metric}: {self.change:+.1%} (90 % interval {self.low:+.1%} to {self.high:+.1%}, "
-                f"{self.pairs} twins), {shown} ±{self.margin:.0%} (TOST p = {self.p_tost:.2g}){needed}")  # fmt: skip
+        needed = (
+            f"; at this spread {self.twins_needed} twins would show it, were the two ways equal"
+            if self.twins_needed and not self.equivalent
+            else ""
+        )
+        return (
+            f"{self.metric}: {self.change:+.1%} (90 % interval {self.low:+.1%} to {self.high:+.1%}, "
+            f"{self.pairs} twins), {shown} ±{self.margin:.0%} (TOST p = {self.p_tost:.2g}){needed}"
+        )
 
 
 @dataclass
@@ -76,8 +89,11 @@ class ExperimentEquivalence:
         reference, candidate = self.untrustworthy
         if candidate > reference:
             found.append(f"{candidate} untrustworthy runs against {reference} in the reference")
-        found += [f"claim {claim}: {a} in the reference, {b} in the candidate"
-                  for claim, (a, b) in sorted(self.verdicts.items()) if a != b]  # fmt: skip
+        found += [
+            f"claim {claim}: {a} in the reference, {b} in the candidate"
+            for claim, (a, b) in sorted(self.verdicts.items())
+            if a != b
+        ]
         return found
 
     @property
@@ -101,14 +117,25 @@ def compare(reference: pd.DataFrame, candidate: pd.DataFrame, experiment: str) -
             continue
         margin = MARGINS[metric]
         low, high = effect.interval(1 - 2 * ALPHA)
-        found.metrics.append(MetricEquivalence(metric, len(effect.pairs), effect.relative, low, high,
-                                               stats.tost_p(effect, margin), margin,
-                                               stats.pairs_for_equivalence(effect, margin)))  # fmt: skip
+        found.metrics.append(
+            MetricEquivalence(
+                metric,
+                len(effect.pairs),
+                effect.relative,
+                low,
+                high,
+                stats.tost_p(effect, margin),
+                margin,
+                stats.pairs_for_equivalence(effect, margin),
+            )
+        )
     return found
 
 
 def _values(frame: pd.DataFrame, metric: str) -> dict[tuple, float]:
     rows = frame[frame["metric"] == metric]
-    return {(point, cc, seed): float(value)
-            for point, cc, seed, value in zip(rows["point"], rows["cc"], rows["seed"], rows["value"], strict=True)
-            if not math.isnan(float(value))}  # fmt: skip
+    return {
+        (point, cc, seed): float(value)
+        for point, cc, seed, value in zip(rows["point"], rows["cc"], rows["seed"], rows["value"], strict=True)
+        if not math.isnan(float(value))
+    }

@@ -11,8 +11,11 @@ ABLATE_PARAM = "ablate"
 
 #: the switches a factor can be: name -> what it sets, and the kind of the paper's setting
 SWITCHES: dict[str, tuple[str, type]] = {
-    "variant": ("the algorithm run for Westwood+: westwood_paper (kernel-patch/, the papers' pseudo-code) "
-                "instead of mainline tcp_westwood", str),
+    "variant": (
+        "the algorithm run for Westwood+: westwood_paper (kernel-patch/, the papers' pseudo-code) "
+        "instead of mainline tcp_westwood",
+        str,
+    ),
     "sack": ("SACK on every flow's hosts (net.ipv4.tcp_sack)", bool),
     "rack": ("RACK loss detection on every flow's hosts (net.ipv4.tcp_recovery)", bool),
     "tlp": ("tail loss probes on every flow's hosts (net.ipv4.tcp_early_retrans)", bool),
@@ -20,7 +23,7 @@ SWITCHES: dict[str, tuple[str, type]] = {
     "delayed_ack": ("delayed ACKs at every flow's receiver (route quickack when off)", bool),
     "initcwnd_segs": ("the initial congestion window of every flow, in segments (route initcwnd)", int),
     "length": ("the run's seconds of traffic (the point compressed or stretched to it)", float),
-}  # fmt: skip
+}
 
 
 class Factor(BaseModel):
@@ -28,8 +31,9 @@ class Factor(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
     paper: bool | int | float | str | None = Field(default=None, description="the paper's setting")
-    run: float | None = Field(default=None, gt=0, description="length: the seconds run here, when the paper's are "
-                              "out of this machine's reach")  # fmt: skip
+    run: float | None = Field(
+        default=None, gt=0, description="length: the seconds run here, when the paper's are out of this machine's reach"
+    )
     why: str = Field(min_length=10, description="why it could matter for this claim")
     unavailable: str | None = Field(default=None, description="why it cannot be switched here (then never run)")
 

@@ -50,10 +50,10 @@ FIGURES = [
         "c1_plus_cross",
         "hops",
         "total goodput (C1 + mean forward cross) vs hops (000 Figs 19, 21, 23, 25)",
-    ),  # fmt: skip
+    ),
     SweepFigure(
         "wireless-gilbert", "goodput", "bad_s", "TCP1 goodput vs Bad duration (000 Figs 27, 30)", flow=0, log_x=True
-    ),  # fmt: skip
+    ),
     SweepFigure("geo-satellite", "goodput", "bad_s", "goodput vs Bad duration (000 Fig. 32)", log_x=True),
     SweepFigure("mobile-bernoulli", "goodput", "loss_pct", "throughput vs loss rate (001 Figs 3, 7)", flow=0),
     SweepFigure("mobile-burst", "goodput", "bad_loss_pct", "throughput vs Bad-state loss (001 Figs 6, 8)", flow=0),
@@ -136,8 +136,17 @@ def sweep_png(table: pd.DataFrame, figure: SweepFigure) -> bytes:
             mean = lines["mean"].to_numpy(dtype=float)
             low = mean - lines["min"].to_numpy(dtype=float)
             high = lines["max"].to_numpy(dtype=float) - mean
-            ax.errorbar(x, mean, yerr=[low, high], color=style.colour, marker=style.marker, capsize=3,
-                        linewidth=1.2, markersize=5, label=style.label)  # fmt: skip
+            ax.errorbar(
+                x,
+                mean,
+                yerr=[low, high],
+                color=style.colour,
+                marker=style.marker,
+                capsize=3,
+                linewidth=1.2,
+                markersize=5,
+                label=style.label,
+            )
         if figure.log_x:
             ax.set_xscale("log")
         ticks = sorted(pd.to_numeric(table.loc[table["panel"] == panel, "x"]).unique())

@@ -60,7 +60,7 @@ def windowed_flows(analyses, window: Window) -> pd.DataFrame:
         rows["goodput_mbit"] = [
             _flow_goodput(analysis.series, conns.get((flow, replica), []), window.start_s, stop)
             for flow, replica in zip(rows["flow"], rows.get("replica", pd.Series([0] * len(rows))), strict=True)
-        ]  # fmt: skip
+        ]
         # a first-T-seconds window is what a run of T s measures; a warm-up window is the run's, less its start
         rows["duration_s"] = stop
         rows["window_from_s"] = window.start_s
@@ -79,8 +79,11 @@ def untrusted_because(manifest: dict) -> str:
     fidelity = manifest.get("fidelity") or {}
     if not isinstance(fidelity, dict) or fidelity.get("trustworthy") is not False:
         return ""
-    failed = [str(c.get("name"))[:60] for c in (fidelity.get("checks") or [])[:200]
-              if isinstance(c, dict) and c.get("ok") is False]  # fmt: skip
+    failed = [
+        str(c.get("name"))[:60]
+        for c in (fidelity.get("checks") or [])[:200]
+        if isinstance(c, dict) and c.get("ok") is False
+    ]
     return ", ".join(sorted(set(failed))[:3]) or "its fidelity says so"
 
 

@@ -26,8 +26,14 @@ def spread_png(chosen: pd.DataFrame, metric: str, sides: tuple[str, str] = ("bas
     for i, (point, cc) in enumerate(groups):
         for offset, side, marker in ((-0.15, sides[0], "o"), (0.15, sides[1], "^")):
             values = chosen[(chosen["point"] == point) & (chosen["cc"] == cc) & (chosen["side"] == side)]["value"]
-            ax.scatter([i + offset] * len(values), values, color=lookup(cc).colour, marker=marker,
-                       alpha=0.8, label=side if i == 0 else None)  # fmt: skip
+            ax.scatter(
+                [i + offset] * len(values),
+                values,
+                color=lookup(cc).colour,
+                marker=marker,
+                alpha=0.8,
+                label=side if i == 0 else None,
+            )
     ax.set_xticks(range(len(groups)))
     ax.set_xticklabels([f"{p}\n{lookup(c).label}" for p, c in groups], rotation=30, ha="right", fontsize=7)
     ax.set_ylabel(METRIC_LABELS.get(metric, metric))
@@ -49,9 +55,18 @@ def trend_png(trend: pd.DataFrame, order: list[str], metric: str, points: list[s
         mine = relative[(relative["point"] == point) & (relative["cc"] == cc)].set_index("kernel").reindex(order)
         x = [j + (i - len(groups) / 2) * 0.03 for j in range(len(order))]
         y, low, high = (100 * mine[c].to_numpy(dtype=float) for c in ("mean", "ci_low", "ci_high"))
-        ax.errorbar(x, y, yerr=[y - low, high - y], marker="o", markersize=3, capsize=2, lw=1,
-                    color=lookup(cc).colour if cc not in ("ping", "requests") else None, alpha=0.85,
-                    label=f"{point} {cc}")  # fmt: skip
+        ax.errorbar(
+            x,
+            y,
+            yerr=[y - low, high - y],
+            marker="o",
+            markersize=3,
+            capsize=2,
+            lw=1,
+            color=lookup(cc).colour if cc not in ("ping", "requests") else None,
+            alpha=0.85,
+            label=f"{point} {cc}",
+        )
         for s in points:
             if (s.comparison.point, s.comparison.cc, s.comparison.metric) == (point, cc, metric):
                 j = order.index(s.after)

@@ -61,14 +61,32 @@ def latency_frames(raw: Path, manifest: dict) -> tuple[pd.DataFrame, pd.DataFram
         path = raw / (f"ping-{flow['id']}.txt" if flow["kind"] == "ping" else f"requests-{flow['id']}.jsonl")
         text = path.read_text(errors="replace") if path.exists() else ""
         values, lost = (ping_samples if flow["kind"] == "ping" else request_samples)(text)
-        frame = pd.DataFrame({"id": flow["id"], "kind": flow["kind"], "flow": flow["flow"],
-                              "t_s": [t - t0 for t, _ in values], "value_ms": [v for _, v in values]},
-                             columns=SAMPLE_COLUMNS)  # fmt: skip
+        frame = pd.DataFrame(
+            {
+                "id": flow["id"],
+                "kind": flow["kind"],
+                "flow": flow["flow"],
+                "t_s": [t - t0 for t, _ in values],
+                "value_ms": [v for _, v in values],
+            },
+            columns=SAMPLE_COLUMNS,
+        )
         samples.append(frame)
-        summary.append({"id": flow["id"], "kind": flow["kind"], "flow": flow["flow"], "direction": flow["direction"],
-                        "samples": len(frame), "lost": lost, **summarize(frame["value_ms"])})  # fmt: skip
-    return (pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(columns=SAMPLE_COLUMNS),
-            pd.DataFrame(summary, columns=SUMMARY_COLUMNS))  # fmt: skip
+        summary.append(
+            {
+                "id": flow["id"],
+                "kind": flow["kind"],
+                "flow": flow["flow"],
+                "direction": flow["direction"],
+                "samples": len(frame),
+                "lost": lost,
+                **summarize(frame["value_ms"]),
+            }
+        )
+    return (
+        pd.concat(samples, ignore_index=True) if samples else pd.DataFrame(columns=SAMPLE_COLUMNS),
+        pd.DataFrame(summary, columns=SUMMARY_COLUMNS),
+    )
 
 
 def summarize(values: pd.Series) -> dict[str, float]:

@@ -63,17 +63,41 @@ def table(analyses, claims: list[claims_module.Claim]) -> pd.DataFrame:
             verdict = claims_module.judge(claim, flows, alpha)
             for c in verdict.conditions:
                 low, high = c.interval()
-                rows.append({"claim": claim.id, "condition": c.condition, "point": _point(c.condition),
-                             "window": window.label,
-                             "effect": c.difference, "low": low, "high": high,
-                             "test": c.effect.test if c.effect else "", "finding": c.finding,
-                             "verdict": f"exploratory: {verdict.label}", "alpha": alpha, "r": pair_correlation(c),
-                             "detectable": c.effect.detectable() if c.effect else math.nan})  # fmt: skip
+                rows.append(
+                    {
+                        "claim": claim.id,
+                        "condition": c.condition,
+                        "point": _point(c.condition),
+                        "window": window.label,
+                        "effect": c.difference,
+                        "low": low,
+                        "high": high,
+                        "test": c.effect.test if c.effect else "",
+                        "finding": c.finding,
+                        "verdict": f"exploratory: {verdict.label}",
+                        "alpha": alpha,
+                        "r": pair_correlation(c),
+                        "detectable": c.effect.detectable() if c.effect else math.nan,
+                    }
+                )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-COLUMNS = ["claim", "condition", "point", "window", "effect", "low", "high", "test", "finding", "verdict", "alpha",
-           "r", "detectable"]  # fmt: skip
+COLUMNS = [
+    "claim",
+    "condition",
+    "point",
+    "window",
+    "effect",
+    "low",
+    "high",
+    "test",
+    "finding",
+    "verdict",
+    "alpha",
+    "r",
+    "detectable",
+]
 #: the run length and window that claims._condition_text appends to a condition's parameters
 _LENGTH = re.compile(r", (?:[\d.]+-)?[\d.]+ s (?:of [\d.]+ s )?runs(?=$|, kernel )")
 

@@ -501,9 +501,7 @@ def leaf_qdiscs(tc: pd.DataFrame) -> pd.DataFrame:
     """The qdiscs that hold packets themselves (no child qdisc below them): their drops are not double-counted
     (an HTB root repeats its children's drops)."""
     parents = {
-        (row.node, row.intf, row.parent.split(":")[0] + ":")
-        for row in tc.itertuples()
-        if isinstance(row.parent, str)
+        (row.node, row.intf, row.parent.split(":")[0] + ":") for row in tc.itertuples() if isinstance(row.parent, str)
     }
     has_child = [(row.node, row.intf, row.handle) in parents for row in tc.itertuples()]
     return tc[[not flag for flag in has_child]]
@@ -528,9 +526,7 @@ def load_ping(path: Path) -> dict:
     loss = _PING_LOSS.search(text)
     result["loss_pct"] = float(loss.group(1)) if loss else None
     rtt = _PING_RTT.search(text)
-    for key, value in zip(
-        ["min_ms", "avg_ms", "max_ms", "mdev_ms"], rtt.groups() if rtt else [None] * 4, strict=True
-    ):
+    for key, value in zip(["min_ms", "avg_ms", "max_ms", "mdev_ms"], rtt.groups() if rtt else [None] * 4, strict=True):
         result[key] = float(value) if value is not None else None
     return result
 

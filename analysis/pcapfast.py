@@ -23,6 +23,9 @@ of another link type or has more than 32768 connection directions; one connectio
 keeps the columns of its segments and replays them through ``pcap.account_segment``) when the other
 side advertised a zero window (tcptrace's zero-window probes), a direction spans more than 2 GiB of
 sequence space (wrap-around) or has more than 16 holes open at once.
+
+Past 500 lines because the compiled scanner and the record layouts it assumes are checked against each
+other here, one file, beside the fallbacks they hand off to.
 """
 
 from __future__ import annotations
@@ -67,8 +70,14 @@ _LINK = {
 _MAX_RECORD = 1 << 18
 _HALF = 1 << 31
 #: the columns the second pass keeps per TCP segment of a connection counted exactly (module doc)
-_COLUMNS = (("ts", np.float64), ("direction", np.int32), ("seq", np.int64), ("flags", np.uint8),
-            ("window", np.uint16), ("payload", np.int64))  # fmt: skip
+_COLUMNS = (
+    ("ts", np.float64),
+    ("direction", np.int32),
+    ("seq", np.int64),
+    ("flags", np.uint8),
+    ("window", np.uint16),
+    ("payload", np.int64),
+)
 #: connections' directions the fast path tracks (more go to the record-by-record code)
 _MAX_DIRECTIONS = 1 << 15
 _NOT_FAST, _CORRUPT = 1, 2
@@ -95,8 +104,7 @@ def account_pcap_fast(path: Path, chunk_bytes: int = CHUNK_BYTES) -> PcapAccount
         return account_pcap(path)
     segments = int(arrays["acc"][:, _PACKETS].sum())
     result = PcapAccounting(path, linktype=linktype, records=records, tcp_segments=segments, problem=problem)
-    _account(path, arrays, keys, result,
-             lambda keep: _read(path, endian, resolution, linktype, chunk_bytes, keep)[0])  # fmt: skip
+    _account(path, arrays, keys, result, lambda keep: _read(path, endian, resolution, linktype, chunk_bytes, keep)[0])
     return result
 
 
@@ -122,8 +130,29 @@ def _word(buf, i, little):
 
 
 @numba.njit(cache=True)
-def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions, account, acc, times, hole_starts,
-          hole_ends, keep, segments, ts, direction, seq, flags, window, payload):  # fmt: skip
+def _scan(
+    buf,
+    little,
+    net_offset,
+    proto_at,
+    resolution,
+    table,
+    keys,
+    directions,
+    account,
+    acc,
+    times,
+    hole_starts,
+    hole_ends,
+    keep,
+    segments,
+    ts,
+    direction,
+    seq,
+    flags,
+    window,
+    payload,
+):
     """Walk the records of ``buf`` from its start. Each IPv4 TCP segment gets its direction id in ``keys``
     (src, dst, sport << 16 | dport), found through the open-addressing ``table``; ids are given in order
     of first appearance. With ``account``, the segment is counted in its direction's row of ``acc``,
@@ -256,8 +285,25 @@ def _scan(buf, little, net_offset, proto_at, resolution, table, keys, directions
 
 
 # the accounting of one direction, online: its row of ``acc`` (int64) ...
-(_PACKETS, _SYNS, _FINS, _RSTS, _BASE, _ISN, _DATA_PKTS, _DATA_BYTES, _REXMIT_PKTS, _REXMIT_BYTES, _LOW, _HIGH,
- _HOLES, _STATUS, _ZERO_WINDOW, _ECE, _CWR) = range(17)  # fmt: skip
+(
+    _PACKETS,
+    _SYNS,
+    _FINS,
+    _RSTS,
+    _BASE,
+    _ISN,
+    _DATA_PKTS,
+    _DATA_BYTES,
+    _REXMIT_PKTS,
+    _REXMIT_BYTES,
+    _LOW,
+    _HIGH,
+    _HOLES,
+    _STATUS,
+    _ZERO_WINDOW,
+    _ECE,
+    _CWR,
+) = range(17)
 _ACC_COLUMNS = 17
 # ... and of ``times`` (float64)
 _FIRST, _LAST, _FIRST_DATA, _LAST_DATA = range(4)
@@ -344,9 +390,22 @@ def _read(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes
             end = min(position + span, size)
             buf = whole[position:end]
             counted, segments, next_start, status, directions = _scan(
-                buf, little, net_offset, -1 if proto_at is None else proto_at, resolution, table, keys, directions,
-                account, acc, times, *holes, keep, segments, *columns.values(),
-            )  # fmt: skip
+                buf,
+                little,
+                net_offset,
+                -1 if proto_at is None else proto_at,
+                resolution,
+                table,
+                keys,
+                directions,
+                account,
+                acc,
+                times,
+                *holes,
+                keep,
+                segments,
+                *columns.values(),
+            )
             if status == _NOT_FAST:
                 raise _NotFast("IPv6, VLAN tags or too many connections")
             records += counted
@@ -428,8 +487,17 @@ def _account(path: Path, arrays: dict, keys: np.ndarray, result: PcapAccounting,
             s_ip, s_port, d_ip, d_port = flow[d]
             key = (_address(s_ip), s_port, _address(d_ip), d_port)
             own = replay.get(key) or replay.setdefault(key, DirectionStats(*key))
-            seg = Segment(key[0], key[2], s_port, d_port, int(columns["seq"][row]), 0, int(columns["flags"][row]),
-                          int(columns["window"][row]), int(columns["payload"][row]))  # fmt: skip
+            seg = Segment(
+                key[0],
+                key[2],
+                s_port,
+                d_port,
+                int(columns["seq"][row]),
+                0,
+                int(columns["flags"][row]),
+                int(columns["window"][row]),
+                int(columns["payload"][row]),
+            )
             account_segment(own, replay.get((key[2], key[3], key[0], key[1])), seg, float(columns["ts"][row]))
         for d in exact:
             s_ip, s_port, d_ip, d_port = flow[d]

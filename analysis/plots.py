@@ -154,8 +154,7 @@ def sequence_png(series: pd.DataFrame, connections: pd.DataFrame) -> bytes:
         data = series[(series["conn"] == conn.conn) & (series["metric"] == "acked_mb")]
         if data.empty:
             continue
-        ax.plot(data["t_s"], data["value"], color=lookup(conn.cc).colour, linewidth=0.9,
-                label=lookup(conn.cc).label)  # fmt: skip
+        ax.plot(data["t_s"], data["value"], color=lookup(conn.cc).colour, linewidth=0.9, label=lookup(conn.cc).label)
         finals.append(float(data["value"].iloc[-1]))
     if not finals:
         _empty(ax, "no tcp_probe data")
@@ -298,8 +297,15 @@ def trace_comparison_png(traces: list[tuple[str, str, pd.DataFrame]], title: str
             # the value each event left holds until the next one: drawn to the end of the connection's data
             end = pd.DataFrame({"t_s": [series["t_s"].max()], "value": [ssthresh["value"].iloc[-1]]})
             ssthresh = pd.concat([ssthresh[["t_s", "value"]], end], ignore_index=True)
-            top.step(ssthresh["t_s"], ssthresh["value"], where="post", color=style.colour, linewidth=1.2,
-                     linestyle="--" if name == "ssthresh (real)" else ":", label=f"{label} {name}")  # fmt: skip
+            top.step(
+                ssthresh["t_s"],
+                ssthresh["value"],
+                where="post",
+                color=style.colour,
+                linewidth=1.2,
+                linestyle="--" if name == "ssthresh (real)" else ":",
+                label=f"{label} {name}",
+            )
         estimate = thin(series[series["metric"] == "bwe_mbit"])
         if not estimate.empty:
             bottom.plot(estimate["t_s"], estimate["value"], color=style.colour, linewidth=1.3, label=f"{label} BWE")
@@ -332,9 +338,13 @@ def estimate_png(
     else:
         limit = tcp_goodput_limit_mbit(bottleneck_rate_mbit, mss_bytes) if bottleneck_rate_mbit else math.nan
         if not math.isnan(limit):
-            ax.axhline(limit, color="#555555", linestyle=":", linewidth=1.2,
-                       label=f"bottleneck goodput limit {limit:.2f} Mbit/s "
-                             f"({bottleneck_rate_mbit:g} x {mss_bytes:g}/1514)")  # fmt: skip
+            ax.axhline(
+                limit,
+                color="#555555",
+                linestyle=":",
+                linewidth=1.2,
+                label=f"bottleneck goodput limit {limit:.2f} Mbit/s ({bottleneck_rate_mbit:g} x {mss_bytes:g}/1514)",
+            )
         _finish_time_axes(ax, "Mbit/s")
     ax.set_title("Westwood+ bandwidth estimate and samples (module trace, sender side)" + note, fontsize=10)
     return figure_png(fig)
@@ -348,13 +358,26 @@ def _draw_estimate(ax, conn, mine: pd.DataFrame) -> bool:
     if estimate.empty and raw_samples.empty:
         return False
     label = _connection_label(conn.conn, conn.cc)
-    ax.plot(raw_samples["t_s"], raw_samples["value"], linestyle="none", marker=".", markersize=4,
-            color=style.colour, alpha=0.45, label=f"{label} samples")  # fmt: skip
+    ax.plot(
+        raw_samples["t_s"],
+        raw_samples["value"],
+        linestyle="none",
+        marker=".",
+        markersize=4,
+        color=style.colour,
+        alpha=0.45,
+        label=f"{label} samples",
+    )
     ax.plot(estimate["t_s"], estimate["value"], color=style.colour, linewidth=1.5, label=f"{label} estimate")
     received = getattr(conn, "recv_goodput_mbit", math.nan)
     if received is not None and not pd.isna(received):
-        ax.axhline(received, color=style.colour, linestyle="--", linewidth=1,
-                   label=f"{conn.conn} receiver goodput {received:.2f} Mbit/s")  # fmt: skip
+        ax.axhline(
+            received,
+            color=style.colour,
+            linestyle="--",
+            linewidth=1,
+            label=f"{conn.conn} receiver goodput {received:.2f} Mbit/s",
+        )
     return True
 
 
@@ -413,14 +436,27 @@ def _draw_cwnd_and_ssthresh(ax, conn, mine: pd.DataFrame, samples: pd.DataFrame 
     if cwnd.empty and ssthresh.empty:
         return False
     if not cwnd.empty:
-        ax.step(cwnd["t_s"], cwnd["value"], where="post", color=style.colour, linewidth=1,
-                label=f"{_connection_label(conn.conn, conn.cc)} cwnd ({source})")  # fmt: skip
+        ax.step(
+            cwnd["t_s"],
+            cwnd["value"],
+            where="post",
+            color=style.colour,
+            linewidth=1,
+            label=f"{_connection_label(conn.conn, conn.cc)} cwnd ({source})",
+        )
     if ssthresh["value"].notna().any():
         end = max(float(ssthresh["t_s"].max()), float(cwnd["t_s"].max()) if not cwnd.empty else -math.inf)
         x = np.append(ssthresh["t_s"].to_numpy(dtype=float), end)
         y = np.append(ssthresh["value"].to_numpy(dtype=float), ssthresh["value"].iloc[-1])
-        ax.step(x, y, where="post", color=style.colour, linewidth=1.5, linestyle="--",
-                label=f"{conn.conn} {REAL_SSTHRESH_LABEL}")  # fmt: skip
+        ax.step(
+            x,
+            y,
+            where="post",
+            color=style.colour,
+            linewidth=1.5,
+            linestyle="--",
+            label=f"{conn.conn} {REAL_SSTHRESH_LABEL}",
+        )
     return True
 
 
@@ -428,9 +464,16 @@ def _mark_events(ax, own_events: pd.DataFrame, kinds_seen: list[str]) -> None:
     """A marker per congestion event at the cwnd it found; each kind in the legend once."""
     for kind, group in own_events.groupby("kind", sort=False):
         y = group["cwnd_before"].where(group["cwnd_before"] > 0, group["cwnd_after"])
-        ax.plot(group["t_s"], y, linestyle="none", marker=CONGESTION_MARKERS.get(kind, "o"), markersize=7,
-                markerfacecolor="none", markeredgecolor="black",
-                label=kind if kind not in kinds_seen else None)  # fmt: skip
+        ax.plot(
+            group["t_s"],
+            y,
+            linestyle="none",
+            marker=CONGESTION_MARKERS.get(kind, "o"),
+            markersize=7,
+            markerfacecolor="none",
+            markeredgecolor="black",
+            label=kind if kind not in kinds_seen else None,
+        )
         kinds_seen.append(kind)
 
 
@@ -452,8 +495,13 @@ def latency_png(samples: pd.DataFrame, queues: pd.DataFrame) -> bytes:
     for (node, intf, direction), data in queues.groupby(["node", "intf", "direction"], sort=True, dropna=False):
         bottom.plot(data["t_s"], data["delay_ms"], linewidth=0.8, label=f"{node}/{intf} ({direction}): backlog / rate")
         if data["aqm_delay_ms"].notna().any():
-            bottom.plot(data["t_s"], data["aqm_delay_ms"], linewidth=0.8, linestyle="--",
-                        label=f"{node}/{intf}: the discipline's own delay")  # fmt: skip
+            bottom.plot(
+                data["t_s"],
+                data["aqm_delay_ms"],
+                linewidth=0.8,
+                linestyle="--",
+                label=f"{node}/{intf}: the discipline's own delay",
+            )
     if queues.empty:
         _empty(bottom, "no queue samples")
     else:
@@ -515,12 +563,20 @@ def _draw_cdfs(ax, series: dict[str, pd.Series], xlabel: str, title: str, empty:
 
 
 #: the forest plot's colour per claim verdict
-VERDICT_COLOURS = {"reproduced": "#2a7d2a", "opposite": "#b22222", "not reproduced": "#d2691e",
-                   "short of the paper": "#b8860b", "undecided": "#6a6a9a"}
+VERDICT_COLOURS = {
+    "reproduced": "#2a7d2a",
+    "opposite": "#b22222",
+    "not reproduced": "#d2691e",
+    "short of the paper": "#b8860b",
+    "undecided": "#6a6a9a",
+}
 
 
-def forest_png(effects: pd.DataFrame, title: str = "the papers' claims: each condition's effect with its interval",
-               legend: str = "claim verdict") -> bytes:
+def forest_png(
+    effects: pd.DataFrame,
+    title: str = "the papers' claims: each condition's effect with its interval",
+    legend: str = "claim verdict",
+) -> bytes:
     """The claims' effects (analysis/claims.py ``effects_table``), one line per condition: the effect
     (a / b - 1, on a log axis) with its two-sided interval at the claim's level (thin: 95 % at 0.05) and
     the one its one-sided tests decide by (thick: 90 % at 0.05), both at a sequential look's own level
@@ -547,13 +603,17 @@ def forest_png(effects: pd.DataFrame, title: str = "the papers' claims: each con
     ax.set_xticks(ticks, [f"{t - 1:+.0%}" for t in ticks])
     ax.minorticks_off()
     alphas = rows["alpha"] if "alpha" in rows else pd.Series([0.05] * len(rows))
-    labels = [textwrap.shorten(f"{r.claim} [{r.condition}]", 70) + ("" if abs(a - 0.05) < 1e-9 else f" (alpha {a:.3g})")
-              for r, a in zip(rows.itertuples(), alphas, strict=True)]  # fmt: skip
+    labels = [
+        textwrap.shorten(f"{r.claim} [{r.condition}]", 70) + ("" if abs(a - 0.05) < 1e-9 else f" (alpha {a:.3g})")
+        for r, a in zip(rows.itertuples(), alphas, strict=True)
+    ]
     ax.set_yticks(range(len(rows)), labels, fontsize=7)
     ax.set_ylim(len(rows) - 0.5, -0.5)
-    ax.set_xlabel("effect: a / b - 1 (log scale); thin: two-sided interval at the claim's alpha (95 % at 0.05), "
-                  "thick: the one-sided tests' (90 %); diamond: the paper's effect; grey: the threshold or margin",
-                  fontsize=8)  # fmt: skip
+    ax.set_xlabel(
+        "effect: a / b - 1 (log scale); thin: two-sided interval at the claim's alpha (95 % at 0.05), "
+        "thick: the one-sided tests' (90 %); diamond: the paper's effect; grey: the threshold or margin",
+        fontsize=8,
+    )
     handles = [ax.plot([], [], "o-", color=c, label=v)[0] for v, c in VERDICT_COLOURS.items() if v in set(rows.verdict)]
     ax.legend(handles=handles, fontsize=7, loc="lower right", title=legend, title_fontsize=7)
     ax.set_title(title, fontsize=10)
@@ -573,8 +633,14 @@ def lengths_png(table: pd.DataFrame, paper: dict[str, float]) -> bytes:
     for index, ((claim, condition), rows) in enumerate(groups):
         ax = fig.add_subplot(len(groups), 1, index + 1)
         x = range(len(rows))
-        ax.errorbar(x, 1 + rows["effect"], yerr=[rows["effect"] - rows["low"], rows["high"] - rows["effect"]],
-                    fmt="o", color="#1f77b4", capsize=3)  # fmt: skip
+        ax.errorbar(
+            x,
+            1 + rows["effect"],
+            yerr=[rows["effect"] - rows["low"], rows["high"] - rows["effect"]],
+            fmt="o",
+            color="#1f77b4",
+            capsize=3,
+        )
         ax.axhline(1, color="#888888", lw=0.8)
         if not math.isnan(paper.get(claim, math.nan)):
             ax.axhline(1 + paper[claim], color="black", ls="--", lw=0.8, label="the paper's effect")

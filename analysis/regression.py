@@ -65,8 +65,12 @@ FLOW_METRICS = {"goodput": True, "total_goodput": True, "jain": True, "retrans_r
 SEVERAL_FLOWS = ("total_goodput", "jain")
 #: latency under load (analysis.latency): per run, the ping flows' and the requests flows' percentiles
 #: over all their samples; lower is better (a latency regression is a regression)
-LATENCY_METRICS = {"ping_p50_ms": ("ping", "p50_ms"), "ping_p99_ms": ("ping", "p99_ms"),
-                   "request_p50_ms": ("requests", "p50_ms"), "request_p99_ms": ("requests", "p99_ms")}  # fmt: skip
+LATENCY_METRICS = {
+    "ping_p50_ms": ("ping", "p50_ms"),
+    "ping_p99_ms": ("ping", "p99_ms"),
+    "request_p50_ms": ("requests", "p50_ms"),
+    "request_p99_ms": ("requests", "p99_ms"),
+}
 METRICS = FLOW_METRICS | {name: False for name in LATENCY_METRICS}
 VERDICTS = ("regression", "improvement", "no change", "too few runs")
 COLUMNS = ["run", "point", "seed", "cc", "metric", "value"]
@@ -106,8 +110,17 @@ def run_metrics(flows: pd.DataFrame) -> pd.DataFrame:
                 continue
             # one flow: its total is its goodput and Jain's index has no meaning; each is compared once
             wanted = [m for m in FLOW_METRICS if len(group) > 1 or m not in SEVERAL_FLOWS]
-            rows += [{"run": run, "point": point, "seed": seed, "cc": cc, "metric": m,
-                      "value": metrics.group_metric(group, m)} for m in wanted]  # fmt: skip
+            rows += [
+                {
+                    "run": run,
+                    "point": point,
+                    "seed": seed,
+                    "cc": cc,
+                    "metric": m,
+                    "value": metrics.group_metric(group, m),
+                }
+                for m in wanted
+            ]
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -123,9 +136,16 @@ def latency_metrics(analyses) -> pd.DataFrame:
         for metric, (kind, stat) in LATENCY_METRICS.items():
             values = samples[samples["kind"] == kind]["value_ms"]
             if not values.empty:
-                rows.append({"run": str(analysis.run_dir), "point": manifest.get("point_id"),
-                             "seed": manifest.get("seed"), "cc": kind, "metric": metric,
-                             "value": summarize(values.astype(float))[stat]})  # fmt: skip
+                rows.append(
+                    {
+                        "run": str(analysis.run_dir),
+                        "point": manifest.get("point_id"),
+                        "seed": manifest.get("seed"),
+                        "cc": kind,
+                        "metric": metric,
+                        "value": summarize(values.astype(float))[stat],
+                    }
+                )
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -141,8 +161,9 @@ def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float
     return test.p_value, smallest / abs(mean_b) if mean_b else math.inf
 
 
-def compare_one(point: str, cc: str, metric: str, baseline: list[float], candidate: list[float],
-                paired: bool = False) -> Comparison:  # fmt: skip
+def compare_one(
+    point: str, cc: str, metric: str, baseline: list[float], candidate: list[float], paired: bool = False
+) -> Comparison:
     """The verdict of one point x algorithm x metric (module doc). ``paired``: ``baseline[i]`` and
     ``candidate[i]`` are one repetition (same seed) on each kernel."""
     if paired:  # a pair with a value missing drops out whole
@@ -153,8 +174,9 @@ def compare_one(point: str, cc: str, metric: str, baseline: list[float], candida
         candidate = [v for v in candidate if not math.isnan(v)]
     test = "paired" if paired else "Welch"
     if len(baseline) < 2 or len(candidate) < 2:
-        return Comparison(point, cc, metric, baseline, candidate, math.nan, math.nan, math.nan, math.nan,
-                          "too few runs", test)  # fmt: skip
+        return Comparison(
+            point, cc, metric, baseline, candidate, math.nan, math.nan, math.nan, math.nan, "too few runs", test
+        )
     mean_b, mean_c = sum(baseline) / len(baseline), sum(candidate) / len(candidate)
     change = (mean_c / mean_b - 1) if mean_b else (0.0 if mean_c == 0 else math.inf)
     if paired:
@@ -170,8 +192,9 @@ def compare_one(point: str, cc: str, metric: str, baseline: list[float], candida
     else:
         cohen_d = 0.0 if mean_c == mean_b else math.copysign(math.inf, mean_c - mean_b)
     verdict = _verdict(metric, change, p_value, mean_c - mean_b)
-    return Comparison(point, cc, metric, baseline, candidate, change, p_value, cohen_d, detectable, verdict, test,
-                      p_value)  # fmt: skip
+    return Comparison(
+        point, cc, metric, baseline, candidate, change, p_value, cohen_d, detectable, verdict, test, p_value
+    )
 
 
 def _verdict(metric: str, change: float, p_value: float, difference: float) -> str:
@@ -193,8 +216,9 @@ def adjust(comparisons: list[Comparison]) -> list[Comparison]:
         if c.verdict == "too few runs":
             continue
         c.p_value = p_value
-        c.verdict = _verdict(c.metric, c.change, p_value,
-                             sum(c.candidate) / len(c.candidate) - sum(c.baseline) / len(c.baseline))  # fmt: skip
+        c.verdict = _verdict(
+            c.metric, c.change, p_value, sum(c.candidate) / len(c.candidate) - sum(c.baseline) / len(c.baseline)
+        )
     return comparisons
 
 
@@ -227,8 +251,9 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = Tr
             continue  # one flow of that algorithm: no index
         common = _common_seeds(sides)
         if len(common) >= 2:
-            values = [[float(v) for v in side[side["seed"].isin(common)].sort_values("seed")["value"]]
-                      for side in sides]  # fmt: skip
+            values = [
+                [float(v) for v in side[side["seed"].isin(common)].sort_values("seed")["value"]] for side in sides
+            ]
         out.append(compare_one(point, cc, metric, values[0], values[1], paired=len(common) >= 2))
     return adjust(out) if adjusted else out
 

@@ -180,8 +180,15 @@ def analyze_run(run_dir: Path, write: bool = True) -> RunAnalysis:
         flows = add_estimate_columns(flows, connections, parts.westwood_samples)
     series = concat(parts.series, SERIES_COLUMNS)
     series = series.sort_values(["conn", "metric", "t_s"], kind="stable").reset_index(drop=True)
-    analysis = RunAnalysis(run_dir=run_dir, manifest=manifest, flows=flows, series=series, problems=problems,
-                           status=status, reason=manifest.get("reason"))  # fmt: skip
+    analysis = RunAnalysis(
+        run_dir=run_dir,
+        manifest=manifest,
+        flows=flows,
+        series=series,
+        problems=problems,
+        status=status,
+        reason=manifest.get("reason"),
+    )
     if westwood is not None:
         analysis.westwood_samples = _concat_frames(parts.westwood_samples, westwood.samples)
         analysis.congestion_events = congestion_table(
@@ -228,8 +235,17 @@ class _Parts:
     westwood_samples: list[pd.DataFrame] = field(default_factory=list)
     westwood_events: list[pd.DataFrame] = field(default_factory=list)
 
-    def add(self, conn: dict, manifest: dict, raw: Path, captures: dict, probe: TcpProbeTrace | None,
-            westwood: WestwoodTrace | None, t0: float | None, problems: list[str]) -> None:  # fmt: skip
+    def add(
+        self,
+        conn: dict,
+        manifest: dict,
+        raw: Path,
+        captures: dict,
+        probe: TcpProbeTrace | None,
+        westwood: WestwoodTrace | None,
+        t0: float | None,
+        problems: list[str],
+    ) -> None:
         node = capture_node(conn, manifest, raw)
         row, samples = connection_row(conn, raw, node, captures.get(node) if node else None, probe, problems)
         self.rows.append(row)
@@ -301,14 +317,10 @@ def _t0(
     if isinstance(t0, int | float):
         return float(t0)
     if probe is not None:
-        problems.append(
-            f"{MANIFEST}: no t0_monotonic: tcp_probe times are relative to the trace's first event"
-        )
+        problems.append(f"{MANIFEST}: no t0_monotonic: tcp_probe times are relative to the trace's first event")
         return float(probe.events["t_mono_s"].min())
     if westwood is not None:
-        problems.append(
-            f"{MANIFEST}: no t0_monotonic: westwood_tb times are relative to the trace's first event"
-        )
+        problems.append(f"{MANIFEST}: no t0_monotonic: westwood_tb times are relative to the trace's first event")
         return float(pd.concat([westwood.samples["t_mono_s"], westwood.events["t_mono_s"]]).min())
     return None
 
@@ -323,11 +335,7 @@ def capture_node(conn: dict, manifest: dict, raw: Path) -> str | None:
     if conn.get("capture_node"):
         return conn["capture_node"]
     topology = manifest.get("topology") or {}
-    nodes = [
-        b.get("node")
-        for b in topology.get("bottlenecks") or []
-        if b.get("direction") == conn.get("direction")
-    ]
+    nodes = [b.get("node") for b in topology.get("bottlenecks") or [] if b.get("direction") == conn.get("direction")]
     nodes = [n for n in nodes if n]
     if len(nodes) == 1:
         return nodes[0]

@@ -143,10 +143,15 @@ class Record:
         return self.design.max_looks - self.looks
 
     def to_json(self) -> dict:
-        return {"max_looks": self.design.max_looks, "alpha": self.design.alpha, "looks": self.looks,
-                "runs_at": self.runs_at, "runs_of": self.runs_of,
-                "levels": [self.design.alpha_at(k) for k in range(1, self.design.max_looks + 1)],
-                "decided": {k: {"look": look, "verdict": v} for k, (look, v) in self.decided.items()}}  # fmt: skip
+        return {
+            "max_looks": self.design.max_looks,
+            "alpha": self.design.alpha,
+            "looks": self.looks,
+            "runs_at": self.runs_at,
+            "runs_of": self.runs_of,
+            "levels": [self.design.alpha_at(k) for k in range(1, self.design.max_looks + 1)],
+            "decided": {k: {"look": look, "verdict": v} for k, (look, v) in self.decided.items()},
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> Record:
@@ -164,8 +169,7 @@ def read_record(session_dir: Path) -> Record | None:
     try:
         return Record.from_json(rundir.read_json(path))
     except (KeyError, TypeError, ValueError) as exc:
-        raise rundir.LoadError(path, f"not a sequential record ({exc}); remove it to judge at the full alpha") \
-            from exc
+        raise rundir.LoadError(path, f"not a sequential record ({exc}); remove it to judge at the full alpha") from exc
 
 
 def run_name(session_dir: Path, run_dir: Path) -> str:
@@ -185,8 +189,9 @@ class Judged:
     notes: list[str] = field(default_factory=list)
 
 
-def judge_by_design(session_dir: Path, analyses, record: Record | None, flows=None, final: bool = True,
-                    known: list | None = None) -> Judged:  # fmt: skip
+def judge_by_design(
+    session_dir: Path, analyses, record: Record | None, flows=None, final: bool = True, known: list | None = None
+) -> Judged:
     """Every claim (of ``known``, default claims.yaml's) about the session's experiments judged by the
     session's one design (module doc): a plain session's first judgement is the one look of a one-look
     design. Not ``final`` (runs the session planned are not all complete yet, or the session still runs),
@@ -200,15 +205,19 @@ def judge_by_design(session_dir: Path, analyses, record: Record | None, flows=No
         look = preview.look_at(len(names), names) or preview.looks
         verdicts = runs.verdicts(None, preview.design.alpha_at(look), known)
         for v in verdicts:
-            v.design_note = (f"provisional: {len(names)} runs, not all the session planned; the verdict is made "
-                             f"once they are complete (look {look} of {record.design.max_looks})")  # fmt: skip
+            v.design_note = (
+                f"provisional: {len(names)} runs, not all the session planned; the verdict is made "
+                f"once they are complete (look {look} of {record.design.max_looks})"
+            )
         return Judged(verdicts, record)
     look, notes, judged_names = record.look_at(len(names), names), [], None
     if look is None:  # the runs beyond the last look are kept, but the last look stands
         look = record.looks
         judged_names = record.names_at(look)
-        notes.append(f"{len(set(names) - judged_names)} runs after the design's last look (look {look} of "
-                     f"{record.design.max_looks}) are not judged: a look the design did not plan")  # fmt: skip
+        notes.append(
+            f"{len(set(names) - judged_names)} runs after the design's last look (look {look} of "
+            f"{record.design.max_looks}) are not judged: a look the design did not plan"
+        )
     verdicts = runs.verdicts(judged_names, record.design.alpha_at(look), known)
     for index, v in enumerate(verdicts):
         decided_at = record.decided.get(v.claim.id, (look, ""))[0]
@@ -216,9 +225,11 @@ def judge_by_design(session_dir: Path, analyses, record: Record | None, flows=No
             earlier = record.names_at(decided_at)
             again = runs.verdicts(earlier or None, record.design.alpha_at(decided_at), [v.claim])
             if again:
-                again[0].design_note = (f"decided at look {decided_at} of {record.design.max_looks} on "
-                                        f"{len(earlier) if earlier else len(names)} runs; runs added later for other "
-                                        "claims do not judge it again")  # fmt: skip
+                again[0].design_note = (
+                    f"decided at look {decided_at} of {record.design.max_looks} on "
+                    f"{len(earlier) if earlier else len(names)} runs; runs added later for other "
+                    "claims do not judge it again"
+                )
                 verdicts[index] = again[0]
         elif v.claim.id not in record.decided and v.verdict not in claims.UNSETTLED:
             record.decided[v.claim.id] = (look, v.verdict)

@@ -56,8 +56,9 @@ def compare_series(frames: dict[str, pd.DataFrame], order: list[str], extra: lis
     pairs = [(a, b, ADJACENT) for a, b in zip(order, order[1:], strict=False)]  # the second is one shorter
     if len(order) > 2:
         pairs.append((order[0], order[-1], OVERALL))
-    steps = [Step(a, b, kind, c) for a, b, kind in pairs
-             for c in regression.compare(frames[a], frames[b], adjusted=False)]  # fmt: skip
+    steps = [
+        Step(a, b, kind, c) for a, b, kind in pairs for c in regression.compare(frames[a], frames[b], adjusted=False)
+    ]
     steps += list(extra)
     regression.adjust([s.comparison for s in steps])
     return steps
@@ -75,8 +76,18 @@ def trend(frames: dict[str, pd.DataFrame], order: list[str]) -> pd.DataFrame:
         frame = frames[kernel]
         for (point, cc, metric), group in frame.groupby(["point", "cc", "metric"], sort=False):
             summary = stats.seed_stats(group["value"])
-            rows.append({"kernel": kernel, "point": point, "cc": cc, "metric": metric, "n": summary.n,
-                         "mean": summary.mean, "ci_low": summary.ci_low, "ci_high": summary.ci_high})  # fmt: skip
+            rows.append(
+                {
+                    "kernel": kernel,
+                    "point": point,
+                    "cc": cc,
+                    "metric": metric,
+                    "n": summary.n,
+                    "mean": summary.mean,
+                    "ci_low": summary.ci_low,
+                    "ci_high": summary.ci_high,
+                }
+            )
     return pd.DataFrame(rows, columns=TREND_COLUMNS)
 
 

@@ -342,8 +342,15 @@ def effect_shift(effect: Effect, baseline: Effect) -> Effect:
     terms += [(v, n) for v, n in ((effect.var_b, effect.n_b), (baseline.var_b, baseline.n_b)) if n]
     se = math.sqrt(effect.se**2 + baseline.se**2)
     df = math.nan if math.isnan(se) else _welch_df(terms)
-    return Effect(effect.log_ratio - baseline.log_ratio, se, df, effect.n_a, baseline.n_a,
-                  effect.var_a + effect.var_b, baseline.var_a + baseline.var_b)  # fmt: skip
+    return Effect(
+        effect.log_ratio - baseline.log_ratio,
+        se,
+        df,
+        effect.n_a,
+        baseline.n_a,
+        effect.var_a + effect.var_b,
+        baseline.var_a + baseline.var_b,
+    )
 
 
 def _welch_df(terms: list[tuple[float, int]]) -> float:
@@ -385,8 +392,17 @@ def _one_sample_log(logs: list[tuple[object, float]], unpaired: int = 0) -> Effe
     values = np.array([d for _, d in logs], dtype=float)
     variance = _var(values)
     se = math.sqrt(variance / len(values))
-    return Effect(float(values.mean()), se, len(values) - 1.0, len(values), len(values), variance, 0.0,
-                  pairs=tuple(logs), unpaired=unpaired)  # fmt: skip
+    return Effect(
+        float(values.mean()),
+        se,
+        len(values) - 1.0,
+        len(values),
+        len(values),
+        variance,
+        0.0,
+        pairs=tuple(logs),
+        unpaired=unpaired,
+    )
 
 
 def seeded_effect(a: Sequence[tuple[object, float]], b: Sequence[tuple[object, float]]) -> Effect | None:

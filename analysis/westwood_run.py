@@ -79,9 +79,7 @@ def westwood_of(
 
     samples, events = own(trace.samples), own(trace.events)
     if samples.empty and conn.get("cc") in WESTWOOD_TB_CCS:
-        problems.append(
-            f"{display_path(trace.path)}: no samples of {conn['id']} (sport {conn.get('client_port')})"
-        )
+        problems.append(f"{display_path(trace.path)}: no samples of {conn['id']} (sport {conn.get('client_port')})")
     return samples, events
 
 

@@ -31,10 +31,18 @@ def _where(args: argparse.Namespace):
     """The options every command that runs things shares, typed (testbed.workflows.sessions.Where)."""
     from testbed.workflows.sessions import Where
 
-    return Where(backend=getattr(args, "backend", "guest"), kernel=getattr(args, "kernel", None), cpus=args.cpus,
-                 cluster=args.cluster, results=args.results, force=args.force, yes=args.yes,
-                 fresh_networks=getattr(args, "fresh_networks", False),
-                 queue_hz=getattr(args, "queue_hz", 10.0), clock=getattr(args, "clock", "auto"))  # fmt: skip
+    return Where(
+        backend=getattr(args, "backend", "guest"),
+        kernel=getattr(args, "kernel", None),
+        cpus=args.cpus,
+        cluster=args.cluster,
+        results=args.results,
+        force=args.force,
+        yes=args.yes,
+        fresh_networks=getattr(args, "fresh_networks", False),
+        queue_hz=getattr(args, "queue_hz", 10.0),
+        clock=getattr(args, "clock", "auto"),
+    )
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -47,8 +55,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     else:
         scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
         scenario = scenario.select(args.only or (), args.seed or ())
-    return sessions.run_scenario(scenario, _where(args), report=not args.no_report, done_file=args.done_file,
-                                 budget_s=_decide_budget(args, scenario))  # fmt: skip
+    return sessions.run_scenario(
+        scenario,
+        _where(args),
+        report=not args.no_report,
+        done_file=args.done_file,
+        budget_s=_decide_budget(args, scenario),
+    )
 
 
 def _decide_budget(args: argparse.Namespace, scenario) -> float | None:
@@ -67,8 +80,9 @@ def _queue_hz(text: str) -> float:
     try:
         hz = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--queue-hz {text!r} is not a number: give samples per second, 1 to 1000") \
-            from None
+        raise argparse.ArgumentTypeError(
+            f"--queue-hz {text!r} is not a number: give samples per second, 1 to 1000"
+        ) from None
     if not 1 <= hz <= 1000:
         raise argparse.ArgumentTypeError(f"--queue-hz {text} is out of range: give 1 to 1000 samples per second")
     return hz
@@ -95,8 +109,9 @@ def _cmd_results(args: argparse.Namespace) -> int:
 
     filters = {name: getattr(args, name) for name in [*FILTERS, "cc"]}
     view = "latency" if args.latency else ("flows" if args.flows else "runs")
-    return results.listing(args.results, filters, view, csv=args.csv, report=args.report, update=not args.no_update,
-                           rebuild=args.rebuild)  # fmt: skip
+    return results.listing(
+        args.results, filters, view, csv=args.csv, report=args.report, update=not args.no_update, rebuild=args.rebuild
+    )
 
 
 def _cmd_regress(args: argparse.Namespace) -> int:
@@ -105,11 +120,18 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     from testbed.workflows.compare import parse_flow_options
 
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
-    code = regress.command(suite, args.repeat, _where(args), baseline=args.baseline, candidate=args.candidate,
-                           series_spec=args.series, latest=args.latest,
-                           flow_options=parse_flow_options(args.candidate_flow_option or []),
-                           inject=parse_flow_options(args.inject or [], "--inject"),
-                           inject_from=args.inject_from)  # fmt: skip
+    code = regress.command(
+        suite,
+        args.repeat,
+        _where(args),
+        baseline=args.baseline,
+        candidate=args.candidate,
+        series_spec=args.series,
+        latest=args.latest,
+        flow_options=parse_flow_options(args.candidate_flow_option or []),
+        inject=parse_flow_options(args.inject or [], "--inject"),
+        inject_from=args.inject_from,
+    )
     sessions.update_catalog(args.results)
     return code
 
@@ -121,10 +143,25 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
     from testbed.workflows.compare import parse_flow_options
 
     suite = load_suite(find_suite(args.suite, SUITES), PROJECT / "scenarios")
-    _, _, code = run_bisect(args.good, args.bad, suite, args.point, args.cc, args.metric, args.repeat,
-                            args.max_repeat, args.results, parse_flow_options(args.inject or [], "--inject"),
-                            args.inject_from, args.cpus, args.cluster, force=args.force, yes=args.yes,
-                            tree=args.tree, clock=args.clock)  # fmt: skip
+    _, _, code = run_bisect(
+        args.good,
+        args.bad,
+        suite,
+        args.point,
+        args.cc,
+        args.metric,
+        args.repeat,
+        args.max_repeat,
+        args.results,
+        parse_flow_options(args.inject or [], "--inject"),
+        args.inject_from,
+        args.cpus,
+        args.cluster,
+        force=args.force,
+        yes=args.yes,
+        tree=args.tree,
+        clock=args.clock,
+    )
     sessions.update_catalog(args.results)
     return code
 
@@ -195,9 +232,18 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from testbed.labs import lab
 
     runner = None if args.action != "check" or (args.no_hidden and not args.rerun) else _hidden_runner(args)
-    return lab.command(args.action, args.name, args.dir, args.more, args.work, args.how,
-                       None if args.no_hidden else runner, args.student, student_check=not args.no_student_check,
-                       rerun_runner=runner if args.rerun else None)  # fmt: skip
+    return lab.command(
+        args.action,
+        args.name,
+        args.dir,
+        args.more,
+        args.work,
+        args.how,
+        None if args.no_hidden else runner,
+        args.student,
+        student_check=not args.no_student_check,
+        rerun_runner=runner if args.rerun else None,
+    )
 
 
 def _hidden_runner(args: argparse.Namespace):
@@ -219,24 +265,33 @@ def _run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
     if outputs:
         parser.add_argument("--no-report", action="store_true", help="skip the analysis and report")
         parser.add_argument(
-            "--done-file", type=Path, metavar="FILE",
+            "--done-file",
+            type=Path,
+            metavar="FILE",
             help="when the session ends, write its folder and report path to FILE as JSON (for scripts: "
-                 "testbed.plan.progress.SessionDone)",
-        )  # fmt: skip
+            "testbed.plan.progress.SessionDone)",
+        )
     parser.add_argument(
-        "--queue-hz", type=_queue_hz, default=10.0, metavar="HZ",
+        "--queue-hz",
+        type=_queue_hz,
+        default=10.0,
+        metavar="HZ",
         help="how often each bottleneck queue is read during traffic (backlog, drops, marks: raw/queues.csv); "
-             "default 10, from 1 to 1000",
-    )  # fmt: skip
+        "default 10, from 1 to 1000",
+    )
     parser.add_argument(
-        "--fresh-networks", action="store_true",
+        "--fresh-networks",
+        action="store_true",
         help="build every run's network anew; by default a run whose network would be the same as the run "
-             "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
-             "uses that network, kept for it (docs/results.md)",
-    )  # fmt: skip
-    _again_options(parser, "run every run again in a new results folder; without it, a scenario run again on the same "
-                           "kernel resumes its newest results folder: complete runs are kept, failed and incomplete "
-                           "ones run again")  # fmt: skip
+        "before's (same links, queues, delays, host options: runs that differ in algorithms or seeds) "
+        "uses that network, kept for it (docs/results.md)",
+    )
+    _again_options(
+        parser,
+        "run every run again in a new results folder; without it, a scenario run again on the same "
+        "kernel resumes its newest results folder: complete runs are kept, failed and incomplete "
+        "ones run again",
+    )
 
 
 def _where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> None:
@@ -248,69 +303,86 @@ def _where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> Non
     _clock_option(parser)
     _cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
-    parser.add_argument("--live", action="store_true",
-                        help="serve a live page of the runs (goodput, cwnd, RTT, queues, checks, progress) on "
-                             "127.0.0.1 while the command runs; it prints the URL with its token "
-                             "(docs/live.md)")  # fmt: skip
+    parser.add_argument(
+        "--live",
+        action="store_true",
+        help="serve a live page of the runs (goodput, cwnd, RTT, queues, checks, progress) on "
+        "127.0.0.1 while the command runs; it prints the URL with its token "
+        "(docs/live.md)",
+    )
 
 
 def _backend_options(parser: argparse.ArgumentParser, backend_help: str = "", kernel_help: str = "") -> None:
     """--backend and --kernel, as every command that runs or builds a network has them."""
     parser.add_argument(
-        "--backend", choices=["auto", "local", "guest", "vagrant"], default="auto",
-        help=backend_help or "where runs execute: the running kernel (local), the project's lab VM (vagrant: "
-                             "'vagrant up' first) or a virtme-ng guest; auto picks local when this kernel has every "
-                             "algorithm and qdisc the scenario needs, else the lab VM when it is up, else a guest",
-    )  # fmt: skip
+        "--backend",
+        choices=["auto", "local", "guest", "vagrant"],
+        default="auto",
+        help=backend_help
+        or "where runs execute: the running kernel (local), the project's lab VM (vagrant: "
+        "'vagrant up' first) or a virtme-ng guest; auto picks local when this kernel has every "
+        "algorithm and qdisc the scenario needs, else the lab VM when it is up, else a guest",
+    )
     parser.add_argument("--kernel", help=kernel_help or KERNEL_HELP)
     _dirty_option(parser)
 
 
 #: the kernel names every --kernel, --baseline, --candidate and --good/--bad take (testbed.host.kernels)
-KERNEL_HELP = ("guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb, or a source built here: "
-               "tree:PATH[@REV] (a git tree), 6.1+patch:FILE (Debian's linux-source-6.1 with a patch) or "
-               "6.1+source (it unpatched); docs/regression.md")  # fmt: skip
+KERNEL_HELP = (
+    "guest kernel: Debian version (6.1.0-56, 6.12.117+deb12), vmlinuz or .deb, or a source built here: "
+    "tree:PATH[@REV] (a git tree), 6.1+patch:FILE (Debian's linux-source-6.1 with a patch) or "
+    "6.1+source (it unpatched); docs/regression.md"
+)
 
 
 def _dirty_option(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--allow-dirty", action="store_true",
-                        help="build a tree:PATH kernel with its uncommitted changes (refused without it; the diff is "
-                             "built as a patch and recorded in the manifest)")  # fmt: skip
+    parser.add_argument(
+        "--allow-dirty",
+        action="store_true",
+        help="build a tree:PATH kernel with its uncommitted changes (refused without it; the diff is "
+        "built as a patch and recorded in the manifest)",
+    )
 
 
 def _again_options(parser: argparse.ArgumentParser, force_help: str) -> None:
     """--yes (start what is estimated beyond a day) and --force (start anew instead of resuming)."""
-    parser.add_argument("--yes", action="store_true",
-                        help="start what is estimated beyond a day of runs (refused without it)")  # fmt: skip
+    parser.add_argument(
+        "--yes", action="store_true", help="start what is estimated beyond a day of runs (refused without it)"
+    )
     parser.add_argument("--force", action="store_true", help=force_help)
 
 
 def _clock_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--clock", choices=["auto", "real", "virtual"], default="auto",
+        "--clock",
+        choices=["auto", "real", "virtual"],
+        default="auto",
         help="a guest's clock: real time, or virtual time (QEMU's icount: one vCPU, idle time skipped, the "
-             "host's load cannot reach what the guest measures); auto runs an experiment in virtual time where "
-             "it was shown equivalent to real time and KVM does not work (scenarios/timebase/equivalence.yaml, "
-             "docs/results.md)",
-    )  # fmt: skip
+        "host's load cannot reach what the guest measures); auto runs an experiment in virtual time where "
+        "it was shown equivalent to real time and KVM does not work (scenarios/timebase/equivalence.yaml, "
+        "docs/results.md)",
+    )
 
 
 def _cluster_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--cluster", metavar="SPEC",
+        "--cluster",
+        metavar="SPEC",
         help="spread the runs over a Dask cluster, one run per worker at a time, their folders shipped back here: "
-             "local:N (N workers on this host, each on its own cores), an Ansible inventory (ssh:FILE: a worker "
-             "per host, provisioned by playbooks/site.yml) or a Slurm description (slurm:FILE); --backend is "
-             "then each worker's (docs/cluster.md)",
-    )  # fmt: skip
+        "local:N (N workers on this host, each on its own cores), an Ansible inventory (ssh:FILE: a worker "
+        "per host, provisioned by playbooks/site.yml) or a Slurm description (slurm:FILE); --backend is "
+        "then each worker's (docs/cluster.md)",
+    )
 
 
 def _selection_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--only", action="append", metavar="KEY=VALUE[,VALUE]",
+        "--only",
+        action="append",
+        metavar="KEY=VALUE[,VALUE]",
         help="run only the sweep points with these values (repeatable; KEY as in the point ids, "
-             "e.g. --only cc=westwood --only hops=2,4); a later run without it resumes around them",
-    )  # fmt: skip
+        "e.g. --only cc=westwood --only hops=2,4); a later run without it resumes around them",
+    )
     parser.add_argument("--seed", type=int, action="append", help="run only this seed of the profile (repeatable)")
 
 
@@ -331,19 +403,21 @@ def _cmd_shell(args: argparse.Namespace) -> int:
 
     scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
     scenario = scenario.select(args.only or (), args.seed or ())
-    return open_shell(scenario, backend=args.backend, kernel_version=args.kernel, vcpus=args.cpus, log=log,
-                      page=shell_page)
+    return open_shell(
+        scenario, backend=args.backend, kernel_version=args.kernel, vcpus=args.cpus, log=log, page=shell_page
+    )
 
 
 def _add_shell(sub) -> None:
     shell = sub.add_parser(
-        "shell", help="build one point of a scenario on a real kernel and open Mininet's CLI on it (mininet>)",
+        "shell",
+        help="build one point of a scenario on a real kernel and open Mininet's CLI on it (mininet>)",
         description="Build the network of one run of SCENARIO (its first point and seed; --only and --seed pick "
-                    "another) where 'testbed run' would run it, and open Mininet's CLI on it: the project's node "
-                    "names, Mininet's commands (nodes, net, pingall, 'h1 ping r1') and ours: flows, start [ID...], "
-                    "stop, tc (the bottleneck's qdisc statistics), cwnd ID [SECONDS] (one connection's cwnd "
-                    "live). exit or Ctrl-D tears it all down, the guest included.",
-    )  # fmt: skip
+        "another) where 'testbed run' would run it, and open Mininet's CLI on it: the project's node "
+        "names, Mininet's commands (nodes, net, pingall, 'h1 ping r1') and ours: flows, start [ID...], "
+        "stop, tc (the bottleneck's qdisc statistics), cwnd ID [SECONDS] (one connection's cwnd "
+        "live). exit or Ctrl-D tears it all down, the guest included.",
+    )
     shell.add_argument("scenario", help="scenario name in scenarios/ (e.g. default) or a path to a .yaml file")
     shell.add_argument("--profile", help="profile of the scenario file (default: quick if it has one)")
     _selection_options(shell)
@@ -359,30 +433,39 @@ def _add_suite(sub) -> None:
     suite.add_argument("suite", help="suite name in scenarios/suites/ (e.g. default) or a path to a .yaml file")
     _run_options(suite)
     suite.add_argument(
-        "--decide", action="store_true",
+        "--decide",
+        action="store_true",
         help="after the suite's runs, run more seeds where they decide undecided claims (the cheapest to decide "
-             "first, judged again after each round) until the budget is spent; the same folder grows "
-             "(docs/results.md)",
-    )  # fmt: skip
-    suite.add_argument("--budget", metavar="TIME",
-                       help="--decide's wall time for the added runs: 60m, 1.5h, 900s or minutes (implies --decide; "
-                            "default: the suite's own estimate)")  # fmt: skip
+        "first, judged again after each round) until the budget is spent; the same folder grows "
+        "(docs/results.md)",
+    )
+    suite.add_argument(
+        "--budget",
+        metavar="TIME",
+        help="--decide's wall time for the added runs: 60m, 1.5h, 900s or minutes (implies --decide; "
+        "default: the suite's own estimate)",
+    )
     suite.set_defaults(func=_cmd_run)
 
 
 def _add_explain(sub) -> None:
     explain = sub.add_parser(
-        "explain", help="run a claim's deciding condition with each factor set as the paper had it, and say which "
-                        "explains the claim (docs/explain.md)",
+        "explain",
+        help="run a claim's deciding condition with each factor set as the paper had it, and say which "
+        "explains the claim (docs/explain.md)",
         description="Run the claim's deciding condition (from the reproduce suite) as one session: the baseline, "
-                    "each ablation factor of analysis/claims.yaml alone at the paper's setting, and all of them "
-                    "together, the same seeds each; then judge per factor whether the effect moves to the paper's "
-                    "(analysis/ablation.py) and conclude: explained by X, partly, or not explained by these factors.",
-    )  # fmt: skip
+        "each ablation factor of analysis/claims.yaml alone at the paper's setting, and all of them "
+        "together, the same seeds each; then judge per factor whether the effect moves to the paper's "
+        "(analysis/ablation.py) and conclude: explained by X, partly, or not explained by these factors.",
+    )
     explain.add_argument("claim", help="a claim id of analysis/claims.yaml that has ablations")
     explain.add_argument("--seeds", type=int, default=3, help="seeds per setting and side (default 3, at least 2)")
-    explain.add_argument("--factors", action="append", metavar="NAME[,NAME]",
-                         help="only these factors (default: every factor of the claim that can be switched here)")
+    explain.add_argument(
+        "--factors",
+        action="append",
+        metavar="NAME[,NAME]",
+        help="only these factors (default: every factor of the claim that can be switched here)",
+    )
     _run_options(explain, outputs=False)
     explain.set_defaults(func=_cmd_explain)
 
@@ -398,9 +481,10 @@ def _add_report(sub) -> None:
 
 def _add_lengths(sub) -> None:
     lengths = sub.add_parser(
-        "lengths", help="a session's goodput claims judged over windows of its runs (first T s, a warm-up left out): "
-                        "where each effect settles (docs/experiments.md)",
-    )  # fmt: skip
+        "lengths",
+        help="a session's goodput claims judged over windows of its runs (first T s, a warm-up left out): "
+        "where each effect settles (docs/experiments.md)",
+    )
     lengths.add_argument("session", type=Path, help="results/<scenario>/<time>-<sha>/ (long runs show the most)")
     lengths.set_defaults(func=_cmd_lengths)
 
@@ -416,16 +500,20 @@ def _cmd_lengths(args: argparse.Namespace) -> int:
 
 def _add_equivalence(sub) -> None:
     parser = sub.add_parser(
-        "equivalence", help="a faster way of running (virtual time) against runs alone in real time, twin runs at the "
-                            "same seeds: paired TOST per experiment and metric, the claims' verdicts on both "
-                            "(docs/results.md, 'Virtual time'); exit 1 when an experiment is not shown equivalent",
-    )  # fmt: skip
-    parser.add_argument("reference", type=Path,
-                        help="the session alone in real time (results/<scenario>/<time>-<sha>/)")  # fmt: skip
+        "equivalence",
+        help="a faster way of running (virtual time) against runs alone in real time, twin runs at the "
+        "same seeds: paired TOST per experiment and metric, the claims' verdicts on both "
+        "(docs/results.md, 'Virtual time'); exit 1 when an experiment is not shown equivalent",
+    )
+    parser.add_argument(
+        "reference", type=Path, help="the session alone in real time (results/<scenario>/<time>-<sha>/)"
+    )
     parser.add_argument("candidate", type=Path, help="the same runs the faster way (e.g. --clock virtual)")
-    parser.add_argument("--record", action="store_true",
-                        help="write each experiment's result into scenarios/timebase/equivalence.yaml, which "
-                             "--clock auto reads")  # fmt: skip
+    parser.add_argument(
+        "--record",
+        action="store_true",
+        help="write each experiment's result into scenarios/timebase/equivalence.yaml, which --clock auto reads",
+    )
     parser.set_defaults(func=_cmd_equivalence)
 
 
@@ -445,17 +533,31 @@ def _add_results(sub) -> None:
         "analysis.catalog.runs(root, ...) and flows(root, ...) return DataFrames.",
     )
     results.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
-    for name, kind in [("scenario", str), ("profile", str), ("point", str), ("seed", int), ("status", str),
-                       ("kernel", str), ("backend", str), ("git", str), ("cc", str)]:  # fmt: skip
+    for name, kind in [
+        ("scenario", str),
+        ("profile", str),
+        ("point", str),
+        ("seed", int),
+        ("status", str),
+        ("kernel", str),
+        ("backend", str),
+        ("git", str),
+        ("cc", str),
+    ]:
         results.add_argument(f"--{name}", type=kind)
     results.add_argument("--flows", action="store_true", help="one row per flow instead of per run")
-    results.add_argument("--latency", action="store_true",
-                         help="one row per ping or requests flow (its RTT or completion-time percentiles)")
+    results.add_argument(
+        "--latency",
+        action="store_true",
+        help="one row per ping or requests flow (its RTT or completion-time percentiles)",
+    )
     results.add_argument("--csv", type=Path, help="also write the rows to this CSV file")
     results.add_argument(
-        "--report", type=Path, metavar="DIR",
+        "--report",
+        type=Path,
+        metavar="DIR",
         help="write the report of the matching runs into DIR (from the stored runs: nothing is run again)",
-    )  # fmt: skip
+    )
     results.add_argument("--rebuild", action="store_true", help="recreate the catalog from the run folders")
     results.add_argument("--no-update", action="store_true", help="query the catalog as it is")
     results.set_defaults(func=_cmd_results)
@@ -467,7 +569,7 @@ def _add_regress(sub) -> None:
     regress = sub.add_parser(
         "regress",
         help="the same suite on two kernels or a series, interleaved repetitions, statistical verdicts "
-             "(exit 1: regression)",
+        "(exit 1: regression)",
         description="Runs the suite on the baseline and the candidate kernel in turn (baseline 1, candidate 1, "
         "baseline 2, ...), each in a virtme-ng guest, then compares every point x algorithm x metric (goodput, total "
         "goodput, Jain index, retransmission ratio): a regression is a change beyond 5 %% the bad way with p < "
@@ -477,28 +579,40 @@ def _add_regress(sub) -> None:
         "per metric, trend.csv); with --latest, the newest installable kernel of a series against the newest one "
         "already run here. Exit 0: nothing regressed; 1: a regression; 2: the run failed (a kernel that cannot be "
         "had or does not boot, a run that did not complete, a positive control missed). docs/regression.md.",
-    )  # fmt: skip
+    )
     regress.add_argument("--baseline", help="kernel: " + KERNEL_HELP.removeprefix("guest kernel: "))
     regress.add_argument("--candidate", help="kernel, as for --baseline")
-    regress.add_argument("--series", metavar="KERNELS",
-                         help="a kernel series instead of a pair: 6.1.0-47..6.1.0-56 (every installable version "
-                              "between, both included; 6.1.0-50-cloud..6.1.0-56-cloud for a flavour) or a list "
-                              "6.1.0-56,6.12.117+deb12")  # fmt: skip
-    regress.add_argument("--latest", metavar="SERIES",
-                         help="6.1 or 6.12: the newest installable kernel of that series as the candidate, against "
-                              "--baseline or the newest kernel of the series already in the results catalog "
-                              "(for cron, a systemd timer or a CI job: docs/regression.md)")  # fmt: skip
+    regress.add_argument(
+        "--series",
+        metavar="KERNELS",
+        help="a kernel series instead of a pair: 6.1.0-47..6.1.0-56 (every installable version "
+        "between, both included; 6.1.0-50-cloud..6.1.0-56-cloud for a flavour) or a list "
+        "6.1.0-56,6.12.117+deb12",
+    )
+    regress.add_argument(
+        "--latest",
+        metavar="SERIES",
+        help="6.1 or 6.12: the newest installable kernel of that series as the candidate, against "
+        "--baseline or the newest kernel of the series already in the results catalog "
+        "(for cron, a systemd timer or a CI job: docs/regression.md)",
+    )
     regress.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
-    regress.add_argument("--repeat", type=int, default=DEFAULT_REPEAT,
-                         help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
-                              "the noise measured here; analysis/regression.py says how)")  # fmt: skip
+    regress.add_argument(
+        "--repeat",
+        type=int,
+        default=DEFAULT_REPEAT,
+        help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
+        "the noise measured here; analysis/regression.py says how)",
+    )
     _where_options(regress, kernels=False)
     _dirty_option(regress)
     regress.add_argument(
-        "--candidate-flow-option", action="append", metavar="NAME=VALUE",
+        "--candidate-flow-option",
+        action="append",
+        metavar="NAME=VALUE",
         help="give every flow of the candidate's runs this option (sack=false, delayed_ack=false, initcwnd_segs=N, "
-             "window_kb=N): a known regression, to check that the verdict finds it",
-    )  # fmt: skip
+        "window_kb=N): a known regression, to check that the verdict finds it",
+    )
     _inject_options(regress)
     _again_options(regress, _RESUME_HELP.format(what="comparison"))
     regress.set_defaults(func=_cmd_regress)
@@ -510,7 +624,7 @@ def _add_bisect(sub) -> None:
     bisect = sub.add_parser(
         "bisect",
         help="which Debian kernel version (or, with --tree, which commit) between a good and a bad one first moved "
-             "a metric",
+        "a metric",
         description="Binary search of the installable versions (or, with --tree, the tree's commits) from --good to "
         "--bad: step 0 confirms that they "
         "differ (and picks the metric unless given), each later step runs the version halfway with the same seeds "
@@ -518,21 +632,32 @@ def _add_bisect(sub) -> None:
         "bisect.json and bisect.png under results/bisect/. A version that does not build, boot or run is skipped. "
         "The answer is confirmed on fresh seeds. Exit 0: the first bad version named and confirmed; 2: unconfirmed, "
         "only a range (skipped versions), nothing to bisect, or an end failed. docs/regression.md.",
-    )  # fmt: skip
-    bisect.add_argument("--good", required=True, help="the older kernel (with --tree: commit), where the metric is "
-                                                      "as it should be")  # fmt: skip
+    )
+    bisect.add_argument(
+        "--good", required=True, help="the older kernel (with --tree: commit), where the metric is as it should be"
+    )
     bisect.add_argument("--bad", required=True, help="the newer kernel (with --tree: commit), where it moved")
-    bisect.add_argument("--tree", type=Path,
-                        help="bisect the commits of this git source tree from --good to --bad (first-parent line), "
-                             "each built here (docs/regression.md)")  # fmt: skip
+    bisect.add_argument(
+        "--tree",
+        type=Path,
+        help="bisect the commits of this git source tree from --good to --bad (first-parent line), "
+        "each built here (docs/regression.md)",
+    )
     bisect.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
     bisect.add_argument("--point", help="only this point of the suite (e.g. upload.default): faster")
     bisect.add_argument("--cc", help="follow this algorithm (ping, requests for latency)")
-    bisect.add_argument("--metric", choices=sorted(METRICS),
-                        help="follow this metric (default: the one that moved most surely between the ends)")
+    bisect.add_argument(
+        "--metric",
+        choices=sorted(METRICS),
+        help="follow this metric (default: the one that moved most surely between the ends)",
+    )
     bisect.add_argument("--repeat", type=int, default=3, help="seeds per kernel to start with (default 3)")
-    bisect.add_argument("--max-repeat", type=int, default=9,
-                        help="seeds per kernel at most, added 'repeat' at a time while a step is undecided (default 9)")
+    bisect.add_argument(
+        "--max-repeat",
+        type=int,
+        default=9,
+        help="seeds per kernel at most, added 'repeat' at a time while a step is undecided (default 9)",
+    )
     _where_options(bisect, kernels=False)
     _dirty_option(bisect)
     _inject_options(bisect)
@@ -541,14 +666,20 @@ def _add_bisect(sub) -> None:
 
 
 def _inject_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--inject", action="append", metavar="NAME=VALUE",
-                        help="a positive control: give every flow this option (as --candidate-flow-option) on "
-                             "--inject-from and every later kernel; the verdict must find it there")  # fmt: skip
+    parser.add_argument(
+        "--inject",
+        action="append",
+        metavar="NAME=VALUE",
+        help="a positive control: give every flow this option (as --candidate-flow-option) on "
+        "--inject-from and every later kernel; the verdict must find it there",
+    )
     parser.add_argument("--inject-from", metavar="KERNEL", help="the first kernel that --inject harms")
 
 
-_RESUME_HELP = ("start a new {what} instead of resuming an unfinished one with the same arguments (a killed one "
-                "goes on in its folder: its complete sessions are not run again)")
+_RESUME_HELP = (
+    "start a new {what} instead of resuming an unfinished one with the same arguments (a killed one "
+    "goes on in its folder: its complete sessions are not run again)"
+)
 
 
 def _add_check(sub) -> None:
@@ -561,11 +692,19 @@ def _add_check(sub) -> None:
 
 def _add_kernels(sub) -> None:
     kern = sub.add_parser("kernels", help="list guest kernels (default, cached, downloadable) or fetch one")
-    kern.add_argument("--fetch", metavar="KERNEL",
-                      help="download and unpack a kernel into the cache, or build one from its source (" +
-                           KERNEL_HELP.removeprefix("guest kernel: ") + ")")  # fmt: skip
-    kern.add_argument("--prune", type=float, metavar="DAYS",
-                      help="remove the kernels built here (and tree checkouts) unused for DAYS days")
+    kern.add_argument(
+        "--fetch",
+        metavar="KERNEL",
+        help="download and unpack a kernel into the cache, or build one from its source ("
+        + KERNEL_HELP.removeprefix("guest kernel: ")
+        + ")",
+    )
+    kern.add_argument(
+        "--prune",
+        type=float,
+        metavar="DAYS",
+        help="remove the kernels built here (and tree checkouts) unused for DAYS days",
+    )
     _dirty_option(kern)
     kern.set_defaults(func=_cmd_kernels)
 
@@ -574,28 +713,34 @@ def _add_bench(sub) -> None:
     bench = sub.add_parser("bench", help="speed and fidelity figures of this machine (printed, written to bench/)")
     bench.add_argument("--kernel", help="guest kernel, as for run")
     bench.add_argument(
-        "--part", choices=["basic", "scale", "pcap", "experiment", "clock", "cluster", "all"], default="all",
+        "--part",
+        choices=["basic", "scale", "pcap", "experiment", "clock", "cluster", "all"],
+        default="all",
         help="basic: one flow's speed and fidelity (~2 min); scale: 200+10 flows, a 10-hop parking lot and each "
-             "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
-             "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
-             "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); clock: the default "
-             "suite in real and in virtual time, traffic seconds per wall second each way and their equivalence "
-             "(~6 min); cluster: Dask's overhead per task and a run folder's shipping on --cluster (default "
-             "local:2, ~30 s); all: the six",
-    )  # fmt: skip
+        "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
+        "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
+        "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); clock: the default "
+        "suite in real and in virtual time, traffic seconds per wall second each way and their equivalence "
+        "(~6 min); cluster: Dask's overhead per task and a run folder's shipping on --cluster (default "
+        "local:2, ~30 s); all: the six",
+    )
     bench.add_argument("--cluster", metavar="SPEC", help="the cluster --part cluster measures (as for run)")
     bench.set_defaults(func=_cmd_bench)
 
 
 def _add_cleanup(sub) -> None:
-    clean = sub.add_parser("cleanup", help="stop guests and lab-VM runners left by killed controllers; remove "
-                           "processes, interfaces and trace instances left by killed runs")
+    clean = sub.add_parser(
+        "cleanup",
+        help="stop guests and lab-VM runners left by killed controllers; remove "
+        "processes, interfaces and trace instances left by killed runs",
+    )
     clean.set_defaults(func=_cmd_cleanup)
 
 
 def _add_lab(sub) -> None:
     lab = sub.add_parser(
-        "lab", help="course labs: list them, start one in a folder of its own, grade a student's work",
+        "lab",
+        help="course labs: list them, start one in a folder of its own, grade a student's work",
         description="list: the labs of labs/. start NAME [DIR]: copy a lab (handout, starter scenario, notebook) "
         "into DIR (default ./NAME). check NAME [RESULTS]: grade the lab folder (the current one, or --work) on "
         "RESULTS (default: its results/): per task pass or fail, JUnit XML and Gradescope's results.json in "
@@ -607,28 +752,49 @@ def _add_lab(sub) -> None:
         "its solution/. autograder NAME [DIR] (instructors): the zip Gradescope takes as the lab's autograder, "
         "written to DIR (default: the current folder). duplicates FOLDER FOLDER... (instructors): runs that two "
         "submissions share, by their captures' fingerprints (exit 1 when any).",
-    )  # fmt: skip
-    lab.add_argument("action", choices=["list", "start", "check", "pack", "notebook", "bands", "autograder",
-                                               "duplicates"])
+    )
+    lab.add_argument(
+        "action", choices=["list", "start", "check", "pack", "notebook", "bands", "autograder", "duplicates"]
+    )
     lab.add_argument("name", nargs="?", help="a lab of labs/ (testbed lab list) or a folder holding a lab.yaml")
-    lab.add_argument("dir", nargs="?", type=Path, help="start: the new folder; check: the results folder; "
-                     "pack, autograder: where the zip goes")  # fmt: skip
+    lab.add_argument(
+        "dir",
+        nargs="?",
+        type=Path,
+        help="start: the new folder; check: the results folder; pack, autograder: where the zip goes",
+    )
     lab.add_argument("more", nargs="*", help="duplicates: more submission folders")
-    lab.add_argument("--work", type=Path, help="check, pack: the student's lab folder (default: the current one "
-                     "if it holds a lab.yaml, else the lab's own)")  # fmt: skip
+    lab.add_argument(
+        "--work",
+        type=Path,
+        help="check, pack: the student's lab folder (default: the current one "
+        "if it holds a lab.yaml, else the lab's own)",
+    )
     lab.add_argument("--no-hidden", action="store_true", help="check: do not run the instructor's hidden variants")
-    lab.add_argument("--rerun", action="store_true",
-                     help="check: run one graded run per point again on this machine and hold the submitted ones "
-                          "to it (beyond 20 %%: to grade by hand; docs/labs.md)")  # fmt: skip
-    _backend_options(lab, "check: where the hidden variants run (as for testbed run)",
-                     "check: the guest kernel of the hidden variants (as for testbed run)")
+    lab.add_argument(
+        "--rerun",
+        action="store_true",
+        help="check: run one graded run per point again on this machine and hold the submitted ones "
+        "to it (beyond 20 %%: to grade by hand; docs/labs.md)",
+    )
+    _backend_options(
+        lab,
+        "check: where the hidden variants run (as for testbed run)",
+        "check: the guest kernel of the hidden variants (as for testbed run)",
+    )
     lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")
-    lab.add_argument("--no-student-check", action="store_true",
-                     help="autograder: build it without the course's secret (a student's own seeds unchecked)")
-    lab.add_argument("--student", metavar="ID",
-                     help="start: give the student their own seeds (and the lab's variant, e.g. the wireless "
-                          "lab's radio rate), drawn from the course's secret (CC_TESTBED_COURSE_SECRET) and "
-                          "ID; check: grade the folder as ID's, their own required (docs/labs.md)")  # fmt: skip
+    lab.add_argument(
+        "--no-student-check",
+        action="store_true",
+        help="autograder: build it without the course's secret (a student's own seeds unchecked)",
+    )
+    lab.add_argument(
+        "--student",
+        metavar="ID",
+        help="start: give the student their own seeds (and the lab's variant, e.g. the wireless "
+        "lab's radio rate), drawn from the course's secret (CC_TESTBED_COURSE_SECRET) and "
+        "ID; check: grade the folder as ID's, their own required (docs/labs.md)",
+    )
     lab.set_defaults(func=_cmd_lab)
 
 
@@ -640,25 +806,45 @@ def _cmd_watch(args: argparse.Namespace) -> int:
 
 def _add_watch(sub) -> None:
     watch = sub.add_parser(
-        "watch", help="a live page of a session: a running one as it grows, a finished one replayed (docs/live.md)",
+        "watch",
+        help="a live page of a session: a running one as it grows, a finished one replayed (docs/live.md)",
         description="Serve a page on 127.0.0.1 showing FOLDER's runs: per flow the acked rate, cwnd, ssthresh and "
-                    "RTT, per bottleneck the queue, the fidelity checks, the progress and the time left; the paper's "
-                    "expectation (fair share, bottleneck rate, BDP) beside the measured lines. FOLDER is a session, "
-                    "or a results folder whose newest session is followed. A finished session is replayed at "
-                    "--speed times its pace. The URL carries a random token; the page is refused without it. "
-                    "Ctrl-C stops it.",
-    )  # fmt: skip
+        "RTT, per bottleneck the queue, the fidelity checks, the progress and the time left; the paper's "
+        "expectation (fair share, bottleneck rate, BDP) beside the measured lines. FOLDER is a session, "
+        "or a results folder whose newest session is followed. A finished session is replayed at "
+        "--speed times its pace. The URL carries a random token; the page is refused without it. "
+        "Ctrl-C stops it.",
+    )
     watch.add_argument("folder", type=Path, help="a session folder, or a results folder (its newest session)")
-    watch.add_argument("--speed", type=float, default=1.0,
-                       help="replay speed of a finished session (default 1: as it ran; 0: all at once)")  # fmt: skip
+    watch.add_argument(
+        "--speed",
+        type=float,
+        default=1.0,
+        help="replay speed of a finished session (default 1: as it ran; 0: all at once)",
+    )
     watch.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     watch.set_defaults(func=_cmd_watch)
 
 
 #: the subcommands in the order --help lists them
-SUBCOMMANDS = (_add_run, _add_suite, _add_explain, _add_shell, _add_report, _add_lengths, _add_equivalence,
-               _add_results, _add_regress, _add_bisect, _add_check, _add_lab, _add_kernels, _add_bench, _add_cleanup,
-               _add_watch)  # fmt: skip
+SUBCOMMANDS = (
+    _add_run,
+    _add_suite,
+    _add_explain,
+    _add_shell,
+    _add_report,
+    _add_lengths,
+    _add_equivalence,
+    _add_results,
+    _add_regress,
+    _add_bisect,
+    _add_check,
+    _add_lab,
+    _add_kernels,
+    _add_bench,
+    _add_cleanup,
+    _add_watch,
+)
 #: the subcommands that run sessions: the ones a progress bar follows on a terminal
 SESSION_COMMANDS = {"run", "suite", "explain", "regress", "bisect", "bench", "lab"}
 

@@ -54,12 +54,25 @@ def sshd(folder: Path):
     port = free_port()
     (folder / "known_hosts").write_text(f"[127.0.0.1]:{port} {(folder / 'host_key.pub').read_text()}")
     config = folder / "sshd_config"
-    config.write_text("\n".join([
-        f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {folder / 'host_key'}",
-        f"AuthorizedKeysFile {folder / 'authorized_keys'}", f"PidFile {folder / 'sshd.pid'}",
-        "PermitRootLogin prohibit-password", "PasswordAuthentication no", "KbdInteractiveAuthentication no",
-        "UsePAM no", "StrictModes no", "MaxStartups 20", "MaxSessions 20",
-    ]) + "\n")  # fmt: skip
+    config.write_text(
+        "\n".join(
+            [
+                f"Port {port}",
+                "ListenAddress 127.0.0.1",
+                f"HostKey {folder / 'host_key'}",
+                f"AuthorizedKeysFile {folder / 'authorized_keys'}",
+                f"PidFile {folder / 'sshd.pid'}",
+                "PermitRootLogin prohibit-password",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "UsePAM no",
+                "StrictModes no",
+                "MaxStartups 20",
+                "MaxSessions 20",
+            ]
+        )
+        + "\n"
+    )
     Path("/run/sshd").mkdir(exist_ok=True)  # its privilege separation directory
     with open(folder / "sshd.log", "w") as log:
         proc = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stderr=log, start_new_session=True)
@@ -78,7 +91,7 @@ def inventory(folder: Path, port: int, hosts: tuple[str, ...] = ("w1", "w2")) ->
         f"ansible_ssh_private_key_file={folder / 'client_key'} testbed_known_hosts={folder / 'known_hosts'} "
         f"testbed_src={PROJECT}"
         for name in hosts
-    ]  # fmt: skip
+    ]
     path = folder / "inventory.ini"
     path.write_text("\n".join(lines) + "\n")
     return path
@@ -86,8 +99,11 @@ def inventory(folder: Path, port: int, hosts: tuple[str, ...] = ("w1", "w2")) ->
 
 def scenario_file(path: Path, ccs: list[str], duration_s: int) -> Path:
     """A sweep over ``ccs`` on a dumbbell the host kernel can build (HTB, no netem)."""
-    data = {"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
-            "flows": [{"cc": ccs, "rtt_ms": 0}], "duration_s": duration_s}  # fmt: skip
+    data = {
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+        "flows": [{"cc": ccs, "rtt_ms": 0}],
+        "duration_s": duration_s,
+    }
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -102,8 +118,10 @@ def cluster_processes() -> list[str]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
         except OSError:
             continue
-        if any(part in cmdline for part in ("distributed.cli", "testbed.host.clusterwork", "dask_spawn",
-                                            "dask-worker", "dask worker")):  # fmt: skip
+        if any(
+            part in cmdline
+            for part in ("distributed.cli", "testbed.host.clusterwork", "dask_spawn", "dask-worker", "dask worker")
+        ):
             found.append(f"{entry.name} {cmdline[:100]}")
     return found
 
@@ -137,33 +155,62 @@ def slurm(folder: Path):
     host = socket.gethostname()
     ctld_port, slurmd_port = free_port(), free_port()
     conf = folder / "slurm.conf"
-    conf.write_text("\n".join([
-        "ClusterName=cctest", f"SlurmctldHost={host}(127.0.0.1)", f"SlurmctldPort={ctld_port}",
-        f"SlurmdPort={slurmd_port}", "SlurmUser=root", "SlurmdUser=root", "AuthType=auth/munge",
-        f"AuthInfo=socket={folder / 'munge.sock'}", "CredType=cred/munge", f"StateSaveLocation={folder / 'state'}",
-        f"SlurmdSpoolDir={folder / 'spool'}", f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
-        f"SlurmdPidFile={folder / 'slurmd.pid'}", f"SlurmctldLogFile={folder / 'slurmctld.log'}",
-        f"SlurmdLogFile={folder / 'slurmd.log'}", "ProctrackType=proctrack/linuxproc", "TaskPlugin=task/none",
-        "SwitchType=switch/none", "MpiDefault=none", "ReturnToService=2", "SelectType=select/cons_tres",
-        "SelectTypeParameters=CR_Core_Memory", "JobCompType=jobcomp/none",
-        "AccountingStorageType=accounting_storage/none", "JobAcctGatherType=jobacct_gather/none",
-        f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN",
-        "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
-    ]) + "\n")  # fmt: skip
+    conf.write_text(
+        "\n".join(
+            [
+                "ClusterName=cctest",
+                f"SlurmctldHost={host}(127.0.0.1)",
+                f"SlurmctldPort={ctld_port}",
+                f"SlurmdPort={slurmd_port}",
+                "SlurmUser=root",
+                "SlurmdUser=root",
+                "AuthType=auth/munge",
+                f"AuthInfo=socket={folder / 'munge.sock'}",
+                "CredType=cred/munge",
+                f"StateSaveLocation={folder / 'state'}",
+                f"SlurmdSpoolDir={folder / 'spool'}",
+                f"SlurmctldPidFile={folder / 'slurmctld.pid'}",
+                f"SlurmdPidFile={folder / 'slurmd.pid'}",
+                f"SlurmctldLogFile={folder / 'slurmctld.log'}",
+                f"SlurmdLogFile={folder / 'slurmd.log'}",
+                "ProctrackType=proctrack/linuxproc",
+                "TaskPlugin=task/none",
+                "SwitchType=switch/none",
+                "MpiDefault=none",
+                "ReturnToService=2",
+                "SelectType=select/cons_tres",
+                "SelectTypeParameters=CR_Core_Memory",
+                "JobCompType=jobcomp/none",
+                "AccountingStorageType=accounting_storage/none",
+                "JobAcctGatherType=jobacct_gather/none",
+                f"NodeName={host} NodeAddr=127.0.0.1 CPUs={os.cpu_count()} RealMemory=4000 State=UNKNOWN",
+                "PartitionName=test Nodes=ALL Default=YES MaxTime=INFINITE State=UP",
+            ]
+        )
+        + "\n"
+    )
     env = {**os.environ, "SLURM_CONF": str(conf)}
     commands = [
-        ["munged", "-F", "-f", f"--socket={folder / 'munge.sock'}", f"--key-file={folder / 'munge.key'}",
-         f"--pid-file={folder / 'munged.pid'}", f"--seed-file={folder / 'munged.seed'}",
-         f"--log-file={folder / 'munged.log'}"],
+        [
+            "munged",
+            "-F",
+            "-f",
+            f"--socket={folder / 'munge.sock'}",
+            f"--key-file={folder / 'munge.key'}",
+            f"--pid-file={folder / 'munged.pid'}",
+            f"--seed-file={folder / 'munged.seed'}",
+            f"--log-file={folder / 'munged.log'}",
+        ],
         ["slurmctld", "-D", "-f", str(conf)],
         ["slurmd", "-D", "-f", str(conf), "-N", host],
-    ]  # fmt: skip
+    ]
     daemons = []
     try:
         for command in commands:
             with open(folder / f"{command[0]}.out", "w") as out:
-                daemons.append(subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                                start_new_session=True))  # fmt: skip
+                daemons.append(
+                    subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+                )
             time.sleep(0.5 if command[0] == "munged" else 0)
         _wait_for_idle_node(env)
         yield conf

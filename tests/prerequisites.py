@@ -18,17 +18,20 @@ import pytest
 
 #: why the rule is strict here (empty outside CI and --require-tiers)
 STRICT_BECAUSE = (
-    "CI=true" if os.environ.get("CI", "").lower() == "true"
-    else "--require-tiers" if os.environ.get("CC_TESTBED_REQUIRE_TIERS") == "1"
+    "CI=true"
+    if os.environ.get("CI", "").lower() == "true"
+    else "--require-tiers"
+    if os.environ.get("CC_TESTBED_REQUIRE_TIERS") == "1"
     else ""
-)  # fmt: skip
+)
 
 
 def missing(what: str) -> NoReturn:
     """The test cannot run here because ``what`` is missing: skip it, or fail it under CI / --require-tiers."""
     if STRICT_BECAUSE:
-        pytest.fail(f"missing prerequisite: {what} (under {STRICT_BECAUSE} a test that cannot run fails)",
-                    pytrace=False)  # fmt: skip
+        pytest.fail(
+            f"missing prerequisite: {what} (under {STRICT_BECAUSE} a test that cannot run fails)", pytrace=False
+        )
     pytest.skip(what)
 
 

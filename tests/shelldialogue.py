@@ -34,8 +34,14 @@ def spawned(tmp_path: Path, backend: str, rtt_ms: float, boot_timeout_s: float) 
     scenario = tmp_path / "shell.yaml"
     scenario.write_text(yaml.safe_dump({**SCENARIO, "flows": [{"cc": "cubic", "rtt_ms": rtt_ms}]}))
     with open(tmp_path / "shell.log", "w") as log:
-        child = pexpect.spawn(sys.executable, ["-m", "testbed.cli", "shell", str(scenario), "--backend", backend],
-                              cwd=str(PROJECT), encoding="utf-8", timeout=30, dimensions=(50, 200))  # fmt: skip
+        child = pexpect.spawn(
+            sys.executable,
+            ["-m", "testbed.cli", "shell", str(scenario), "--backend", backend],
+            cwd=str(PROJECT),
+            encoding="utf-8",
+            timeout=30,
+            dimensions=(50, 200),
+        )
         child.logfile_read = log
         try:
             child.expect_exact(PROMPT, timeout=boot_timeout_s)

@@ -28,6 +28,18 @@ TOPOLOGIES = {
 TOPOLOGY_PARAMS = {name: cls.Params for name, cls in TOPOLOGIES.items()}
 
 __all__ = [
-    "TOPOLOGIES", "TOPOLOGY_PARAMS", "Dumbbell", "DumbbellParams", "Geo", "GeoParams", "ManyFlows", "ManyFlowsParams",
-    "Multipath", "MultipathParams", "ParkingLot", "ParkingLotParams", "Wireless", "WirelessParams",
-]  # fmt: skip
+    "TOPOLOGIES",
+    "TOPOLOGY_PARAMS",
+    "Dumbbell",
+    "DumbbellParams",
+    "Geo",
+    "GeoParams",
+    "ManyFlows",
+    "ManyFlowsParams",
+    "Multipath",
+    "MultipathParams",
+    "ParkingLot",
+    "ParkingLotParams",
+    "Wireless",
+    "WirelessParams",
+]

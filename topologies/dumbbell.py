@@ -71,9 +71,7 @@ class Dumbbell:
 
     def __init__(self, params: DumbbellParams, pair_rtts_ms: list[float]):
         if not 1 <= len(pair_rtts_ms) <= MAX_PAIRS:
-            raise ValueError(
-                f"the dumbbell supports 1..{MAX_PAIRS} sender/receiver pairs, got {len(pair_rtts_ms)}"
-            )
+            raise ValueError(f"the dumbbell supports 1..{MAX_PAIRS} sender/receiver pairs, got {len(pair_rtts_ms)}")
         bottleneck_ms = params.bottleneck.delay_ms
         for i, rtt in enumerate(pair_rtts_ms):
             if rtt < 2 * bottleneck_ms:
@@ -103,8 +101,10 @@ class Dumbbell:
 
     def probes(self) -> list[Probe]:
         """One UDP rate probe per bottleneck direction, sent over the first pair."""
-        return [Probe(b.direction, 0, b.rate_mbit, b.queue_pkts, probe_loss_pct(self.params.bottleneck.loss_model))
-                for b in self.netspec().bottlenecks]  # fmt: skip
+        return [
+            Probe(b.direction, 0, b.rate_mbit, b.queue_pkts, probe_loss_pct(self.params.bottleneck.loss_model))
+            for b in self.netspec().bottlenecks
+        ]
 
     @property
     def queue_pkts(self) -> int | None:
@@ -136,8 +136,9 @@ class Dumbbell:
         spec.routes["rr"] = [("10.1.0.0/16", "10.0.0.1")]
         queue = self.queue_pkts
         for router, direction in (("rl", "forward"), ("rr", "reverse")):
-            spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=link.rate_mbit, queue_pkts=queue,
-                                                                  discipline=link.queue)
+            spec.egress[(router, f"{router}-eth0")] = EgressPlan(
+                rate_mbit=link.rate_mbit, queue_pkts=queue, discipline=link.queue
+            )
             spec.bottlenecks.append(Bottleneck(router, f"{router}-eth0", link.rate_mbit, queue, direction))
         return spec
 

@@ -43,9 +43,11 @@ class GeoParams(StrictModel):
     name: Literal["geo"] = "geo"
     satellite: LinkParams = Field(description="rate_mbit (required), one-way delay_ms, loss, queue")
     ground_rtt_ms: float = Field(
-        default=40.0, ge=0, le=10_000, description="each flow's RTT beyond the satellite's round trip, when the flow "
-                                                   "gives no rtt_ms"
-    )  # fmt: skip
+        default=40.0,
+        ge=0,
+        le=10_000,
+        description="each flow's RTT beyond the satellite's round trip, when the flow gives no rtt_ms",
+    )
 
     @model_validator(mode="after")
     def _satellite_has_rate(self) -> GeoParams:
@@ -62,8 +64,11 @@ class GeoParams(StrictModel):
         return 2 * self.satellite.delay_ms + self.ground_rtt_ms
 
     def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
-        return [(i, ("path",), "the GEO topology has one path; leave path out")
-                for i, flow in enumerate(flows) if flow.path is not None]  # fmt: skip
+        return [
+            (i, ("path",), "the GEO topology has one path; leave path out")
+            for i, flow in enumerate(flows)
+            if flow.path is not None
+        ]
 
 
 class Geo(Dumbbell):
@@ -86,9 +91,10 @@ class Geo(Dumbbell):
         spec.routers.append("sat")
         spec.links = [LinkSpec("rl", "rl-eth0", "sat", "sat-eth0"), LinkSpec("sat", "sat-eth1", "rr", "rr-eth0")] + [
             link for link in spec.links if {link.node1, link.node2} != {"rl", "rr"}
-        ]  # fmt: skip
-        spec.addresses.update({("sat", "sat-eth0"): "10.0.0.2/30", ("sat", "sat-eth1"): "10.0.1.1/30",
-                               ("rr", "rr-eth0"): "10.0.1.2/30"})  # fmt: skip
+        ]
+        spec.addresses.update(
+            {("sat", "sat-eth0"): "10.0.0.2/30", ("sat", "sat-eth1"): "10.0.1.1/30", ("rr", "rr-eth0"): "10.0.1.2/30"}
+        )
         spec.routes["rr"] = [("10.1.0.0/16", "10.0.1.1")]
         spec.routes["sat"] = [("10.1.0.0/16", "10.0.0.1"), ("10.2.0.0/16", "10.0.1.2")]
         # the loss moves from the routers' host side (per host) onto the satellite (one channel per direction)

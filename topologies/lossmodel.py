@@ -54,13 +54,15 @@ class BernoulliLoss(StrictModel):
 
     model: Literal["bernoulli"] = "bernoulli"
     loss_pct: float = Field(ge=0, le=100, description="probability that a packet is lost")
-    seeded: bool = Field(default=True, description="draw each packet's fate from the run's seed (tc-BPF); false: "
-                         "netem's unseeded draws")  # fmt: skip
+    seeded: bool = Field(
+        default=True, description="draw each packet's fate from the run's seed (tc-BPF); false: netem's unseeded draws"
+    )
 
     def as_timed(self) -> TimedTwoStateLoss:
         """The seeded form: the timed channel with one state (far longer than any run) of this loss."""
-        return TimedTwoStateLoss(good_s=SEEDED_STATE_S, bad_s=SEEDED_STATE_S, good_loss_pct=self.loss_pct,
-                                 bad_loss_pct=self.loss_pct)  # fmt: skip
+        return TimedTwoStateLoss(
+            good_s=SEEDED_STATE_S, bad_s=SEEDED_STATE_S, good_loss_pct=self.loss_pct, bad_loss_pct=self.loss_pct
+        )
 
 
 class GilbertElliottLoss(StrictModel):
@@ -90,14 +92,16 @@ class FourStateLoss(StrictModel):
         if self.p31_pct + self.p32_pct > 100:
             raise ValueError("p31_pct + p32_pct (the ways out of state 3) must be at most 100")
         if self.p32_pct > 0 and self.p23_pct == 0:
-            raise ValueError("with p32_pct > 0 and p23_pct 0 the chain ends in state 2 and loses nothing more; "
-                             "give p23_pct > 0")
+            raise ValueError(
+                "with p32_pct > 0 and p23_pct 0 the chain ends in state 2 and loses nothing more; give p23_pct > 0"
+            )
         return self
 
     def stationary_loss_pct(self) -> float:
         """Share of packets lost in the long run: the stationary probability of states 3 and 4."""
-        p13, p31, p32, p23, p14 = (v / 100 for v in (self.p13_pct, self.p31_pct, self.p32_pct, self.p23_pct,
-                                                      self.p14_pct))  # fmt: skip
+        p13, p31, p32, p23, p14 = (
+            v / 100 for v in (self.p13_pct, self.p31_pct, self.p32_pct, self.p23_pct, self.p14_pct)
+        )
         # balance equations, with pi1 = 1 before normalizing: pi4 = p14 pi1; pi2 p23 = p32 pi3;
         # pi3 (p31 + p32) = p13 pi1 + p23 pi2  =>  pi3 p31 = p13 pi1
         pi1 = 1.0
@@ -148,8 +152,12 @@ class State:
     loss_pct: float
 
     def to_dict(self) -> dict:
-        return {"state": "bad" if self.bad else "good", "start_s": self.start_s, "end_s": self.end_s,
-                "loss_pct": self.loss_pct}  # fmt: skip
+        return {
+            "state": "bad" if self.bad else "good",
+            "start_s": self.start_s,
+            "end_s": self.end_s,
+            "loss_pct": self.loss_pct,
+        }
 
 
 class TimelineTooLong(ValueError):
@@ -201,10 +209,19 @@ def netem_loss_args(model: BernoulliLoss | GilbertElliottLoss | FourStateLoss) -
     if isinstance(model, BernoulliLoss):
         return ["loss", f"{model.loss_pct:g}%"]
     if isinstance(model, FourStateLoss):
-        return ["loss", "state", *(f"{v:g}%" for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct,
-                                                       model.p14_pct))]  # fmt: skip
-    return ["loss", "gemodel", f"{model.p_pct:g}%", f"{model.r_pct:g}%",
-            f"{model.bad_loss_pct:g}%", f"{model.good_loss_pct:g}%"]  # fmt: skip
+        return [
+            "loss",
+            "state",
+            *(f"{v:g}%" for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct, model.p14_pct)),
+        ]
+    return [
+        "loss",
+        "gemodel",
+        f"{model.p_pct:g}%",
+        f"{model.r_pct:g}%",
+        f"{model.bad_loss_pct:g}%",
+        f"{model.good_loss_pct:g}%",
+    ]
 
 
 def packet_chain(model: GilbertElliottLoss | FourStateLoss) -> tuple[list[list[float]], list[float]]:
@@ -214,10 +231,15 @@ def packet_chain(model: GilbertElliottLoss | FourStateLoss) -> tuple[list[list[f
     if isinstance(model, GilbertElliottLoss):
         p, r = model.p_pct / 100, model.r_pct / 100
         return [[1 - p, p], [r, 1 - r]], [model.good_loss_pct / 100, model.bad_loss_pct / 100]
-    p13, p31, p32, p23, p14 = (v / 100 for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct,
-                                                  model.p14_pct))  # fmt: skip
-    chain = [[1 - p13 - p14, 0.0, p13, p14], [0.0, 1 - p23, p23, 0.0], [p31, p32, 1 - p31 - p32, 0.0],
-             [1.0, 0.0, 0.0, 0.0]]  # fmt: skip
+    p13, p31, p32, p23, p14 = (
+        v / 100 for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct, model.p14_pct)
+    )
+    chain = [
+        [1 - p13 - p14, 0.0, p13, p14],
+        [0.0, 1 - p23, p23, 0.0],
+        [p31, p32, 1 - p31 - p32, 0.0],
+        [1.0, 0.0, 0.0, 0.0],
+    ]
     return chain, [0.0, 0.0, 1.0, 1.0]
 
 

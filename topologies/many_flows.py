@@ -49,8 +49,10 @@ class ManyFlowsParams(DumbbellParams):
             first = getattr(flows[0], option) if flows else None
             for i, flow in enumerate(flows[1:], start=1):
                 if getattr(flow, option) != first:
-                    message = (f"all flows of many_flows share two hosts, so '{option}' must be the same for "
-                               f"every flow (flow 0 has {first}); use the dumbbell to mix it")  # fmt: skip
+                    message = (
+                        f"all flows of many_flows share two hosts, so '{option}' must be the same for "
+                        f"every flow (flow 0 has {first}); use the dumbbell to mix it"
+                    )
                     problems.append((i, (option,), message))
         return problems
 
@@ -74,10 +76,19 @@ class ManyFlows(Dumbbell):
         spec = self.routers_and_bottleneck()
         spec.hosts = ["l0", "r0"]
         spec.routers.insert(0, "dl")
-        spec.links += [LinkSpec("l0", "l0-eth0", "dl", "dl-eth0"), LinkSpec("dl", "dl-eth1", "rl", "rl-eth1"),
-                       LinkSpec("r0", "r0-eth0", "rr", "rr-eth1")]  # fmt: skip
-        spec.addresses.update({("dl", "dl-eth0"): "10.1.255.254/16", ("dl", "dl-eth1"): "10.3.0.1/30",
-                               ("rl", "rl-eth1"): "10.3.0.2/30", ("rr", "rr-eth1"): "10.2.255.254/16"})  # fmt: skip
+        spec.links += [
+            LinkSpec("l0", "l0-eth0", "dl", "dl-eth0"),
+            LinkSpec("dl", "dl-eth1", "rl", "rl-eth1"),
+            LinkSpec("r0", "r0-eth0", "rr", "rr-eth1"),
+        ]
+        spec.addresses.update(
+            {
+                ("dl", "dl-eth0"): "10.1.255.254/16",
+                ("dl", "dl-eth1"): "10.3.0.1/30",
+                ("rl", "rl-eth1"): "10.3.0.2/30",
+                ("rr", "rr-eth1"): "10.2.255.254/16",
+            }
+        )
         spec.routes["dl"] = [("default", "10.3.0.2")]
         spec.routes["rl"].append(("10.1.0.0/16", "10.3.0.1"))
         for router in ("rl", "rr"):

@@ -56,9 +56,11 @@ class MultipathParams(StrictModel):
     paths: int = Field(ge=2, le=MAX_PATHS, description="number of parallel paths in use (the first ones)")
     link: LinkParams = Field(description="every link of every path: rate_mbit, delay_ms per link, queue")
     path_links: list[int] = Field(
-        default=[1, 2, 3, 4], min_length=2, max_length=MAX_PATHS,
+        default=[1, 2, 3, 4],
+        min_length=2,
+        max_length=MAX_PATHS,
         description="links per path; path 1 (ICMP, unsprayed traffic, ACKs with spray: data) must be the shortest",
-    )  # fmt: skip
+    )
     spray: Literal["data", "data_and_acks"] = Field(
         default="data", description="data: data packets only, ACKs on path 1; data_and_acks: both directions"
     )
@@ -71,9 +73,7 @@ class MultipathParams(StrictModel):
         if self.link.loss_model is not None:
             raise ValueError("loss on the multipath links is not supported yet; leave loss_pct/loss out")
         if len(self.path_links) < self.paths:
-            raise ValueError(
-                f"paths {self.paths} needs {self.paths} entries in path_links, got {len(self.path_links)}"
-            )
+            raise ValueError(f"paths {self.paths} needs {self.paths} entries in path_links, got {len(self.path_links)}")
         if any(not 1 <= n <= 8 for n in self.path_links):
             raise ValueError(f"path_links {self.path_links}: each path has 1..8 links")
         if self.path_links[0] != min(self.path_links[: self.paths]):
@@ -161,8 +161,10 @@ class Multipath:
         """One UDP probe per direction over pair 0: sprayed, it fills every path (P x the rate)."""
         rate, paths = self.params.link.rate_mbit, self.params.paths
         reverse_paths = paths if self.params.spray == "data_and_acks" else 1
-        return [Probe("forward", 0, rate * paths, self.queue_pkts), Probe("reverse", 0, rate * reverse_paths,
-                                                                          self.queue_pkts)]  # fmt: skip
+        return [
+            Probe("forward", 0, rate * paths, self.queue_pkts),
+            Probe("reverse", 0, rate * reverse_paths, self.queue_pkts),
+        ]
 
     def netspec(self) -> NetSpec:
         params, paths = self.params, self.params.paths
@@ -170,14 +172,23 @@ class Multipath:
         spec = NetSpec(routers=["rl", "rr"] + [f"m{k}" for k in range(1, paths + 1)], capture_nodes=["rl", "rr"])
         for k in range(1, paths + 1):
             node, left_intf, right_intf = f"m{k}", f"rl-eth{k - 1}", f"rr-eth{k - 1}"
-            spec.links += [LinkSpec("rl", left_intf, node, f"{node}-eth0"),
-                           LinkSpec(node, f"{node}-eth1", "rr", right_intf)]  # fmt: skip
-            spec.addresses.update({("rl", left_intf): f"10.3.{k}.1/30", (node, f"{node}-eth0"): f"10.3.{k}.2/30",
-                                   (node, f"{node}-eth1"): f"10.4.{k}.1/30", ("rr", right_intf): f"10.4.{k}.2/30"})
-            spec.routes[node] = [("10.2.0.0/16", f"10.4.{k}.2"), ("10.1.0.0/16", f"10.3.{k}.1")]  # fmt: skip
+            spec.links += [
+                LinkSpec("rl", left_intf, node, f"{node}-eth0"),
+                LinkSpec(node, f"{node}-eth1", "rr", right_intf),
+            ]
+            spec.addresses.update(
+                {
+                    ("rl", left_intf): f"10.3.{k}.1/30",
+                    (node, f"{node}-eth0"): f"10.3.{k}.2/30",
+                    (node, f"{node}-eth1"): f"10.4.{k}.1/30",
+                    ("rr", right_intf): f"10.4.{k}.2/30",
+                }
+            )
+            spec.routes[node] = [("10.2.0.0/16", f"10.4.{k}.2"), ("10.1.0.0/16", f"10.3.{k}.1")]
             for router, intf, direction in (("rl", left_intf, "forward"), ("rr", right_intf, "reverse")):
-                spec.egress[(router, intf)] = EgressPlan(rate_mbit=rate, queue_pkts=queue,
-                                                           discipline=self.params.link.queue)
+                spec.egress[(router, intf)] = EgressPlan(
+                    rate_mbit=rate, queue_pkts=queue, discipline=self.params.link.queue
+                )
                 spec.bottlenecks.append(Bottleneck(router, intf, rate, queue, direction))
             extra = self.path_delay_ms(k) - self.path_delay_ms(1)
             if extra > 0:
@@ -185,11 +196,15 @@ class Multipath:
                     spec.egress[(node, f"{node}-{intf}")] = EgressPlan(delay_ms=extra)
         spec.routes["rl"] = [("10.2.0.0/16", "10.3.1.2")]
         spec.routes["rr"] = [("10.1.0.0/16", "10.4.1.1")]
-        spec.sprayers.append(Sprayer("rl", "rl-eth0", tuple((f"rl-eth{k - 1}", f"10.3.{k}.2")
-                                                            for k in range(2, paths + 1)), "forward"))  # fmt: skip
+        spec.sprayers.append(
+            Sprayer("rl", "rl-eth0", tuple((f"rl-eth{k - 1}", f"10.3.{k}.2") for k in range(2, paths + 1)), "forward")
+        )
         if params.spray == "data_and_acks":
-            spec.sprayers.append(Sprayer("rr", "rr-eth0", tuple((f"rr-eth{k - 1}", f"10.4.{k}.1")
-                                                                for k in range(2, paths + 1)), "reverse"))  # fmt: skip
+            spec.sprayers.append(
+                Sprayer(
+                    "rr", "rr-eth0", tuple((f"rr-eth{k - 1}", f"10.4.{k}.1") for k in range(2, paths + 1)), "reverse"
+                )
+            )
         for i in range(self.pairs):
             for side, router, net in (("l", "rl", "10.1"), ("r", "rr", "10.2")):
                 host, router_intf = f"{side}{i}", f"{router}-eth{paths + i}"

@@ -104,5 +104,10 @@ class NetSpec:
     @property
     def qdisc_modules(self) -> list[str]:
         """The kernel modules of the queue disciplines its links ask for (fifo is built in)."""
-        return sorted({f"sch_{plan.discipline.discipline}" for plan in self.egress.values()
-                       if plan.discipline is not None and plan.discipline.discipline != "fifo"})  # fmt: skip
+        return sorted(
+            {
+                f"sch_{plan.discipline.discipline}"
+                for plan in self.egress.values()
+                if plan.discipline is not None and plan.discipline.discipline != "fifo"
+            }
+        )

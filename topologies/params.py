@@ -26,9 +26,7 @@ class LinkParams(StrictModel):
 
     rate_mbit: float | None = Field(default=None, gt=0, le=100_000, description="link rate; None = unshaped")
     delay_ms: float = Field(default=0.0, ge=0, le=10_000, description="one-way propagation delay")
-    loss_pct: float = Field(
-        default=0.0, ge=0, le=100, description="independent (Bernoulli) loss, per direction"
-    )
+    loss_pct: float = Field(default=0.0, ge=0, le=100, description="independent (Bernoulli) loss, per direction")
     loss: LossModel | None = Field(
         default=None,
         description="a loss model (bernoulli, gilbert_elliott, four_state, timed_two_state) instead of loss_pct",

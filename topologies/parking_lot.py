@@ -71,8 +71,9 @@ class ParkingLotParams(StrictModel):
                 shown = "missing" if flow.path is None else f"'{flow.path}' is not a path of the parking lot"
                 problems.append((i, ("path",), f"{shown}; valid: through (every hop), hop (one flow per hop)"))
             if flow.rtt_ms is not None or flow.rtt_max_ms is not None:
-                problems.append((i, ("rtt_ms",), "the parking lot's paths set the RTT (hop and access delays); "
-                                                 "leave rtt_ms out"))  # fmt: skip
+                problems.append(
+                    (i, ("rtt_ms",), "the parking lot's paths set the RTT (hop and access delays); leave rtt_ms out")
+                )
         return problems
 
 
@@ -94,8 +95,12 @@ class ParkingLot:
 
     def flow_pairs(self, flows) -> list[list[int]]:
         """``through``: pair 0 for each instance; ``hop``: pairs 1..N for each instance."""
-        return [[0] * flow.count if flow.path == "through" else
-                [hop for _ in range(flow.count) for hop in range(1, self.hops + 1)] for flow in flows]  # fmt: skip
+        return [
+            [0] * flow.count
+            if flow.path == "through"
+            else [hop for _ in range(flow.count) for hop in range(1, self.hops + 1)]
+            for flow in flows
+        ]
 
     def hosts_of(self, pair: int) -> tuple[str, str, int, int]:
         """(left host, right host, router of the left host, router of the right host)."""
@@ -150,14 +155,22 @@ class ParkingLot:
         for i in range(1, n + 1):
             left, right, link = f"p{i - 1}", f"p{i}", f"k{i}"
             left_intf, right_intf = intf(left), intf(right)
-            spec.links += [LinkSpec(left, left_intf, link, f"{link}-eth0"),
-                           LinkSpec(link, f"{link}-eth1", right, right_intf)]  # fmt: skip
-            spec.addresses.update({(left, left_intf): f"10.3.{i}.1/30", (link, f"{link}-eth0"): f"10.3.{i}.2/30",
-                                   (link, f"{link}-eth1"): f"10.4.{i}.1/30",
-                                   (right, right_intf): f"10.4.{i}.2/30"})  # fmt: skip
+            spec.links += [
+                LinkSpec(left, left_intf, link, f"{link}-eth0"),
+                LinkSpec(link, f"{link}-eth1", right, right_intf),
+            ]
+            spec.addresses.update(
+                {
+                    (left, left_intf): f"10.3.{i}.1/30",
+                    (link, f"{link}-eth0"): f"10.3.{i}.2/30",
+                    (link, f"{link}-eth1"): f"10.4.{i}.1/30",
+                    (right, right_intf): f"10.4.{i}.2/30",
+                }
+            )
             for node, node_intf, direction in ((left, left_intf, "forward"), (right, right_intf, "reverse")):
-                spec.egress[(node, node_intf)] = EgressPlan(rate_mbit=hop.rate_mbit, queue_pkts=queue,
-                                                                discipline=hop.queue)
+                spec.egress[(node, node_intf)] = EgressPlan(
+                    rate_mbit=hop.rate_mbit, queue_pkts=queue, discipline=hop.queue
+                )
                 spec.bottlenecks.append(Bottleneck(node, node_intf, hop.rate_mbit, queue, direction))
             for link_intf in ("eth0", "eth1"):
                 spec.egress[(link, f"{link}-{link_intf}")] = EgressPlan(delay_ms=hop.delay_ms)
@@ -189,7 +202,8 @@ class ParkingLot:
             spec.routes[f"k{i}"] = routes
         # each router captures what its own hosts send (transit traffic is captured where it entered)
         spec.capture_nodes = [f"p{i}" for i in range(n + 1)]
-        spec.capture_filters = {f"p{i}": "tcp and (" + " or ".join(f"src net {s}" for s in subnets_at[i]) + ")"
-                                for i in range(n + 1)}  # fmt: skip
+        spec.capture_filters = {
+            f"p{i}": "tcp and (" + " or ".join(f"src net {s}" for s in subnets_at[i]) + ")" for i in range(n + 1)
+        }
         spec.hosts.sort(key=lambda h: (h[0], int(h[1:])))
         return spec

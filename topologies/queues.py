@@ -128,7 +128,13 @@ class Cake(_Discipline):
 QueueDiscipline = Annotated[Fifo | Codel | FqCodel | Pie | Red | Cake, Field(discriminator="discipline")]
 
 #: each discipline's kernel module, for the error when the kernel lacks it
-MODULES = {"fifo": "sch_fifo (built in)", "codel": "sch_codel", "fq_codel": "sch_fq_codel", "pie": "sch_pie",
-           "red": "sch_red", "cake": "sch_cake"}  # fmt: skip
+MODULES = {
+    "fifo": "sch_fifo (built in)",
+    "codel": "sch_codel",
+    "fq_codel": "sch_fq_codel",
+    "pie": "sch_pie",
+    "red": "sch_red",
+    "cake": "sch_cake",
+}
 #: the disciplines a link's ``queue:`` may name
 DISCIPLINES = tuple(MODULES)

@@ -110,9 +110,7 @@ class EgressPlan:
         if self.delay_classes and (self.rate_mbit is not None or self.delay_ms or self.loss_pct or self.loss_model):
             raise ValueError("per-destination delay classes take the whole egress: no rate, delay or loss with them")
         if self.rate_mbit is not None and (self.delay_ms or self.loss_pct or self.loss_model):
-            raise ValueError(
-                "rate and delay/loss must be on different interfaces (netem's limit would queue)"
-            )
+            raise ValueError("rate and delay/loss must be on different interfaces (netem's limit would queue)")
         if (self.queue_pkts is not None or self.discipline is not None) and self.rate_mbit is None:
             raise ValueError("a queue needs a rate (the queue forms in front of the rate limit)")
         if self.loss_pct and self.loss_model is not None:
@@ -182,15 +180,21 @@ def qdisc_specs(plan: EgressPlan) -> list[QdiscSpec]:
             netem["delay"] = round(plan.delay_ms * 1000)  # pyroute2 takes microseconds
         if not plan.is_lossy:
             return [QdiscSpec("add", "netem", netem)]
-        specs = [QdiscSpec("add", "prio", {"handle": "1:", "bands": 2, "priomap": [1] * 16}),
-                 QdiscSpec("add", "netem", {**netem, "handle": "10:", "parent": "1:1"})]  # fmt: skip
+        specs = [
+            QdiscSpec("add", "prio", {"handle": "1:", "bands": 2, "priomap": [1] * 16}),
+            QdiscSpec("add", "netem", {**netem, "handle": "10:", "parent": "1:1"}),
+        ]
         if plan.loss_pct:  # percent; netem's loss models go in with the tc command (apply)
-            specs.append(QdiscSpec("add", "netem", {**netem, "handle": LOSSY_NETEM, "parent": "1:2",
-                                                    "loss": plan.loss_pct}))  # fmt: skip
+            specs.append(
+                QdiscSpec("add", "netem", {**netem, "handle": LOSSY_NETEM, "parent": "1:2", "loss": plan.loss_pct})
+            )
         # ARP too: a neighbour not resolved through 50 % loss each way stops whatever waits on it
         # (iperf3: "No route to host"), and the papers' channel has no ARP
-        arp = QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 2, "protocol": ETH_P_ARP, "target": "1:1",
-                                              "keys": ["0x0/0x0+0"]})  # fmt: skip
+        arp = QdiscSpec(
+            "add-filter",
+            "u32",
+            {"parent": "1:", "prio": 2, "protocol": ETH_P_ARP, "target": "1:1", "keys": ["0x0/0x0+0"]},
+        )
         return specs + control_filters("1:1", LOSS_LANE_MATCHES) + [arp]
     return []
 
@@ -214,8 +218,11 @@ def leaf_spec(plan: EgressPlan) -> QdiscSpec | None:
             kwargs["fqc_quantum"] = queue.quantum_bytes
         return QdiscSpec("add", "fq_codel", kwargs)
     if isinstance(queue, Cake):
-        return QdiscSpec("add", "cake", {**where, "rtt": _us(queue.rtt_ms), "flow_mode": queue.flow_mode,
-                                          "ack_filter": queue.ack_filter})  # fmt: skip
+        return QdiscSpec(
+            "add",
+            "cake",
+            {**where, "rtt": _us(queue.rtt_ms), "flow_mode": queue.flow_mode, "ack_filter": queue.ack_filter},
+        )
     argv = ["tc", "qdisc", "add", "dev", "{dev}", "parent", "1:1", "handle", "10:"]
     if isinstance(queue, Pie):
         return QdiscSpec("tc", "pie", {"argv": argv + _pie_args(queue, sized)})
@@ -234,8 +241,11 @@ def _us(ms: float) -> int:
 
 def _codel_kwargs(prefix: str, queue: Codel | FqCodel, limit: int | None) -> dict:
     """pyroute2's codel and fq_codel attributes (times in microseconds, ``ecn`` 0/1)."""
-    kwargs = {f"{prefix}_target": _us(queue.target_ms), f"{prefix}_interval": _us(queue.interval_ms),
-              f"{prefix}_ecn": int(queue.ecn)}  # fmt: skip
+    kwargs = {
+        f"{prefix}_target": _us(queue.target_ms),
+        f"{prefix}_interval": _us(queue.interval_ms),
+        f"{prefix}_ecn": int(queue.ecn),
+    }
     if limit:
         kwargs[f"{prefix}_limit"] = limit
     if queue.ce_threshold_ms is not None:
@@ -244,9 +254,19 @@ def _codel_kwargs(prefix: str, queue: Codel | FqCodel, limit: int | None) -> dic
 
 
 def _pie_args(queue: Pie, sized: dict) -> list[str]:
-    args = ["pie", "target", f"{_us(queue.target_ms)}us", "tupdate", f"{_us(queue.tupdate_ms)}us",
-            "alpha", str(queue.alpha), "beta", str(queue.beta), "ecn" if queue.ecn else "noecn",
-            "bytemode" if queue.bytemode else "nobytemode"]  # fmt: skip
+    args = [
+        "pie",
+        "target",
+        f"{_us(queue.target_ms)}us",
+        "tupdate",
+        f"{_us(queue.tupdate_ms)}us",
+        "alpha",
+        str(queue.alpha),
+        "beta",
+        str(queue.beta),
+        "ecn" if queue.ecn else "noecn",
+        "bytemode" if queue.bytemode else "nobytemode",
+    ]
     return args + (["limit", str(sized["limit"])] if sized else [])
 
 
@@ -254,9 +274,21 @@ def _red_args(queue: Red, plan: EgressPlan) -> list[str]:
     """tc-red(8) counts bytes: packets here are full-size frames on the wire (WIRE_BYTES_PER_PACKET)."""
     limit, low, high = queue.thresholds_pkts(plan.queue_pkts)
     size = WIRE_BYTES_PER_PACKET
-    args = ["red", "limit", str(limit * size), "min", str(round(low * size)), "max", str(round(high * size)),
-            "avpkt", str(size), "probability", f"{queue.probability:g}",
-            "bandwidth", f"{round(plan.rate_mbit * 1e6)}bit"]  # fmt: skip
+    args = [
+        "red",
+        "limit",
+        str(limit * size),
+        "min",
+        str(round(low * size)),
+        "max",
+        str(round(high * size)),
+        "avpkt",
+        str(size),
+        "probability",
+        f"{queue.probability:g}",
+        "bandwidth",
+        f"{round(plan.rate_mbit * 1e6)}bit",
+    ]
     return args + (["ecn"] if queue.ecn else []) + (["adaptive"] if queue.adaptive else [])
 
 
@@ -299,30 +331,64 @@ def control_lane_specs(shaped: dict) -> list[QdiscSpec]:
     shaped class.
     """
     lane_queue = {"handle": "20:", "parent": "1:2", "limit": CONTROL_LANE_LIMIT_PKTS}
-    return [QdiscSpec("add-class", "htb", {"handle": "1:2", "prio": 0, **shaped}),
-            QdiscSpec("add", "pfifo", lane_queue)] + control_filters("1:2", QUEUE_LANE_MATCHES)  # fmt: skip
+    return [
+        QdiscSpec("add-class", "htb", {"handle": "1:2", "prio": 0, **shaped}),
+        QdiscSpec("add", "pfifo", lane_queue),
+    ] + control_filters("1:2", QUEUE_LANE_MATCHES)
 
 
 def control_filters(target: str, matches: tuple[list[str], ...]) -> list[QdiscSpec]:
     """u32 filters on the root qdisc ``1:`` that send IPv4 packets matching any of ``matches`` (u32 keys) to
     class ``target``."""
-    return [QdiscSpec("add-filter", "u32", {"parent": "1:", "prio": 1, "protocol": ETH_P_IP, "target": target,
-                                            "keys": match}) for match in matches]  # fmt: skip
+    return [
+        QdiscSpec(
+            "add-filter", "u32", {"parent": "1:", "prio": 1, "protocol": ETH_P_IP, "target": target, "keys": match}
+        )
+        for match in matches
+    ]
 
 
 def fq_tc_argv(ifname: str) -> list[str]:
     """``tc`` arguments of the root ``fq`` that holds packets until the time the delay program gave them:
     no pacing (the papers' senders are not paced), limits far above any window."""
-    return ["tc", "qdisc", "add", "dev", ifname, "root", "handle", "1:", "fq", "nopacing",
-            "limit", str(NETEM_LIMIT_PKTS), "flow_limit", str(NETEM_LIMIT_PKTS),
-            "horizon", f"{FQ_HORIZON_S}s", "horizon_cap"]  # fmt: skip
+    return [
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        ifname,
+        "root",
+        "handle",
+        "1:",
+        "fq",
+        "nopacing",
+        "limit",
+        str(NETEM_LIMIT_PKTS),
+        "flow_limit",
+        str(NETEM_LIMIT_PKTS),
+        "horizon",
+        f"{FQ_HORIZON_S}s",
+        "horizon_cap",
+    ]
 
 
 def netem_tc_argv(ifname: str, plan: EgressPlan) -> list[str]:
     """``tc`` arguments of the lossy netem (prio band 2, beside the control lane's) that carries a
     Gilbert-Elliott or 4-state loss model, and the plan's delay."""
-    argv = ["tc", "qdisc", "add", "dev", ifname, "parent", "1:2", "handle", LOSSY_NETEM, "netem",
-            "limit", str(NETEM_LIMIT_PKTS)]  # fmt: skip
+    argv = [
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        ifname,
+        "parent",
+        "1:2",
+        "handle",
+        LOSSY_NETEM,
+        "netem",
+        "limit",
+        str(NETEM_LIMIT_PKTS),
+    ]
     if plan.delay_ms:
         argv += ["delay", f"{round(plan.delay_ms * 1000)}us"]
     return argv + netem_loss_args(plan.loss_model)

@@ -66,16 +66,23 @@ class WirelessParams(StrictModel):
         for i, flow in enumerate(flows):
             if flow.path not in PATHS:
                 shown = "missing" if flow.path is None else f"'{flow.path}' is not a path of the wireless topology"
-                problems.append((i, ("path",), f"{shown}; valid: mobile (over the radio link), wired (ends at the "
-                                               f"base station)"))  # fmt: skip
+                problems.append(
+                    (i, ("path",), f"{shown}; valid: mobile (over the radio link), wired (ends at the base station)")
+                )
                 continue
             if flow.rtt_ms is None:
                 problems.append((i, ("rtt_ms",), "required field 'rtt_ms' is missing: each flow's base RTT (ms)"))
                 continue
             minimum = 2 * (self.wired.delay_ms + (self.wireless.delay_ms if flow.path == "mobile" else 0))
             if flow.rtt_ms < minimum:
-                problems.append((i, ("rtt_ms",), f"rtt_ms {flow.rtt_ms:g} is shorter than the {flow.path} path's own "
-                                                 f"round trip; valid: rtt_ms >= {minimum:g}"))  # fmt: skip
+                problems.append(
+                    (
+                        i,
+                        ("rtt_ms",),
+                        f"rtt_ms {flow.rtt_ms:g} is shorter than the {flow.path} path's own "
+                        f"round trip; valid: rtt_ms >= {minimum:g}",
+                    )
+                )
         if flows and not any(flow.path == "mobile" for flow in flows):
             problems.append((0, ("path",), "no flow crosses the radio link: give at least one flow path: mobile"))
         return problems
@@ -139,8 +146,9 @@ class Wireless:
         wired, wireless = self.params.wired, self.params.wireless
         mobile = self.paths.index("mobile")
         rate = min(wireless.rate_mbit, wired.rate_mbit or wireless.rate_mbit)
-        probes = [Probe(d, mobile, rate, self.queue_pkts, probe_loss_pct(wireless.loss_model))
-                  for d in ("forward", "reverse")]  # fmt: skip
+        probes = [
+            Probe(d, mobile, rate, self.queue_pkts, probe_loss_pct(wireless.loss_model)) for d in ("forward", "reverse")
+        ]
         if wired.rate_mbit is not None and "wired" in self.paths:
             pair = self.paths.index("wired")
             probes += [Probe(d, pair, wired.rate_mbit, self.wired_queue_pkts) for d in ("forward", "reverse")]
@@ -149,20 +157,32 @@ class Wireless:
     def netspec(self) -> NetSpec:
         wired, wireless = self.params.wired, self.params.wireless
         spec = NetSpec(routers=["ra", "bs", "air", "ap"])
-        spec.links += [LinkSpec("ra", "ra-eth0", "bs", "bs-eth0"), LinkSpec("bs", "bs-eth1", "air", "air-eth0"),
-                       LinkSpec("air", "air-eth1", "ap", "ap-eth0")]  # fmt: skip
-        spec.addresses.update({("ra", "ra-eth0"): "10.0.0.1/30", ("bs", "bs-eth0"): "10.0.0.2/30",
-                               ("bs", "bs-eth1"): "10.0.1.1/30", ("air", "air-eth0"): "10.0.1.2/30",
-                               ("air", "air-eth1"): "10.0.2.1/30", ("ap", "ap-eth0"): "10.0.2.2/30"})  # fmt: skip
+        spec.links += [
+            LinkSpec("ra", "ra-eth0", "bs", "bs-eth0"),
+            LinkSpec("bs", "bs-eth1", "air", "air-eth0"),
+            LinkSpec("air", "air-eth1", "ap", "ap-eth0"),
+        ]
+        spec.addresses.update(
+            {
+                ("ra", "ra-eth0"): "10.0.0.1/30",
+                ("bs", "bs-eth0"): "10.0.0.2/30",
+                ("bs", "bs-eth1"): "10.0.1.1/30",
+                ("air", "air-eth0"): "10.0.1.2/30",
+                ("air", "air-eth1"): "10.0.2.1/30",
+                ("ap", "ap-eth0"): "10.0.2.2/30",
+            }
+        )
         wired_queue, radio_queue = self.wired_queue_pkts, self.queue_pkts
         if wired.rate_mbit is not None:
             for router, direction in (("ra", "forward"), ("bs", "reverse")):
-                spec.egress[(router, f"{router}-eth0")] = EgressPlan(rate_mbit=wired.rate_mbit, queue_pkts=wired_queue,
-                                                                     discipline=wired.queue)
+                spec.egress[(router, f"{router}-eth0")] = EgressPlan(
+                    rate_mbit=wired.rate_mbit, queue_pkts=wired_queue, discipline=wired.queue
+                )
                 spec.bottlenecks.append(Bottleneck(router, f"{router}-eth0", wired.rate_mbit, wired_queue, direction))
         for router, intf, direction in (("bs", "bs-eth1", "forward"), ("ap", "ap-eth0", "reverse")):
-            spec.egress[(router, intf)] = EgressPlan(rate_mbit=wireless.rate_mbit, queue_pkts=radio_queue,
-                                                 discipline=wireless.queue)
+            spec.egress[(router, intf)] = EgressPlan(
+                rate_mbit=wireless.rate_mbit, queue_pkts=radio_queue, discipline=wireless.queue
+            )
             spec.bottlenecks.append(Bottleneck(router, intf, wireless.rate_mbit, radio_queue, direction))
         for intf in ("air-eth0", "air-eth1"):
             spec.egress[("air", intf)] = EgressPlan.with_loss(wireless.loss_model, delay_ms=wireless.delay_ms)
@@ -189,8 +209,10 @@ class Wireless:
         # each router captures what its own hosts send (transit traffic is captured where it entered)
         wired_nets = [f"10.2.{i}.0/24" for i in range(len(self.pair_rtts_ms)) if not self.is_mobile(i)]
         spec.capture_nodes = ["ra", "bs", "ap"]
-        spec.capture_filters = {"ra": "tcp and src net 10.1.0.0/16",
-                                "ap": "tcp and (" + " or ".join(f"src net {n}" for n in mobile_nets) + ")"}  # fmt: skip
+        spec.capture_filters = {
+            "ra": "tcp and src net 10.1.0.0/16",
+            "ap": "tcp and (" + " or ".join(f"src net {n}" for n in mobile_nets) + ")",
+        }
         if wired_nets:
             spec.capture_filters["bs"] = "tcp and (" + " or ".join(f"src net {n}" for n in wired_nets) + ")"
         spec.hosts.sort(key=lambda h: (h[0], int(h[1:])))

@@ -33,8 +33,9 @@ def source_digest(sources: Iterable[Path]) -> str:
     return digest.hexdigest()[:16]
 
 
-def cached_file(kind: str, digest: str, name: str, compile_to: Callable[[Path], None],
-                log: Callable[[str], object], what: str) -> Path:
+def cached_file(
+    kind: str, digest: str, name: str, compile_to: Callable[[Path], None], log: Callable[[str], object], what: str
+) -> Path:
     """``<cache>/<kind>/<digest>/<name>``, made by ``compile_to(temporary path)`` when it is missing.
 
     ``compile_to`` raises (with a message naming the tool and the fix) when the build fails; the

@@ -44,8 +44,9 @@ CALIBRATION_ROUNDS = 3
 RTT_RECHECK_ROUNDS = 2
 
 
-def ping_pairs(net: Network, connections: list[Connection], count: int = PING_COUNT,
-               interval_s: float = PING_INTERVAL_S) -> dict[int, str]:  # fmt: skip
+def ping_pairs(
+    net: Network, connections: list[Connection], count: int = PING_COUNT, interval_s: float = PING_INTERVAL_S
+) -> dict[int, str]:
     """ping output per topology pair (sender to receiver of its first connection), all pairs at once.
 
     Started from each sender's shell in the background (a fork there costs far less than a process
@@ -77,8 +78,9 @@ def ping_pairs(net: Network, connections: list[Connection], count: int = PING_CO
 _CALIBRATED: dict[str, dict[int, dict]] = {}
 
 
-def calibrate_delays(net: Network, topology, connections: list[Connection], shape: str | None = None,
-                     delays_set: bool = False) -> tuple[list[dict], dict[int, str]]:  # fmt: skip
+def calibrate_delays(
+    net: Network, topology, connections: list[Connection], shape: str | None = None, delays_set: bool = False
+) -> tuple[list[dict], dict[int, str]]:
     """Correct each pair's netem delay for the emulator's own latency, measured idle; a ``shape``
     (the network's description) calibrated before in this process gets its delays again and is only
     checked (:func:`reuse_calibration`; ``delays_set``: the network was kept from a run that set them).
@@ -115,8 +117,9 @@ def calibrate_delays(net: Network, topology, connections: list[Connection], shap
     return [records[pair] for pair in sorted(records)], {pair: lowest_ping(outs) for pair, outs in at_final.items()}
 
 
-def reuse_calibration(net: Network, topology, connections: list[Connection], calibrated: dict[int, dict],
-                      delays_set: bool = False) -> tuple[list[dict], dict[int, str]]:  # fmt: skip
+def reuse_calibration(
+    net: Network, topology, connections: list[Connection], calibrated: dict[int, dict], delays_set: bool = False
+) -> tuple[list[dict], dict[int, str]]:
     """Set the delays an earlier run of the same shape calibrated (unless ``delays_set``), then measure
     each pair's base RTT for its check (rounds again for a pair that misses its tolerance, as after a
     calibration)."""
@@ -132,15 +135,28 @@ def reuse_calibration(net: Network, topology, connections: list[Connection], cal
     for (node, intf), delays in per_destination.items():
         set_delays(net.netns_path(node), intf, delays)
     at_final: dict[int, list[str]] = {}
-    _recheck(net, topology, connections, connections, at_final,
-             pings={"count": CHECK_PING_COUNT, "interval_s": CHECK_PING_INTERVAL_S})
-    records = [{**calibrated[pair], "reused": True, "check_rounds": len(at_final.get(pair, []))}
-               for pair in sorted(calibrated)]  # fmt: skip
+    _recheck(
+        net,
+        topology,
+        connections,
+        connections,
+        at_final,
+        pings={"count": CHECK_PING_COUNT, "interval_s": CHECK_PING_INTERVAL_S},
+    )
+    records = [
+        {**calibrated[pair], "reused": True, "check_rounds": len(at_final.get(pair, []))} for pair in sorted(calibrated)
+    ]
     return records, {pair: lowest_ping(outs) for pair, outs in at_final.items()}
 
 
-def _calibration_round(net: Network, topology, pending: list[Connection], records: dict[int, dict],
-                       at_final: dict[int, list[str]], adjustable: bool) -> set[int]:  # fmt: skip
+def _calibration_round(
+    net: Network,
+    topology,
+    pending: list[Connection],
+    records: dict[int, dict],
+    at_final: dict[int, list[str]],
+    adjustable: bool,
+) -> set[int]:
     """One round of pings for the pairs of ``pending``; corrects the delays that read off and returns
     the pairs it changed (their pings so far no longer count for the check)."""
     changed = set()
@@ -151,8 +167,16 @@ def _calibration_round(net: Network, topology, pending: list[Connection], record
         summary = fidelity.parse_ping(out)
         if summary is None or not adjustable or configured <= 0:
             continue
-        record = records.setdefault(pair, {"pair": pair, "configured_rtt_ms": configured, "measured_min_rtt_ms": [],
-                                           "one_way_netem_delay_ms": nominal, "excess_ms": None})  # fmt: skip
+        record = records.setdefault(
+            pair,
+            {
+                "pair": pair,
+                "configured_rtt_ms": configured,
+                "measured_min_rtt_ms": [],
+                "one_way_netem_delay_ms": nominal,
+                "excess_ms": None,
+            },
+        )
         applied = record["one_way_netem_delay_ms"]
         record["measured_min_rtt_ms"].append(summary["min_ms"])
         excess = summary["min_ms"] - (configured + 2 * (applied - nominal))
@@ -178,15 +202,24 @@ def _calibration_round(net: Network, topology, pending: list[Connection], record
     return changed
 
 
-def _recheck(net: Network, topology, connections: list[Connection], pending: list[Connection],
-             at_final: dict[int, list[str]], pings: dict | None = None) -> None:  # fmt: skip
+def _recheck(
+    net: Network,
+    topology,
+    connections: list[Connection],
+    pending: list[Connection],
+    at_final: dict[int, list[str]],
+    pings: dict | None = None,
+) -> None:
     """Ping the pairs changed in the last round once more, then the pairs whose check would miss its
     tolerance again, up to RTT_RECHECK_ROUNDS times (their lowest round counts)."""
     for recheck in range(RTT_RECHECK_ROUNDS + 1):
         for pair, out in (ping_pairs(net, pending, **(pings or {})) if pending else {}).items():
             at_final.setdefault(pair, []).append(out)
-        missing = {pair for pair, outs in at_final.items()
-                   if not fidelity.rtt_check("", lowest_ping(outs), topology.base_rtt_ms(pair)).ok}  # fmt: skip
+        missing = {
+            pair
+            for pair, outs in at_final.items()
+            if not fidelity.rtt_check("", lowest_ping(outs), topology.base_rtt_ms(pair)).ok
+        }
         if not missing or recheck == RTT_RECHECK_ROUNDS:
             break
         pending = [c for c in connections if c.pair in missing]

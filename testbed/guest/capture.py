@@ -152,8 +152,9 @@ def tcp_probe_trace(out: Path, client_ports: list[int]) -> EventTrace:
 
 
 def module_trace(out: Path, client_ports: list[int]) -> EventTrace:
-    return EventTrace(out, client_ports, ["westwood_tb/westwood_tb_sample", "westwood_tb/westwood_tb_cong"],
-                      MODULE_INSTANCE)  # fmt: skip
+    return EventTrace(
+        out, client_ports, ["westwood_tb/westwood_tb_sample", "westwood_tb/westwood_tb_cong"], MODULE_INSTANCE
+    )
 
 
 #: kernel capture buffer (KiB): a TCG guest's tcpdump is scheduled late, the buffer absorbs it
@@ -164,15 +165,33 @@ def tcpdump_argv(out: Path, expression: str = "tcp") -> list[str]:
     # Every packet that enters the router, headers only. -i any + -Q in sees each packet once
     # per router, before its queue; LINUX_SLL (v1) keeps the file readable by tcptrace. No -U:
     # a write per packet costs too much CPU in a TCG guest (tcpdump flushes on SIGINT).
-    return ["tcpdump", "-i", "any", "-Q", "in", "-y", "LINUX_SLL", "-s", str(SNAPLEN), "-B", str(TCPDUMP_BUFFER_KB),
-            "-n", "-w", str(out), *expression.split()]  # fmt: skip
+    return [
+        "tcpdump",
+        "-i",
+        "any",
+        "-Q",
+        "in",
+        "-y",
+        "LINUX_SLL",
+        "-s",
+        str(SNAPLEN),
+        "-B",
+        str(TCPDUMP_BUFFER_KB),
+        "-n",
+        "-w",
+        str(out),
+        *expression.split(),
+    ]
 
 
 def tcpdump_stats(log_text: str) -> dict:
     """tcpdump's own counts at exit: captured, received by filter, dropped by the kernel."""
     stats = {}
-    for key, label in (("captured", "packets captured"), ("received", "packets received by filter"),
-                       ("dropped", "packets dropped by kernel")):  # fmt: skip
+    for key, label in (
+        ("captured", "packets captured"),
+        ("received", "packets received by filter"),
+        ("dropped", "packets dropped by kernel"),
+    ):
         match = re.search(rf"(\d+) {label}", log_text)
         stats[key] = int(match.group(1)) if match else None
     return stats

@@ -38,8 +38,9 @@ SERVER_LISTEN_TIMEOUT_S = 30.0
 IPERF3_COOKIE_BYTES = 37
 
 
-def prestart_clients(net: Network, connections: list[Connection], raw: Path,
-                      scratch: Path) -> dict[str, subprocess.Popen]:  # fmt: skip
+def prestart_clients(
+    net: Network, connections: list[Connection], raw: Path, scratch: Path
+) -> dict[str, subprocess.Popen]:
     """Every connection's iperf3 client, started before traffic and held (stopped at its first
     connect(), :mod:`testbed.guest.launch`) until it is continued shortly before its start time.
 
@@ -47,18 +48,21 @@ def prestart_clients(net: Network, connections: list[Connection], raw: Path,
     We wait until every one has stopped, so that no SIGCONT can come before its SIGSTOP."""
     library = launch.hold_library()
     clients = {
-        c.id: launch.start(net, c.sender, launch.client_command(c, scratch, library),
-                           raw / f"iperf3-{c.id}-client.json")
+        c.id: launch.start(
+            net, c.sender, launch.client_command(c, scratch, library), raw / f"iperf3-{c.id}-client.json"
+        )
         for c in connections
-    }  # fmt: skip
+    }
     deadline = time.monotonic() + CLIENT_PRESTART_TIMEOUT_S
     for cid, proc in clients.items():
         while process_state(proc.pid) != "T":
             if proc.poll() is not None or time.monotonic() > deadline:
                 output = (raw / f"iperf3-{cid}-client.json").read_text(errors="replace").strip()[-300:]
-                raise RunFailed(f"the iperf3 client of {cid} could not be started and held before traffic "
-                                f"(exit status {proc.poll()}; its output: {output!r}); is iperf3 installed in "
-                                f"the guest?")  # fmt: skip
+                raise RunFailed(
+                    f"the iperf3 client of {cid} could not be started and held before traffic "
+                    f"(exit status {proc.poll()}; its output: {output!r}); is iperf3 installed in "
+                    f"the guest?"
+                )
             time.sleep(0.01)
     return clients
 
@@ -71,8 +75,10 @@ def wait_listening(servers: dict[str, subprocess.Popen], ports: dict[str, int], 
         while not listening(proc.pid, ports[cid]):
             if proc.poll() is not None or time.monotonic() > deadline:
                 output = (raw / f"iperf3-{cid}-server.json").read_text(errors="replace").strip()[-300:]
-                raise RunFailed(f"the iperf3 server of {cid} did not listen on port {ports[cid]} (exit status "
-                                f"{proc.poll()}; its output: {output!r})")  # fmt: skip
+                raise RunFailed(
+                    f"the iperf3 server of {cid} did not listen on port {ports[cid]} (exit status "
+                    f"{proc.poll()}; its output: {output!r})"
+                )
             time.sleep(0.01)
 
 

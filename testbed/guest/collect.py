@@ -48,8 +48,11 @@ def flow_options(topology, scenario: Scenario) -> dict:
                     off[key].update((sender, receiver))
             if flow.ecn:
                 ecn.update((sender, receiver))
-    return {"route_metrics": dict(sorted(routes.items())), **{key: sorted(nodes) for key, nodes in off.items()},
-            "ecn_on": sorted(ecn)}  # fmt: skip
+    return {
+        "route_metrics": dict(sorted(routes.items())),
+        **{key: sorted(nodes) for key, nodes in off.items()},
+        "ecn_on": sorted(ecn),
+    }
 
 
 def apply_flow_options(net: Network, options: dict, previous: dict | None = None) -> dict:
@@ -131,14 +134,31 @@ def random_sources(egress: dict, seed: int) -> list[dict]:
     periods and request arrivals are fixed by the scenario, and multipath spraying is round-robin. So two
     runs of one seed share every source but netem's."""
     timed = sorted(key for key, plan in egress.items() if plan.timed_loss is not None)
-    sources = [{"source": f"loss {node}/{intf}", "drawn_from": f"run seed {seed}, stream {stream}",
-                "draw_seed": lossbpf.draw_seed(seed, stream)} for stream, (node, intf) in enumerate(timed)]  # fmt: skip
-    sources += [{"source": f"netem loss {node}/{intf}", "drawn_from": None,
-                 "why": "netem takes no seed here (Debian 12's iproute2): not shared between runs of one seed"}
-                for (node, intf), plan in sorted(egress.items()) if plan.is_lossy]  # fmt: skip
-    sources.append({"source": "schedules", "drawn_from": None,
-                    "why": "start, stop, ON/OFF and request times are fixed by the scenario; spraying is "
-                           "round-robin: nothing is drawn"})  # fmt: skip
+    sources = [
+        {
+            "source": f"loss {node}/{intf}",
+            "drawn_from": f"run seed {seed}, stream {stream}",
+            "draw_seed": lossbpf.draw_seed(seed, stream),
+        }
+        for stream, (node, intf) in enumerate(timed)
+    ]
+    sources += [
+        {
+            "source": f"netem loss {node}/{intf}",
+            "drawn_from": None,
+            "why": "netem takes no seed here (Debian 12's iproute2): not shared between runs of one seed",
+        }
+        for (node, intf), plan in sorted(egress.items())
+        if plan.is_lossy
+    ]
+    sources.append(
+        {
+            "source": "schedules",
+            "drawn_from": None,
+            "why": "start, stop, ON/OFF and request times are fixed by the scenario; spraying is "
+            "round-robin: nothing is drawn",
+        }
+    )
     return sources
 
 
@@ -151,8 +171,14 @@ def read_loss_channels(channels: list[lossbpf.Channel], raw: Path, report: fidel
         channel.clear()
         rundir.write_json_atomic(raw / f"loss-{channel.node}-{channel.ifname}.json", data)
         for kind, total in data["per_state"].items():
-            report.checks.append(fidelity.loss_check(f"loss {kind} {channel.node}/{channel.ifname}", total["seen"],
-                                                     total["dropped"], total["configured_loss_pct"]))  # fmt: skip
+            report.checks.append(
+                fidelity.loss_check(
+                    f"loss {kind} {channel.node}/{channel.ifname}",
+                    total["seen"],
+                    total["dropped"],
+                    total["configured_loss_pct"],
+                )
+            )
         summaries.append({key: data[key] for key in ("node", "interface", "stream", "packets_seen", "per_state")})
     return summaries
 
@@ -171,13 +197,21 @@ def netem_loss_checks(spec, tc_stats: dict, before: dict | None) -> list[fidelit
         configured_pct, variance = expected
         now, then = _lossy_netem(tc_stats, node, intf), _lossy_netem(before or {}, node, intf)
         if now is None:
-            checks.append(fidelity.Check(f"loss netem {node}/{intf}", False, None, configured_pct,
-                                         f"no netem {LOSSY_NETEM} in the interface's qdisc statistics"))  # fmt: skip
+            checks.append(
+                fidelity.Check(
+                    f"loss netem {node}/{intf}",
+                    False,
+                    None,
+                    configured_pct,
+                    f"no netem {LOSSY_NETEM} in the interface's qdisc statistics",
+                )
+            )
             continue
         dropped = now.get("drops", 0) - (then or {}).get("drops", 0)
         sent = now.get("packets", 0) - (then or {}).get("packets", 0)
-        checks.append(fidelity.loss_check(f"loss netem {node}/{intf}", sent + dropped, dropped, configured_pct,
-                                          variance))  # fmt: skip
+        checks.append(
+            fidelity.loss_check(f"loss netem {node}/{intf}", sent + dropped, dropped, configured_pct, variance)
+        )
     return checks
 
 
@@ -194,8 +228,9 @@ def _expected_netem_loss(plan) -> tuple[float, float | None] | None:
 
 def _lossy_netem(tc_stats: dict, node: str, intf: str) -> dict | None:
     qdiscs = tc_stats.get(f"{node}/{intf}") or []
-    return next((q for q in qdiscs if isinstance(q, dict) and q.get("kind") == "netem"
-                 and q.get("handle") == LOSSY_NETEM), None)  # fmt: skip
+    return next(
+        (q for q in qdiscs if isinstance(q, dict) and q.get("kind") == "netem" and q.get("handle") == LOSSY_NETEM), None
+    )
 
 
 def read_sprayers(sprayers, before: list[list[int]], tc_stats: dict, report: fidelity.FidelityReport) -> list[dict]:
@@ -211,11 +246,20 @@ def read_sprayers(sprayers, before: list[list[int]], tc_stats: dict, report: fid
             roots = [q for q in qdiscs if isinstance(q, dict) and q.get("root")]
             queue_sent.append(roots[0].get("packets") if roots else None)
         ok = min(counts) > 0 and max(counts) - min(counts) <= 1 and all(n for n in queue_sent)
-        detail = (f"{sprayer.direction} packets per path during traffic {counts}, sent by each path's queue "
-                  f"(whole run) {queue_sent}")  # fmt: skip
+        detail = (
+            f"{sprayer.direction} packets per path during traffic {counts}, sent by each path's queue "
+            f"(whole run) {queue_sent}"
+        )
         report.checks.append(fidelity.Check(f"spray {sprayer.node}", ok, float(sum(counts)), None, detail))
-        records.append({"node": sprayer.node, "direction": sprayer.direction, "interfaces": interfaces,
-                        "sprayed_packets": counts, "queue_sent_packets": queue_sent})  # fmt: skip
+        records.append(
+            {
+                "node": sprayer.node,
+                "direction": sprayer.direction,
+                "interfaces": interfaces,
+                "sprayed_packets": counts,
+                "queue_sent_packets": queue_sent,
+            }
+        )
     return records
 
 

@@ -5,4 +5,3 @@ from __future__ import annotations
 
 class RunFailed(Exception):
     """A run could not complete; the message says why and what to do."""
-

@@ -92,8 +92,9 @@ def start_lag_tolerance_s(duration_s: float) -> float:
     return max(START_LAG_MIN_S, START_LAG_FRACTION * duration_s)
 
 
-def start_lag_check(connections, lag_s: dict[str, float], unread: list[str] | None = None,
-                    waited_s: dict[str, float] | None = None) -> Check:  # fmt: skip
+def start_lag_check(
+    connections, lag_s: dict[str, float], unread: list[str] | None = None, waited_s: dict[str, float] | None = None
+) -> Check:
     """Did every connection's data start on schedule? ``lag_s``: connection id -> seconds its first data
     segment came after its planned start (from the captures); ``unread``: captures that could not be read
     to the end; ``waited_s``: on a path with configured loss, how long a connection's set-up waited on
@@ -109,12 +110,16 @@ def start_lag_check(connections, lag_s: dict[str, float], unread: list[str] | No
     late = [(abs(own[c.id]) / start_lag_tolerance_s(c.duration_s), c) for c in connections if c.id in own]
     ratio, worst = max(late, key=lambda item: item[0])
     tolerance = start_lag_tolerance_s(worst.duration_s)
-    detail = (f"data started {min(lag_s.values()):+.2f} to {max(lag_s.values()):+.2f} s from schedule (worst against "
-              f"its tolerance: {worst.id}, {own[worst.id]:+.2f} s, tolerance {tolerance:.2f} s)")  # fmt: skip
+    detail = (
+        f"data started {min(lag_s.values()):+.2f} to {max(lag_s.values()):+.2f} s from schedule (worst against "
+        f"its tolerance: {worst.id}, {own[worst.id]:+.2f} s, tolerance {tolerance:.2f} s)"
+    )
     excused = [f"{cid} {waited:.2f} s" for cid, waited in sorted(waited_s.items()) if waited > 0]
     if excused:
-        detail += f"; set-up segments lost to the path's configured loss and sent again: {', '.join(excused)} " \
-                  "of waiting taken off"  # fmt: skip
+        detail += (
+            f"; set-up segments lost to the path's configured loss and sent again: {', '.join(excused)} "
+            "of waiting taken off"
+        )
     if missing:
         detail += f"; no data captured for {', '.join(missing[:10])}{' ...' if len(missing) > 10 else ''}"
         detail += f" ({problems})" if problems else ""
@@ -165,19 +170,23 @@ def host_check(host: dict) -> Check:
         return _virtual_host_check(host)
     problems = []
     subject = "the run's processes" if host.get("subject") == "run" else "the guest"
-    where = (f"its cores {','.join(map(str, host['cores']))}" if host.get("cores")
-             else f"the host's {host['cpus']} CPUs")  # fmt: skip
+    where = f"its cores {','.join(map(str, host['cores']))}" if host.get("cores") else f"the host's {host['cpus']} CPUs"
     if host["other_busy_pct"] > OTHER_BUSY_LIMIT_PCT:
-        problems.append(f"others than {subject} used {host['other_busy_pct']:.0f} % of {where} "
-                        f"(limit {OTHER_BUSY_LIMIT_PCT:g} %)")  # fmt: skip
+        problems.append(
+            f"others than {subject} used {host['other_busy_pct']:.0f} % of {where} (limit {OTHER_BUSY_LIMIT_PCT:g} %)"
+        )
     if host["host_steal_pct"] > HOST_STEAL_LIMIT_PCT:
-        problems.append(f"the host's hypervisor stole {host['host_steal_pct']:.0f} % of the CPU time of {where} "
-                        f"(limit {HOST_STEAL_LIMIT_PCT:g} %)")  # fmt: skip
+        problems.append(
+            f"the host's hypervisor stole {host['host_steal_pct']:.0f} % of the CPU time of {where} "
+            f"(limit {HOST_STEAL_LIMIT_PCT:g} %)"
+        )
     if host["other_guests"]:
         on = "on its cores" if host.get("cores") else "on the host"
         problems.append(f"other guests ran {on}: {'; '.join(host['other_guests'])}")
-    figures = (f"{where} busy {host['host_busy_pct']:.0f} %, {host['other_busy_pct']:.0f} % by others than "
-               f"{subject}; load {host['load_1m']:.2f}")  # fmt: skip
+    figures = (
+        f"{where} busy {host['host_busy_pct']:.0f} %, {host['other_busy_pct']:.0f} % by others than "
+        f"{subject}; load {host['load_1m']:.2f}"
+    )
     if host.get("subject", "guest") == "guest":
         figures += f"; the guest's vCPUs waited for a CPU {host['vcpu_wait_pct']:.0f} % of the time they wanted one"
     detail = ("the host was contended: " + "; ".join(problems) + f" ({figures})") if problems else figures
@@ -187,13 +196,18 @@ def host_check(host: dict) -> Check:
 def _virtual_host_check(host: dict) -> Check:
     """In virtual time the guest's clock advances by its own instructions: the host's load (others' CPU, other
     guests, steal) stretches the run's wall time and cannot change what the guest measured. Said, not judged."""
-    stretch = (f"{host['window_s']:.1f} s of wall time for {host['guest_traffic_s']:.1f} s of the guest's traffic "
-               f"({host['wall_per_guest_s']:.2f} wall s per guest s)" if host.get("wall_per_guest_s")
-               else f"{host['window_s']:.1f} s of wall time for the traffic")  # fmt: skip
+    stretch = (
+        f"{host['window_s']:.1f} s of wall time for {host['guest_traffic_s']:.1f} s of the guest's traffic "
+        f"({host['wall_per_guest_s']:.2f} wall s per guest s)"
+        if host.get("wall_per_guest_s")
+        else f"{host['window_s']:.1f} s of wall time for the traffic"
+    )
     others = f"; other guests ran: {len(host['other_guests'])}" if host.get("other_guests") else ""
-    detail = (f"virtual time: {stretch}; the host's CPUs busy {host['host_busy_pct']:.0f} %, "
-              f"{host['other_busy_pct']:.0f} % by others than the guest{others}: load slows a virtual-time run, it "
-              "does not reach the guest's clock (not judged)")  # fmt: skip
+    detail = (
+        f"virtual time: {stretch}; the host's CPUs busy {host['host_busy_pct']:.0f} %, "
+        f"{host['other_busy_pct']:.0f} % by others than the guest{others}: load slows a virtual-time run, it "
+        "does not reach the guest's clock (not judged)"
+    )
     return Check("host contention", True, host["other_busy_pct"], None, detail)
 
 
@@ -234,8 +248,10 @@ def loss_check(name: str, seen: int, dropped: int, configured_pct: float, varian
     spread = variance if variance is not None else p * (1 - p)
     tolerance = 100 * LOSS_SIGMAS * (spread / seen) ** 0.5 + LOSS_TOLERANCE_PP
     bursty = ", the chain's bursts counted" if variance is not None else ""
-    detail = (f"{realized:.2f} % of {seen} packets lost, configured {configured_pct:.4g} % "
-              f"(tolerance ±{tolerance:.2f} pp{bursty})")  # fmt: skip
+    detail = (
+        f"{realized:.2f} % of {seen} packets lost, configured {configured_pct:.4g} % "
+        f"(tolerance ±{tolerance:.2f} pp{bursty})"
+    )
     return Check(name, abs(realized - configured_pct) <= tolerance, round(realized, 4), configured_pct, detail)
 
 
@@ -303,8 +319,10 @@ def passive_rate_check(name: str, samples: list[tuple[float, int, int]], rate_mb
     if busy_s >= PASSIVE_MIN_BUSY_S:
         measured = busy_bytes * 8 / busy_s / 1e6
         error = measured / rate_mbit - 1
-        detail = (f"dequeued {measured:.3f} Mbit/s while provably busy ({busy_s:.1f} s of the run) vs {rate_mbit:g} "
-                  f"configured ({error:+.1%})")  # fmt: skip
+        detail = (
+            f"dequeued {measured:.3f} Mbit/s while provably busy ({busy_s:.1f} s of the run) vs {rate_mbit:g} "
+            f"configured ({error:+.1%})"
+        )
         return Check(name, abs(error) <= RATE_TOLERANCE_FRACTION, round(measured, 4), rate_mbit, detail)
     if stood:
         return None

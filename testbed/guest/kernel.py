@@ -39,8 +39,10 @@ def load_project_modules(paths: dict[str, str | None]) -> dict[str, str]:
                 continue
             out = subprocess.run(["rmmod", name], capture_output=True, text=True)
             if out.returncode != 0:
-                raise RunFailed(f"another build of {name} is loaded and cannot be unloaded ({out.stderr.strip()}): "
-                                f"end the connections that use it, or 'rmmod {name}'")  # fmt: skip
+                raise RunFailed(
+                    f"another build of {name} is loaded and cannot be unloaded ({out.stderr.strip()}): "
+                    f"end the connections that use it, or 'rmmod {name}'"
+                )
         out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
         if out.returncode != 0:
             raise RunFailed(f"insmod {ko} failed: {out.stderr.strip()} (built for another kernel? see dmesg)")
@@ -48,8 +50,9 @@ def load_project_modules(paths: dict[str, str | None]) -> dict[str, str]:
     return loaded
 
 
-def ensure_kernel_support(scenario: Scenario, needs_netem: bool, project_modules: dict[str, str | None],
-                          qdisc_modules: list[str] = ()) -> dict:  # fmt: skip
+def ensure_kernel_support(
+    scenario: Scenario, needs_netem: bool, project_modules: dict[str, str | None], qdisc_modules: list[str] = ()
+) -> dict:
     """Load the modules a run needs; fail with what the kernel has when something is missing (a queue
     discipline's module that is missing fails where the qdisc is made: testbed.guest.shaping).
 

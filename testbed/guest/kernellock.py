@@ -49,8 +49,10 @@ def one_session(what: str, log=print) -> Iterator[None]:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            log(f"waiting: another session runs on this kernel ({holder(path)}); sessions on one kernel take "
-                f"turns (their networks and their timing would harm each other), this one starts when it ends")
+            log(
+                f"waiting: another session runs on this kernel ({holder(path)}); sessions on one kernel take "
+                f"turns (their networks and their timing would harm each other), this one starts when it ends"
+            )
             fcntl.flock(handle, fcntl.LOCK_EX)
             log("the other session on this kernel ended: starting")
         handle.seek(0)

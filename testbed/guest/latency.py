@@ -38,23 +38,27 @@ class LatencyTraffic:
         for flow in self.flows:
             if flow.kind == "requests":
                 command = launch.Command(requests_server_argv(flow, sys.executable), {})
-                self.servers[flow.id] = launch.start(self.net, flow.receiver, command,
-                                                     self.raw / f"requests-{flow.id}-server.log")  # fmt: skip
+                self.servers[flow.id] = launch.start(
+                    self.net, flow.receiver, command, self.raw / f"requests-{flow.id}-server.log"
+                )
 
     def prestart(self) -> None:
         """Requests clients started and held; every requests server listening."""
         for flow in self.flows:
             if flow.kind == "requests":
                 command = launch.Command(requests_client_argv(flow, sys.executable), {})
-                self.clients[flow.id] = launch.start(self.net, flow.sender, command,
-                                                     self.raw / f"requests-{flow.id}.jsonl")  # fmt: skip
+                self.clients[flow.id] = launch.start(
+                    self.net, flow.sender, command, self.raw / f"requests-{flow.id}.jsonl"
+                )
         for fid, proc in self.clients.items():
             deadline = time.monotonic() + clients.CLIENT_PRESTART_TIMEOUT_S
             while clients.process_state(proc.pid) != "T":
                 if proc.poll() is not None or time.monotonic() > deadline:
                     output = (self.raw / f"requests-{fid}.jsonl").read_text(errors="replace").strip()[-300:]
-                    raise RunFailed(f"the requests client of {fid} could not be started and held (exit status "
-                                    f"{proc.poll()}; its output: {output!r})")  # fmt: skip
+                    raise RunFailed(
+                        f"the requests client of {fid} could not be started and held (exit status "
+                        f"{proc.poll()}; its output: {output!r})"
+                    )
                 time.sleep(0.01)
         for fid, proc in self.servers.items():
             port = next(f.server_port for f in self.flows if f.id == fid)
@@ -62,8 +66,10 @@ class LatencyTraffic:
             while not clients.listening(proc.pid, port):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     output = (self.raw / f"requests-{fid}-server.log").read_text(errors="replace").strip()[-300:]
-                    raise RunFailed(f"the requests server of {fid} did not listen on port {port} (exit status "
-                                    f"{proc.poll()}; its output: {output!r})")  # fmt: skip
+                    raise RunFailed(
+                        f"the requests server of {fid} did not listen on port {port} (exit status "
+                        f"{proc.poll()}; its output: {output!r})"
+                    )
                 time.sleep(0.01)
 
     def release(self, t0: float) -> None:

@@ -64,17 +64,25 @@ class LaunchError(RuntimeError):
 def build_hold_library(log=print) -> Path:
     """``hold_at_connect.so``, built once per source version into the cache (:mod:`testbed.guest.build`)."""
     if shutil.which("clang") is None:
-        raise LaunchError("holding iperf3 clients until their start time needs clang (Debian package clang): "
-                          "run 'make setup'")  # fmt: skip
+        raise LaunchError(
+            "holding iperf3 clients until their start time needs clang (Debian package clang): run 'make setup'"
+        )
 
     def compile_to(output: Path) -> None:
-        out = subprocess.run(["clang", "-O2", "-shared", "-fPIC", "-o", str(output), str(HOLD_SOURCE)],
-                             capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            ["clang", "-O2", "-shared", "-fPIC", "-o", str(output), str(HOLD_SOURCE)], capture_output=True, text=True
+        )
         if out.returncode != 0:
             raise LaunchError(f"clang could not compile {HOLD_SOURCE}: {out.stderr.strip()[-800:]}")
 
-    return build.cached_file("native", build.source_digest([HOLD_SOURCE]), "hold_at_connect.so", compile_to,
-                             log, f"compiling {HOLD_SOURCE.name} (clang -shared)")
+    return build.cached_file(
+        "native",
+        build.source_digest([HOLD_SOURCE]),
+        "hold_at_connect.so",
+        compile_to,
+        log,
+        f"compiling {HOLD_SOURCE.name} (clang -shared)",
+    )
 
 
 def use_hold_library(path: str | None) -> None:
@@ -133,8 +141,11 @@ class Command:
 
 
 def _env(scratch: Path, preload: Path | None = None, drain: bool = False) -> dict[str, str]:
-    return {"TMPDIR": str(scratch), **({"LD_PRELOAD": str(preload)} if preload else {}),
-            **({"CC_TESTBED_DRAIN": "1"} if drain else {})}  # fmt: skip
+    return {
+        "TMPDIR": str(scratch),
+        **({"LD_PRELOAD": str(preload)} if preload else {}),
+        **({"CC_TESTBED_DRAIN": "1"} if drain else {}),
+    }
 
 
 def server_command(conn: Connection, scratch: Path) -> Command:

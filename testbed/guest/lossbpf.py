@@ -31,8 +31,11 @@ from topologies.lossmodel import State, TimedTwoStateLoss
 
 BPF_DIR = Path(__file__).resolve().parent / "bpf"
 #: the project's tc-BPF programs: name -> source (the name is also the program's function)
-SOURCES = {"timed_loss": BPF_DIR / "timed_loss.bpf.c", "spray": BPF_DIR / "spray.bpf.c",
-           "edt_delay": BPF_DIR / "edt_delay.bpf.c"}
+SOURCES = {
+    "timed_loss": BPF_DIR / "timed_loss.bpf.c",
+    "spray": BPF_DIR / "spray.bpf.c",
+    "edt_delay": BPF_DIR / "edt_delay.bpf.c",
+}
 SOURCE = SOURCES["timed_loss"]
 PROGRAM = "timed_loss"
 #: the program's dropped_bits map: the index of every dropped packet among the first 64 x this many
@@ -66,13 +69,20 @@ def build(name: str = PROGRAM, log=print) -> Path:
         include = [f"-I/usr/include/{multiarch}"] if multiarch else []
         out = subprocess.run(
             ["clang", "-O2", "-g", "-target", "bpf", "-mcpu=v3", *include, "-c", str(source), "-o", str(output)],
-            capture_output=True, text=True,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             raise LossChannelError(f"clang could not compile {source}: {out.stderr.strip()[-800:]}")
 
-    return builder.cached_file("bpf", builder.source_digest([source]), f"{name}.bpf.o", compile_to, log,
-                               f"compiling {source.name} (clang -target bpf)")
+    return builder.cached_file(
+        "bpf",
+        builder.source_digest([source]),
+        f"{name}.bpf.o",
+        compile_to,
+        log,
+        f"compiling {source.name} (clang -target bpf)",
+    )
 
 
 def use_objects(paths: dict[str, str] | None) -> None:
@@ -104,8 +114,11 @@ def attach(netns_path: str, ifname: str, name: str = PROGRAM) -> None:
 
 def program_maps(netns_path: str, ifname: str, name: str = PROGRAM, where: str = "") -> dict[str, int]:
     """Map name -> id of program ``name`` attached to ``ifname``'s egress, found through its tc filter."""
-    out = subprocess.run(["nsenter", f"--net={netns_path}", "tc", "-j", "filter", "show", "dev", ifname, "egress"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["nsenter", f"--net={netns_path}", "tc", "-j", "filter", "show", "dev", ifname, "egress"],
+        capture_output=True,
+        text=True,
+    )
     try:
         filters = json.loads(out.stdout or "[]")
     except ValueError:
@@ -172,8 +185,10 @@ class Channel:
         lines = []
         for index, state in enumerate(states):
             value = struct.pack("<QQ", round(state.end_s * 1e9), _threshold(state.loss_pct))
-            lines.append(f"map update id {self.maps['timeline']} key hex {hex_bytes(struct.pack('<I', index))} "
-                         f"value hex {hex_bytes(value)}")  # fmt: skip
+            lines.append(
+                f"map update id {self.maps['timeline']} key hex {hex_bytes(struct.pack('<I', index))} "
+                f"value hex {hex_bytes(value)}"
+            )
         batch(lines, f"load the loss channel on {self.node}/{self.ifname}")
 
     def control_line(self, t0_ns: int) -> str:
@@ -197,8 +212,9 @@ class Channel:
         counters = {entry["key"]: entry["value"] for entry in self._lookup("state_counters", range(len(self.states)))}
         words = range(min(DROP_BITS_WORDS, -(-control["value"]["next_index"] // 64)))
         bits = {entry["key"]: entry["value"] for entry in self._lookup("dropped_bits", words) if entry["value"]}
-        dropped_indices = sorted(word * 64 + bit for word, value in bits.items() for bit in range(64)
-                                 if value >> bit & 1)  # fmt: skip
+        dropped_indices = sorted(
+            word * 64 + bit for word, value in bits.items() for bit in range(64) if value >> bit & 1
+        )
         states = []
         totals = {"good": {"seen": 0, "dropped": 0}, "bad": {"seen": 0, "dropped": 0}}
         for index, state in enumerate(self.states):
@@ -214,24 +230,36 @@ class Channel:
             total.update({"configured_loss_pct": configured, "realized_loss_pct": realized, "time_s": time_s})
         self.words_used = len(words)
         return {
-            "node": self.node, "interface": self.ifname, "model": self.model.model_dump(mode="json"),
-            "stream": self.stream, "draw_seed": self.draw_seed, "t0_ns": self.t0_ns,
-            "packets_seen": control["value"]["next_index"], "passed_before_t0": control["value"]["before"],
-            "passed_after_timeline": control["value"]["after"], "passed_control": control["value"]["control"],
+            "node": self.node,
+            "interface": self.ifname,
+            "model": self.model.model_dump(mode="json"),
+            "stream": self.stream,
+            "draw_seed": self.draw_seed,
+            "t0_ns": self.t0_ns,
+            "packets_seen": control["value"]["next_index"],
+            "passed_before_t0": control["value"]["before"],
+            "passed_after_timeline": control["value"]["after"],
+            "passed_control": control["value"]["control"],
             "per_state": totals,
-            "dropped_packet_indices": dropped_indices, "states": states,
-        }  # fmt: skip
+            "dropped_packet_indices": dropped_indices,
+            "states": states,
+        }
 
     def clear(self) -> None:
         """Disarm the channel (it passes everything again) and zero the counters this run used, after
         :meth:`read`: a network kept for the next run (testbed.guest.keeper) hands it on as new."""
         zero = "value hex " + hex_bytes(bytes(16))
         lines = [f"map update id {self.maps['control']} key hex 00 00 00 00 value hex {hex_bytes(bytes(56))}"]
-        lines += [f"map update id {self.maps['state_counters']} key hex {hex_bytes(struct.pack('<I', i))} {zero}"
-                  for i in range(len(self.states or []))]  # fmt: skip
+        lines += [
+            f"map update id {self.maps['state_counters']} key hex {hex_bytes(struct.pack('<I', i))} {zero}"
+            for i in range(len(self.states or []))
+        ]
         words = DROP_BITS_WORDS if self.words_used is None else self.words_used
-        lines += [f"map update id {self.maps['dropped_bits']} key hex {hex_bytes(struct.pack('<I', w))} value hex "
-                  f"{hex_bytes(bytes(8))}" for w in range(words)]  # fmt: skip
+        lines += [
+            f"map update id {self.maps['dropped_bits']} key hex {hex_bytes(struct.pack('<I', w))} value hex "
+            f"{hex_bytes(bytes(8))}"
+            for w in range(words)
+        ]
         batch(lines, f"clear the loss channel on {self.node}/{self.ifname}")
 
 

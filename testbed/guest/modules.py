@@ -31,8 +31,11 @@ def needed(ccs: set[str]) -> set[str]:
 
 
 def _source_digest() -> str:
-    sources = [path for path in sorted(SOURCE.iterdir())
-               if path.is_file() and path.suffix in (".c", ".h", "") and not path.name.startswith(".")]
+    sources = [
+        path
+        for path in sorted(SOURCE.iterdir())
+        if path.is_file() and path.suffix in (".c", ".h", "") and not path.name.startswith(".")
+    ]
     return build_cache.source_digest(sources)
 
 
@@ -42,8 +45,9 @@ def headers_dir(release: str, log=print) -> Path:
         return kdir
     package = f"linux-headers-{release}"
     log(f"installing {package} to build {MODULE} (apt)")
-    out = subprocess.run(["apt-get", "install", "-y", "-qq", "--no-install-recommends", package],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["apt-get", "install", "-y", "-qq", "--no-install-recommends", package], capture_output=True, text=True
+    )
     if out.returncode != 0 or not (kdir / "Makefile").exists():
         raise ModuleBuildError(
             f"cannot build {MODULE} for {release}: kernel headers missing and 'apt-get install {package}' failed "

@@ -49,8 +49,15 @@ def rtt_checks(topology, raw: Path, pings: dict[int, str]) -> list[fidelity.Chec
     return checks
 
 
-def rate_checks(net: Network, topology, netspec, connections: list[Connection], raw: Path,
-                samples: list[queues.QueueSample], probed: dict | None = None) -> list[fidelity.Check]:  # fmt: skip
+def rate_checks(
+    net: Network,
+    topology,
+    netspec,
+    connections: list[Connection],
+    raw: Path,
+    samples: list[queues.QueueSample],
+    probed: dict | None = None,
+) -> list[fidelity.Check]:
     """The rate of every bottleneck in a direction that has flows, read passively from its queue
     during the traffic (``samples``); where that cannot decide, or reads off, from its queue under a
     UDP probe after the traffic. A passive reading alone never fails a run: read at 10 Hz by a thread
@@ -80,8 +87,9 @@ def rate_checks(net: Network, topology, netspec, connections: list[Connection], 
     return checks
 
 
-def will_probe(netspec, connections: list[Connection], samples: list[queues.QueueSample],
-               probed: dict | None = None) -> bool:  # fmt: skip
+def will_probe(
+    netspec, connections: list[Connection], samples: list[queues.QueueSample], probed: dict | None = None
+) -> bool:
     """Whether :func:`rate_checks` will run a UDP probe (some bottleneck undecided, no earlier probe for it)."""
     _, undecided = _passive(netspec, connections, samples)
     return any(name not in (probed or {}) for name, _, _ in undecided)
@@ -127,8 +135,9 @@ def probe_direction(net: Network, topology, probes: list, todo: list, raw: Path)
         for index, probe in enumerate(probes):
             if decided():  # an earlier probe of the direction filled these queues long enough already
                 break
-            received.append(active_rate_check(net, topology, probe, probes, index, raw, flowing=_flowing(sampler),
-                                              enough=decided))  # fmt: skip
+            received.append(
+                active_rate_check(net, topology, probe, probes, index, raw, flowing=_flowing(sampler), enough=decided)
+            )
     finally:
         samples = sampler.stop()
         # what the check below reads, kept with the run (and the source of tests/fixtures/probe-queues)
@@ -157,8 +166,9 @@ def _decided(sampler: queues.QueueSampler, todo: list):
 
     def decided() -> bool:
         samples = list(sampler.samples)
-        return all(_reads_rate(fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit))
-                   for name, b, _ in todo)  # fmt: skip
+        return all(
+            _reads_rate(fidelity.passive_rate_check(name, _series(samples, b), b.rate_mbit)) for name, b, _ in todo
+        )
 
     return decided
 
@@ -179,8 +189,9 @@ def _flowing(sampler: queues.QueueSampler):
     return since
 
 
-def active_rate_check(net: Network, topology, probe, probes: list, index: int, raw: Path,
-                      flowing=None, enough=None) -> fidelity.Check:  # fmt: skip
+def active_rate_check(
+    net: Network, topology, probe, probes: list, index: int, raw: Path, flowing=None, enough=None
+) -> fidelity.Check:
     """One UDP rate probe of the topology (its received rate against the rate less the loss), run once
     more when it reads off; both attempts recorded. ``flowing``, ``enough``: see :func:`udp_probe`
     (a probe ended by ``enough`` is not run again: the queues, not its received rate, decide)."""
@@ -193,8 +204,11 @@ def active_rate_check(net: Network, topology, probe, probes: list, index: int, r
         client_out, server_out = udp_probe(net, topology, probe, flowing, enough)
         measured = fidelity.udp_steady_rate_mbit(server_out)
         attempts.append(measured)
-        final = (fidelity.rate_check("", measured, expected).ok or attempt == UDP_PROBE_ATTEMPTS
-                 or (enough is not None and enough()))  # fmt: skip
+        final = (
+            fidelity.rate_check("", measured, expected).ok
+            or attempt == UDP_PROBE_ATTEMPTS
+            or (enough is not None and enough())
+        )
         prefix = f"udp-probe-{label}" if final else f"udp-probe-{label}-attempt{attempt}"
         (raw / f"{prefix}-client.json").write_text(client_out)
         (raw / f"{prefix}-server.json").write_text(server_out)
@@ -224,8 +238,9 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
     (fidelity.PASSIVE_MIN_BUSY_S), the client is ended: the rest of the probe would read the same rate
     (on a 10 Mbit/s link with a 1-BDP queue that cuts the 3 s probe to about 2 s)."""
     sender, receiver = topology.endpoints(probe.pair, probe.direction)
-    server = net.popen(receiver.node, ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)],
-                       stdout=subprocess.PIPE)  # fmt: skip
+    server = net.popen(
+        receiver.node, ["iperf3", "-s", "-1", "-J", "-i", "0.5", "-p", str(UDP_PROBE_PORT)], stdout=subprocess.PIPE
+    )
     deadline = time.monotonic() + SERVER_LISTEN_S  # a server that does not listen leaves the probe without result
     while not listening(server.pid, UDP_PROBE_PORT) and server.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -233,10 +248,25 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
     send_mbit = probe.rate_mbit * 1.2 / (1 - min(probe.loss_pct, 90) / 100)
     client = net.popen(
         sender.node,
-        ["iperf3", "-c", receiver.ip, "-B", sender.ip, "-p", str(UDP_PROBE_PORT), "-u",
-         "-b", f"{send_mbit:.3f}M", "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"],
+        [
+            "iperf3",
+            "-c",
+            receiver.ip,
+            "-B",
+            sender.ip,
+            "-p",
+            str(UDP_PROBE_PORT),
+            "-u",
+            "-b",
+            f"{send_mbit:.3f}M",
+            "-l",
+            str(fidelity.UDP_PAYLOAD_BYTES),
+            "-t",
+            f"{UDP_PROBE_S:g}",
+            "-J",
+        ],
         stdout=subprocess.PIPE,
-    )  # fmt: skip
+    )
     rtt_s = topology.base_rtt_ms(probe.pair) / 1000
     timeout = UDP_PROBE_S + 2 * rtt_s + UDP_PROBE_SLACK_S
     if flowing is not None:

@@ -54,8 +54,14 @@ class QueueSample:
 class QueueSampler:
     """Samples the root qdisc of each ``(node, intf)`` at ``hz`` in a thread, from :meth:`start` to :meth:`stop`."""
 
-    def __init__(self, links: list[tuple[str, str]], netns_path, hz: float = SAMPLE_HZ,
-                 disciplined: frozenset[tuple[str, str]] = frozenset(), live_path: Path | None = None):  # fmt: skip
+    def __init__(
+        self,
+        links: list[tuple[str, str]],
+        netns_path,
+        hz: float = SAMPLE_HZ,
+        disciplined: frozenset[tuple[str, str]] = frozenset(),
+        live_path: Path | None = None,
+    ):
         self.links = links
         self.live_path = live_path  # where each tick's samples are appended as they are read (None: nowhere)
         self.disciplined = disciplined  # the links whose queue is an AQM's leaf: its marks and delay read too

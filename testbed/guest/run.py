@@ -48,8 +48,17 @@ HOST_SYSCTLS = {
 }
 #: the steps after the traffic, each named on the console when done: a guest that falls silent after
 #: the traffic (twice on record under TCG, without even the watchdog's stack dump) shows how far it got
-COLLECT_PHASES = ("queues_stop", "servers_exit", "traces_stop", "tcpdump_stop", "data_starts", "rate_checks",
-                  "tc_stats", "bpf_counters", "network_down")  # fmt: skip
+COLLECT_PHASES = (
+    "queues_stop",
+    "servers_exit",
+    "traces_stop",
+    "tcpdump_stop",
+    "data_starts",
+    "rate_checks",
+    "tc_stats",
+    "bpf_counters",
+    "network_down",
+)
 #: seconds between the runner's "traffic t=..." lines
 TRAFFIC_PROGRESS_S = 10
 
@@ -202,14 +211,19 @@ def _prepare(state: RunState) -> None:
     state.flow_options = collect.flow_options(state.topology, scenario)
     # the per-flow options are not part of it: a kept network's hosts get the next run's options
     state.reuse_key = repr((netspec, HOST_SYSCTLS))
-    project_modules = ensure_kernel_support(scenario, netspec.needs_netem, state.context.project_modules,
-                                            netspec.qdisc_modules)  # fmt: skip
+    project_modules = ensure_kernel_support(
+        scenario, netspec.needs_netem, state.context.project_modules, netspec.qdisc_modules
+    )
     manifest["modules"] = {
         m: provenance.module_info(project_modules.get(m, m))
-        for m in sorted({cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
-                        | ({"sch_netem", "sch_prio"} if netspec.needs_netem else set()) | {"sch_htb"}
-                        | ({"sch_fq"} if netspec.needs_fq else set()) | set(netspec.qdisc_modules))
-    }  # fmt: skip
+        for m in sorted(
+            {cc_lookup(c.cc).module for c in connections if cc_lookup(c.cc).module}
+            | ({"sch_netem", "sch_prio"} if netspec.needs_netem else set())
+            | {"sch_htb"}
+            | ({"sch_fq"} if netspec.needs_fq else set())
+            | set(netspec.qdisc_modules)
+        )
+    }
     state.uses_project_module = any(cc_lookup(c.cc).project_module for c in connections)
     manifest["tools"] = provenance.tool_versions()
     state.t_setup = state.last = time.monotonic()
@@ -221,7 +235,8 @@ def _configure_hosts(state: RunState, net: Network) -> list:
     sysctls recorded; the multipath sprayers attached (on a kept network: the run before's, counting on)."""
     manifest, carried = state.manifest, state.lease.carried
     manifest["host_options"] = carried["flow_options"] = collect.apply_flow_options(
-        net, state.flow_options, previous=carried.get("flow_options"))
+        net, state.flow_options, previous=carried.get("flow_options")
+    )
     manifest["sysctls"] = collect.read_sysctls(net, state.connections[0].sender)
     if "sprayers" not in carried:
         carried["sprayers"] = [(s, spray.setup(net.netns_path(s.node), s)) for s in state.netspec.sprayers]
@@ -267,9 +282,9 @@ def _calibrate(state: RunState, net: Network) -> fidelity.FidelityReport:
     # a ping or requests flow on a pair of its own has its base RTT calibrated and checked as a connection's
     bulk_pairs = {c.pair for c in state.connections}
     paths = state.connections + [f for f in state.latency_flows if f.pair not in bulk_pairs]
-    manifest["delay_calibration"], pings = calibrate.calibrate_delays(net, state.topology, paths,
-                                                                      shape=repr(state.netspec),
-                                                                      delays_set=state.lease.reused)  # fmt: skip
+    manifest["delay_calibration"], pings = calibrate.calibrate_delays(
+        net, state.topology, paths, shape=repr(state.netspec), delays_set=state.lease.reused
+    )
     report = fidelity.FidelityReport(probes.rtt_checks(state.topology, state.raw, pings))
     manifest["timing"]["fidelity_check_s"] = round(time.monotonic() - t_check, 3)
     _log_checks(report.checks)
@@ -303,11 +318,16 @@ def _await_captures(state: RunState, net: Network) -> None:
         if problem:
             raise RunFailed(f"the capture on {node} did not start: {problem}")
     spec = state.netspec
-    disciplined = frozenset(key for key, plan in spec.egress.items()
-                            if plan.discipline is not None and plan.discipline.discipline != "fifo")  # fmt: skip
-    state.sampler = queues.QueueSampler([(b.node, b.intf) for b in spec.bottlenecks], net.netns_path,
-                                        hz=state.context.queue_hz, disciplined=disciplined,
-                                        live_path=state.raw / queues.LIVE_CSV)  # fmt: skip
+    disciplined = frozenset(
+        key for key, plan in spec.egress.items() if plan.discipline is not None and plan.discipline.discipline != "fifo"
+    )
+    state.sampler = queues.QueueSampler(
+        [(b.node, b.intf) for b in spec.bottlenecks],
+        net.netns_path,
+        hz=state.context.queue_hz,
+        disciplined=disciplined,
+        live_path=state.raw / queues.LIVE_CSV,
+    )
     state.sampler.start()
     state.mark("captures_ready")
 
@@ -325,8 +345,10 @@ def _start_servers(state: RunState, net: Network) -> dict[str, subprocess.Popen]
     state.scratch = scratch = launch.make_scratch()
     state.latency = LatencyTraffic(net, state.latency_flows, state.raw)
     state.latency.start_servers()
-    return {c.id: launch.start(net, c.receiver, launch.server_command(c, scratch),
-                               state.raw / f"iperf3-{c.id}-server.json") for c in state.connections}  # fmt: skip
+    return {
+        c.id: launch.start(net, c.receiver, launch.server_command(c, scratch), state.raw / f"iperf3-{c.id}-server.json")
+        for c in state.connections
+    }
 
 
 def _start_clients(state: RunState, net: Network, servers: dict[str, subprocess.Popen]) -> Endpoints:
@@ -360,8 +382,7 @@ def _start_traffic(state: RunState, net: Network, endpoints: Endpoints, sprayers
     return Traffic(endpoints.servers, endpoints.clients, channels, sprayers, lead, grace_s, t0, t0_unix)
 
 
-def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
-                         report: fidelity.FidelityReport) -> list[str]:  # fmt: skip
+def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic, report: fidelity.FidelityReport) -> list[str]:
     """The traffic window (the host samples its own load between its two lines), then the collection;
     returns the connections that failed."""
     sprayed_before = [spray.sent(maps, len(s.paths) + 1) for s, maps in traffic.sprayers]
@@ -380,8 +401,11 @@ def _traffic_and_collect(state: RunState, net: Network, traffic: Traffic,
     probed = state.lease.carried.setdefault("probed", {})
     with ThreadPoolExecutor(max_workers=1) as pool:
         # without a probe to come (it would cross the queues), the qdiscs are read beside the collection
-        early = None if probes.will_probe(state.netspec, state.connections, samples, probed) \
-            else pool.submit(collect.tc_stats, net)  # fmt: skip
+        early = (
+            None
+            if probes.will_probe(state.netspec, state.connections, samples, probed)
+            else pool.submit(collect.tc_stats, net)
+        )
         _collect_captures(state, traffic, report)
         _check_rates(state, net, samples, report)
         tc_stats = collect.tc_stats(net) if early is None else early.result()
@@ -413,11 +437,19 @@ def _stop_sampler(state: RunState, t0: float) -> list[queues.QueueSample]:
     return samples
 
 
-def _check_rates(state: RunState, net: Network, samples: list[queues.QueueSample],
-                 report: fidelity.FidelityReport) -> None:  # fmt: skip
+def _check_rates(
+    state: RunState, net: Network, samples: list[queues.QueueSample], report: fidelity.FidelityReport
+) -> None:
     """Each bottleneck's rate from its queue during the traffic (a UDP probe only where it cannot tell)."""
-    checks = probes.rate_checks(net, state.topology, state.netspec, state.connections, state.raw, samples,
-                                probed=state.lease.carried.setdefault("probed", {}))  # fmt: skip
+    checks = probes.rate_checks(
+        net,
+        state.topology,
+        state.netspec,
+        state.connections,
+        state.raw,
+        samples,
+        probed=state.lease.carried.setdefault("probed", {}),
+    )
     _log_checks(checks)
     report.checks += checks
     state.mark("rate_checks")
@@ -474,8 +506,11 @@ def _collect_captures(state: RunState, traffic: Traffic, report: fidelity.Fideli
         state.mark("servers_exit")
         manifest["capture"] = tracing.result()
     if manifest["capture"]["tcp_probe"]["lost"]:
-        report.checks.append(fidelity.Check("tcp_probe events", False, manifest["capture"]["tcp_probe"]["lost"],
-                                            0, "ring buffer lost events"))  # fmt: skip
+        report.checks.append(
+            fidelity.Check(
+                "tcp_probe events", False, manifest["capture"]["tcp_probe"]["lost"], 0, "ring buffer lost events"
+            )
+        )
     state.mark("traces_stop")
     for proc in state.dumps:
         capture.stop_tcpdump(proc)
@@ -491,8 +526,11 @@ def _collect_captures(state: RunState, traffic: Traffic, report: fidelity.Fideli
     waited = {}
     if state.netspec.has_configured_loss:
         # a set-up segment the emulated loss took costs a retransmission timeout (1.4 s at 600 ms of RTT)
-        late = {c.id: start_lag[c.id] for c in state.connections
-                if start_lag.get(c.id, 0.0) > fidelity.start_lag_tolerance_s(c.duration_s)}  # fmt: skip
+        late = {
+            c.id: start_lag[c.id]
+            for c in state.connections
+            if start_lag.get(c.id, 0.0) > fidelity.start_lag_tolerance_s(c.duration_s)
+        }
         waited = clients.setup_waits(state.connections, raw, traffic.t0_unix, late) if late else {}
         manifest["timing"]["data_start_setup_retransmission_s"] = waited
     report.checks.append(fidelity.start_lag_check(state.connections, start_lag, unread, waited))

@@ -41,8 +41,9 @@ class RunTimedOut(RunFailed):
 
 
 def _fail_manifest(directory: Path, reason: str) -> dict:
-    manifest = read_manifest(directory).model_copy(update={"status": "failed", "reason": reason,
-                                                           "ended_utc": rundir.utc_iso()})  # fmt: skip
+    manifest = read_manifest(directory).model_copy(
+        update={"status": "failed", "reason": reason, "ended_utc": rundir.utc_iso()}
+    )
     write_manifest(directory, manifest)
     return manifest.to_data()
 
@@ -74,15 +75,21 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
     return not_complete
 
 
-def _run_with_watchdog(run, i: int, runs: list, session_dir: Path, plan: Plan, keeper: NetworkKeeper,
-                       clock: tuple[float, float, float]) -> dict:  # fmt: skip
+def _run_with_watchdog(
+    run, i: int, runs: list, session_dir: Path, plan: Plan, keeper: NetworkKeeper, clock: tuple[float, float, float]
+) -> dict:
     """One run of the plan under its watchdog, between its progress lines; its manifest."""
     started, done_s, total_s = clock
     spec = run.spec()
     elapsed = time.monotonic() - started
     eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
-    log(progress.format_line(progress.RunStarted(index=i, total=len(runs), scenario=spec.scenario_name,
-                                                 point_id=spec.point_id, seed=spec.seed, eta_s=eta)))  # fmt: skip
+    log(
+        progress.format_line(
+            progress.RunStarted(
+                index=i, total=len(runs), scenario=spec.scenario_name, point_id=spec.point_id, seed=spec.seed, eta_s=eta
+            )
+        )
+    )
     try:
         with _watchdog(run_budget_s(run.estimate_s)):
             manifest = run_one(spec, session_dir / run.run_dir, plan.context, keeper)
@@ -92,8 +99,11 @@ def _run_with_watchdog(run, i: int, runs: list, session_dir: Path, plan: Plan, k
         keeper.close()
         os.environ.pop(MARKER, None)
         cleanup_leftovers()
-    log(progress.format_line(progress.RunEnded(index=i, total=len(runs), status=manifest["status"],
-                                               reason=manifest.get("reason"))))  # fmt: skip
+    log(
+        progress.format_line(
+            progress.RunEnded(index=i, total=len(runs), status=manifest["status"], reason=manifest.get("reason"))
+        )
+    )
     return manifest
 
 

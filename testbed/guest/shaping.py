@@ -30,12 +30,13 @@ class MissingQdiscError(RuntimeError):
     """The kernel lacks a qdisc a plan needs (e.g. netem on the host kernel)."""
 
 
-
 def delay_map_lines(map_id: int, delays_ms: dict[str, float]) -> list[str]:
     """``bpftool batch`` lines that set the delay of each destination in the program's ``delay_ns`` map."""
-    return [f"map update id {map_id} key hex {lossbpf.hex_bytes(socket.inet_aton(dst))} "
-            f"value hex {lossbpf.hex_bytes(struct.pack('<Q', round(ms * 1e6)))}"
-            for dst, ms in delays_ms.items()]  # fmt: skip
+    return [
+        f"map update id {map_id} key hex {lossbpf.hex_bytes(socket.inet_aton(dst))} "
+        f"value hex {lossbpf.hex_bytes(struct.pack('<Q', round(ms * 1e6)))}"
+        for dst, ms in delays_ms.items()
+    ]
 
 
 def apply(netns_path: str, ifname: str, plan: EgressPlan, replace: bool = False) -> list[QdiscSpec]:
@@ -75,12 +76,16 @@ def _missing(kind: str, ifname: str, plan: EgressPlan) -> str:
     """What to do when the kernel lacks a qdisc: netem's delay and loss, or a queue discipline."""
     kernel = os.uname().release
     if kind in ("netem", "prio"):
-        return (f"the kernel {kernel} has no '{kind}' qdisc (needed on {ifname} for {plan}); delay and loss "
-                f"need sch_netem: run in the guest (testbed run --backend guest) or load the module "
-                f"(modprobe sch_{kind})")  # fmt: skip
-    return (f"the kernel {kernel} has no '{kind}' qdisc, the queue discipline asked for on {ifname} (module "
-            f"{queues.MODULES.get(kind, 'sch_' + kind)}): run in the guest (testbed run --backend guest; Debian's "
-            f"kernels have it) or load the module (modprobe sch_{kind})")  # fmt: skip
+        return (
+            f"the kernel {kernel} has no '{kind}' qdisc (needed on {ifname} for {plan}); delay and loss "
+            f"need sch_netem: run in the guest (testbed run --backend guest) or load the module "
+            f"(modprobe sch_{kind})"
+        )
+    return (
+        f"the kernel {kernel} has no '{kind}' qdisc, the queue discipline asked for on {ifname} (module "
+        f"{queues.MODULES.get(kind, 'sch_' + kind)}): run in the guest (testbed run --backend guest; Debian's "
+        f"kernels have it) or load the module (modprobe sch_{kind})"
+    )
 
 
 def _tc(netns_path: str, argv: list[str], module: str) -> None:

@@ -49,8 +49,9 @@ SS_FIELDS = re.compile(r"\b(cwnd|ssthresh|rtt|retrans|delivery_rate|bytes_acked)
 class ShellNetwork:
     """One run's network with its connections, and the flows the shell started on it."""
 
-    def __init__(self, spec: RunSpec, net: Network, connections: list[Connection], scratch: Path,
-                 folder: Path | None = None):  # fmt: skip
+    def __init__(
+        self, spec: RunSpec, net: Network, connections: list[Connection], scratch: Path, folder: Path | None = None
+    ):
         self.spec, self.net, self.connections, self.scratch = spec, net, connections, scratch
         self.recording = shelllive.ShellRecording(folder, spec, net, connections) if folder else None
         self.flows: dict[str, tuple[subprocess.Popen, subprocess.Popen]] = {}
@@ -76,8 +77,9 @@ class ShellNetwork:
             self.timers.append(timer)
             self.flows.pop(c.id, None)
             timer.start()
-        return [f"{c.id}: {c.cc} {c.sender} -> {c.receiver}, from +{c.start_s:g} s for {c.duration_s:g} s"
-                for c in chosen]  # fmt: skip
+        return [
+            f"{c.id}: {c.cc} {c.sender} -> {c.receiver}, from +{c.start_s:g} s for {c.duration_s:g} s" for c in chosen
+        ]
 
     def _arm_loss(self, horizon_s: float) -> None:
         """The two-state loss channels loaded and started with the flows (a run's seed, a run's timeline)."""
@@ -107,8 +109,10 @@ class ShellNetwork:
         state = self.state(c)
         if state == "done":
             state = f"done: {_goodput(self._output(c, 'client'))}"
-        return (f"{c.id:12} {c.cc:12} {c.sender:>5} -> {c.receiver:5} port {c.client_port}  "
-                f"+{c.start_s:g} s for {c.duration_s:g} s  {state}")  # fmt: skip
+        return (
+            f"{c.id:12} {c.cc:12} {c.sender:>5} -> {c.receiver:5} port {c.client_port}  "
+            f"+{c.start_s:g} s for {c.duration_s:g} s  {state}"
+        )
 
     def stop(self) -> int:
         """End every flow and pending start; how many were running."""
@@ -140,8 +144,9 @@ class ShellNetwork:
         fields = dict(SS_FIELDS.findall(out))
         if not fields:
             return f"{c.id}: no established connection on port {c.client_port} ({self.state(c)})"
-        return "  ".join(f"{key} {fields[key]}" for key in ("cwnd", "ssthresh", "rtt", "retrans", "delivery_rate")
-                         if key in fields)  # fmt: skip
+        return "  ".join(
+            f"{key} {fields[key]}" for key in ("cwnd", "ssthresh", "rtt", "retrans", "delivery_rate") if key in fields
+        )
 
 
 def _listening(server: subprocess.Popen, port: int) -> bool:

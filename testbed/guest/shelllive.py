@@ -42,8 +42,10 @@ class ShellRecording:
         """Start recording (once); the page's URL, or why there is none."""
         url_file = self.folder / URL_FILE
         if not url_file.is_file():
-            return ("no live page here: it reads the shell's folder on the host, which a shell in the lab VM "
-                    "does not share (run 'testbed shell' with --backend guest or local to watch it)")  # fmt: skip
+            return (
+                "no live page here: it reads the shell's folder on the host, which a shell in the lab VM "
+                "does not share (run 'testbed shell' with --backend guest or local to watch it)"
+            )
         if self.trace is None:
             raw = self.run_dir / "raw"
             raw.mkdir(parents=True, exist_ok=True)
@@ -52,11 +54,18 @@ class ShellRecording:
             links = [(b.node, b.intf) for b in self.net.spec.bottlenecks]
             self.sampler = queues.QueueSampler(links, self.net.netns_path, live_path=raw / queues.LIVE_CSV)
             self.sampler.start()
-            self.manifest = {"status": "running", "scenario": self.spec.scenario_name,
-                             "point_id": self.spec.point_id, "seed": self.spec.seed,
-                             "t0_monotonic": time.monotonic(), "connections": [c.to_dict() for c in self.connections],
-                             "topology": {"name": self.spec.scenario.topology.name,
-                                          "bottlenecks": [b.__dict__ for b in self.net.spec.bottlenecks]}}  # fmt: skip
+            self.manifest = {
+                "status": "running",
+                "scenario": self.spec.scenario_name,
+                "point_id": self.spec.point_id,
+                "seed": self.spec.seed,
+                "t0_monotonic": time.monotonic(),
+                "connections": [c.to_dict() for c in self.connections],
+                "topology": {
+                    "name": self.spec.scenario.topology.name,
+                    "bottlenecks": [b.__dict__ for b in self.net.spec.bottlenecks],
+                },
+            }
             rundir.write_json_atomic(self.run_dir / rundir.MANIFEST, self.manifest)
         return f"live page (every flow started from now on): {url_file.read_text().strip()}"
 

@@ -81,8 +81,7 @@ def fetch_one(server: str, port: int, bind: str, client_port: int, size: int, cc
         error = f"{type(err).__name__}: {err}"
     if error is None and received < size:
         error = f"the server closed after {received} of {size} bytes"
-    record = {"start_unix": round(start_unix, 6), "completion_s": round(time.monotonic() - start, 6),
-              "bytes": received}  # fmt: skip
+    record = {"start_unix": round(start_unix, 6), "completion_s": round(time.monotonic() - start, 6), "bytes": received}
     return record | ({"error": error} if error else {})
 
 

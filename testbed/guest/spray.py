@@ -46,9 +46,14 @@ def _resolve_next_hops(netns_path: str, sprayer: Sprayer) -> None:
     redirected to a next hop not yet resolved was lost on the host kernel (6.18), the first SYN of a
     run then waiting out its 1 s timeout. The pings go out of the path's own interface, unsprayed."""
     with entered(netns_path):
-        pings = [subprocess.Popen(["ping", "-n", "-q", "-c", "1", "-W", "1", nexthop],
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                 for _, nexthop in sprayer.paths]  # fmt: skip
+        pings = [
+            subprocess.Popen(
+                ["ping", "-n", "-q", "-c", "1", "-W", "1", nexthop],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for _, nexthop in sprayer.paths
+        ]
     for ping in pings:
         ping.wait()
 

@@ -77,8 +77,14 @@ class Backend(Protocol):
         """Release what :meth:`prepare` took (called however the session ends)."""
 
 
-def create(name: str, kernel_version: str | None = None, vcpus: int | None = None, log=print, clock: str = "auto",
-           experiments: frozenset[str] = frozenset()) -> Backend:  # fmt: skip
+def create(
+    name: str,
+    kernel_version: str | None = None,
+    vcpus: int | None = None,
+    log=print,
+    clock: str = "auto",
+    experiments: frozenset[str] = frozenset(),
+) -> Backend:
     """The backend of this name; only the guest boots a kernel of the caller's choice, and only a guest
     runs in virtual time (``clock``, for the runs of ``experiments``: :func:`timebase.choose`)."""
     if name not in NAMES:
@@ -86,8 +92,10 @@ def create(name: str, kernel_version: str | None = None, vcpus: int | None = Non
     if name == GuestBackend.name:
         return GuestBackend(kernel_version, vcpus, log, clock, experiments)
     if clock == "virtual":
-        raise ValueError(f"--clock virtual needs the guest backend (QEMU's icount): the {name} backend runs "
-                         "in real time; give --backend guest or --clock auto")  # fmt: skip
+        raise ValueError(
+            f"--clock virtual needs the guest backend (QEMU's icount): the {name} backend runs "
+            "in real time; give --backend guest or --clock auto"
+        )
     if kernel_version:
         raise ValueError(
             "--kernel needs the guest backend (the local backend and the lab VM use their running kernel; "
@@ -156,8 +164,14 @@ class GuestBackend:
     runs_here = False
     observers: tuple[Observer, ...] = ()
 
-    def __init__(self, kernel_version: str | None = None, vcpus: int | None = None, log=print, clock: str = "auto",
-                 experiments: frozenset[str] = frozenset()) -> None:  # fmt: skip
+    def __init__(
+        self,
+        kernel_version: str | None = None,
+        vcpus: int | None = None,
+        log=print,
+        clock: str = "auto",
+        experiments: frozenset[str] = frozenset(),
+    ) -> None:
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
         self.clock, self.experiments = clock, experiments
         self.kernel: kernels.Kernel | None = None
@@ -170,15 +184,23 @@ class GuestBackend:
         clock, why = timebase.choose(requested, self.experiments, lambda: virtme.kvm_usable(self.kernel, self.log))
         self.config = virtme.guest_config(self.kernel, self.vcpus, log=self.log, clock=clock)
         shown = f", virtual time (icount shift {self.config.icount_shift})" if clock == "virtual" else ", real time"
-        self.log(f"guest: {self.kernel.release} under {self.config.accel.upper()} with {self.config.vcpus} vCPU(s)"
-                 f"{shown}: {why}")  # fmt: skip
+        self.log(
+            f"guest: {self.kernel.release} under {self.config.accel.upper()} with {self.config.vcpus} vCPU(s)"
+            f"{shown}: {why}"
+        )
         return self.kernel.release
 
     def describe(self) -> dict:
         # a kernel built here from source: its tree, commit, patches and config hash in every manifest
         built = {"kernel_build": self.kernel.build} if self.kernel.build else {}
-        return {"kind": self.name, "tool": "virtme-ng", "kernel_package": self.kernel.source,
-                "kernel_release": self.kernel.release, **built, **self.config.to_dict()}  # fmt: skip
+        return {
+            "kind": self.name,
+            "tool": "virtme-ng",
+            "kernel_package": self.kernel.source,
+            "kernel_release": self.kernel.release,
+            **built,
+            **self.config.to_dict(),
+        }
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         if self.kernel.build:
@@ -190,8 +212,10 @@ class GuestBackend:
         needed = modules.needed(set().union(*(r.scenario.algorithms for r in runs)))
         why = self.kernel.build.get("westwood_tb", "built")
         if needed and why != "built":
-            raise modules.ModuleBuildError(f"{', '.join(sorted(needed))} did not build against "
-                                           f"{self.kernel.source} ({why}); other algorithms can run on it")  # fmt: skip
+            raise modules.ModuleBuildError(
+                f"{', '.join(sorted(needed))} did not build against "
+                f"{self.kernel.source} ({why}); other algorithms can run on it"
+            )
         if needed and modules.built(release) is None:
             raise modules.ModuleBuildError(
                 f"kernel-patch/ changed since {self.kernel.source} was built, and a kernel built here keeps no "
@@ -203,8 +227,9 @@ class GuestBackend:
         return sum(estimates) + estimate.GUEST_BOOT_S
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        timing = run_with_second_boot(virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log,
-                                      observers=self.observers)  # fmt: skip
+        timing = run_with_second_boot(
+            virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log, observers=self.observers
+        )
         return {"guest": timing}
 
     def close(self) -> None:
@@ -245,8 +270,9 @@ class LabVMBackend:
         return sum(estimates)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        timing = vagrant.run_plan(self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log,
-                                  observers=self.observers)  # fmt: skip
+        timing = vagrant.run_plan(
+            self.vm, session, timeout_s=total_s * 3 + 300, echo=self.log, observers=self.observers
+        )
         return {"vagrant": timing}
 
     def close(self) -> None:
@@ -255,8 +281,16 @@ class LabVMBackend:
             self.vm = None
 
 
-def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, total_s: float, log=print,
-                         observers: tuple[Observer, ...] = ()) -> dict:  # fmt: skip
+def run_with_second_boot(
+    guest,
+    kernel,
+    config,
+    plan_path: Path,
+    session: Path,
+    total_s: float,
+    log=print,
+    observers: tuple[Observer, ...] = (),
+) -> dict:
     """The plan in a guest (``guest``: :mod:`testbed.host.virtme`), booted a second time for the runs
     not finished when the first guest never reached the runner or stopped responding.
 
@@ -283,23 +317,34 @@ def run_with_second_boot(guest, kernel, config, plan_path: Path, session: Path, 
         resume.set_aside(session / run["run_dir"], session)
     retry = plan_path.with_name("plan-second-boot.json")
     rundir.write_json_atomic(retry, {**plan, "runs": remaining})
-    log(f"the guest {what} ({reason}); booting it once more for the {len(remaining)} runs not finished "
-        f"(its first console: {first})")  # fmt: skip
+    log(
+        f"the guest {what} ({reason}); booting it once more for the {len(remaining)} runs not finished "
+        f"(its first console: {first})"
+    )
     return boot(retry, sum(r["estimate_s"] for r in remaining) + estimate.GUEST_BOOT_S)
 
 
-def _boot(guest, kernel, config, session: Path, log, observers: tuple[Observer, ...], plan: Path,
-          estimate_s: float) -> dict:  # fmt: skip
+def _boot(
+    guest, kernel, config, session: Path, log, observers: tuple[Observer, ...], plan: Path, estimate_s: float
+) -> dict:
     """One guest for one plan, with the host's contention watched by the processes this checkout marked."""
 
     run_dirs = [run["run_dir"] for run in rundir.read_json(plan)["runs"]]
     ours = guardian.marker_value(str(PROJECT))
     clock = getattr(config, "clock", "real")
     # a guest pinned to some cores (a local:N worker's) is judged on them alone
-    watch = hostload.HostWatch(run_dirs, lambda: hostload.marked_processes(ours), session=session,
-                               cores=hostload.host_cores(), clock=clock)  # fmt: skip
+    watch = hostload.HostWatch(
+        run_dirs, lambda: hostload.marked_processes(ours), session=session, cores=hostload.host_cores(), clock=clock
+    )
     # in virtual time a busy guest's run takes longer than its traffic in wall time (timebase.SLOWDOWN_ALLOWANCE)
     factor = 3 * (timebase.SLOWDOWN_ALLOWANCE if clock == "virtual" else 1)
-    return guest.run_in_guest(kernel, config, plan, [session], session / "guest-console.log",
-                              timeout_s=estimate_s * factor + guest.BOOT_TIMEOUT_S, echo=log,
-                              on_line=with_observers(watch.on_line, observers, session, run_dirs))  # fmt: skip
+    return guest.run_in_guest(
+        kernel,
+        config,
+        plan,
+        [session],
+        session / "guest-console.log",
+        timeout_s=estimate_s * factor + guest.BOOT_TIMEOUT_S,
+        echo=log,
+        on_line=with_observers(watch.on_line, observers, session, run_dirs),
+    )

@@ -28,10 +28,11 @@ def host_can_run(runs: list[RunSpec]) -> tuple[bool, str]:
     # the project's module is built for the running kernel: its headers must be there (the lab VM has them)
     headers = Path(f"/usr/src/linux-headers-{release}/Makefile").exists()
     missing = [
-        cc for cc in wanted
+        cc
+        for cc in wanted
         if (cc_lookup(cc).project_module and not (modules_possible and headers))
         or (cc not in available and not (modules_possible and cc_lookup(cc).module))
-    ]  # fmt: skip
+    ]
     if missing:
         return False, f"the host kernel lacks {', '.join(missing)}"
     needs_netem = any(estimate.needs_netem(r) for r in runs)

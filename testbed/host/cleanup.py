@@ -20,12 +20,16 @@ def cleanup() -> list[str]:
     lines = []
     running = kernellock.busy()
     if running:  # its processes, interfaces and trace instances are not leftovers
-        lines.append(f"cleanup: a session runs on this kernel ({running}): its runs' processes, interfaces and "
-                     f"trace instances are left alone")  # fmt: skip
+        lines.append(
+            f"cleanup: a session runs on this kernel ({running}): its runs' processes, interfaces and "
+            f"trace instances are left alone"
+        )
     done = stop_orphans() + ([] if running else cleanup_leftovers())
     done += [f"removed the folder of a killed cluster worker {folder}" for folder in clean_scratch()]
-    done += [f"removed a killed controller's cluster credentials {folder}" for folder in
-             clustertls.remove_stale(DASK_DIRECTORY)]  # fmt: skip
+    done += [
+        f"removed a killed controller's cluster credentials {folder}"
+        for folder in clustertls.remove_stale(DASK_DIRECTORY)
+    ]
     if vagrant.vm_running():
         with vagrant.LabVM() as vm:
             done += vm.stop_orphan_runners()

@@ -2,7 +2,7 @@
 
 :class:`ClusterBackend` is one more :class:`~testbed.host.backends.Backend`, so a cluster session is a
 session like any other: the same plan, resume, catalog and report. It starts the Dask cluster the spec
-names (:mod:`testbed.host.clusterspec`: ``LocalCluster``, ``SSHCluster``, dask-jobqueue's ``SLURMCluster``),
+names (:mod:`testbed.host.daskcluster`: ``LocalCluster``, ``SSHCluster``, dask-jobqueue's ``SLURMCluster``),
 asks every worker for its host, CPU and kernel (one kernel per session, as on one machine), then
 submits one task per run (:func:`testbed.host.clusterwork.run_task`) with the worker resource
 ``run=1``: one run per worker at a time. Runs go in an order shuffled with a recorded seed, so points
@@ -17,21 +17,17 @@ worker loss, a dashboard, and the same client code on one host, SSH hosts and ba
 
 from __future__ import annotations
 
-import contextlib
-import logging
 import os
 import random
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
-from testbed.host import clusterspec, clustertls, timebase
+from testbed.host import clusterspec, daskcluster, timebase
 from testbed.host.backends import Artefacts
-from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec, SlurmSpec, SSHSpec
+from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec
 from testbed.host.clusterwork import (
-    DASK_DIRECTORY,
     WORKER_BACKENDS,
     Shipment,
     WorkRequest,
@@ -50,20 +46,8 @@ from testbed.scenario.points import RunSpec
 
 #: the session folder's record of where each run ran
 CLUSTER_JSON = "cluster.json"
-#: how long the workers may take to join (Slurm jobs wait in the queue)
-JOIN_TIMEOUT_S = 300
-#: a worker (or an SSH scheduler) without its scheduler (or any client) for this long ends itself:
-#: what a controller killed with SIGKILL leaves on remote hosts goes away by itself
-ORPHAN_TIMEOUT_S = 60
 #: the fidelity checks of a host that failed this many runs are named in the log and cluster.json
 SUSPECT_HOST_UNTRUSTWORTHY = 2
-
-
-def slurm_logs() -> Path:
-    """Where the Slurm jobs' output goes (a worker that never joined says why there)."""
-    from testbed.guest.build import cache_base
-
-    return cache_base() / "slurm-logs"
 
 
 class ClusterBackend:
@@ -75,12 +59,22 @@ class ClusterBackend:
     runs_here = False
     observers: tuple[Observer, ...] = ()  # the runners' lines stay on the workers; the report reads the folders
 
-    def __init__(self, spec: ClusterSpec, inner: str, runs: list[RunSpec], kernel_version: str | None = None,
-                 vcpus: int | None = None, log=print, placement_seed: int | None = None,
-                 clock: str = "auto") -> None:  # fmt: skip
+    def __init__(
+        self,
+        spec: ClusterSpec,
+        inner: str,
+        runs: list[RunSpec],
+        kernel_version: str | None = None,
+        vcpus: int | None = None,
+        log=print,
+        placement_seed: int | None = None,
+        clock: str = "auto",
+    ) -> None:
         if inner not in WORKER_BACKENDS:
-            raise ClusterError(f"--backend {inner} with --cluster: a worker runs on its host's own kernel (local) "
-                               f"or in guests (guest), or picks one (auto); the lab VM is one per checkout")
+            raise ClusterError(
+                f"--backend {inner} with --cluster: a worker runs on its host's own kernel (local) "
+                f"or in guests (guest), or picks one (auto); the lab VM is one per checkout"
+            )
         self.spec, self.inner, self.runs = spec, inner, runs
         #: set: each run goes to a host drawn from its point, seed and this number (the same in another
         #: session: ``regress`` runs both kernels of a repetition on one host); None: to any free worker
@@ -98,7 +92,7 @@ class ClusterBackend:
         if isinstance(self.spec, LocalSpec) and self.inner == "guest":
             check_pinned_guests(self.spec.workers, cores)  # before any worker starts
         self.log(f"cluster: starting {clusterspec.describe(self.spec)}")
-        self.cluster, self.client = connect(self.spec, self.log)
+        self.cluster, self.client = daskcluster.connect(self.spec, self.log)
         self.facts = self._ask_workers()
         if isinstance(self.spec, LocalSpec):
             if self.inner == "auto" and self._worker_backend() == "guest":  # auto chose guests: known only now
@@ -120,10 +114,16 @@ class ClusterBackend:
     def _ask_workers(self) -> dict[str, dict]:
         """Every worker's host, CPU, backend and kernel release, asked of each worker itself."""
         workers = self.client.scheduler_info()["workers"]
-        futures = {address: self.client.submit(worker_facts, self.inner, self.kernel_version, self.runs,
-                                               workers=[address], pure=False) for address in workers}  # fmt: skip
-        facts = {str(workers[address]["name"]): {**future.result(), "address": address}
-                 for address, future in futures.items()}  # fmt: skip
+        futures = {
+            address: self.client.submit(
+                worker_facts, self.inner, self.kernel_version, self.runs, workers=[address], pure=False
+            )
+            for address in workers
+        }
+        facts = {
+            str(workers[address]["name"]): {**future.result(), "address": address}
+            for address, future in futures.items()
+        }
         refused = [f"{f['host']} ({name}): {f['error']}" for name, f in facts.items() if "error" in f]
         if refused:
             raise ClusterError("cluster: workers cannot run these runs: " + "; ".join(refused))
@@ -134,19 +134,30 @@ class ClusterBackend:
         releases = {(f["backend"], f["release"]) for f in self.facts.values()}
         if len(releases) > 1:
             seen = ", ".join(f"{f['host']}: {f['backend']} {f['release']}" for f in self.facts.values())
-            raise ClusterError(f"cluster: the workers would run different kernels ({seen}); a session runs on "
-                               f"one kernel: give --backend guest --kernel VERSION, or provision the hosts with "
-                               f"the same kernel_version (playbooks/site.yml)")  # fmt: skip
-        (backend, release), = releases
-        self.log(f"cluster: {len(self.facts)} workers on {len({f['host'] for f in self.facts.values()})} host(s), "
-                 f"runs on {backend} kernel {release}")  # fmt: skip
+            raise ClusterError(
+                f"cluster: the workers would run different kernels ({seen}); a session runs on "
+                f"one kernel: give --backend guest --kernel VERSION, or provision the hosts with "
+                f"the same kernel_version (playbooks/site.yml)"
+            )
+        ((backend, release),) = releases
+        self.log(
+            f"cluster: {len(self.facts)} workers on {len({f['host'] for f in self.facts.values()})} host(s), "
+            f"runs on {backend} kernel {release}"
+        )
         return release
 
     def describe(self) -> dict:
         backend, release = next((f["backend"], f["release"]) for f in self.facts.values())
-        return {"kind": self.name, "cluster": clusterspec.describe(self.spec), "spec": self.spec.model_dump(),
-                "worker_backend": backend, "kernel_release": release, "dashboard": self.client.dashboard_link,
-                "workers": self.facts, "clock": self.clock}  # fmt: skip
+        return {
+            "kind": self.name,
+            "cluster": clusterspec.describe(self.spec),
+            "spec": self.spec.model_dump(),
+            "worker_backend": backend,
+            "kernel_release": release,
+            "dashboard": self.client.dashboard_link,
+            "workers": self.facts,
+            "clock": self.clock,
+        }
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return Artefacts({}, {}, None)  # each worker builds what its run needs for its own kernel
@@ -182,13 +193,27 @@ class ClusterBackend:
         return {"cluster": record.finish(self.facts)}
 
     def _submit(self, plan: Plan, session: Path, run: PlanRun, attempt: int, pending: dict):
-        request = WorkRequest(session=session.name, run=run, context=plan.context, backend=self._worker_backend(),
-                              kernel_version=self.kernel_version, vcpus=self.vcpus, pinning=self.pinning,
-                              attempt=attempt, clock=self.clock)  # fmt: skip
+        request = WorkRequest(
+            session=session.name,
+            run=run,
+            context=plan.context,
+            backend=self._worker_backend(),
+            kernel_version=self.kernel_version,
+            vcpus=self.vcpus,
+            pinning=self.pinning,
+            attempt=attempt,
+            clock=self.clock,
+        )
         placed = self._placed(run)
-        future = self.client.submit(run_task, request, resources={"run": 1}, pure=False,
-                                    key=f"run-{run.run_dir}-{attempt}", workers=placed,
-                                    allow_other_workers=placed is not None)  # fmt: skip
+        future = self.client.submit(
+            run_task,
+            request,
+            resources={"run": 1},
+            pure=False,
+            key=f"run-{run.run_dir}-{attempt}",
+            workers=placed,
+            allow_other_workers=placed is not None,
+        )
         pending[future.key] = (run, attempt)
         return future
 
@@ -202,7 +227,7 @@ class ClusterBackend:
 
     def close(self) -> None:
         if self.cluster is not None:
-            disconnect(self.cluster, self.client)
+            daskcluster.disconnect(self.cluster, self.client)
             if isinstance(self.spec, LocalSpec):  # the workers were here: what a stopped one left goes now
                 clean_scratch()
         self.client = self.cluster = None
@@ -216,8 +241,9 @@ class _Record:
         self.data: dict[str, Any] = {"order_seed": order_seed, "runs": {}}
         self.done = 0
 
-    def arrived(self, run: PlanRun, fetched: tuple[Shipment, float], session: Path, attempt: int,
-                started: float) -> bool:  # fmt: skip
+    def arrived(
+        self, run: PlanRun, fetched: tuple[Shipment, float], session: Path, attempt: int, started: float
+    ) -> bool:
         """Unpack a shipment; True when it failed its check and the run should go once more."""
         shipment, fetch_s = fetched
         directory = session / run.run_dir
@@ -234,17 +260,27 @@ class _Record:
             self.failed(run, session, str(err))
             return False
         if not (directory / rundir.MANIFEST).exists():
-            self.failed(run, session, f"the worker on {shipment.host} wrote no manifest; its log ended: "
-                                      f"{shipment.log_tail[-600:]}")  # fmt: skip
+            self.failed(
+                run,
+                session,
+                f"the worker on {shipment.host} wrote no manifest; its log ended: {shipment.log_tail[-600:]}",
+            )
             return False
         status = read_manifest(directory).run_status
         self.data["runs"][run.run_dir] = {
-            "host": shipment.host, "worker": shipment.worker, "cpu": shipment.cpu, "attempt": attempt,
-            "run_s": shipment.run_s, "pack_s": shipment.pack_s, "fetch_s": round(fetch_s, 3),
+            "host": shipment.host,
+            "worker": shipment.worker,
+            "cpu": shipment.cpu,
+            "attempt": attempt,
+            "run_s": shipment.run_s,
+            "pack_s": shipment.pack_s,
+            "fetch_s": round(fetch_s, 3),
             "unpack_s": round(time.monotonic() - began, 3),
-            "archive_bytes": len(shipment.archive), "unpacked_bytes": shipment.unpacked_bytes, "status": status,
+            "archive_bytes": len(shipment.archive),
+            "unpacked_bytes": shipment.unpacked_bytes,
+            "status": status,
             "trustworthy": _trustworthy(directory),
-        }  # fmt: skip
+        }
         self._progress(run, status, shipment.host, started)
         return False
 
@@ -253,8 +289,13 @@ class _Record:
         try:
             manifest = read_manifest(directory)
         except rundir.LoadError:
-            manifest = Manifest(scenario=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed,
-                                resolved=run.scenario)  # fmt: skip
+            manifest = Manifest(
+                scenario=run.scenario_name,
+                point_id=run.point_id,
+                params=run.params,
+                seed=run.seed,
+                resolved=run.scenario,
+            )
         if manifest.status not in ("complete", "failed"):
             directory.mkdir(parents=True, exist_ok=True)
             write_manifest(directory, manifest.model_copy(update={"status": "failed", "reason": reason}))
@@ -267,8 +308,10 @@ class _Record:
         if host and started:
             elapsed = time.monotonic() - started
             eta = elapsed / self.done * (self.total - self.done)
-            self.log(f"cluster: {run.point_id} seed={run.seed} came home from {host}; {self.done}/{self.total} "
-                     f"done, ETA {eta / 60:.1f} min")  # fmt: skip
+            self.log(
+                f"cluster: {run.point_id} seed={run.seed} came home from {host}; {self.done}/{self.total} "
+                f"done, ETA {eta / 60:.1f} min"
+            )
         rundir.write_json_atomic(self.session / CLUSTER_JSON, self.data)
 
     def finish(self, facts: dict[str, dict]) -> dict:
@@ -280,8 +323,11 @@ class _Record:
         self.data.update({"suspect_hosts": suspects, "workers": facts})
         rundir.write_json_atomic(self.session / CLUSTER_JSON, self.data)
         shipped = [r for r in self.data["runs"].values() if "archive_bytes" in r]
-        return {"workers": len(facts), "runs_shipped": len(shipped),
-                "archive_bytes": sum(r["archive_bytes"] for r in shipped)}  # fmt: skip
+        return {
+            "workers": len(facts),
+            "runs_shipped": len(shipped),
+            "archive_bytes": sum(r["archive_bytes"] for r in shipped),
+        }
 
 
 def _fetched(future) -> tuple[Shipment, float]:
@@ -304,10 +350,6 @@ def _worker_error(future) -> str:
     return f"the worker failed: {kind}: {error}"
 
 
-def _expected_workers(spec: ClusterSpec) -> int:
-    return len(spec.hosts) if isinstance(spec, SSHSpec) else spec.jobs
-
-
 def spread_s(costs: list[float], workers: int) -> float:
     """The wall time of these run costs on ``workers`` workers: the longest first, each to the least loaded."""
     loads = [0.0] * workers
@@ -324,7 +366,8 @@ def check_pinned_guests(workers: int, cores: list[int]) -> None:
         raise ClusterError(
             f"--cluster local:{workers} --backend guest: each worker's guest is pinned to cores of its own, and "
             f"this process may use {len(cores)} core(s) ({','.join(map(str, cores))}): at most "
-            f"local:{len(cores)} here (one core per guest), or the local backend, or more hosts (ssh:, slurm:)")
+            f"local:{len(cores)} here (one core per guest), or the local backend, or more hosts (ssh:, slurm:)"
+        )
 
 
 def share_cores(cores: list[int], workers: list[str]) -> dict[str, list[int]]:
@@ -332,135 +375,4 @@ def share_cores(cores: list[int], workers: list[str]) -> dict[str, list[int]]:
     if len(workers) > len(cores):
         return {name: [cores[i % len(cores)]] for i, name in enumerate(workers)}
     per = len(cores) // len(workers)
-    return {name: cores[i * per:(i + 1) * per] for i, name in enumerate(workers)}
-
-
-def connect(spec: ClusterSpec, log=print):
-    """The spec's cluster started and a client of it, every worker joined (the dashboard's address logged
-    first: a Slurm queue can be watched there); :class:`ClusterError` when they do not all join in time."""
-    from distributed import Client
-
-    dask_cluster = start(spec)
-    client = Client(dask_cluster)
-    log(f"cluster: Dask dashboard at {_dashboard(spec, client.dashboard_link)}")
-    wanted = spec.workers if isinstance(spec, LocalSpec) else _expected_workers(spec)
-    try:
-        client.wait_for_workers(wanted, timeout=JOIN_TIMEOUT_S)
-    except TimeoutError:
-        joined = len(client.scheduler_info()["workers"])
-        disconnect(dask_cluster, client)
-        raise ClusterError(f"cluster: {joined} of {wanted} workers joined within {JOIN_TIMEOUT_S} s "
-                           f"({clusterspec.describe(spec)}); their logs say why (Slurm: the jobs' output in "
-                           f"{slurm_logs()}; SSH: the lines above)") from None  # fmt: skip
-    return dask_cluster, client
-
-
-def _dashboard(spec: ClusterSpec, link: str) -> str:
-    """Where the dashboard is; an SSH cluster's listens on the scheduler host's loopback only (Dask's link
-    names the host's address), reached from here by an SSH tunnel."""
-    if not isinstance(spec, SSHSpec):
-        return link  # local and Slurm: the scheduler runs here
-    port = urlparse(link).port
-    where = f"-p {spec.scheduler.port} {spec.scheduler.user or 'root'}@{spec.scheduler.address}"
-    return (f"http://127.0.0.1:{port}/status on the scheduler host's loopback only "
-            f"(from here: ssh -N -L {port}:127.0.0.1:{port} {where})")  # fmt: skip
-
-
-def disconnect(dask_cluster, client) -> None:
-    """The cluster closed before its client: an SSH cluster's scheduler ends when its last client leaves
-    (clustertether), and the cluster's own close needs it. Then the session's TLS files are removed."""
-    try:
-        dask_cluster.close()
-        client.close()
-    finally:
-        cleanup = getattr(dask_cluster, TLS_CLEANUP, None)
-        if cleanup is not None:
-            cleanup()
-
-
-#: the attribute of a started cluster that removes its session's TLS files (clustertls)
-TLS_CLEANUP = "testbed_tls_cleanup"
-
-
-@contextlib.contextmanager
-def running(spec: ClusterSpec, log=print):
-    """:func:`connect` for a ``with`` block."""
-    dask_cluster, client = connect(spec, log)
-    try:
-        yield client
-    finally:
-        disconnect(dask_cluster, client)
-
-
-def start(spec: ClusterSpec):
-    """The Dask cluster of a spec (its scheduler and workers running; Slurm jobs submitted)."""
-    import dask
-
-    dask.config.set({"temporary-directory": str(DASK_DIRECTORY)})  # the scheduler's too, not /tmp
-    clustertls.remove_stale(DASK_DIRECTORY)  # a SIGKILLed controller's credentials, here
-    worker_options = {"nthreads": 1, "resources": {"run": 1}, "death_timeout": ORPHAN_TIMEOUT_S,
-                      "local_directory": str(DASK_DIRECTORY)}  # fmt: skip
-    if isinstance(spec, LocalSpec):
-        from distributed import LocalCluster
-
-        # loopback only, scheduler, workers and dashboard: Dask's default TCP has no authentication, and its
-        # tasks run as root here (the dashboard's default is every interface)
-        return LocalCluster(n_workers=spec.workers, threads_per_worker=1, processes=True, resources={"run": 1},
-                            host="127.0.0.1", dashboard_address="127.0.0.1:0", silence_logs=logging.ERROR,
-                            local_directory=str(DASK_DIRECTORY))  # fmt: skip
-    if isinstance(spec, SSHSpec):
-        return _ssh_cluster(spec, worker_options)
-    return _slurm_cluster(spec)
-
-
-def _ssh_cluster(spec: SSHSpec, worker_options: dict):
-    import dask
-    from distributed import SSHCluster
-
-    everyone = [spec.scheduler, *spec.hosts]
-    first = everyone[0]
-    directory = None
-    try:
-        # mutual TLS with the session's own certificate, its files on every host (clustertls)
-        security = clustertls.credentials()
-        directory = clustertls.install_over_ssh(everyone, security)
-        # a plain Worker, not a Nanny: a worker that dies stays gone and its run goes to another host
-        with dask.config.set(clustertls.file_config(directory)):  # what the remote processes inherit
-            dask_cluster = SSHCluster(
-                hosts=[h.address for h in everyone], connect_options=[h.connect_options() for h in everyone],
-                remote_python=[h.python for h in everyone], worker_class="distributed.Worker",
-                worker_options=worker_options, security=security,
-                scheduler_options={"port": 0, "dashboard_address": "127.0.0.1:0", "idle_timeout": ORPHAN_TIMEOUT_S,
-                                   "preload": ["testbed.host.clustertether"], "protocol": "tls"},
-            )  # fmt: skip
-    except (OSError, Exception) as err:  # asyncssh's errors, a refused connection, a worker that never started
-        if directory is not None:
-            clustertls.remove_over_ssh(everyone, directory)
-        raise ClusterError(f"cluster {spec.inventory}: cannot start Dask over SSH: {type(err).__name__}: {err} "
-                           f"(check that 'ssh -p {first.port} {first.user or 'root'}@{first.address}' works without "
-                           f"a password and that playbooks/site.yml provisioned the hosts)") from None  # fmt: skip
-    setattr(dask_cluster, TLS_CLEANUP, lambda: clustertls.remove_over_ssh(everyone, directory))
-    return dask_cluster
-
-
-def _slurm_cluster(spec: SlurmSpec):
-    from dask_jobqueue import SLURMCluster
-
-    checkout = spec.checkout or str(Path(__file__).resolve().parents[2])
-    # mutual TLS with the session's own certificate; the jobs read it from a folder of mode 0700 (clustertls)
-    folder = clustertls.slurm_folder(DASK_DIRECTORY)
-    try:
-        cluster = SLURMCluster(
-            queue=spec.partition, account=spec.account, cores=spec.cores, processes=1, memory=spec.memory,
-            walltime=spec.walltime, python=f"{checkout}/.venv/bin/python", job_extra_directives=spec.extra_directives,
-            worker_extra_args=["--resources", "run=1", "--death-timeout", str(ORPHAN_TIMEOUT_S)],
-            scheduler_options={"dashboard_address": "127.0.0.1:0"}, silence_logs=logging.ERROR,
-            log_directory=str(slurm_logs()), local_directory=str(DASK_DIRECTORY), protocol="tls://",
-            security=clustertls.credentials(), shared_temp_directory=str(folder),
-        )  # fmt: skip
-    except BaseException:
-        clustertls.remove_folder(folder)
-        raise
-    setattr(cluster, TLS_CLEANUP, lambda: clustertls.remove_jobqueue_copies(cluster, folder))
-    cluster.scale(jobs=spec.jobs)
-    return cluster
+    return {name: cores[i * per : (i + 1) * per] for i, name in enumerate(workers)}

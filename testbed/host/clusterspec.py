@@ -151,21 +151,25 @@ def read_inventory(path: Path) -> SSHSpec:
     hostvars = listing.get("_meta", {}).get("hostvars", {})
     names = sorted(_hosts_under(listing, "all"))
     if not names:
-        raise ClusterError(f"{path}: the inventory lists no host (uncomment or add lines like "
-                           f"'sender1 ansible_host=192.0.2.10 ansible_user=debian')")  # fmt: skip
+        raise ClusterError(
+            f"{path}: the inventory lists no host (uncomment or add lines like "
+            f"'sender1 ansible_host=192.0.2.10 ansible_user=debian')"
+        )
     hosts = [_ssh_host(name, hostvars.get(name, {})) for name in names]
     wanted = next((v["dask_scheduler_host"] for v in hostvars.values() if v.get("dask_scheduler_host")), None)
     scheduler = next((h for h in hosts if h.name == wanted), None) if wanted else hosts[0]
     if scheduler is None:
-        raise ClusterError(f"{path}: dask_scheduler_host={wanted!r} is not a host of the inventory "
-                           f"({', '.join(names)})")  # fmt: skip
+        raise ClusterError(
+            f"{path}: dask_scheduler_host={wanted!r} is not a host of the inventory ({', '.join(names)})"
+        )
     return SSHSpec(inventory=str(path), hosts=hosts, scheduler=scheduler)
 
 
 def _ansible_inventory(path: Path) -> dict:
     try:
-        done = subprocess.run(["ansible-inventory", "-i", str(path), "--list"], capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+        done = subprocess.run(
+            ["ansible-inventory", "-i", str(path), "--list"], capture_output=True, text=True, timeout=120
+        )
     except FileNotFoundError:
         raise ClusterError("ansible-inventory is missing (it reads the inventory): run 'make setup'") from None
     if done.returncode != 0 or "Unable to parse" in done.stderr:
@@ -184,10 +188,14 @@ def _hosts_under(listing: dict, group: str) -> set[str]:
 def _ssh_host(name: str, hostvars: dict) -> SSHHost:
     try:
         return SSHHost(
-            name=name, address=str(hostvars.get("ansible_host", name)), user=hostvars.get("ansible_user"),
-            port=int(hostvars.get("ansible_port", 22)), key_file=hostvars.get("ansible_ssh_private_key_file"),
-            known_hosts=hostvars.get("testbed_known_hosts"), checkout=hostvars.get("testbed_src", DEFAULT_CHECKOUT),
-        )  # fmt: skip
+            name=name,
+            address=str(hostvars.get("ansible_host", name)),
+            user=hostvars.get("ansible_user"),
+            port=int(hostvars.get("ansible_port", 22)),
+            key_file=hostvars.get("ansible_ssh_private_key_file"),
+            known_hosts=hostvars.get("testbed_known_hosts"),
+            checkout=hostvars.get("testbed_src", DEFAULT_CHECKOUT),
+        )
     except (ValueError, ValidationError) as err:
         raise ClusterError(f"inventory host {name}: {err}") from None
 

@@ -55,9 +55,16 @@ def file_security(directory: str):
     from distributed.security import Security
 
     cert, key = f"{directory}/{CERT}", f"{directory}/{KEY}"
-    return Security(require_encryption=True, tls_ca_file=cert, tls_client_cert=cert, tls_client_key=key,
-                    tls_scheduler_cert=cert, tls_scheduler_key=key, tls_worker_cert=cert,
-                    tls_worker_key=key)  # fmt: skip
+    return Security(
+        require_encryption=True,
+        tls_ca_file=cert,
+        tls_client_cert=cert,
+        tls_client_key=key,
+        tls_scheduler_cert=cert,
+        tls_scheduler_key=key,
+        tls_worker_cert=cert,
+        tls_worker_key=key,
+    )
 
 
 def file_config(directory: str) -> dict:
@@ -65,9 +72,15 @@ def file_config(directory: str) -> dict:
     options as JSON, where a ``Security`` object cannot go, and the configuration in an environment
     variable): only paths."""
     cert, key = f"{directory}/{CERT}", f"{directory}/{KEY}"
-    return {"distributed.comm.require-encryption": True, "distributed.comm.tls.ca-file": cert,
-            **{f"distributed.comm.tls.{role}.{kind}": path for role in ("scheduler", "worker", "client")
-               for kind, path in (("cert", cert), ("key", key))}}  # fmt: skip
+    return {
+        "distributed.comm.require-encryption": True,
+        "distributed.comm.tls.ca-file": cert,
+        **{
+            f"distributed.comm.tls.{role}.{kind}": path
+            for role in ("scheduler", "worker", "client")
+            for kind, path in (("cert", cert), ("key", key))
+        },
+    }
 
 
 def _distinct(hosts: list[SSHHost]) -> list[SSHHost]:

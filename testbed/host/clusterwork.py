@@ -167,10 +167,18 @@ def _run_and_pack(request: WorkRequest, worker, cores: list[int] | None, scratch
         _record_where(directory, worker.address, request.attempt)
         started = time.monotonic()
         archive, size = pack(directory)
-        return Shipment(run_dir=request.run.run_dir, archive=archive,
-                        archive_sha256=hashlib.sha256(archive).hexdigest(), worker=worker.address,
-                        host=socket.gethostname(), cpu=machine()["cpu"], run_s=round(run_s, 2),
-                        pack_s=round(time.monotonic() - started, 3), unpacked_bytes=size, log_tail=log_tail)
+        return Shipment(
+            run_dir=request.run.run_dir,
+            archive=archive,
+            archive_sha256=hashlib.sha256(archive).hexdigest(),
+            worker=worker.address,
+            host=socket.gethostname(),
+            cpu=machine()["cpu"],
+            run_s=round(run_s, 2),
+            pack_s=round(time.monotonic() - started, 3),
+            unpacked_bytes=size,
+            log_tail=log_tail,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
@@ -189,9 +197,14 @@ def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float, worker,
     log = scratch / "worker.log"
     deadline = time.monotonic() + timeout_s
     with open(log, "w") as out:
-        child = subprocess.Popen([sys.executable, "-m", "testbed.host.clusterwork", str(scratch / "request.json")],
-                                 cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT, preexec_fn=in_child,
-                                 pass_fds=(lock_fd,))  # fmt: skip
+        child = subprocess.Popen(
+            [sys.executable, "-m", "testbed.host.clusterwork", str(scratch / "request.json")],
+            cwd=PROJECT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            preexec_fn=in_child,
+            pass_fds=(lock_fd,),
+        )
         while child.poll() is None:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.wait(timeout=1)
@@ -236,20 +249,30 @@ def unpack(shipment: Shipment, directory: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(shipment.archive), mode="r:gz") as archive:
         members = archive.getmembers()
         # Debian 12's Python 3.11.2 predates extractall(filter="data"): the same rule, by hand
-        unsafe = [m.name for m in members if not (m.isfile() or m.isdir()) or m.name.startswith("/")
-                  or ".." in Path(m.name).parts]  # fmt: skip
+        unsafe = [
+            m.name
+            for m in members
+            if not (m.isfile() or m.isdir()) or m.name.startswith("/") or ".." in Path(m.name).parts
+        ]
         if unsafe:
-            raise ValueError(f"{shipment.run_dir}: the archive from {shipment.host} holds paths outside a run "
-                             f"folder or links: {', '.join(unsafe[:5])}")  # fmt: skip
+            raise ValueError(
+                f"{shipment.run_dir}: the archive from {shipment.host} holds paths outside a run "
+                f"folder or links: {', '.join(unsafe[:5])}"
+            )
         archive.extractall(directory, members=members)
     if not (directory / rundir.MANIFEST).exists():
         return
     listed = read_manifest(directory).model_extra.get("files") or {}
-    wrong = [name for name, digest in listed.items()
-             if not (directory / name).is_file() or rundir.sha256_file(directory / name) != digest]  # fmt: skip
+    wrong = [
+        name
+        for name, digest in listed.items()
+        if not (directory / name).is_file() or rundir.sha256_file(directory / name) != digest
+    ]
     if wrong:
-        raise ValueError(f"{shipment.run_dir}: {len(wrong)} file(s) differ from the manifest's sha256 list after "
-                         f"shipping from {shipment.host}: {', '.join(wrong[:5])}")  # fmt: skip
+        raise ValueError(
+            f"{shipment.run_dir}: {len(wrong)} file(s) differ from the manifest's sha256 list after "
+            f"shipping from {shipment.host}: {', '.join(wrong[:5])}"
+        )
 
 
 _CHILD_PID = os.getpid()
@@ -288,8 +311,13 @@ def _run_request(request_path: Path) -> int:
     # (in virtual time one vCPU, whatever the cores: QEMU's icount runs one)
     pinned = len(os.sched_getaffinity(0)) if request.pinning else None
     vcpus = request.vcpus or (1 if request.clock == "virtual" else pinned)
-    backend = backends.create(request.backend, request.kernel_version, vcpus, clock=request.clock,
-                              experiments=frozenset({request.run.scenario_name}))  # fmt: skip
+    backend = backends.create(
+        request.backend,
+        request.kernel_version,
+        vcpus,
+        clock=request.clock,
+        experiments=frozenset({request.run.scenario_name}),
+    )
     host_kernel = host_lock(LOCAL_KERNEL_LOCK) if backend.name == "local" else contextlib.nullcontext()
     with contextlib.closing(backend), host_kernel:
         with host_lock(BUILD_LOCK):

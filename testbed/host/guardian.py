@@ -64,8 +64,11 @@ class Guard:
 
     def __init__(self, pgid: int, command: list[str] | None = None) -> None:
         read_end, self._write_end = os.pipe()  # not inheritable: only this process holds the write end
-        self.proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), str(pgid), *(command or [])],
-                                     stdin=read_end, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, os.path.abspath(__file__), str(pgid), *(command or [])],
+            stdin=read_end,
+            start_new_session=True,
+        )
         os.close(read_end)
 
     def release(self) -> None:
@@ -93,7 +96,7 @@ def environ_marker(pid: int) -> str | None:
     except OSError:
         return None
     prefix = f"{MARKER}=".encode()
-    return next((item[len(prefix):].decode(errors="replace") for item in environ if item.startswith(prefix)), None)
+    return next((item[len(prefix) :].decode(errors="replace") for item in environ if item.startswith(prefix)), None)
 
 
 def controller_alive(pid: int) -> bool:
@@ -130,8 +133,9 @@ def stop_orphans(project: str) -> list[str]:
     stopped = []
     for pgid, processes in sorted(orphans(project).items()):
         if stop_group(pgid):
-            stopped.append(f"stopped a guest left by a killed controller (process group {pgid}: "
-                           f"{'; '.join(processes)})")  # fmt: skip
+            stopped.append(
+                f"stopped a guest left by a killed controller (process group {pgid}: {'; '.join(processes)})"
+            )
     return stopped
 
 
@@ -145,8 +149,14 @@ def main(argv: list[str]) -> int:
         return 0
     stop_group(pgid)
     if command:
-        subprocess.run(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       timeout=60, check=False)  # fmt: skip
+        subprocess.run(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            timeout=60,
+            check=False,
+        )
     return 0
 
 

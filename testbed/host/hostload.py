@@ -143,8 +143,9 @@ def snapshot(own: set[int], cores: frozenset[int] | None = None, tree: int | Non
         run, wait, own_run = run + vcpu_run, wait + vcpu_wait, own_run + total_run
     if tree is not None:
         own_run = tree_cpu_ns(tree)
-    others = tuple(f"{pid} {cmd}" for pid, cmd in sorted(qemu_pids().items())
-                   if pid not in own and _shares_cores(pid, cores))  # fmt: skip
+    others = tuple(
+        f"{pid} {cmd}" for pid, cmd in sorted(qemu_pids().items()) if pid not in own and _shares_cores(pid, cores)
+    )
     load_1m = float(Path("/proc/loadavg").read_text().split()[0])
     return Snapshot(time.monotonic(), _cpu_ticks(cores), run, wait, own_run, load_1m, others)
 
@@ -178,9 +179,15 @@ class HostSummary:
         return asdict(self)
 
 
-def summarize(before: Snapshot, after: Snapshot, cpus: int | None = None, cores: frozenset[int] | None = None,
-              subject: str = "guest", clock: str = "real",
-              guest_traffic_s: float | None = None) -> HostSummary:  # fmt: skip
+def summarize(
+    before: Snapshot,
+    after: Snapshot,
+    cpus: int | None = None,
+    cores: frozenset[int] | None = None,
+    subject: str = "guest",
+    clock: str = "real",
+    guest_traffic_s: float | None = None,
+) -> HostSummary:
     cpus = len(cores) if cores else (cpus or os.cpu_count() or 1)
     ticks = [a - b for a, b in zip(after.cpu_ticks, before.cpu_ticks, strict=True)]
     total = sum(ticks) or 1
@@ -219,9 +226,15 @@ class HostWatch:
     alone); ``tree``: a local run's root process, whose process tree is the "guest"; ``clock``: the
     guest's (virtual time is measured, not judged)."""
 
-    def __init__(self, run_dirs: list[str], own: Callable[[], set[int]], session: Path | None = None,
-                 cores: frozenset[int] | None = None, tree: int | None = None,
-                 clock: str = "real") -> None:  # fmt: skip
+    def __init__(
+        self,
+        run_dirs: list[str],
+        own: Callable[[], set[int]],
+        session: Path | None = None,
+        cores: frozenset[int] | None = None,
+        tree: int | None = None,
+        clock: str = "real",
+    ) -> None:
         self.run_dirs = run_dirs
         self.own = own
         self.session = session
@@ -244,8 +257,9 @@ class HostWatch:
         elif isinstance(event, progress.TrafficWindow) and self.before is not None and self._run_dir():
             after = snapshot(self.own(), self.cores, self.tree)
             subject = "guest" if self.tree is None else "run"
-            self.summaries[self._run_dir()] = summarize(self.before, after, cores=self.cores, subject=subject,
-                                                        clock=self.clock, guest_traffic_s=self.traffic_s)  # fmt: skip
+            self.summaries[self._run_dir()] = summarize(
+                self.before, after, cores=self.cores, subject=subject, clock=self.clock, guest_traffic_s=self.traffic_s
+            )
             self.before = None
 
     def _run_dir(self) -> str | None:

@@ -12,6 +12,9 @@ The config is virtme-ng's guest config (``virtme-configkernel --defconfig``) wit
 an option of the fragment the tree's Kconfig does not give is refused before the build, naming it.
 Our Westwood+ module is built against the new tree right after; when it does not build, the kernel is
 still kept and ``build.json`` says why (a run that needs the module fails saying so).
+
+Past 500 lines because a build's steps (checkout, configure, make, install) share its lock, its key and
+its cleanup after a kill, and read as one sequence; the config's reading is testbed/host/kernelconfig.py.
 """
 
 from __future__ import annotations
@@ -48,9 +51,23 @@ PROGRESS_EVERY_S = 30.0
 #: part of the build's key and of build.json, so LLVM=1 or KCFLAGS=-O3 is another build
 #: (not CC, LD, AR...: kbuild's Makefile sets those itself and overrides the environment's); the search
 #: paths of a toolchain loaded from elsewhere (modules on a cluster host) too
-TOOLCHAIN = ("ARCH", "CROSS_COMPILE", "LLVM", "LLVM_IAS", "HOSTCFLAGS", "HOSTLDFLAGS", "KCFLAGS", "KCPPFLAGS",
-             "KAFLAGS", "KRUSTFLAGS", "KBUILD_BUILD_TIMESTAMP", "LD_LIBRARY_PATH", "PKG_CONFIG_PATH", "CPATH",
-             "LIBRARY_PATH")  # fmt: skip
+TOOLCHAIN = (
+    "ARCH",
+    "CROSS_COMPILE",
+    "LLVM",
+    "LLVM_IAS",
+    "HOSTCFLAGS",
+    "HOSTLDFLAGS",
+    "KCFLAGS",
+    "KCPPFLAGS",
+    "KAFLAGS",
+    "KRUSTFLAGS",
+    "KBUILD_BUILD_TIMESTAMP",
+    "LD_LIBRARY_PATH",
+    "PKG_CONFIG_PATH",
+    "CPATH",
+    "LIBRARY_PATH",
+)
 #: the rest of the environment a build sees: what the shell and the tools need, not what they build
 PASSED = ("PATH", "HOME", "LANG", "LC_ALL", "TERM", "TMPDIR", "USER", "LOGNAME")
 #: checkout, configure, compile, install (kernelbuild.build's phases, each said as it starts)
@@ -73,14 +90,26 @@ def worktrees_root() -> Path:
 
 
 #: what a kernel build needs here (tools on PATH, headers), and the Debian packages that give them
-NEEDED = {"gcc": "build-essential", "make": "make", "flex": "flex", "bison": "bison", "bc": "bc",
-          "/usr/include/libelf.h": "libelf-dev", "/usr/include/openssl/ssl.h": "libssl-dev"}  # fmt: skip
+NEEDED = {
+    "gcc": "build-essential",
+    "make": "make",
+    "flex": "flex",
+    "bison": "bison",
+    "bc": "bc",
+    "/usr/include/libelf.h": "libelf-dev",
+    "/usr/include/openssl/ssl.h": "libssl-dev",
+}
 
 
 def missing_tools() -> list[str]:
     """What a kernel build needs and this machine lacks, as Debian packages."""
-    return sorted({package for need, package in NEEDED.items()
-                   if not (Path(need).exists() if need.startswith("/") else shutil.which(need))})  # fmt: skip
+    return sorted(
+        {
+            package
+            for need, package in NEEDED.items()
+            if not (Path(need).exists() if need.startswith("/") else shutil.which(need))
+        }
+    )
 
 
 def config_digest() -> str:
@@ -137,8 +166,11 @@ def prune(kernels: Path, older_than_days: float, log=print) -> list[Path]:
         if used < cutoff:
             shutil.rmtree(root, ignore_errors=True)
             removed.append(root)
-    origins = {json.loads((r / "build.json").read_text()).get("origin") for r in kernels.glob("build-*")
-               if (r / "build.json").is_file()}  # fmt: skip
+    origins = {
+        json.loads((r / "build.json").read_text()).get("origin")
+        for r in kernels.glob("build-*")
+        if (r / "build.json").is_file()
+    }
     kept = {_worktree_name(Path(origin)) for origin in origins if origin}  # a tree a build left is from
     for tree in sorted(worktrees_root().glob("*")) if worktrees_root().is_dir() else []:
         used = (tree / "lock").stat().st_mtime if (tree / "lock").exists() else 0
@@ -157,8 +189,10 @@ def build(source: Source, kernels: Path, log=print) -> Path:
     if (root := cached(kernels, key)) is not None:
         return root
     if missing := missing_tools():
-        raise BuildError(f"building a kernel needs {', '.join(missing)}: apt-get install {' '.join(missing)} "
-                         "(make setup installs them)")  # fmt: skip
+        raise BuildError(
+            f"building a kernel needs {', '.join(missing)}: apt-get install {' '.join(missing)} "
+            "(make setup installs them)"
+        )
     tree = worktrees_root() / _worktree_name(source.repo)
     tree.mkdir(parents=True, exist_ok=True)
     with _locked(tree / "lock", f"{source.name} ({source.commit[:12]})", log):
@@ -173,8 +207,10 @@ def build(source: Source, kernels: Path, log=print) -> Path:
         _configure(src, obj, source.config)
         unset = unset_new_options(source, (obj / ".config").read_text())
         if unset:
-            log(f"kernel build: the patches add {', '.join(unset)}, which this build leaves unset (default off): the "
-                "patched code is not built unless a config turns them on (+config:FILE with them =y)")  # fmt: skip
+            log(
+                f"kernel build: the patches add {', '.join(unset)}, which this build leaves unset (default off): the "
+                "patched code is not built unless a config turns them on (+config:FILE with them =y)"
+            )
         phase("compile (bzImage, modules)")
         started = time.monotonic()
         release = _make(src, obj, key, tree / f"build-{key}.log", log)
@@ -209,9 +245,11 @@ def check_free_space(tree: Path, kernels: Path) -> None:
         folder.mkdir(parents=True, exist_ok=True)
         free = shutil.disk_usage(folder).free
         if free < MIN_FREE_BYTES:
-            raise BuildError(f"{free / 2**30:.1f} GiB free on the disk of {folder}; a kernel build needs "
-                             f"{MIN_FREE_BYTES / 2**30:.0f} GiB: remove builds (build-* in {kernels}) or checkouts "
-                             f"({worktrees_root()}) you no longer need")  # fmt: skip
+            raise BuildError(
+                f"{free / 2**30:.1f} GiB free on the disk of {folder}; a kernel build needs "
+                f"{MIN_FREE_BYTES / 2**30:.0f} GiB: remove builds (build-* in {kernels}) or checkouts "
+                f"({worktrees_root()}) you no longer need"
+            )
 
 
 @contextlib.contextmanager
@@ -227,8 +265,10 @@ def _locked(path: Path, what: str, log):
             fcntl.flock(handle, fcntl.LOCK_EX)
         handle.seek(0)
         handle.truncate()
-        handle.write(f"pid {os.getpid()} on {socket.gethostname()}, building {what} since "
-                     f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n")  # fmt: skip
+        handle.write(
+            f"pid {os.getpid()} on {socket.gethostname()}, building {what} since "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}\n"
+        )
         handle.flush()
         yield
 
@@ -269,8 +309,11 @@ def _checkout(source: Source, tree: Path) -> tuple[Path, Path]:
     src, obj = tree / "src", tree / "obj"
     if not (src / ".git").exists():
         shutil.rmtree(src, ignore_errors=True)
-        out = subprocess.run(["git", "clone", "-q", "--shared", "--no-checkout", str(source.repo), str(src)],
-                             capture_output=True, text=True)  # fmt: skip
+        out = subprocess.run(
+            ["git", "clone", "-q", "--shared", "--no-checkout", str(source.repo), str(src)],
+            capture_output=True,
+            text=True,
+        )
         if out.returncode != 0:
             raise BuildError(f"git clone of {source.repo} into {src} failed: {out.stderr.strip()[-300:]}")
     # objects come through the clone's alternates: a commit made in the tree since the clone is there too.
@@ -282,8 +325,10 @@ def _checkout(source: Source, tree: Path) -> tuple[Path, Path]:
     for patch in source.patches:
         out = _git(src, "apply", "--whitespace=nowarn", "-", stdin=patch.text)
         if out.returncode != 0:
-            raise BuildError(f"patch {patch.name} does not apply to {source.origin} at {source.commit[:12]}: "
-                             f"{out.stderr.decode().strip()[-400:]}")  # fmt: skip
+            raise BuildError(
+                f"patch {patch.name} does not apply to {source.origin} at {source.commit[:12]}: "
+                f"{out.stderr.decode().strip()[-400:]}"
+            )
     obj.mkdir(exist_ok=True)
     return src, obj
 
@@ -299,8 +344,13 @@ def _make_env() -> dict:
     env = {name: os.environ[name] for name in PASSED if name in os.environ} | toolchain()
     # ccache's base folder: paths under it are hashed relative to the object folder, so a tree's second
     # checkout (another tree cloned from it, the same commit) hits what the first one compiled
-    env.update(KBUILD_BUILD_USER="testbed", KBUILD_BUILD_HOST="cc-testbed", CCACHE_BASEDIR=str(worktrees_root()),
-               CCACHE_DIR=str(build_cache.cache_base() / "ccache"), CCACHE_MAXSIZE="8G")  # fmt: skip
+    env.update(
+        KBUILD_BUILD_USER="testbed",
+        KBUILD_BUILD_HOST="cc-testbed",
+        CCACHE_BASEDIR=str(worktrees_root()),
+        CCACHE_DIR=str(build_cache.cache_base() / "ccache"),
+        CCACHE_MAXSIZE="8G",
+    )
     return env
 
 
@@ -314,8 +364,9 @@ def _configure(src: Path, obj: Path, config: Patch | None = None) -> None:
     if config is not None:
         mine = obj / "developer.config"
         mine.write_bytes(config.text)
-        steps = [["cp", str(mine), str(obj / ".config")]] if is_full_config(config.text) else \
-            [*steps, [*merge, str(mine)]]  # fmt: skip
+        steps = (
+            [["cp", str(mine), str(obj / ".config")]] if is_full_config(config.text) else [*steps, [*merge, str(mine)]]
+        )
     steps += [[*merge, str(FRAGMENT)], ["make", f"O={obj}", "olddefconfig"]]
     for argv in steps:
         out = subprocess.run(argv, cwd=src, env=_make_env(), capture_output=True, text=True)
@@ -323,13 +374,23 @@ def _configure(src: Path, obj: Path, config: Patch | None = None) -> None:
             raise BuildError(f"{Path(argv[0]).name} failed in {src}: {(out.stdout + out.stderr).strip()[-600:]}")
     missing = missing_options(required_options(FRAGMENT.read_text()), (obj / ".config").read_text())
     if missing:
-        raise BuildError(f"this tree's Kconfig does not give what runs need ({FRAGMENT.name}): "
-                         f"{'; '.join(missing)}. See {obj / '.config'}; the suites need them")  # fmt: skip
+        raise BuildError(
+            f"this tree's Kconfig does not give what runs need ({FRAGMENT.name}): "
+            f"{'; '.join(missing)}. See {obj / '.config'}; the suites need them"
+        )
 
 
 def _make_argv(src: Path, obj: Path, key: str, *targets: str) -> list[str]:
-    return ["make", "-C", str(src), f"O={obj}", f"-j{os.cpu_count() or 1}", f"LOCALVERSION=-tb{key[:8]}",
-            *_compiler(), *targets]  # fmt: skip
+    return [
+        "make",
+        "-C",
+        str(src),
+        f"O={obj}",
+        f"-j{os.cpu_count() or 1}",
+        f"LOCALVERSION=-tb{key[:8]}",
+        *_compiler(),
+        *targets,
+    ]
 
 
 def _compiler() -> list[str]:
@@ -365,12 +426,16 @@ def unbuilt(names: list[str], kernels: Path) -> list[str]:
 def estimate_text(stats: dict | None) -> str:
     """Before a build: how long it should take (this tree's last full build, or this machine's first)."""
     if stats:
-        return (f"incremental: this tree was last built in {stats['seconds'] / 60:.1f} min; a change to a few files "
-                "takes a few minutes (vmlinux is linked again)")  # fmt: skip
+        return (
+            f"incremental: this tree was last built in {stats['seconds'] / 60:.1f} min; a change to a few files "
+            "takes a few minutes (vmlinux is linked again)"
+        )
     scale = FIRST_BUILD["jobs"] / (os.cpu_count() or 1)
     warm = " (far less for a commit ccache has seen: 1.7 min measured)" if shutil.which("ccache") else ""
-    return (f"first build of this tree: about {FIRST_BUILD['seconds'] * scale / 60:.0f} min on {os.cpu_count()} "
-            f"core(s){warm}, {FIRST_BUILD['compiled']} files; later revisions rebuild only what changed")  # fmt: skip
+    return (
+        f"first build of this tree: about {FIRST_BUILD['seconds'] * scale / 60:.0f} min on {os.cpu_count()} "
+        f"core(s){warm}, {FIRST_BUILD['compiled']} files; later revisions rebuild only what changed"
+    )
 
 
 def _make(src: Path, obj: Path, key: str, log_path: Path, log) -> str:
@@ -382,8 +447,13 @@ def _make(src: Path, obj: Path, key: str, log_path: Path, log) -> str:
     expected = FIRST_BUILD["compiled"] if stats is None else None
     argv = _make_argv(src, obj, key, "bzImage", "modules")
     # a session of its own: stopped (Ctrl-C, SIGTERM), the whole make goes, not only its first process
-    popen = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True, "env": _make_env(),
-             "start_new_session": True}  # fmt: skip
+    popen = {
+        "stdout": subprocess.PIPE,
+        "stderr": subprocess.STDOUT,
+        "text": True,
+        "env": _make_env(),
+        "start_new_session": True,
+    }
     with open(log_path, "w") as out, subprocess.Popen(argv, **popen) as proc:
         try:
             for line in proc.stdout:
@@ -396,14 +466,17 @@ def _make(src: Path, obj: Path, key: str, log_path: Path, log) -> str:
             if proc.poll() is None:
                 _stop(proc, obj)
     if proc.returncode != 0:
-        raise BuildError(f"the kernel did not build (make exited {proc.returncode}); last lines:\n"
-                         f"{_last_lines(log_path)}\nlog: {log_path}")  # fmt: skip
+        raise BuildError(
+            f"the kernel did not build (make exited {proc.returncode}); last lines:\n"
+            f"{_last_lines(log_path)}\nlog: {log_path}"
+        )
     seconds = time.monotonic() - started
     if stats is None or compiled > 0.5 * stats.get("compiled", 0):
         stats_path.write_text(json.dumps({"compiled": compiled, "seconds": round(seconds, 1)}))
     log(f"kernel build-{key}: built in {seconds / 60:.1f} min ({compiled} files compiled)")
-    release = subprocess.run(_make_argv(src, obj, key, "-s", "kernelrelease"), capture_output=True, text=True,
-                             env=_make_env()).stdout.split()  # fmt: skip
+    release = subprocess.run(
+        _make_argv(src, obj, key, "-s", "kernelrelease"), capture_output=True, text=True, env=_make_env()
+    ).stdout.split()
     if not release:
         raise BuildError(f"make kernelrelease printed nothing in {src}; the build's log: {log_path}")
     return release[-1]
@@ -426,8 +499,7 @@ def _last_lines(log_path: Path, count: int = 20) -> str:
     return "\n".join(lines[max(0, end - count) : end])
 
 
-def _install(source: Source, src: Path, obj: Path, dest: Path, config: str, release: str, seconds: float,
-             log) -> Path:  # fmt: skip
+def _install(source: Source, src: Path, obj: Path, dest: Path, config: str, release: str, seconds: float, log) -> Path:
     """The build, kept in the kernel cache as ``dest`` (``build-<key>/``), with Westwood+'s module tried
     against it."""
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest.parent))
@@ -437,22 +509,36 @@ def _install(source: Source, src: Path, obj: Path, dest: Path, config: str, rele
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _install_into(source: Source, src: Path, obj: Path, dest: Path, root: Path, config: str, release: str,
-                  seconds: float, log) -> Path:  # fmt: skip
+def _install_into(
+    source: Source, src: Path, obj: Path, dest: Path, root: Path, config: str, release: str, seconds: float, log
+) -> Path:
     key = dest.name.removeprefix("build-")
-    out = subprocess.run(_make_argv(src, obj, key, "-s", f"INSTALL_MOD_PATH={root}", "INSTALL_MOD_STRIP=1",
-                                    "modules_install"), env=_make_env(), capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        _make_argv(src, obj, key, "-s", f"INSTALL_MOD_PATH={root}", "INSTALL_MOD_STRIP=1", "modules_install"),
+        env=_make_env(),
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0 or not (root / "lib" / "modules" / release / "modules.dep").exists():
-        raise BuildError(f"make modules_install (with depmod) failed for {release}: "
-                         f"{(out.stdout + out.stderr).strip()[-600:] or 'no modules.dep written'}")  # fmt: skip
+        raise BuildError(
+            f"make modules_install (with depmod) failed for {release}: "
+            f"{(out.stdout + out.stderr).strip()[-600:] or 'no modules.dep written'}"
+        )
     (root / "boot").mkdir()
     shutil.copy2(obj / "arch" / "x86" / "boot" / "bzImage", root / "boot" / f"vmlinuz-{release}")
     shutil.copy2(obj / ".config", root / "boot" / f"config-{release}")
-    record = {**source.describe(), "key": key, "config_digest": config, "toolchain": toolchain(), "release": release,
-              "config_sha256": hashlib.sha256((obj / ".config").read_bytes()).hexdigest(),
-              "build_seconds": round(seconds, 1), "ccache": bool(shutil.which("ccache")),
-              "unset_new_options": unset_new_options(source, (obj / ".config").read_text()),
-              "westwood_tb": _project_module(release, obj, log)}  # fmt: skip
+    record = {
+        **source.describe(),
+        "key": key,
+        "config_digest": config,
+        "toolchain": toolchain(),
+        "release": release,
+        "config_sha256": hashlib.sha256((obj / ".config").read_bytes()).hexdigest(),
+        "build_seconds": round(seconds, 1),
+        "ccache": bool(shutil.which("ccache")),
+        "unset_new_options": unset_new_options(source, (obj / ".config").read_text()),
+        "westwood_tb": _project_module(release, obj, log),
+    }
     (root / "build.json").write_text(json.dumps(record, indent=2) + "\n")
     (root / ".complete").write_text(key + "\n")
     if dest.exists():

@@ -25,15 +25,20 @@ def required_options(fragment: str) -> dict[str, str]:
 def missing_options(required: dict[str, str], config: str) -> list[str]:
     """The required options a built ``.config`` does not hold, as ``CONFIG_X=value (it has: ...)``."""
     have = dict(line.split("=", 1) for line in config.splitlines() if line.startswith("CONFIG_") and "=" in line)
-    return [f"{name}={value} (it has: {have.get(name, 'not set')})" for name, value in required.items()
-            if have.get(name) != value]  # fmt: skip
+    return [
+        f"{name}={value} (it has: {have.get(name, 'not set')})"
+        for name, value in required.items()
+        if have.get(name) != value
+    ]
 
 
 def is_full_config(text: bytes) -> bool:
     """A whole ``.config`` (make's header, or hundreds of options) rather than a fragment of a few."""
     lines = text.decode(errors="replace").splitlines()
-    return any("Automatically generated file" in line for line in lines[:5]) or \
-        sum(line.startswith(("CONFIG_", "# CONFIG_")) for line in lines) >= FULL_CONFIG_OPTIONS  # fmt: skip
+    return (
+        any("Automatically generated file" in line for line in lines[:5])
+        or sum(line.startswith(("CONFIG_", "# CONFIG_")) for line in lines) >= FULL_CONFIG_OPTIONS
+    )
 
 
 def unset_new_options(source: Source, config: str) -> list[str]:

@@ -70,8 +70,11 @@ def default_package() -> str:
 def describe() -> list[str]:
     """``testbed kernels``: the default guest kernel, those in the cache and those apt can download."""
     cached = sorted(_cached_name(p) for p in cache_root().glob("*") if (p / ".complete").exists())
-    return [f"default: {default_package()}", "cached: " + (", ".join(cached) or "none"),
-            "downloadable: " + ", ".join(available_versions())]  # fmt: skip
+    return [
+        f"default: {default_package()}",
+        "cached: " + (", ".join(cached) or "none"),
+        "downloadable: " + ", ".join(available_versions()),
+    ]
 
 
 def _cached_name(root: Path) -> str:
@@ -218,18 +221,21 @@ def expand_series(spec: str, available: list[str] | None = None) -> list[str]:
         first, _, last = (part.strip() for part in spec.partition(".."))
         (first, flavour), (last, last_flavour) = _split_flavour(first), _split_flavour(last)
         if flavour != last_flavour:
-            raise KernelError(f"--series {spec}: both ends need the same flavour ({flavour or 'plain'} vs "
-                              f"{last_flavour or 'plain'})")  # fmt: skip
+            raise KernelError(
+                f"--series {spec}: both ends need the same flavour ({flavour or 'plain'} vs {last_flavour or 'plain'})"
+            )
         available = available_versions() if available is None else available
         shown = ", ".join(available) or "none (run 'apt-get update')"
         for end in (first, last):
             if end not in available:
-                raise KernelError(f"--series {spec}: kernel {end} cannot be had here. Versions that can be had: "
-                                  f"{shown}")  # fmt: skip
+                raise KernelError(
+                    f"--series {spec}: kernel {end} cannot be had here. Versions that can be had: {shown}"
+                )
         i, j = available.index(first), available.index(last)
         if i >= j:
-            raise KernelError(f"--series {spec}: {first} is not older than {last}; give the oldest first "
-                              f"(--series {last}..{first})")  # fmt: skip
+            raise KernelError(
+                f"--series {spec}: {first} is not older than {last}; give the oldest first (--series {last}..{first})"
+            )
         kernels = [v + flavour for v in available[i : j + 1]]
     else:
         kernels = [part.strip() for part in spec.split(",") if part.strip()]
@@ -246,6 +252,8 @@ def newest(series: str, available: list[str] | None = None) -> str:
     mine = [v for v in available if v == series or any(v.startswith(series + sep) for sep in ".-+")]
     if not mine:
         series_here = sorted({".".join(v.split(".")[:2]) for v in available})
-        raise KernelError(f"--latest {series}: no installable kernel of that series; series here: "
-                          f"{', '.join(series_here) or 'none (run apt-get update)'}")  # fmt: skip
+        raise KernelError(
+            f"--latest {series}: no installable kernel of that series; series here: "
+            f"{', '.join(series_here) or 'none (run apt-get update)'}"
+        )
     return mine[-1]

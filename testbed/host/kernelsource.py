@@ -83,10 +83,15 @@ class Source:
 
     def describe(self) -> dict:
         """What a run's manifest records of it."""
-        return {"name": self.name, "origin": self.origin, "commit": self.commit, "tree": self.tree_id,
-                "dirty": self.dirty, "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
-                "config": {"name": self.config.name, "sha256": self.config.sha256}
-                if self.config else None}  # fmt: skip
+        return {
+            "name": self.name,
+            "origin": self.origin,
+            "commit": self.commit,
+            "tree": self.tree_id,
+            "dirty": self.dirty,
+            "patches": [{"name": p.name, "sha256": p.sha256} for p in self.patches],
+            "config": {"name": self.config.name, "sha256": self.config.sha256} if self.config else None,
+        }
 
 
 def is_source(name: str | None) -> bool:
@@ -95,8 +100,10 @@ def is_source(name: str | None) -> bool:
 
 def parse(name: str) -> SourceName:
     """The parts of a source name (module doc); a malformed one says what the forms are."""
-    forms = ("tree:PATH[@REV][+patch:FILE][+config:FILE], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or "
-             "SERIES+source [+config:FILE]")  # fmt: skip
+    forms = (
+        "tree:PATH[@REV][+patch:FILE][+config:FILE], SERIES+patch:FILE (e.g. 6.1+patch:fix.patch) or "
+        "SERIES+source [+config:FILE]"
+    )
     if name.startswith(TREE):
         head, *parts = re.split(r"\+(?=(?:patch|config):)", name[len(TREE) :])
         path, _, rev = head.partition("@")
@@ -117,15 +124,22 @@ def parse(name: str) -> SourceName:
 def _parts(name: str, parts: list[str], forms: str) -> dict:
     """The patches (and the config) of ``patch:FILE[@sha256:HEX]`` and ``config:FILE[@sha256:HEX]`` parts."""
     kinds = [part.partition(":") for part in parts]
-    if not all(kind in ("patch", "config") and rest for kind, _, rest in kinds) or \
-            sum(kind == "config" for kind, _, _ in kinds) > 1:  # fmt: skip
-        raise SourceError(f"kernel {name!r}: after the source come patch:FILE parts and at most one config:FILE; "
-                          f"give {forms}")  # fmt: skip
+    if (
+        not all(kind in ("patch", "config") and rest for kind, _, rest in kinds)
+        or sum(kind == "config" for kind, _, _ in kinds) > 1
+    ):
+        raise SourceError(
+            f"kernel {name!r}: after the source come patch:FILE parts and at most one config:FILE; give {forms}"
+        )
     split = [(kind, *re.fullmatch(r"(.+?)(?:@sha256:([0-9a-f]{64}))?", rest).groups()) for kind, _, rest in kinds]
     patches = [(Path(path).expanduser(), pin) for kind, path, pin in split if kind == "patch"]
     config = next(((Path(path).expanduser(), pin) for kind, path, pin in split if kind == "config"), (None, None))
-    return {"patches": tuple(p for p, _ in patches), "pins": tuple(pin for _, pin in patches),
-            "config": config[0], "config_pin": config[1]}  # fmt: skip
+    return {
+        "patches": tuple(p for p, _ in patches),
+        "pins": tuple(pin for _, pin in patches),
+        "config": config[0],
+        "config_pin": config[1],
+    }
 
 
 def label(name: str) -> str:
@@ -153,18 +167,35 @@ def resolve(name: str, log=print) -> Source:
     if parsed.kind == DEBIAN:
         repo, version = debian_source(parsed.series, log)
         commit = _git(repo, "rev-parse", "HEAD")
-        return Source(name, repo, commit, patches, f"linux-source-{parsed.series}={version}", config=config,
-                      tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
+        return Source(
+            name,
+            repo,
+            commit,
+            patches,
+            f"linux-source-{parsed.series}={version}",
+            config=config,
+            tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"),
+        )
     repo = _tree(parsed.tree)
     commit = _commit(repo, parsed.rev, name)
     dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") else None
     if dirty is not None:
         if os.environ.get(ALLOW_DIRTY) != "1":
-            raise SourceError(f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
-                              f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff")  # fmt: skip
+            raise SourceError(
+                f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
+                f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff"
+            )
         patches += (dirty,)
-    return Source(name, repo, commit, patches, str(repo), dirty=dirty is not None or pinned_dirty, config=config,
-                  tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"))  # fmt: skip
+    return Source(
+        name,
+        repo,
+        commit,
+        patches,
+        str(repo),
+        dirty=dirty is not None or pinned_dirty,
+        config=config,
+        tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"),
+    )
 
 
 def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
@@ -190,9 +221,11 @@ def _not_ancestor(repo: Path, good: str, bad: str, first: str, last: str) -> str
     if base.returncode != 0 or not base.stdout.strip():
         return f"--good {good} and --bad {bad} share no history in {repo}: give two commits of one line"
     where = base.stdout.strip()[:12]
-    return (f"--good {good} is not an ancestor of --bad {bad} in {repo}: their lines diverged at {where} (git "
-            f"merge-base). If {where} is good, bisect from it: --good {where}; if it is bad already, the change is "
-            f"older than both lines")  # fmt: skip
+    return (
+        f"--good {good} is not an ancestor of --bad {bad} in {repo}: their lines diverged at {where} (git "
+        f"merge-base). If {where} is good, bisect from it: --good {where}; if it is bad already, the change is "
+        f"older than both lines"
+    )
 
 
 def pins_root() -> Path:
@@ -238,8 +271,10 @@ def _read_patch(path: Path, pin: str | None = None, what: str = "patch") -> Patc
     if pin is not None:  # pinned when the comparison started: its bytes from the store, whatever the file holds now
         stored = pins_root() / pin
         if not stored.is_file() or hashlib.sha256(stored.read_bytes()).hexdigest() != pin:
-            raise SourceError(f"{what} {path}: its copy pinned when the comparison started ({stored}) is gone or "
-                              "changed: start the comparison again (--force)")  # fmt: skip
+            raise SourceError(
+                f"{what} {path}: its copy pinned when the comparison started ({stored}) is gone or "
+                "changed: start the comparison again (--force)"
+            )
         return Patch(str(path), stored.read_bytes())
     if what == "config" and not path.is_file():
         raise SourceError(f"config {path}: no such file (config:FILE, a full .config or a fragment of CONFIG_ lines)")
@@ -260,14 +295,19 @@ def _tree(path: Path) -> Path:
     if not (path / "Makefile").is_file() or not (path / "net" / "ipv4").is_dir():
         raise SourceError(f"tree:{path}: not a Linux source tree (no Makefile and net/ipv4/ there)")
     if subprocess.run(["git", "-C", str(path), "rev-parse", "--git-dir"], capture_output=True).returncode != 0:
-        raise SourceError(f"tree:{path}: not a git repository; the build is keyed by its commit (git init and "
-                          f"commit it, or use SERIES+patch:FILE for Debian's source with a patch)")  # fmt: skip
+        raise SourceError(
+            f"tree:{path}: not a git repository; the build is keyed by its commit (git init and "
+            f"commit it, or use SERIES+patch:FILE for Debian's source with a patch)"
+        )
     return path
 
 
 def _commit(repo: Path, rev: str | None, name: str) -> str:
-    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev or 'HEAD'}^{{commit}}"],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "--verify", "--quiet", f"{rev or 'HEAD'}^{{commit}}"],
+        capture_output=True,
+        text=True,
+    )
     if out.returncode != 0:
         recent = _git(repo, "log", "--oneline", "-5", "--no-decorate")
         raise SourceError(f"kernel {name!r}: {rev or 'HEAD'} is not a commit of {repo}; recent ones:\n{recent}")
@@ -283,10 +323,12 @@ def _dirty_patch(repo: Path) -> Patch | None:
     files = _git(repo, "diff-index", "--name-only", "HEAD").splitlines()
     if not files:
         return None
-    diff = subprocess.run(["git", "-C", str(repo), "diff-index", "-p", "--binary", "HEAD"], capture_output=True,
-                          check=True)  # fmt: skip
-    return Patch(f"working tree diff ({len(files)} files: {', '.join(files[:3])}{'...' if len(files) > 3 else ''})",
-                 diff.stdout)  # fmt: skip
+    diff = subprocess.run(
+        ["git", "-C", str(repo), "diff-index", "-p", "--binary", "HEAD"], capture_output=True, check=True
+    )
+    return Patch(
+        f"working tree diff ({len(files)} files: {', '.join(files[:3])}{'...' if len(files) > 3 else ''})", diff.stdout
+    )
 
 
 def sources_root() -> Path:
@@ -314,17 +356,28 @@ def _fetch_debian_source(series: str, repo: Path, log) -> None:
         out = subprocess.run(["apt-get", "download", package], cwd=tmp, capture_output=True, text=True)
         debs = list(Path(tmp).glob("*.deb"))
         if out.returncode != 0 or not debs:
-            found = subprocess.run(["apt-cache", "search", "--names-only", r"^linux-source-[0-9.]+$"],
-                                   capture_output=True, text=True).stdout  # fmt: skip
+            found = subprocess.run(
+                ["apt-cache", "search", "--names-only", r"^linux-source-[0-9.]+$"], capture_output=True, text=True
+            ).stdout
             have = [line.split(" - ")[0] for line in found.splitlines() if line.strip()]
             series_here = ", ".join(h.removeprefix("linux-source-") for h in have) or "none"
-            raise SourceError(f"{series}+...: {package} cannot be downloaded "
-                              f"({out.stderr.strip()[-200:] or 'no output'}); series here: {series_here}")  # fmt: skip
+            raise SourceError(
+                f"{series}+...: {package} cannot be downloaded "
+                f"({out.stderr.strip()[-200:] or 'no output'}); series here: {series_here}"
+            )
         version = debs[0].name.split("_")[1]
         _unpack_source(debs[0], Path(tmp) / "src", package)
         # --force: Debian's top-level .gitignore ignores everything but debian/
-        commit = ["-c", "user.name=testbed", "-c", "user.email=testbed@localhost", "commit", "-q", "-m",
-                  f"{package} {version}"]  # fmt: skip
+        commit = [
+            "-c",
+            "user.name=testbed",
+            "-c",
+            "user.email=testbed@localhost",
+            "commit",
+            "-q",
+            "-m",
+            f"{package} {version}",
+        ]
         for args in (["init", "-q"], ["add", "-A", "--force"], commit):
             subprocess.run(["git", "-C", str(Path(tmp) / "src"), *args], check=True, capture_output=True)
         (Path(tmp) / "src" / ".git" / "testbed-version").write_text(version + "\n")
@@ -337,11 +390,15 @@ def _unpack_source(deb: Path, dest: Path, package: str) -> None:
     """The tarball inside the package, unpacked without its top folder."""
     tarball = f"./usr/src/{package}.tar.xz"
     with subprocess.Popen(["dpkg-deb", "--fsys-tarfile", str(deb)], stdout=subprocess.PIPE) as dpkg:
-        subprocess.run(["tar", "-x", "-C", str(deb.parent), "--strip-components=3", "-f", "-", tarball],
-                       stdin=dpkg.stdout, check=True)  # fmt: skip
+        subprocess.run(
+            ["tar", "-x", "-C", str(deb.parent), "--strip-components=3", "-f", "-", tarball],
+            stdin=dpkg.stdout,
+            check=True,
+        )
     if dpkg.returncode != 0:
         raise SourceError(f"dpkg-deb could not read {deb} (exit {dpkg.returncode})")
     dest.mkdir()
-    subprocess.run(["tar", "-x", "-C", str(dest), "--strip-components=1", "-f", str(deb.parent / f"{package}.tar.xz")],
-                   check=True)  # fmt: skip
+    subprocess.run(
+        ["tar", "-x", "-C", str(dest), "--strip-components=1", "-f", str(deb.parent / f"{package}.tar.xz")], check=True
+    )
     (deb.parent / f"{package}.tar.xz").unlink()

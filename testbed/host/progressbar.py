@@ -55,13 +55,22 @@ class ProgressBar(logging.Handler):
         now = time.monotonic()
         if isinstance(event, events.SessionPlanned):
             self.total, self.done = event.runs, 0
-            self.bar.update(self.task, description=f"{event.name}: {event.runs} runs", total=event.runs,
-                            completed=0, ends_at=now + event.estimate_s)  # fmt: skip
+            self.bar.update(
+                self.task,
+                description=f"{event.name}: {event.runs} runs",
+                total=event.runs,
+                completed=0,
+                ends_at=now + event.estimate_s,
+            )
         elif isinstance(event, events.RunStarted):
             # a second guest boot numbers the runs left from 1 again: the session's count goes on
             self.total = max(self.total, event.total)
-            self.bar.update(self.task, description=f"run {event.index}/{event.total}: {event.point_id} "
-                            f"seed={event.seed}", total=self.total, ends_at=now + event.eta_s)  # fmt: skip
+            self.bar.update(
+                self.task,
+                description=f"run {event.index}/{event.total}: {event.point_id} seed={event.seed}",
+                total=self.total,
+                ends_at=now + event.eta_s,
+            )
         elif isinstance(event, events.RunEnded):
             self.done += 1
             self.bar.update(self.task, completed=self.done)
@@ -76,9 +85,17 @@ def wanted() -> bool:
 @contextlib.contextmanager
 def shown(logger: logging.Logger) -> Iterator[ProgressBar]:
     """Draw the bar while the block runs, fed by ``logger``'s records (and its children's)."""
-    bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), _TimeLeft(),
-                   console=Console(stderr=True), auto_refresh=False, transient=True,
-                   redirect_stdout=True, redirect_stderr=True)  # fmt: skip
+    bar = Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        _TimeLeft(),
+        console=Console(stderr=True),
+        auto_refresh=False,
+        transient=True,
+        redirect_stdout=True,
+        redirect_stderr=True,
+    )
     handler = ProgressBar(bar)
     logger.addHandler(handler)
     try:

@@ -76,8 +76,11 @@ class RunnerProgress:
         return now > self.expect_by
 
     def describe(self, silent_s: float) -> str:
-        where = (f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
-                 if self.current is not None else "between runs")  # fmt: skip
+        where = (
+            f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
+            if self.current is not None
+            else "between runs"
+        )
         return f"stopped responding in {where}: nothing from it for {silent_s:.0f} s"
 
 
@@ -133,21 +136,27 @@ def follow(
             return ready_s
         elapsed = now - started
         if ready_s is None and elapsed > start_timeout_s:
-            raise RunnerNotStarted(f"{label} did not start the runner within {start_timeout_s:.0f} s; "
-                                   f"console log: {console}{console_tail(console)}")  # fmt: skip
+            raise RunnerNotStarted(
+                f"{label} did not start the runner within {start_timeout_s:.0f} s; "
+                f"console log: {console}{console_tail(console)}"
+            )
         if done_at is None and finished():
             done_at = now
         if ready_s is not None and done_at is None and progress.overdue(now):
-            raise RunnerSilent(f"{label} {progress.describe(now - last_output)}; stopped it after {elapsed:.0f} s; "
-                               f"console log: {console}{console_tail(console)}")  # fmt: skip
+            raise RunnerSilent(
+                f"{label} {progress.describe(now - last_output)}; stopped it after {elapsed:.0f} s; "
+                f"console log: {console}{console_tail(console)}"
+            )
         if done_at is not None and now - done_at > shutdown_timeout_s:
             # the plan is finished and its results are written: a guest that hangs on its way down
             # must not hold the session until the timeout
             on_line(f"{label} finished the plan but did not exit within {shutdown_timeout_s:.0f} s: stopping it", now)
             return ready_s
         if elapsed > timeout_s:
-            raise RemoteRunnerError(f"{label} did not finish within {timeout_s:.0f} s (runs planned for less); "
-                                    f"console log: {console}{console_tail(console)}")  # fmt: skip
+            raise RemoteRunnerError(
+                f"{label} did not finish within {timeout_s:.0f} s (runs planned for less); "
+                f"console log: {console}{console_tail(console)}"
+            )
 
 
 def follow_plan(
@@ -175,12 +184,22 @@ def follow_plan(
         if on_line is not None:
             on_line(text, now)
 
-    return follow(proc, log_file, progress, label=label, start_timeout_s=start_timeout_s, timeout_s=timeout_s,
-                  on_line=line, finished=finished, shutdown_timeout_s=shutdown_timeout_s)  # fmt: skip
+    return follow(
+        proc,
+        log_file,
+        progress,
+        label=label,
+        start_timeout_s=start_timeout_s,
+        timeout_s=timeout_s,
+        on_line=line,
+        finished=finished,
+        shutdown_timeout_s=shutdown_timeout_s,
+    )
 
 
-def with_observers(on_line: Callable[[str, float], None], observers: Sequence[Observer], session: Path,
-                   run_dirs: list[str]) -> Callable[[str, float], None]:  # fmt: skip
+def with_observers(
+    on_line: Callable[[str, float], None], observers: Sequence[Observer], session: Path, run_dirs: list[str]
+) -> Callable[[str, float], None]:
     """One ``on_line`` for a plan's runner lines: the host's watch (``on_line``) first, so that a run's
     manifest has its host figures when its end line reaches an observer that reads the folder, then each
     observer, bound to ``session`` and the plan's ``run_dirs``."""
@@ -197,5 +216,8 @@ def with_observers(on_line: Callable[[str, float], None], observers: Sequence[Ob
 def plan_timing(ready_s: float | None, started: float, done: Path) -> dict:
     """What a remote backend reports of a finished plan: seconds to the runner's first line, the wall time
     since ``started``, and the number of runs not complete as the runner wrote to ``plan.done``."""
-    return {"ready_s": ready_s, "wall_s": round(time.monotonic() - started, 2),
-            "not_complete": int(done.read_text().strip() or 0)}  # fmt: skip
+    return {
+        "ready_s": ready_s,
+        "wall_s": round(time.monotonic() - started, 2),
+        "not_complete": int(done.read_text().strip() or 0),
+    }

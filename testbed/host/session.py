@@ -92,30 +92,51 @@ def run_session(
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
         total = chosen.wall_s([estimate.estimate_s(r) for r in runs_to_do])
-        log(progress.format_line(progress.SessionPlanned(name=scenario.name, profile=scenario.profile,
-                                                         runs=len(runs_to_do), estimate_s=total)))  # fmt: skip
+        log(
+            progress.format_line(
+                progress.SessionPlanned(
+                    name=scenario.name, profile=scenario.profile, runs=len(runs_to_do), estimate_s=total
+                )
+            )
+        )
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
         with folderlock.acquire(session) as lock:
             if lock.took_over:
-                log(f"took over {session}: its last writer ended without releasing it "
-                    f"({folderlock.describe(lock.took_over)})")  # fmt: skip
+                log(
+                    f"took over {session}: its last writer ended without releasing it "
+                    f"({folderlock.describe(lock.took_over)})"
+                )
             for r in runs_to_do:
                 resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
-            context = PlanContext(git=git, backend=backend_info, project_modules=project_modules,
-                                  bpf_objects=bpf_objects, hold_library=hold_library,
-                                  keep_networks=keep_networks, queue_hz=queue_hz)  # fmt: skip
+            context = PlanContext(
+                git=git,
+                backend=backend_info,
+                project_modules=project_modules,
+                bpf_objects=bpf_objects,
+                hold_library=hold_library,
+                keep_networks=keep_networks,
+                queue_hz=queue_hz,
+            )
             plan = Plan(context=context, runs=[_plan_entry(r, scenario, session) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, total)
     result = _result(session, runs, backend_info)
-    log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
-        f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete")  # fmt: skip
+    log(
+        f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
+        f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete"
+    )
     return result
 
 
-def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, vcpus: int | None,
-                  cluster: str | None = None, placement_seed: int | None = None,
-                  clock: str = "auto") -> Backend:  # fmt: skip
+def _open_backend(
+    choice: str,
+    runs: list[RunSpec],
+    kernel_version: str | None,
+    vcpus: int | None,
+    cluster: str | None = None,
+    placement_seed: int | None = None,
+    clock: str = "auto",
+) -> Backend:
     """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why),
     a guest when virtual time is asked for; with ``cluster``, the cluster's, whose workers each decide
     ``auto`` on their own host."""
@@ -124,13 +145,23 @@ def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, 
         # imported here: Dask takes a second to import, and only a cluster session needs it
         missing = [name for name in ("dask", "distributed") if importlib.util.find_spec(name) is None]
         if missing:
-            raise ValueError(f"--cluster needs Dask ({', '.join(missing)} not installed: 'make setup-experiment' "
-                             "leaves it out): run 'make setup', or .venv/bin/pip install -e '.[cluster]'")  # fmt: skip
+            raise ValueError(
+                f"--cluster needs Dask ({', '.join(missing)} not installed: 'make setup-experiment' "
+                "leaves it out): run 'make setup', or .venv/bin/pip install -e '.[cluster]'"
+            )
         from testbed.host import cluster as dask_cluster
         from testbed.host import clusterspec
 
-        return dask_cluster.ClusterBackend(clusterspec.parse(cluster), choice, runs, kernel_version, vcpus, log=log,
-                                           placement_seed=placement_seed, clock=clock)  # fmt: skip
+        return dask_cluster.ClusterBackend(
+            clusterspec.parse(cluster),
+            choice,
+            runs,
+            kernel_version,
+            vcpus,
+            log=log,
+            placement_seed=placement_seed,
+            clock=clock,
+        )
     if choice == "auto" and clock == "virtual":
         choice, why = "guest", "--clock virtual runs in a guest (QEMU's icount)"
         log(f"backend: {choice} ({why})")
@@ -140,25 +171,37 @@ def _open_backend(choice: str, runs: list[RunSpec], kernel_version: str | None, 
     return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments)
 
 
-def _resumable(scenario: ScenarioFile, runs: list[RunSpec], results_root: Path, release: str, git: dict,
-               backend_info: dict, force: bool) -> tuple[Path | None, list[RunSpec]]:  # fmt: skip
+def _resumable(
+    scenario: ScenarioFile,
+    runs: list[RunSpec],
+    results_root: Path,
+    release: str,
+    git: dict,
+    backend_info: dict,
+    force: bool,
+) -> tuple[Path | None, list[RunSpec]]:
     """The session to resume (same runs, kernel and clock; none with ``force``) and the runs left to do."""
     clock = backend_info.get("clock", "real")
     previous = None if force else resume.find_resumable(results_root, scenario.name, runs, release, clock)
     return previous, runs if previous is None else _runs_to_resume(scenario, runs, previous, release, git, clock)
 
 
-def _runs_to_resume(scenario: ScenarioFile, runs: list[RunSpec], previous: Path, release: str,
-                    git: dict, clock: str = "real") -> list[RunSpec]:  # fmt: skip
+def _runs_to_resume(
+    scenario: ScenarioFile, runs: list[RunSpec], previous: Path, release: str, git: dict, clock: str = "real"
+) -> list[RunSpec]:
     """The runs of ``previous`` (a session of the same runs) not yet complete on ``release``; says so."""
     done = [r for r in runs if resume.is_done(rundir.run_dir(previous, r.point_id, r.seed), r, release, clock)]
     resume.note_older_code(previous, done, git, log)
     if len(done) == len(runs):
-        log(f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
-            f"(--force runs them again in a new folder)")  # fmt: skip
+        log(
+            f"{scenario.name}: all {len(runs)} runs are already complete on {release} in {previous} "
+            f"(--force runs them again in a new folder)"
+        )
         return []
-    log(f"resuming {previous}: {len(done)} of {len(runs)} runs complete on {release}, running the other "
-        f"{len(runs) - len(done)} (--force starts anew)")  # fmt: skip
+    log(
+        f"resuming {previous}: {len(done)} of {len(runs)} runs complete on {release}, running the other "
+        f"{len(runs) - len(done)} (--force starts anew)"
+    )
     return [r for r in runs if r not in done]
 
 
@@ -175,11 +218,19 @@ def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> PlanRun:
     )
 
 
-def _write_session_info(session: Path, scenario: ScenarioFile, runs: list[RunSpec], backend_info: dict, git: dict,
-                        resumed: bool) -> None:  # fmt: skip
-    info = {"scenario": scenario.name, "scenario_file": str(scenario.path), "profile": scenario.profile,
-            "description": scenario.description, "backend": backend_info, "git": git,
-            "started_utc": rundir.utc_iso(), "runs": resume.run_dirs(session, runs)}  # fmt: skip
+def _write_session_info(
+    session: Path, scenario: ScenarioFile, runs: list[RunSpec], backend_info: dict, git: dict, resumed: bool
+) -> None:
+    info = {
+        "scenario": scenario.name,
+        "scenario_file": str(scenario.path),
+        "profile": scenario.profile,
+        "description": scenario.description,
+        "backend": backend_info,
+        "git": git,
+        "started_utc": rundir.utc_iso(),
+        "runs": resume.run_dirs(session, runs),
+    }
     if resumed:
         earlier = rundir.read_json(session / rundir.SESSION)
         info["started_utc"] = earlier.get("started_utc", info["started_utc"])
@@ -224,9 +275,17 @@ def _mark_unfinished(plan: Plan, session: Path, reason: str) -> None:
     for run in plan.runs:
         directory = session / run.run_dir
         started = (directory / rundir.MANIFEST).exists()
-        manifest = read_manifest(directory) if started else Manifest(
-            scenario=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed, resolved=run.scenario,
-        )  # fmt: skip
+        manifest = (
+            read_manifest(directory)
+            if started
+            else Manifest(
+                scenario=run.scenario_name,
+                point_id=run.point_id,
+                params=run.params,
+                seed=run.seed,
+                resolved=run.scenario,
+            )
+        )
         if manifest.status in ("complete", "failed"):
             continue
         status = "incomplete" if started else "failed"

@@ -38,13 +38,21 @@ def chosen_run(scenario: ScenarioFile, log=print) -> RunSpec:
     run = runs[0]
     if len(points) > 1:
         others = ", ".join(points[1:4]) + (", ..." if len(points) > 4 else "")
-        log(f"{scenario.name} has {len(points)} points; this shell builds {run.point_id} "
-            f"(--only KEY=VALUE picks another: {others})")  # fmt: skip
+        log(
+            f"{scenario.name} has {len(points)} points; this shell builds {run.point_id} "
+            f"(--only KEY=VALUE picks another: {others})"
+        )
     return run
 
 
-def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: str | None = None,
-               vcpus: int | None = None, log=print, page=None) -> int:  # fmt: skip
+def open_shell(
+    scenario: ScenarioFile,
+    backend: str = "auto",
+    kernel_version: str | None = None,
+    vcpus: int | None = None,
+    log=print,
+    page=None,
+) -> int:
     """Build the scenario's first run's network on the chosen backend and attach this terminal to its CLI;
     ``page(folder)``, a context manager: the live page served on the plan's folder while the shell is open
     (its ``live`` command prints the URL; not in the lab VM, whose folder this host cannot read)."""
@@ -58,9 +66,13 @@ def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: st
     try:
         release = chosen.prepare()
         artefacts = chosen.build([run], release)
-        context = PlanContext(git=provenance.git_state(PROJECT), backend=chosen.describe(),
-                              project_modules=artefacts.project_modules, bpf_objects=artefacts.bpf_objects,
-                              hold_library=artefacts.hold_library)  # fmt: skip
+        context = PlanContext(
+            git=provenance.git_state(PROJECT),
+            backend=chosen.describe(),
+            project_modules=artefacts.project_modules,
+            bpf_objects=artefacts.bpf_objects,
+            hold_library=artefacts.hold_library,
+        )
         plan = Plan(context=context, runs=[_plan_run(run)])
         plan.write(folder / PLAN)
         shared = page is not None and not isinstance(chosen, backends.LabVMBackend)
@@ -72,9 +84,16 @@ def open_shell(scenario: ScenarioFile, backend: str = "auto", kernel_version: st
 
 
 def _plan_run(run: RunSpec) -> PlanRun:
-    return PlanRun(scenario_name=run.scenario_name, point_id=run.point_id, params=run.params, seed=run.seed,
-                   profile=run.profile, scenario=run.scenario.model_dump(mode="json"), run_dir="shell",
-                   estimate_s=estimate.estimate_s(run))  # fmt: skip
+    return PlanRun(
+        scenario_name=run.scenario_name,
+        point_id=run.point_id,
+        params=run.params,
+        seed=run.seed,
+        profile=run.profile,
+        scenario=run.scenario.model_dump(mode="json"),
+        run_dir="shell",
+        estimate_s=estimate.estimate_s(run),
+    )
 
 
 def _attach(chosen: backends.Backend, plan: Plan, folder: Path) -> int:
@@ -91,8 +110,10 @@ def _attach(chosen: backends.Backend, plan: Plan, folder: Path) -> int:
 def _in_guest(guest: backends.GuestBackend, plan_path: Path) -> int:
     """vng with this terminal as the guest's console and our shell as root's login shell there."""
     login = plan_path.with_name("login.sh")
-    login.write_text(f"#!/bin/sh\ncd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin "
-                     f"{start.command(sys.executable, str(plan_path), module='testbed.guest.shell')}\n")  # fmt: skip
+    login.write_text(
+        f"#!/bin/sh\ncd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin "
+        f"{start.command(sys.executable, str(plan_path), module='testbed.guest.shell')}\n"
+    )
     login.chmod(0o755)
     argv = virtme.vng_argv(guest.kernel, guest.config, [plan_path.parent], shell=login)
     proc, guard = virtme.start_attached(argv)
@@ -108,8 +129,10 @@ def _in_lab_vm(folder: Path) -> int:
     with vagrant.LabVM() as vm:
         remote = f"{VM_PLANS}/{folder.name}"
         vm.copy_in(folder, remote)
-        command = f"cd {vagrant.VM_PROJECT} && sudo {vagrant.VM_PROJECT}/.venv/bin/python -m testbed.guest.shell " \
-                  f"{remote}/{PLAN}; sudo rm -rf {remote}"  # fmt: skip
+        command = (
+            f"cd {vagrant.VM_PROJECT} && sudo {vagrant.VM_PROJECT}/.venv/bin/python -m testbed.guest.shell "
+            f"{remote}/{PLAN}; sudo rm -rf {remote}"
+        )
         argv = vm.argv(command)
         # a session of its own, as a guest's vng: the guardian stops its group (ssh puts the terminal in raw mode)
         proc = subprocess.Popen([*argv[:-2], "-t", *argv[-2:]], start_new_session=True)

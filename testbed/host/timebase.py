@@ -42,8 +42,9 @@ def equivalence(path: Path = EQUIVALENCE) -> dict[str, dict]:
     return experiments
 
 
-def choose(requested: str, experiments: Iterable[str], kvm_usable: Callable[[], bool],
-           table: dict[str, dict] | None = None) -> tuple[str, str]:  # fmt: skip
+def choose(
+    requested: str, experiments: Iterable[str], kvm_usable: Callable[[], bool], table: dict[str, dict] | None = None
+) -> tuple[str, str]:
     """The clock for a guest running these experiments, and why. ``auto``: virtual time when every one
     was shown equivalent and KVM does not work here; ``kvm_usable`` is asked only when it would decide."""
     if requested not in CLOCKS:
@@ -60,8 +61,11 @@ def choose(requested: str, experiments: Iterable[str], kvm_usable: Callable[[], 
     unshown = [name for name in names if not table.get(name, {}).get("equivalent")]
     if unshown:
         measured = [name for name in unshown if name in table]
-        why = (f"{', '.join(measured)} not shown equivalent in virtual time" if measured
-               else f"{', '.join(unshown)} not yet measured in virtual time")  # fmt: skip
+        why = (
+            f"{', '.join(measured)} not shown equivalent in virtual time"
+            if measured
+            else f"{', '.join(unshown)} not yet measured in virtual time"
+        )
         return "real", f"{why} ({EQUIVALENCE.relative_to(PROJECT)})"
     if kvm_usable():
         return "real", "KVM works here: real time is the reference and fast"

@@ -50,8 +50,9 @@ def vm_running() -> bool:
     if not list((_dotfile_dir() / "machines").glob("*/*/id")):
         return False
     try:
-        out = subprocess.run(["vagrant", "status", "--machine-readable"], cwd=PROJECT, capture_output=True,
-                             text=True, timeout=300)  # fmt: skip
+        out = subprocess.run(
+            ["vagrant", "status", "--machine-readable"], cwd=PROJECT, capture_output=True, text=True, timeout=300
+        )
     except (OSError, subprocess.TimeoutExpired):
         return False
     return any(line.split(",")[2:4] == ["state", "running"] for line in out.stdout.splitlines() if line.count(",") >= 3)
@@ -62,8 +63,9 @@ class LabVM:
 
     def __init__(self) -> None:
         if not shutil.which("vagrant"):
-            raise VagrantError("vagrant is not installed: run 'make setup' (apt: vagrant vagrant-libvirt), "
-                               "then 'vagrant up'")  # fmt: skip
+            raise VagrantError(
+                "vagrant is not installed: run 'make setup' (apt: vagrant vagrant-libvirt), then 'vagrant up'"
+            )
         out = subprocess.run(["vagrant", "ssh-config"], cwd=PROJECT, capture_output=True, text=True)
         if out.returncode != 0 or "HostName" not in out.stdout:
             raise VagrantError(
@@ -85,9 +87,23 @@ class LabVM:
         self.close()
 
     def argv(self, command: str) -> list[str]:
-        return ["ssh", "-F", self._config.name, "-o", "LogLevel=ERROR", "-o", "BatchMode=yes",
-                "-o", f"ServerAliveInterval={ALIVE_INTERVAL_S}", "-o", f"ServerAliveCountMax={ALIVE_COUNT}",
-                "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}", self.host, command]  # fmt: skip
+        return [
+            "ssh",
+            "-F",
+            self._config.name,
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ServerAliveInterval={ALIVE_INTERVAL_S}",
+            "-o",
+            f"ServerAliveCountMax={ALIVE_COUNT}",
+            "-o",
+            f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+            self.host,
+            command,
+        ]
 
     def run(self, command: str, timeout: float = COMMAND_TIMEOUT_S, **kwargs) -> subprocess.CompletedProcess:
         try:
@@ -133,9 +149,13 @@ class LabVM:
 
     def copy_in(self, local_dir: Path, remote_dir: str) -> None:
         tar = subprocess.Popen(["tar", "-C", str(local_dir), "-cf", "-", "."], stdout=subprocess.PIPE)
-        ssh = subprocess.run(self.argv(f"sudo rm -rf {remote_dir} && sudo mkdir -p {remote_dir} && "
-                                       f"sudo tar -C {remote_dir} -xf -"),
-                             stdin=tar.stdout, capture_output=True, text=True, timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+        ssh = subprocess.run(
+            self.argv(f"sudo rm -rf {remote_dir} && sudo mkdir -p {remote_dir} && sudo tar -C {remote_dir} -xf -"),
+            stdin=tar.stdout,
+            capture_output=True,
+            text=True,
+            timeout=COMMAND_TIMEOUT_S,
+        )
         tar.stdout.close()
         tar.wait()
         if ssh.returncode != 0 or tar.returncode != 0:
@@ -143,11 +163,19 @@ class LabVM:
 
     def copy_out(self, remote_dir: str, local_dir: Path) -> None:
         # the folder's lock file stays: it is the one this process holds (folderlock), replacing it would free it
-        ssh = subprocess.Popen(self.argv(f"sudo tar -C {remote_dir} --exclude=./.lock -cf - ."),
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE)  # fmt: skip
+        ssh = subprocess.Popen(
+            self.argv(f"sudo tar -C {remote_dir} --exclude=./.lock -cf - ."),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         try:
-            tar = subprocess.run(["tar", "-C", str(local_dir), "-xf", "-"], stdin=ssh.stdout, capture_output=True,
-                                 text=True, timeout=COMMAND_TIMEOUT_S)  # fmt: skip
+            tar = subprocess.run(
+                ["tar", "-C", str(local_dir), "-xf", "-"],
+                stdin=ssh.stdout,
+                capture_output=True,
+                text=True,
+                timeout=COMMAND_TIMEOUT_S,
+            )
         except subprocess.TimeoutExpired:
             ssh.kill()
             ssh.wait()
@@ -167,8 +195,7 @@ def sync_checkout() -> None:
         raise VagrantError(f"'vagrant rsync' failed: {(out.stderr or out.stdout).strip()[-300:]}")
 
 
-def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print,
-             observers: Sequence[remote.Observer] = ()) -> dict:  # fmt: skip
+def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print, observers: Sequence[remote.Observer] = ()) -> dict:
     """Run ``session/plan.json`` in the VM and bring the session folder back; returns timings.
 
     The runner's output is followed by :func:`remote.follow_plan` (the same deadlines as a guest's) over
@@ -189,13 +216,26 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print,
     stop_runner = vm.argv(f"sudo pkill -TERM -f '[t]{runner[1:]}'")  # "[t]": not the shell running pkill
     log_path = session / "vm-console.log"
     with open(log_path, "wb") as log_file:
-        proc = subprocess.Popen(vm.argv(command), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            vm.argv(command),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         guard = guardian.Guard(proc.pid, stop_runner)
         try:
-            ready_s = remote.follow_plan(proc, log_file, plan_path, started, label="the lab VM",
-                                         start_timeout_s=RUNNER_START_TIMEOUT_S, timeout_s=timeout_s, echo=echo,
-                                         on_line=on_line)  # fmt: skip
+            ready_s = remote.follow_plan(
+                proc,
+                log_file,
+                plan_path,
+                started,
+                label="the lab VM",
+                start_timeout_s=RUNNER_START_TIMEOUT_S,
+                timeout_s=timeout_s,
+                echo=echo,
+                on_line=on_line,
+            )
         except BaseException as err:
             _stop(vm, proc, stop_runner)
             _bring_back_or_explain(vm, remote_dir, session, err)
@@ -207,8 +247,10 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print,
             proc.stdout.close()
     lost = None
     if proc.returncode == 255:  # ssh's own failure, not the runner's: the VM stopped answering
-        lost = (f"ssh lost the lab VM: it answered nothing for {ALIVE_INTERVAL_S * ALIVE_COUNT} s "
-                f"({remote.console_tail(log_path, lines=1).strip() or 'no message'})")  # fmt: skip
+        lost = (
+            f"ssh lost the lab VM: it answered nothing for {ALIVE_INTERVAL_S * ALIVE_COUNT} s "
+            f"({remote.console_tail(log_path, lines=1).strip() or 'no message'})"
+        )
     _bring_back_or_explain(vm, remote_dir, session, lost)
     watch.apply(session)
     if not (session / "plan.done").exists():

@@ -71,23 +71,27 @@ def kvm_usable(kernel: Kernel, log=print) -> bool:
     """Whether qemu can run this kernel with KVM: ``scripts/kvm-probe.sh`` boots it once with KVM
     and a short timeout and caches the answer until the host reboots (the Vagrantfile asks the
     same script). ``CC_TESTBED_ACCEL=kvm|tcg`` decides without probing."""
-    out = subprocess.run([str(PROJECT / "scripts" / "kvm-probe.sh"), str(kernel.vmlinuz)],
-                         capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [str(PROJECT / "scripts" / "kvm-probe.sh"), str(kernel.vmlinuz)], capture_output=True, text=True
+    )
     for line in out.stderr.splitlines():
         log(line.removeprefix("kvm-probe: "))
     return out.stdout.strip() == "usable"
 
 
-def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", log=print,
-                 clock: str = "real") -> GuestConfig:  # fmt: skip
+def guest_config(
+    kernel: Kernel, vcpus: int | None = None, memory: str = "2G", log=print, clock: str = "real"
+) -> GuestConfig:
     """KVM with 2 vCPUs where it works; TCG otherwise, with 2 vCPUs and ``tsc=reliable`` on a host
     with two cores or more (measured here at 10 Mbit/s: guest CPU 75 % busy with one vCPU, 27 %
     with two, the same rate and RTT fidelity), one vCPU on a single-core host. In virtual time: TCG
     with icount and one vCPU, whatever the host has."""
     if clock == "virtual":
         if vcpus not in (None, 1):
-            raise GuestError(f"--cpus {vcpus} cannot run in virtual time: QEMU's icount runs one vCPU (with two "
-                             "the guest hung at SMP bring-up); give --cpus 1 or --clock real")  # fmt: skip
+            raise GuestError(
+                f"--cpus {vcpus} cannot run in virtual time: QEMU's icount runs one vCPU (with two "
+                "the guest hung at SMP bring-up); give --cpus 1 or --clock real"
+            )
         return GuestConfig("tcg", 1, memory, "", clock, ICOUNT_SHIFT)
     if kvm_usable(kernel, log):
         return GuestConfig("kvm", vcpus or 2, memory, "")
@@ -96,15 +100,22 @@ def guest_config(kernel: Kernel, vcpus: int | None = None, memory: str = "2G", l
     return GuestConfig("tcg", vcpus, memory, "tsc=reliable" if vcpus > 1 else "")
 
 
-def vng_argv(kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: str | None = None,
-             shell: Path | None = None) -> list[str]:  # fmt: skip
+def vng_argv(
+    kernel: Kernel, config: GuestConfig, rwdirs: list[Path], command: str | None = None, shell: Path | None = None
+) -> list[str]:
     """vng booting ``kernel``: it runs ``command`` with the console's output on stdout (the runner), or
     ``shell`` as root's login shell on a console that is this terminal (``testbed shell``: without
     udevd on the host, as here, vng's command mode has no way in for the keyboard)."""
     argv = [
-        "vng", *([] if shell else ["-v"]), "--run", str(kernel.vmlinuz), "--cpus", str(config.vcpus),
-        "--memory", config.memory,
-    ]  # fmt: skip
+        "vng",
+        *([] if shell else ["-v"]),
+        "--run",
+        str(kernel.vmlinuz),
+        "--cpus",
+        str(config.vcpus),
+        "--memory",
+        config.memory,
+    ]
     if config.accel == "tcg":
         argv.append("--disable-kvm")
     if config.clock == "virtual":
@@ -154,13 +165,24 @@ def run_in_guest(
         log_file.flush()
         proc, guard = _start_guest(argv)
         try:
-            ready_s = remote.follow_plan(proc, log_file, plan_path, started, label=label,
-                                         start_timeout_s=BOOT_TIMEOUT_S, timeout_s=timeout_s, echo=echo,
-                                         on_line=on_line, finished=done.exists,
-                                         shutdown_timeout_s=SHUTDOWN_TIMEOUT_S)  # fmt: skip
+            ready_s = remote.follow_plan(
+                proc,
+                log_file,
+                plan_path,
+                started,
+                label=label,
+                start_timeout_s=BOOT_TIMEOUT_S,
+                timeout_s=timeout_s,
+                echo=echo,
+                on_line=on_line,
+                finished=done.exists,
+                shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+            )
             if proc.poll() is None:
-                echo(f"{label} finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
-                     f"stopping it (console log: {console_log})")  # fmt: skip
+                echo(
+                    f"{label} finished the plan but did not power off within {SHUTDOWN_TIMEOUT_S} s: "
+                    f"stopping it (console log: {console_log})"
+                )
         except remote.RemoteRunnerError as err:
             raise _GUEST_ERRORS.get(type(err), GuestError)(str(err)) from None
         finally:
@@ -189,8 +211,11 @@ def _guest_env() -> dict[str, str]:
     """vng's environment: the venv's tools first, and the guardian's marker (inherited by qemu and
     virtiofsd), by which a later start finds a guest whose controller was killed."""
     venv_bin = Path(sys.executable).parent
-    return dict(os.environ, PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
-                **{guardian.MARKER: guardian.marker_value(str(PROJECT))})  # fmt: skip
+    return dict(
+        os.environ,
+        PATH=f"{venv_bin}:{os.environ.get('PATH', '/usr/bin:/bin')}",
+        **{guardian.MARKER: guardian.marker_value(str(PROJECT))},
+    )
 
 
 def _start_guest(argv: list[str], **popen) -> tuple[subprocess.Popen, guardian.Guard]:
@@ -233,8 +258,9 @@ def run_script(kernel: Kernel, config: GuestConfig, script: str, workdir: Path, 
     out.unlink(missing_ok=True)
     command = f"bash {workdir / 'script.sh'} > {out} 2>&1"
     with open(workdir / "console.log", "wb") as console:
-        proc, guard = _start_guest(vng_argv(kernel, config, [workdir], command), stdout=console,
-                                   stderr=subprocess.STDOUT)  # fmt: skip
+        proc, guard = _start_guest(
+            vng_argv(kernel, config, [workdir], command), stdout=console, stderr=subprocess.STDOUT
+        )
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired as err:

@@ -34,7 +34,8 @@ _BLOCK = re.compile(r"^```numbers[ \t]*\n(.*?)^```[ \t]*$", re.S | re.M)
 _PLACEHOLDERS = re.compile(r"<!--.*?-->|\(your answer\)", re.S)
 #: English function words: a sentence has some (a fifth of its words or more, in the labs' solutions a
 #: third to a half); a list of rubric terms or numbers has none
-FUNCTION_WORDS = frozenset("""
+FUNCTION_WORDS = frozenset(
+    """
 a an the this that these those it its it's they them their there here we our us you your i my he she
 his her one ones each every both either neither all any some no not nor none more most less least much
 many few than then so such as of at by for from in into on onto over under to up down out off with
@@ -43,7 +44,8 @@ around behind beyond near since until upon via per whose which who whom what whe
 and or but because if while although though unless whereas yet also only even just still too very
 is are was were be been being am has have had having do does did done can cannot could may might must
 shall should will would isn't aren't wasn't weren't doesn't don't didn't can't couldn't won't wouldn't
-""".split())
+""".split()
+)
 #: a sentence at least this long, with at least this share of function words, states something
 MIN_SENTENCE_WORDS = 5
 MIN_FUNCTION_SHARE = 0.2
@@ -86,8 +88,9 @@ def read_section(text: str) -> Section:
     except yaml.YAMLError as err:
         where = getattr(err, "problem_mark", None)
         line = f" (line {where.line + 1} of the block)" if where is not None else ""
-        return Section(prose, block_error=f"the numbers block is not YAML{line}: {getattr(err, 'problem', err)}",
-                       has_block=True)  # fmt: skip
+        return Section(
+            prose, block_error=f"the numbers block is not YAML{line}: {getattr(err, 'problem', err)}", has_block=True
+        )
     if data is None:
         data = {}
     if not isinstance(data, dict):

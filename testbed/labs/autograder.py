@@ -80,11 +80,15 @@ cat "$root/results/check.log"
 README = """cc-testbed's autograder for the lab {lab} (testbed lab autograder; docs/labs.md).
 {check}
 """
-WITH_CHECK = ("Built with the course's secret: each submission must run the submitter's own seeds (and value of\n"
-              "the lab's variant), named by Gradescope's submission_metadata.json.")
-WITHOUT_CHECK = ("Built without the student check (--no-student-check): the course's secret is not in it, so a\n"
-                 "submission is not held to its submitter's own seeds; another student's folder grades as well\n"
-                 "as their own. Build it again with " + students.SECRET_ENV + " set to check them.")
+WITH_CHECK = (
+    "Built with the course's secret: each submission must run the submitter's own seeds (and value of\n"
+    "the lab's variant), named by Gradescope's submission_metadata.json."
+)
+WITHOUT_CHECK = (
+    "Built without the student check (--no-student-check): the course's secret is not in it, so a\n"
+    "submission is not held to its submitter's own seeds; another student's folder grades as well\n"
+    "as their own. Build it again with " + students.SECRET_ENV + " set to check them."
+)
 
 
 def build(name: str, out: Path, student_check: bool = True) -> Path:
@@ -94,18 +98,29 @@ def build(name: str, out: Path, student_check: bool = True) -> Path:
     lab = labkit.load_lab(master)
     secret = students.course_secret()
     if secret is None and student_check:
-        raise labkit.LabError(f"{students.SECRET_ENV} is not set: without the course's secret the autograder "
-                              "cannot hold a submission to its submitter's own seeds, and another student's "
-                              "folder grades as well as their own. Set it, or build with "
-                              "--no-student-check")  # fmt: skip
+        raise labkit.LabError(
+            f"{students.SECRET_ENV} is not set: without the course's secret the autograder "
+            "cannot hold a submission to its submitter's own seeds, and another student's "
+            "folder grades as well as their own. Set it, or build with "
+            "--no-student-check"
+        )
     path = out / f"{master.name}-autograder.zip" if out.is_dir() else out
     scenario = lab.scenario or "claim.yaml"
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("README.txt", README.format(lab=master.name, check=WITH_CHECK if secret else WITHOUT_CHECK))
         _script(zf, "setup.sh", SETUP.format(source=SOURCE))
-        _script(zf, "run_autograder", RUN.format(lab=master.name, answers=lab.answers, scenario=scenario,
-                                                 source=SOURCE, secret=SECRET_FILE,
-                                                 secret_env=students.SECRET_ENV))  # fmt: skip
+        _script(
+            zf,
+            "run_autograder",
+            RUN.format(
+                lab=master.name,
+                answers=lab.answers,
+                scenario=scenario,
+                source=SOURCE,
+                secret=SECRET_FILE,
+                secret_env=students.SECRET_ENV,
+            ),
+        )
         if secret:  # on Gradescope only, never in a student's folder
             zf.writestr(f"{SOURCE}/{SECRET_FILE}", secret)
         for file in TOP_FILES:

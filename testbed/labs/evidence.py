@@ -176,11 +176,15 @@ def fidelity_problems(raw: Path, manifest: dict) -> list[str]:
     record = manifest.get("fidelity") or {}
     checks = [c for c in record.get("checks") or [] if isinstance(c, dict)]
     names = {str(c.get("name")) for c in checks}
-    problems = [f"{rundir.MANIFEST} lacks the check '{name}' the run must have: a run is graded only with "
-                "every check it made" for name in required_checks(raw, manifest) if name not in names]  # fmt: skip
+    problems = [
+        f"{rundir.MANIFEST} lacks the check '{name}' the run must have: a run is graded only with every check it made"
+        for name in required_checks(raw, manifest)
+        if name not in names
+    ]
     if not any(name.startswith("bottleneck rate") for name in names):
-        problems.append(f"{rundir.MANIFEST} lacks a bottleneck rate check: a run is graded only with every "
-                        "check it made")
+        problems.append(
+            f"{rundir.MANIFEST} lacks a bottleneck rate check: a run is graded only with every check it made"
+        )
     failed = [str(c.get("name")) for c in checks if not c.get("ok")]
     if failed:
         said = " (while it says trustworthy)" if record.get("trustworthy") else ""
@@ -192,8 +196,10 @@ def fidelity_problems(raw: Path, manifest: dict) -> list[str]:
         elif found is not None and bool(found[1].ok) != bool(check.get("ok")):
             file, again = found
             said = "passed" if check.get("ok") else "failed"
-            problems.append(f"{rundir.MANIFEST} says '{check.get('name')}' {said}; judged again from "
-                            f"{file}, it {'passes' if again.ok else 'fails'}: {again.detail}")  # fmt: skip
+            problems.append(
+                f"{rundir.MANIFEST} says '{check.get('name')}' {said}; judged again from "
+                f"{file}, it {'passes' if again.ok else 'fails'}: {again.detail}"
+            )
     return problems
 
 
@@ -208,8 +214,11 @@ def required_checks(raw: Path, manifest: dict) -> list[str]:
     for path in sorted(raw.glob("loss-*.json")):
         try:
             channel = rundir.read_json(path)
-            names += [f"loss {kind} {channel['node']}/{channel['interface']}"
-                      for kind, state in sorted(channel["per_state"].items()) if state.get("seen")]  # fmt: skip
+            names += [
+                f"loss {kind} {channel['node']}/{channel['interface']}"
+                for kind, state in sorted(channel["per_state"].items())
+                if state.get("seen")
+            ]
         except (rundir.LoadError, KeyError, TypeError, AttributeError):
             names.append(f"loss of raw/{path.name}")
     return [*names, "cpu headroom", "data start"]

@@ -7,8 +7,8 @@ for drawn by the student's session from those runs (the sha256 its report record
 answered with the numbers the student's own runs give and the concepts of the lab's rubric; and its
 metrics within the bands of ``expected.yaml`` for the kernel series the runs used. A check nothing
 here can decide (no bands for the kernel, an answer the rubric cannot decide) leaves the task to grade
-by hand, with no automatic points. The grade is printed, and written as JUnit XML (one test suite per
-task, one case per check) and as Gradescope's ``results.json``.
+by hand, with no automatic points. The grade and its outputs (the terminal, JUnit XML,
+Gradescope's ``results.json``) are testbed/labs/gradereport.py.
 
 The student's runs are read by testbed/labs/labresults.py.
 """
@@ -16,16 +16,16 @@ The student's runs are read by testbed/labs/labresults.py.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
 from PIL import Image
 
 from testbed.labs import answerfile, evidence, labkit, labresults, statements
+from testbed.labs.gradereport import Check, Grade, TaskGrade
 from testbed.labs.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
 from testbed.labs.labresults import Results, point_values
-from testbed.report import junit
 from testbed.results import rundir
 
 #: an answer shorter than this many words is not one (the starter file's "(your answer)" is 2)
@@ -35,61 +35,9 @@ MIN_ANSWER_WORDS = 5
 FILLER_DISTINCT = 0.4
 
 
-@dataclass
-class Check:
-    name: str
-    ok: bool
-    detail: str
-    graded: bool = True  # False: nothing to grade it against here (a band for another kernel)
-
-
-@dataclass
-class TaskGrade:
-    """A task's checks. It passes when every check passes; it fails when one it could decide fails;
-    otherwise (a check nothing here can decide: no bands for the kernel, an answer the rubric cannot
-    decide) it is left to grade by hand, and gives no automatic points."""
-
-    task: Task
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def failed(self) -> bool:
-        return any(not c.ok for c in self.checks if c.graded)
-
-    @property
-    def by_hand(self) -> bool:
-        return not self.failed and any(not c.graded for c in self.checks)
-
-    @property
-    def passed(self) -> bool:
-        return not self.failed and not self.by_hand
-
-    @property
-    def status(self) -> str:
-        return "PASS" if self.passed else ("HAND" if self.by_hand else "FAIL")
-
-    @property
-    def score(self) -> float:
-        return self.task.points if self.passed else 0.0
-
-
-@dataclass
-class Grade:
-    lab: Lab
-    tasks: list[TaskGrade]
-    kernel: str | None  # the kernel release of the latest runs
-
-    @property
-    def score(self) -> float:
-        return sum(t.score for t in self.tasks)
-
-    @property
-    def max_score(self) -> float:
-        return sum(t.task.points for t in self.tasks)
-
-
-def grade(work: Path, lab: Lab, expected: Expected | None, results: Results,
-          seed_checks: list[Check] | None = None) -> Grade:  # fmt: skip
+def grade(
+    work: Path, lab: Lab, expected: Expected | None, results: Results, seed_checks: list[Check] | None = None
+) -> Grade:
     """Every task of the lab graded on the student's folder ``work`` and their results; ``seed_checks``
     (whose seeds the runs are: testbed/labs/lab.py) belong to the first task that runs points."""
     kernels = sorted(set(results.runs["kernel_release"].dropna())) if not results.runs.empty else []
@@ -100,7 +48,7 @@ def grade(work: Path, lab: Lab, expected: Expected | None, results: Results,
         min_seeds=max(lab.min_seeds, len(labkit.lab_start(work).get("seeds") or [])),  # as many as lab start gave
         receiver_pct=lab.receiver_check_pct,
         fingerprints=_fingerprints(results),
-    )  # fmt: skip
+    )
     compared = statements.compared_algorithms(lab, results)
     for task in lab.tasks:
         checks = list(seed_checks or []) if task.id == first_runs else []
@@ -119,13 +67,25 @@ def _band_checks(bands: list[Band], results: Results) -> list[Check]:
     runs = results.runs
     series = sorted({labkit.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
     if len(series) > 1:
-        return [Check("kernel", False, f"the runs used kernels of {len(series)} series ({', '.join(series)}): "
-                                       "run every point on one kernel (testbed run --kernel)")]  # fmt: skip
+        return [
+            Check(
+                "kernel",
+                False,
+                f"the runs used kernels of {len(series)} series ({', '.join(series)}): "
+                "run every point on one kernel (testbed run --kernel)",
+            )
+        ]
     mine = [b for b in bands if b.series in series]
     if series and not mine:
         have = ", ".join(sorted({b.series for b in bands}))
-        return [Check("bands", False, f"no bands for this kernel ({series[0]}; the lab has bands for {have}): "
-                                      "grade by hand", graded=False)]  # fmt: skip
+        return [
+            Check(
+                "bands",
+                False,
+                f"no bands for this kernel ({series[0]}; the lab has bands for {have}): grade by hand",
+                graded=False,
+            )
+        ]
     mine, missing = variant_bands(mine or bands, results.variant)
     return [missing] if missing else [band_check(band, results) for band in mine]
 
@@ -137,8 +97,12 @@ def variant_bands(bands: list[Band], value: float | None) -> tuple[list[Band], C
     if not values or value in values:
         return [b for b in bands if b.variant in (None, value)], None
     have = ", ".join(labkit.number_text(v) for v in values)
-    return [], Check("bands", False, f"no bands for the value the scenario file sets ({labkit.number_text(value)}; "
-                                     f"the lab has bands for {have}): set the one lab start gave")  # fmt: skip
+    return [], Check(
+        "bands",
+        False,
+        f"no bands for the value the scenario file sets ({labkit.number_text(value)}; "
+        f"the lab has bands for {have}): set the one lab start gave",
+    )
 
 
 @dataclass
@@ -153,8 +117,11 @@ class _RunRules:
 
 def _fingerprints(results: Results) -> dict[str, set[str]]:
     graded = labresults.graded_run_ids(results)
-    return {f"{r.point_id} seed {r.seed}": labresults.run_fingerprints(Path(r.path)) for r in results.runs.itertuples()
-            if r.run_id in graded}  # fmt: skip
+    return {
+        f"{r.point_id} seed {r.seed}": labresults.run_fingerprints(Path(r.path))
+        for r in results.runs.itertuples()
+        if r.run_id in graded
+    }
 
 
 def _run_checks(task: Task, results: Results, rules: _RunRules) -> list[Check]:
@@ -169,8 +136,14 @@ def _run_checks(task: Task, results: Results, rules: _RunRules) -> list[Check]:
     few = {p: len(results.seeds.get(p, [])) for p in points if 0 < len(results.seeds.get(p, [])) < min_seeds}
     if few:
         named = ", ".join(f"{p} ({n})" for p, n in few.items())
-        return [Check("seeds", False, f"the lab asks for at least {min_seeds} seeds a point; the file asks for "
-                                      f"fewer at {named}: set its seeds")]  # fmt: skip
+        return [
+            Check(
+                "seeds",
+                False,
+                f"the lab asks for at least {min_seeds} seeds a point; the file asks for "
+                f"fewer at {named}: set its seeds",
+            )
+        ]
     return [_point_check(point, results, rules) for point in points]
 
 
@@ -190,40 +163,76 @@ def _point_check(point: str, results: Results, rules: _RunRules) -> Check:
     bad = runs[(runs["status"] != "complete") | (runs["trustworthy"] != 1)]
     bad = bad[bad["seed"].isin(wanted)]
     if not bad.empty:
-        why = "; ".join(f"seed {r.seed}: {r.status}{'' if r.trustworthy == 1 else ', untrustworthy'}"
-                        f"{f' ({r.reason})' if r.reason else ''}" for r in bad.itertuples())  # fmt: skip
+        why = "; ".join(
+            f"seed {r.seed}: {r.status}{'' if r.trustworthy == 1 else ', untrustworthy'}"
+            f"{f' ({r.reason})' if r.reason else ''}"
+            for r in bad.itertuples()
+        )
         return Check(name, False, f"{why}: see the run's report.html, then run it again (--force)")
     runs = runs[runs["seed"].isin(wanted)]
     fingerprints = {r.seed: rules.fingerprints.get(f"{point} seed {r.seed}", set()) for r in runs.itertuples()}
     copied = [f"seed {seed}" for seed, found in fingerprints.items() if found & rules.copies]
     if copied:
-        return Check(name, False, f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
-                                  "byte for byte): run the scenario yourself")  # fmt: skip
-    twins = _shared(fingerprints, {run: found for run, found in rules.fingerprints.items()
-                                   if not run.startswith(f"{point} seed ")})  # fmt: skip
+        return Check(
+            name,
+            False,
+            f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
+            "byte for byte): run the scenario yourself",
+        )
+    twins = _shared(
+        fingerprints, {run: found for run, found in rules.fingerprints.items() if not run.startswith(f"{point} seed ")}
+    )
     if twins:
-        return Check(name, False, f"{twins}: the same capture as another run, byte for byte (a run copied under "
-                                  "another seed or point): run each seed yourself")  # fmt: skip
-    disagree = [f"seed {r.seed}: {problem}" for r in runs.itertuples()
-                for problem in evidence.run_problems(Path(r.path), rules.receiver_pct)]  # fmt: skip
+        return Check(
+            name,
+            False,
+            f"{twins}: the same capture as another run, byte for byte (a run copied under "
+            "another seed or point): run each seed yourself",
+        )
+    disagree = [
+        f"seed {r.seed}: {problem}"
+        for r in runs.itertuples()
+        for problem in evidence.run_problems(Path(r.path), rules.receiver_pct)
+    ]
     if disagree:
-        return Check(name, False, f"{'; '.join(disagree[:3])}{' ...' if len(disagree) > 3 else ''}: a run is graded "
-                                  "on what its captures give (hand in each run as the testbed left it)")  # fmt: skip
-    foreign = [f"seed {r.seed}" for r in runs.itertuples()
-               if results.identities and r.identity != results.identities.get((point, r.seed))]  # fmt: skip
+        return Check(
+            name,
+            False,
+            f"{'; '.join(disagree[:3])}{' ...' if len(disagree) > 3 else ''}: a run is graded "
+            "on what its captures give (hand in each run as the testbed left it)",
+        )
+    foreign = [
+        f"seed {r.seed}"
+        for r in runs.itertuples()
+        if results.identities and r.identity != results.identities.get((point, r.seed))
+    ]
     if foreign:
-        return Check(name, False, f"{', '.join(foreign)}: made with other settings than the scenario file has now "
-                                  "(edited after the run, or another file's run): run again (--force)")  # fmt: skip
+        return Check(
+            name,
+            False,
+            f"{', '.join(foreign)}: made with other settings than the scenario file has now "
+            "(edited after the run, or another file's run): run again (--force)",
+        )
     if results.started_utc is None:
         why = "the folder was not made by 'testbed lab start' (no lab-start.json): when its runs were made"
         return Check(name, True, f"{why} cannot be told: grade by hand", graded=False)
-    early = [f"seed {r.seed} ({r.started_utc})" for r in runs.itertuples()
-             if r.started_utc and _utc(r.started_utc) < _utc(results.started_utc)]  # fmt: skip
+    early = [
+        f"seed {r.seed} ({r.started_utc})"
+        for r in runs.itertuples()
+        if r.started_utc and _utc(r.started_utc) < _utc(results.started_utc)
+    ]
     if early:
-        return Check(name, False, f"{', '.join(early)}: made before 'testbed lab start' made this folder "
-                                  f"({results.started_utc}): not this lab's run")  # fmt: skip
-    return Check(name, True, f"{len(wanted)} run(s) complete and trustworthy, of the scenario file as it is, "
-                             "made after 'testbed lab start'")  # fmt: skip
+        return Check(
+            name,
+            False,
+            f"{', '.join(early)}: made before 'testbed lab start' made this folder "
+            f"({results.started_utc}): not this lab's run",
+        )
+    return Check(
+        name,
+        True,
+        f"{len(wanted)} run(s) complete and trustworthy, of the scenario file as it is, made after 'testbed lab start'",
+    )
 
 
 def _shared(mine: dict[int, set[str]], others: dict[str, set[str]]) -> str | None:
@@ -269,8 +278,10 @@ def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
     record_path = session / rundir.FIGURES_DRAWN
     record = rundir.read_json(record_path) if record_path.is_file() else {}
     if record.get("figures", {}).get(figure.name) != rundir.sha256_file(figure):
-        return (f"not the figure its session's report drew ({size[0]}x{size[1]} pixels; {rundir.FIGURES_DRAWN} "
-                f"has no such figure or another sha256): draw it with 'testbed report {session.name}'")  # fmt: skip
+        return (
+            f"not the figure its session's report drew ({size[0]}x{size[1]} pixels; {rundir.FIGURES_DRAWN} "
+            f"has no such figure or another sha256): draw it with 'testbed report {session.name}'"
+        )
     graded = _graded_run_ids(task, results)
     drawn = {f"{session.parent.name}/{session.name}/{run}" for run in record.get("runs", [])}
     if graded and not graded & drawn:
@@ -279,8 +290,10 @@ def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
     flows = {run: session / run / "flows.csv" for run in record.get("runs", [])}
     changed = sorted(run for run, path in flows.items() if path.is_file() and data.get(run) != rundir.sha256_file(path))
     if changed:
-        return (f"drawn from other data than {changed[0]}/flows.csv holds now ({rundir.FIGURES_DRAWN} records "
-                f"another sha256{'' if data else ': none'}): draw it with 'testbed report {session.name}'")  # fmt: skip
+        return (
+            f"drawn from other data than {changed[0]}/flows.csv holds now ({rundir.FIGURES_DRAWN} records "
+            f"another sha256{'' if data else ': none'}): draw it with 'testbed report {session.name}'"
+        )
     return None
 
 
@@ -297,12 +310,19 @@ def _settings(work: Path, lab: Lab) -> dict[str, list[float]]:
     """The rates and delays the student's scenario file sets, per unit: prose may quote them."""
     path = work / lab.scenario if lab.scenario else None
     text = path.read_text(errors="replace") if path is not None and path.is_file() else ""
-    return {unit: [float(n) for n in re.findall(rf"\w*_{key}\w*:\s*\[?\s*(\d+(?:\.\d+)?)", text)]
-            for unit, key in SETTING_KEYS.items()}  # fmt: skip
+    return {
+        unit: [float(n) for n in re.findall(rf"\w*_{key}\w*:\s*\[?\s*(\d+(?:\.\d+)?)", text)]
+        for unit, key in SETTING_KEYS.items()
+    }
 
 
-def _answer_checks(task: Task, path: Path, results: Results, settings: dict[str, list[float]],
-                   compared: statements.Compared | None = None) -> list[Check]:  # fmt: skip
+def _answer_checks(
+    task: Task,
+    path: Path,
+    results: Results,
+    settings: dict[str, list[float]],
+    compared: statements.Compared | None = None,
+) -> list[Check]:
     given = answerfile.sections(path)
     checks = [question_check(q, given.get(q.id, ""), path.name, results, settings, compared) for q in task.questions]
     for question, check in zip(task.questions, checks, strict=True):
@@ -319,22 +339,38 @@ def verdict_check(answer: str, all_answers: str, results: Results) -> Check:
     decided = labresults.decided_claims(results)
     named = [claim_id for claim_id in decided if claim_id in all_answers]
     if not named:
-        return Check("verdict", False, f"the answers name none of the claims your runs decide "
-                                       f"({', '.join(decided) or 'none: run the points of one claim'})")  # fmt: skip
+        return Check(
+            "verdict",
+            False,
+            f"the answers name none of the claims your runs decide "
+            f"({', '.join(decided) or 'none: run the points of one claim'})",
+        )
     verdict = decided[named[0]]
     said = statements.verdicts_stated(answer)
     if len(said) > 1:
-        return Check("verdict", False, f"the answer states {len(said)} verdicts ({', '.join(said)}): state the one "
-                                       f"your runs give on {named[0]}")  # fmt: skip
+        return Check(
+            "verdict",
+            False,
+            f"the answer states {len(said)} verdicts ({', '.join(said)}): state the one your runs give on {named[0]}",
+        )
     if verdict.verdict not in said:
-        return Check("verdict", False, f"your runs give {named[0]}: {verdict.verdict}, which the answer does not "
-                                       f"say{f' (it says {said[0]})' if said else ''}")  # fmt: skip
+        return Check(
+            "verdict",
+            False,
+            f"your runs give {named[0]}: {verdict.verdict}, which the answer does not "
+            f"say{f' (it says {said[0]})' if said else ''}",
+        )
     return Check("verdict", True, f"states the verdict your runs give on {named[0]}: {verdict.verdict}")
 
 
-def question_check(question: Question, answer: str, file: str, results: Results,
-                   settings: dict[str, list[float]] | None = None,
-                   compared: statements.Compared | None = None) -> Check:  # fmt: skip
+def question_check(
+    question: Question,
+    answer: str,
+    file: str,
+    results: Results,
+    settings: dict[str, list[float]] | None = None,
+    compared: statements.Compared | None = None,
+) -> Check:
     """An answer graded on what it states (testbed/labs/answerfile.py): each number the question asks for in
     its numbers block, within its tolerance of the student's own runs; prose in sentences that claim
     something, whose numbers agree with the runs; and the rubric's concepts, each stated in such a
@@ -353,8 +389,12 @@ def question_check(question: Question, answer: str, file: str, results: Results,
         return Check(name, False, f"filler: {len(words)} words, {len(set(words))} different")
     said = answerfile.claims(text)
     if not said:
-        return Check(name, False, "no sentence that states something: a list of terms or numbers is not an "
-                                  "answer; say in sentences what your runs show")  # fmt: skip
+        return Check(
+            name,
+            False,
+            "no sentence that states something: a list of terms or numbers is not an "
+            "answer; say in sentences what your runs show",
+        )
     problems = _number_problems(question, section, file, results)
     problems += statements.contradictions(question, text, results, settings or {})
     if compared is not None:  # what the sentences say of the algorithms' difference (testbed/labs/statements.py)
@@ -380,8 +420,11 @@ def question_check(question: Question, answer: str, file: str, results: Results,
 
 def _states(sentence: str, concept: Concept) -> bool:
     """The sentence states the concept: one of its terms, not negated ("does not use the estimate")."""
-    return any(re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), sentence.lower())
-               and (concept.negative or not statements.negated(sentence, term)) for term in concept.terms)  # fmt: skip
+    return any(
+        re.search(r"(?<![a-z0-9])" + re.escape(term.lower()), sentence.lower())
+        and (concept.negative or not statements.negated(sentence, term))
+        for term in concept.terms
+    )
 
 
 def _number_problems(question: Question, section: answerfile.Section, file: str, results: Results) -> list[str]:
@@ -392,8 +435,10 @@ def _number_problems(question: Question, section: answerfile.Section, file: str,
         extra = sorted(section.numbers)
         return [f"the numbers block names {', '.join(extra)}: {question.id} asks for no number"] if extra else []
     if not section.has_block:
-        return [f"no numbers block under '## {question.id}' in {file}: add one (```numbers) with "
-                + ", ".join(f"{n.key} ({n.what})" for n in question.numbers)]
+        return [
+            f"no numbers block under '## {question.id}' in {file}: add one (```numbers) with "
+            + ", ".join(f"{n.key} ({n.what})" for n in question.numbers)
+        ]
     if section.block_error:
         return [section.block_error]
     unknown = sorted(set(section.numbers) - set(keys))
@@ -434,54 +479,19 @@ def band_check(band: Band, results: Results, seeds: list[int] | None = None) -> 
     runs = results.runs[results.runs["point_id"] == band.point] if not results.runs.empty else results.runs
     kernels = sorted({labkit.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
     if kernels and kernels != [band.series]:
-        return Check(name, False, f"not graded: the band is for kernel {band.series}, the runs used "
-                                  f"{', '.join(kernels)}: grade by hand", graded=False)  # fmt: skip
+        return Check(
+            name,
+            False,
+            f"not graded: the band is for kernel {band.series}, the runs used {', '.join(kernels)}: grade by hand",
+            graded=False,
+        )
     values = point_values(band.point, band, results, seeds)
     if not values:
         return Check(name, False, f"no value of {band.metric}{who} in the complete runs of {band.point}")
     mean = sum(values) / len(values)
     ok = band.min <= mean <= band.max
-    detail = (f"{mean:.4g} over {len(values)} run(s); expected {band.min:g} to {band.max:g} "
-              f"(the reference runs: {band.reference:g})")  # fmt: skip
+    detail = (
+        f"{mean:.4g} over {len(values)} run(s); expected {band.min:g} to {band.max:g} "
+        f"(the reference runs: {band.reference:g})"
+    )
     return Check(name, ok, detail)
-
-
-# ----------------------------------------------------------------------------------------- outputs
-
-
-def text(grade: Grade) -> str:
-    """The terminal report: the score first, then each task and its checks."""
-    passed = sum(t.passed for t in grade.tasks)
-    hand = sum(t.by_hand for t in grade.tasks)
-    to_hand = f", {hand} to grade by hand" if hand else ""
-    lines = [f"{grade.lab.title}: {grade.score:g} / {grade.max_score:g} points "
-             f"({passed} of {len(grade.tasks)} tasks pass{to_hand}; kernel {grade.kernel or 'none'})", ""]  # fmt: skip
-    for t in grade.tasks:
-        lines.append(f"{t.status}  {t.task.id}: {t.task.title} ({t.score:g}/{t.task.points:g})")
-        for c in t.checks:
-            mark = "ok  " if c.ok and c.graded else ("HAND" if not c.graded else "MISS")
-            lines.append(f"        {mark} {c.name}: {c.detail}")
-    return "\n".join(lines)
-
-
-def junit_xml(grade: Grade, path: Path) -> None:
-    """One test suite per task, one test case per check (one to grade by hand: skipped, with why)."""
-
-    def case(task_id: str, c) -> junit.Case:
-        outcome = "skipped" if not c.graded else ("failure" if not c.ok else "passed")
-        return junit.Case(task_id, c.name, outcome, message=c.detail, detail=c.detail)
-
-    junit.write(path, f"cc-testbed lab: {grade.lab.title}",
-                {f"{t.task.id}: {t.task.title}": [case(t.task.id, c) for c in t.checks] for t in grade.tasks})
-
-
-def gradescope(grade: Grade) -> dict:
-    """Gradescope's autograder ``results.json``: one test per task with its score and what it checked; a
-    task left to grade by hand scores 0 and says so in its name, for the instructor to override."""
-    marks = {(True, True): "ok", (False, True): "MISSING", (True, False): "TO GRADE BY HAND",
-             (False, False): "TO GRADE BY HAND"}  # fmt: skip
-    tests = [{"name": f"{t.task.id}: {t.task.title}{' (to grade by hand)' if t.by_hand else ''}",
-              "score": t.score, "max_score": t.task.points, "status": "passed" if t.passed else "failed",
-              "output": "\n".join(f"{marks[c.ok, c.graded]}: {c.name}: {c.detail}" for c in t.checks)}
-             for t in grade.tasks]  # fmt: skip
-    return {"score": grade.score, "tests": tests, "output": text(grade).splitlines()[0]}

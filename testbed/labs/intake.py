@@ -62,8 +62,10 @@ def problems(folder: Path) -> list[str]:
     if not found:
         return []
     more = f" and {len(found) - 10} more" if len(found) > 10 else ""
-    return [f"{folder} holds what is not a plain file: {', '.join(found[:10])}{more}: grading follows no link "
-            "and reads no special file; replace each by the file itself (cp -L) and hand in again"]  # fmt: skip
+    return [
+        f"{folder} holds what is not a plain file: {', '.join(found[:10])}{more}: grading follows no link "
+        "and reads no special file; replace each by the file itself (cp -L) and hand in again"
+    ]
 
 
 def _walk(folder: Path, limit: int) -> Iterator[os.DirEntry]:

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from testbed.labs import grading, intake, labkit, labresults, reruns, students
+from testbed.labs import gradereport, grading, intake, labkit, labresults, reruns, students
 from testbed.results import rundir
 from testbed.scenario import variants
 from testbed.scenario.load import load_scenario
@@ -29,7 +29,7 @@ SessionRunner = Callable[[ScenarioFile, Path], list]
 
 @dataclass
 class LabCheck:
-    grade: grading.Grade
+    grade: gradereport.Grade
     junit: Path
     gradescope: Path
 
@@ -39,13 +39,16 @@ def describe(root: Path = labkit.LABS) -> str:
     lines = []
     for name in labkit.lab_names(root):
         lab = labkit.load_lab(root / name)
-        lines.append(f"{name:12} {lab.title} ({lab.minutes.tcg:g} min here under TCG, ~{lab.minutes.kvm:g} min "
-                     f"with KVM; papers: {lab.papers})")  # fmt: skip
+        lines.append(
+            f"{name:12} {lab.title} ({lab.minutes.tcg:g} min here under TCG, ~{lab.minutes.kvm:g} min "
+            f"with KVM; papers: {lab.papers})"
+        )
     return "\n".join(lines) or f"no labs in {root}"
 
 
-def hidden_scenarios(work: Path, lab: labkit.Lab, hidden: labkit.Hidden,
-                     pool: list[int] | None = None) -> list[tuple[str, ScenarioFile]]:  # fmt: skip
+def hidden_scenarios(
+    work: Path, lab: labkit.Lab, hidden: labkit.Hidden, pool: list[int] | None = None
+) -> list[tuple[str, ScenarioFile]]:
     """Each hidden variant as the part of the student's scenario file it runs: the points its ``only``
     selects (all without), with its own seeds (the file's without). In a folder started with the
     student's own seeds, a variant's seeds are as many of ``pool`` (the lab's seed pool) the student did
@@ -64,8 +67,14 @@ def hidden_scenarios(work: Path, lab: labkit.Lab, hidden: labkit.Hidden,
     return found
 
 
-def check(master: Path, work: Path, results: Path, run: SessionRunner | None = None,
-          student: str | None = None, rerun: SessionRunner | None = None) -> LabCheck:  # fmt: skip
+def check(
+    master: Path,
+    work: Path,
+    results: Path,
+    run: SessionRunner | None = None,
+    student: str | None = None,
+    rerun: SessionRunner | None = None,
+) -> LabCheck:
     """Grade the student's folder ``work`` (their scenario file, answers and figures) on ``results``
     with the lab ``master`` as installed: its tasks, bands and hidden variants (``run`` runs those;
     None skips them). The hidden variants' checks belong to the lab's first task that runs points: a
@@ -90,9 +99,10 @@ def check(master: Path, work: Path, results: Path, run: SessionRunner | None = N
     if rerun is not None:
         task.checks += reruns.rerun_checks(work, lab, found, rerun)
     # a folder made afresh for the grade, put in place of grade/ (a link there removed, never followed)
-    out = intake.write_fresh(work / "grade", {"results.json": (json.dumps(grading.gradescope(graded), indent=2)
-                                                               + "\n").encode()})  # fmt: skip
-    grading.junit_xml(graded, out / "junit.xml")
+    out = intake.write_fresh(
+        work / "grade", {"results.json": (json.dumps(gradereport.gradescope(graded), indent=2) + "\n").encode()}
+    )
+    gradereport.junit_xml(graded, out / "junit.xml")
     return LabCheck(graded, out / "junit.xml", out / "results.json")
 
 
@@ -103,8 +113,9 @@ class HiddenRun:
     problem: str | None  # why it did not run or complete
 
 
-def _run_hidden(work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Path,
-                run: SessionRunner, pool: list[int]) -> list[HiddenRun]:  # fmt: skip
+def _run_hidden(
+    work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Path, run: SessionRunner, pool: list[int]
+) -> list[HiddenRun]:
     from testbed.scenario.errors import ScenarioError
 
     try:
@@ -118,17 +129,18 @@ def _run_hidden(work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Pat
     return ran
 
 
-def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
-                   found: labresults.Results) -> list[grading.Check]:  # fmt: skip
+def _hidden_checks(
+    ran: list[HiddenRun], expected: labkit.Expected | None, found: labresults.Results
+) -> list[gradereport.Check]:
     """Each hidden variant: its runs complete, and the bands of its points hold on its own runs (the
     student's runs are graded apart from them)."""
     checks = []
     for variant in ran:
         if variant.scenario is None or variant.problem:
-            checks.append(grading.Check(f"hidden variant {variant.name}", False, variant.problem or ""))
+            checks.append(gradereport.Check(f"hidden variant {variant.name}", False, variant.problem or ""))
             continue
         runs = variant.scenario.runs()
-        checks.append(grading.Check(f"hidden variant {variant.name}", True, f"{len(runs)} run(s) complete"))
+        checks.append(gradereport.Check(f"hidden variant {variant.name}", True, f"{len(runs)} run(s) complete"))
         seeds: dict[str, list[int]] = {}
         for r in runs:
             seeds.setdefault(r.point_id, []).append(r.seed)
@@ -140,7 +152,9 @@ def _hidden_checks(ran: list[HiddenRun], expected: labkit.Expected | None,
     return checks
 
 
-def _student_checks(master: Path, work: Path, found: labresults.Results, student: str | None) -> list[grading.Check]:
+def _student_checks(
+    master: Path, work: Path, found: labresults.Results, student: str | None
+) -> list[gradereport.Check]:
     """Whose seeds the runs are: the folder started for ``student`` (when named), its scenario file running
     the seeds ``testbed lab start --student`` gave, and those seeds the student's by the course's secret
     (testbed/labs/students.py). Nothing to check in a folder started without a student, unless one is named."""
@@ -150,31 +164,65 @@ def _student_checks(master: Path, work: Path, found: labresults.Results, student
         return []
     name = "the student's own seeds"
     if student is not None and started_for is None:
-        return [grading.Check(name, False, f"the folder was not started for a student: testbed lab start "
-                                           f"{master.name} DIR --student {student}, then run its seeds")]  # fmt: skip
+        return [
+            gradereport.Check(
+                name,
+                False,
+                f"the folder was not started for a student: testbed lab start "
+                f"{master.name} DIR --student {student}, then run its seeds",
+            )
+        ]
     if student is not None and started_for != student:
-        return [grading.Check(name, False, f"the folder was started for {started_for}, not {student}: another "
-                                           "student's work")]  # fmt: skip
+        return [
+            gradereport.Check(
+                name, False, f"the folder was started for {started_for}, not {student}: another student's work"
+            )
+        ]
     ran = sorted({seed for seeds in found.seeds.values() for seed in seeds})
     if ran != sorted(mine or []):
-        return [grading.Check(name, False, f"the scenario file runs seeds {', '.join(map(str, ran)) or 'none'}; "
-                                           f"testbed lab start gave {started_for} seeds "
-                                           f"{', '.join(map(str, mine or []))}: set those and run them")]  # fmt: skip
+        return [
+            gradereport.Check(
+                name,
+                False,
+                f"the scenario file runs seeds {', '.join(map(str, ran)) or 'none'}; "
+                f"testbed lab start gave {started_for} seeds "
+                f"{', '.join(map(str, mine or []))}: set those and run them",
+            )
+        ]
     if student is None:
-        return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}, as lab start gave {started_for} "
-                                          "(whose they are is checked with --student)")]  # fmt: skip
+        return [
+            gradereport.Check(
+                name,
+                True,
+                f"seeds {', '.join(map(str, mine))}, as lab start gave {started_for} "
+                "(whose they are is checked with --student)",
+            )
+        ]
     if students.course_secret() is None:
-        return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}: whether they are {student}'s "
-                                          f"cannot be told without {students.SECRET_ENV}: grade by hand",
-                              graded=False)]  # fmt: skip
+        return [
+            gradereport.Check(
+                name,
+                True,
+                f"seeds {', '.join(map(str, mine))}: whether they are {student}'s "
+                f"cannot be told without {students.SECRET_ENV}: grade by hand",
+                graded=False,
+            )
+        ]
     if labkit.student_seeds(master, student) != sorted(mine):
-        return [grading.Check(name, False, f"lab-start.json's seeds are not {student}'s (edited, or another "
-                                           "student's): start the lab again with --student")]  # fmt: skip
-    return [grading.Check(name, True, f"seeds {', '.join(map(str, mine))}: {student}'s own")]
+        return [
+            gradereport.Check(
+                name,
+                False,
+                f"lab-start.json's seeds are not {student}'s (edited, or another "
+                "student's): start the lab again with --student",
+            )
+        ]
+    return [gradereport.Check(name, True, f"seeds {', '.join(map(str, mine))}: {student}'s own")]
 
 
-def _variant_checks(master: Path, lab: labkit.Lab, work: Path, found: labresults.Results,
-                    student: str | None) -> list[grading.Check]:  # fmt: skip
+def _variant_checks(
+    master: Path, lab: labkit.Lab, work: Path, found: labresults.Results, student: str | None
+) -> list[gradereport.Check]:
     """Whose value of the lab's variant knob the runs are: the one ``testbed lab start --student`` gave,
     set in the scenario file and run by every graded run (their manifests), and the student's by the
     course's secret (as their seeds). A folder started for a student must say its value."""
@@ -185,23 +233,44 @@ def _variant_checks(master: Path, lab: labkit.Lab, work: Path, found: labresults
     given = start.get("variant")
     mine = given.get("value") if isinstance(given, dict) else None
     if not isinstance(mine, int | float) or isinstance(mine, bool):
-        return [grading.Check(name, False, f"lab-start.json gives no {what}: start the lab again with --student")]
+        return [gradereport.Check(name, False, f"lab-start.json gives no {what}: start the lab again with --student")]
     shown = labkit.number_text(mine)
     if found.variant != mine:
-        return [grading.Check(name, False, f"the scenario file sets {knob} to {labkit.number_text(found.variant)}; "
-                                           f"testbed lab start gave {shown}: set it back and run again")]  # fmt: skip
+        return [
+            gradereport.Check(
+                name,
+                False,
+                f"the scenario file sets {knob} to {labkit.number_text(found.variant)}; "
+                f"testbed lab start gave {shown}: set it back and run again",
+            )
+        ]
     graded = labresults.graded_run_ids(found)
-    ran = [f"seed {r.seed} of {r.point_id} ran {labkit.number_text(v)}" for r in found.runs.itertuples()
-           if r.run_id in graded and (v := labresults.run_knob(Path(r.path), knob)) != mine]  # fmt: skip
+    ran = [
+        f"seed {r.seed} of {r.point_id} ran {labkit.number_text(v)}"
+        for r in found.runs.itertuples()
+        if r.run_id in graded and (v := labresults.run_knob(Path(r.path), knob)) != mine
+    ]
     if ran:
-        return [grading.Check(name, False, f"{'; '.join(ran[:3])}: testbed lab start gave {shown}: run again")]
+        return [gradereport.Check(name, False, f"{'; '.join(ran[:3])}: testbed lab start gave {shown}: run again")]
     if student is not None and students.course_secret() is None:
-        return [grading.Check(name, True, f"{shown}: whether it is {student}'s cannot be told without "
-                                          f"{students.SECRET_ENV}: grade by hand", graded=False)]  # fmt: skip
+        return [
+            gradereport.Check(
+                name,
+                True,
+                f"{shown}: whether it is {student}'s cannot be told without {students.SECRET_ENV}: grade by hand",
+                graded=False,
+            )
+        ]
     if student is not None and labkit.student_value(master, student) != mine:
-        return [grading.Check(name, False, f"lab-start.json's {what} is not {student}'s (edited, or another "
-                                           "student's): start the lab again with --student")]  # fmt: skip
-    return [grading.Check(name, True, f"{shown}, as lab start gave it")]
+        return [
+            gradereport.Check(
+                name,
+                False,
+                f"lab-start.json's {what} is not {student}'s (edited, or another "
+                "student's): start the lab again with --student",
+            )
+        ]
+    return [gradereport.Check(name, True, f"{shown}, as lab start gave it")]
 
 
 def shared_runs(folders: list[Path]) -> dict[str, list[Path]]:
@@ -229,17 +298,27 @@ def open_notebook(folder: Path) -> int:
     # the virtualenv's own, even when its bin/ is not on PATH (.venv/bin/testbed run directly)
     jupyter = shutil.which("jupyter-lab", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     if jupyter is None:
-        raise labkit.LabError("JupyterLab is not installed in the project's virtualenv: run 'make setup' "
-                              "(it installs requirements-labs.lock)")  # fmt: skip
+        raise labkit.LabError(
+            "JupyterLab is not installed in the project's virtualenv: run 'make setup' "
+            "(it installs requirements-labs.lock)"
+        )
     os.chdir(folder)
     # the testbed runs as root (namespaces, qdiscs), and JupyterLab refuses root without being told
     os.execv(jupyter, [jupyter, notebook.name, *(["--allow-root"] if os.geteuid() == 0 else [])])
 
 
-def command(action: str, name: str | None, folder: Path | None = None, more: list[str] | None = None,
-            work: Path | None = None, how: str | None = None, hidden_runner: SessionRunner | None = None,
-            student: str | None = None, student_check: bool = True,
-            rerun_runner: SessionRunner | None = None) -> int:  # fmt: skip
+def command(
+    action: str,
+    name: str | None,
+    folder: Path | None = None,
+    more: list[str] | None = None,
+    work: Path | None = None,
+    how: str | None = None,
+    hidden_runner: SessionRunner | None = None,
+    student: str | None = None,
+    student_check: bool = True,
+    rerun_runner: SessionRunner | None = None,
+) -> int:
     """``testbed lab ACTION``: list, start, check, pack, bands, autograder, notebook or duplicates (docs/labs.md);
     returns the exit status. ``hidden_runner`` runs the hidden variants for ``check`` (None: not run)."""
     if action == "list":
@@ -253,15 +332,19 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
     master = labkit.lab_dir(name)
     if action == "start":
         destination = labkit.start_lab(name, folder or Path(master.name), student=student)
-        print(f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
-              f"scenario ({labkit.load_lab(master).scenario}) from there")  # fmt: skip
+        print(
+            f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
+            f"scenario ({labkit.load_lab(master).scenario}) from there"
+        )
         if student:
             started = labkit.lab_start(destination)
             print(f"{student}'s own seeds: {', '.join(map(str, started['seeds']))}")
             if "variant" in started:
                 variant = labkit.load_lab(master).variant
-                print(f"{student}'s own {variant.what}: {started['variant']['value']:g} ({variant.knob} in the "
-                      "scenario file)")  # fmt: skip
+                print(
+                    f"{student}'s own {variant.what}: {started['variant']['value']:g} ({variant.knob} in the "
+                    "scenario file)"
+                )
         return 0
     if action == "bands":
         return _bands(master, folder, how)
@@ -269,8 +352,10 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
         from testbed.labs import autograder
 
         path = autograder.build(name, folder or Path.cwd(), student_check)
-        print(f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
-              f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)")  # fmt: skip
+        print(
+            f"{path}: upload it to Gradescope as the assignment's autograder (Ubuntu 24.04 base image); it "
+            f"grades an uploaded {master.name} folder without running experiments (docs/labs.md)"
+        )
         return 0
     if action == "pack":
         return _pack(master, work or Path.cwd(), folder or Path.cwd())
@@ -278,7 +363,7 @@ def command(action: str, name: str | None, folder: Path | None = None, more: lis
         return open_notebook(Path.cwd() if (Path.cwd() / "analysis.ipynb").is_file() else master)
     work = work or (Path.cwd() if (Path.cwd() / "lab.yaml").is_file() else master)
     checked = check(master, work, folder or work / "results", hidden_runner, student, rerun_runner)
-    print(grading.text(checked.grade))
+    print(gradereport.text(checked.grade))
     print(f"junit: {checked.junit}\ngradescope: {checked.gradescope}")
     return 0 if all(t.passed for t in checked.grade.tasks) else 1
 
@@ -288,9 +373,11 @@ def _pack(master: Path, work: Path, where: Path) -> int:
     from testbed.labs import submission
 
     packed = submission.pack(work, where / f"{master.name}-submission.zip")
-    print(f"{packed.path}: {packed.runs} run(s), {packed.files} files, {packed.bytes / 1e6:.1f} MB "
-          f"({packed.raw_bytes / 1e6:.1f} MB of raw files before compression): hand it in (Gradescope: upload "
-          "the zip)")  # fmt: skip
+    print(
+        f"{packed.path}: {packed.runs} run(s), {packed.files} files, {packed.bytes / 1e6:.1f} MB "
+        f"({packed.raw_bytes / 1e6:.1f} MB of raw files before compression): hand it in (Gradescope: upload "
+        "the zip)"
+    )
     return 0
 
 

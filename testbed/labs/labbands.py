@@ -38,8 +38,9 @@ def make_bands(master: Path, results: Path, how: str, commit: str) -> labkit.Exp
     kernels = ", ".join(sorted(set(complete["kernel_release"].dropna())))
     fingerprints = sorted(set().union(*(labresults.run_fingerprints(Path(path)) for path in complete["path"])))
     seeds = sorted({int(seed) for seed in complete["seed"]})
-    reference = labkit.Reference(how=how, kernel=kernels, commit=commit, runs=len(complete), seeds=seeds,
-                                 fingerprints=fingerprints)  # fmt: skip
+    reference = labkit.Reference(
+        how=how, kernel=kernels, commit=commit, runs=len(complete), seeds=seeds, fingerprints=fingerprints
+    )
     return labkit.Expected(reference=reference, bands=bands)
 
 
@@ -69,8 +70,10 @@ def _band(band: labkit.Band, found: labresults.Results) -> labkit.Band:
 
 def write_expected(path: Path, expected: labkit.Expected) -> None:
     """expected.yaml, with a header that says what it is."""
-    header = ("# The bands `testbed lab check` grades against, made by `testbed lab bands` from the reference\n"
-              "# runs below (testbed/labs/labbands.py: from the lowest value less 25 % of the mean to the\n"
-              "# highest plus it; 60 % for the retransmission ratio).\n")  # fmt: skip
+    header = (
+        "# The bands `testbed lab check` grades against, made by `testbed lab bands` from the reference\n"
+        "# runs below (testbed/labs/labbands.py: from the lowest value less 25 % of the mean to the\n"
+        "# highest plus it; 60 % for the retransmission ratio).\n"
+    )
     body = yaml.safe_dump(expected.model_dump(mode="json"), sort_keys=False, width=110)
     path.write_text(header + body)

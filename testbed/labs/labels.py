@@ -64,13 +64,17 @@ def _cc_problems(raw: Path, manifest: dict) -> list[str]:
     for connection in manifest.get("connections") or []:
         client = _client(raw, connection)
         if client is None:
-            problems.append(f"raw/iperf3-{connection.get('id')}-client.json is missing or unreadable: the run's "
-                            "congestion control cannot be read from it")  # fmt: skip
+            problems.append(
+                f"raw/iperf3-{connection.get('id')}-client.json is missing or unreadable: the run's "
+                "congestion control cannot be read from it"
+            )
             continue
         used = (client.get("end") or {}).get("sender_tcp_congestion")
         if used != connection.get("cc"):
-            problems.append(f"{rundir.MANIFEST} says {connection.get('id')} ran {connection.get('cc')}; iperf3's "
-                            f"own output says its sender used {used}")  # fmt: skip
+            problems.append(
+                f"{rundir.MANIFEST} says {connection.get('id')} ran {connection.get('cc')}; iperf3's "
+                f"own output says its sender used {used}"
+            )
     return problems
 
 
@@ -119,9 +123,11 @@ def _clock_problems(raw: Path, manifest: dict) -> list[str]:
     for connection in manifest.get("connections") or []:
         stamp = ((_client(raw, connection) or {}).get("start") or {}).get("timestamp", {}).get("timesecs")
         if isinstance(stamp, int | float) and not start - CLOCK_SLACK_S <= stamp <= end + CLOCK_SLACK_S:
-            problems.append(f"{rundir.MANIFEST} says the run went from {manifest['started_utc']} to "
-                            f"{manifest['ended_utc']}; iperf3's own output says {connection.get('id')} started "
-                            f"{datetime.fromtimestamp(stamp, UTC).isoformat(timespec='seconds')}")  # fmt: skip
+            problems.append(
+                f"{rundir.MANIFEST} says the run went from {manifest['started_utc']} to "
+                f"{manifest['ended_utc']}; iperf3's own output says {connection.get('id')} started "
+                f"{datetime.fromtimestamp(stamp, UTC).isoformat(timespec='seconds')}"
+            )
     return problems
 
 
@@ -136,7 +142,9 @@ def receiver_problems(flows: pd.DataFrame, tolerance_pct: float) -> list[str]:
         if not (row.recv_bytes >= MIN_COMPARED_BYTES and row.recv_goodput_mbit > 0):
             continue
         if abs(row.goodput_mbit / row.recv_goodput_mbit - 1) > tolerance_pct / 100:
-            problems.append(f"{row.conn}: the capture gives a goodput of {row.goodput_mbit:.4g} Mbit/s, iperf3's "
-                            f"receiver {row.recv_goodput_mbit:.4g} (more than {tolerance_pct:g} % apart: its clock "
-                            "is not the capture's)")  # fmt: skip
+            problems.append(
+                f"{row.conn}: the capture gives a goodput of {row.goodput_mbit:.4g} Mbit/s, iperf3's "
+                f"receiver {row.recv_goodput_mbit:.4g} (more than {tolerance_pct:g} % apart: its clock "
+                "is not the capture's)"
+            )
     return problems

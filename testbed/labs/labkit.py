@@ -42,6 +42,8 @@ def hidden_file(master: Path) -> Path:
     if own and (Path(own) / master.name / "hidden.yaml").is_file():
         return Path(own) / master.name / "hidden.yaml"
     return master / "hidden.yaml"
+
+
 #: what ``lab start`` writes into the student's folder: which lab, and when
 LAB_START = "lab-start.json"
 #: the metrics a band can bound: analysis.metrics.group_metric's (per run, the flows of one algorithm)
@@ -64,8 +66,14 @@ class Minutes(_Strict):
 
 
 #: the unit of each metric as a student quotes it (a ratio times 100 is in percent)
-METRIC_UNITS = {"goodput": "Mbit/s", "recv_goodput": "Mbit/s", "total_goodput": "Mbit/s", "jain": "",
-                "retrans_ratio": "", **{m: "ms" for m in LATENCY_METRICS}}  # fmt: skip
+METRIC_UNITS = {
+    "goodput": "Mbit/s",
+    "recv_goodput": "Mbit/s",
+    "total_goodput": "Mbit/s",
+    "jain": "",
+    "retrans_ratio": "",
+    **{m: "ms" for m in LATENCY_METRICS},
+}
 
 
 def metrics_in(unit: str) -> list[str]:
@@ -236,8 +244,10 @@ def lab_dir(name_or_path: str | Path, root: Path = LABS) -> Path:
         return given
     if (root / str(name_or_path) / "lab.yaml").is_file():
         return root / str(name_or_path)
-    raise LabError(f"no lab named {str(name_or_path)!r}; the labs: {', '.join(lab_names(root)) or '(none)'} "
-                   "(or give a folder that holds a lab.yaml)")  # fmt: skip
+    raise LabError(
+        f"no lab named {str(name_or_path)!r}; the labs: {', '.join(lab_names(root)) or '(none)'} "
+        "(or give a folder that holds a lab.yaml)"
+    )
 
 
 def _read(path: Path, model: type[BaseModel]):
@@ -256,8 +266,10 @@ def load_lab(folder: Path) -> Lab:
         if not (folder / file).is_file():
             raise LabError(f"{folder / 'lab.yaml'}: its scenario {file!r} is not in {folder}")
     if lab.variant and lab.scenario and file_knob(folder / lab.scenario, lab.variant.knob) not in lab.variant.values:
-        raise LabError(f"{folder / 'lab.yaml'}: variant.knob {lab.variant.knob} of {lab.scenario} is not one of "
-                       f"its values {', '.join(f'{v:g}' for v in lab.variant.values)}")  # fmt: skip
+        raise LabError(
+            f"{folder / 'lab.yaml'}: variant.knob {lab.variant.knob} of {lab.scenario} is not one of "
+            f"its values {', '.join(f'{v:g}' for v in lab.variant.values)}"
+        )
     return lab
 
 
@@ -316,8 +328,10 @@ def student_seeds(folder: Path, student: str) -> list[int]:
     """The seeds ``student`` gets in the lab at ``folder`` (as installed): as many as its starter file runs."""
     secret = students.course_secret()
     if secret is None:
-        raise LabError(f"--student needs the course's secret in {students.SECRET_ENV} (the instructor's, the same "
-                       "for every student of the course; never in a student's folder)")  # fmt: skip
+        raise LabError(
+            f"--student needs the course's secret in {students.SECRET_ENV} (the instructor's, the same "
+            "for every student of the course; never in a student's folder)"
+        )
     if not student.strip():
         raise LabError("--student needs the student's id (their Gradescope student id or email)")
     lab = load_lab(folder)
@@ -333,8 +347,9 @@ def student_value(folder: Path, student: str) -> float:
     lab = load_lab(folder)
     secret = students.course_secret()
     if lab.variant is None or secret is None:
-        raise LabError(f"lab {folder.name} gives no value of its own to a student (no variant, or no "
-                       f"{students.SECRET_ENV})")  # fmt: skip
+        raise LabError(
+            f"lab {folder.name} gives no value of its own to a student (no variant, or no {students.SECRET_ENV})"
+        )
     return students.pick(secret, folder.name, student.strip(), lab.variant.values)
 
 

@@ -55,8 +55,16 @@ def load_results(work: Path, lab: Lab, results: Path, every_variant: bool = Fals
     variant = labkit.file_knob(work / lab.scenario, lab.variant.knob) if lab.variant and lab.scenario else None
     if not results.is_dir():
         empty = pd.DataFrame()
-        return Results(empty, empty, empty, seeds, problem or f"{results}: no results folder (run the lab's scenario)",
-                       identities, started, variant)  # fmt: skip
+        return Results(
+            empty,
+            empty,
+            empty,
+            seeds,
+            problem or f"{results}: no results folder (run the lab's scenario)",
+            identities,
+            started,
+            variant,
+        )
     catalog.ingest(results)
     name = Path(lab.scenario).stem if lab.scenario else None
     runs = catalog.runs(results, scenario=name)
@@ -69,8 +77,9 @@ def load_results(work: Path, lab: Lab, results: Path, every_variant: bool = Fals
             keys.append("variant")
         runs = runs.drop_duplicates(keys, keep="last")
     if lab.scenario is None and lab.suite is None:
-        seeds = {point: sorted(set(group["seed"])) for point, group in runs.groupby("point_id")} if not runs.empty \
-            else {}  # fmt: skip
+        seeds = (
+            {point: sorted(set(group["seed"])) for point, group in runs.groupby("point_id")} if not runs.empty else {}
+        )
     kept = set(runs["run_id"]) if not runs.empty else set()
     flows = _kept(catalog.flows(results, scenario=name), kept)
     latency = _kept(catalog.latency(results, scenario=name), kept)
@@ -125,8 +134,11 @@ def _kept(frame: pd.DataFrame, run_ids: set[str]) -> pd.DataFrame:
 def graded_run_ids(results: Results, points: set[str] | None = None) -> set[str]:
     """The run ids (catalog: <scenario>/<session>/<point>/seed=N) the grader counts: the latest run of each
     seed the student's file asks for, of ``points`` (all when None)."""
-    return {r.run_id for r in results.runs.itertuples()
-            if (points is None or r.point_id in points) and r.seed in results.seeds.get(r.point_id, [])}  # fmt: skip
+    return {
+        r.run_id
+        for r in results.runs.itertuples()
+        if (points is None or r.point_id in points) and r.seed in results.seeds.get(r.point_id, [])
+    }
 
 
 def point_values(point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None) -> list[float]:
@@ -135,8 +147,9 @@ def point_values(point: str, asked: Band | Measured, results: Results, seeds: li
     return [value for _, value in seeded_values(point, asked, results, seeds)]
 
 
-def seeded_values(point: str, asked: Band | Measured, results: Results,
-                  seeds: list[int] | None = None) -> list[tuple[int, float]]:  # fmt: skip
+def seeded_values(
+    point: str, asked: Band | Measured, results: Results, seeds: list[int] | None = None
+) -> list[tuple[int, float]]:
     """:func:`point_values` with each run's seed: (seed, value)."""
     runs = results.runs
     if runs.empty:
@@ -152,11 +165,17 @@ def run_metric(asked: Band | Measured, run_id: str, results: Results) -> float:
     """One run's value of a band's or a question's metric (NaN when it has none)."""
     if asked.metric in LATENCY_COLUMNS:
         kind, column = LATENCY_COLUMNS[asked.metric]
-        rows = results.latency[(results.latency["run_id"] == run_id) & (results.latency["kind"] == kind)] \
-            if not results.latency.empty else results.latency  # fmt: skip
+        rows = (
+            results.latency[(results.latency["run_id"] == run_id) & (results.latency["kind"] == kind)]
+            if not results.latency.empty
+            else results.latency
+        )
         return float(rows[column].mean()) if not rows.empty else math.nan
-    flows = results.flows[(results.flows["run_id"] == run_id) & (results.flows["direction"] == "forward")] \
-        if not results.flows.empty else results.flows  # fmt: skip
+    flows = (
+        results.flows[(results.flows["run_id"] == run_id) & (results.flows["direction"] == "forward")]
+        if not results.flows.empty
+        else results.flows
+    )
     if asked.cc:
         flows = flows[flows["cc"] == asked.cc]
     return metrics.group_metric(flows, asked.metric) if not flows.empty else math.nan
@@ -207,4 +226,3 @@ def decided_claims(results: Results) -> dict[str, claims.Verdict]:
     """Claim id -> its verdict on the student's graded runs, for the claims those runs decide."""
     judged = claims.verdicts(None, flows=claim_flows(results))
     return {v.claim.id: v for v in judged if v.verdict != "no data"}
-

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from analysis import run as run_analysis
-from testbed.labs.grading import Check
+from testbed.labs.gradereport import Check
 from testbed.labs.labkit import Lab
 from testbed.labs.labresults import Results, graded_run_ids
 from testbed.results import rundir
@@ -40,8 +40,9 @@ TOLERANCE = 0.20
 SessionRunner = Callable[[ScenarioFile, Path], list]
 
 
-def rerun_checks(work: Path, lab: Lab, found: Results, run: SessionRunner,
-                 chooser: random.Random | None = None) -> list[Check]:  # fmt: skip
+def rerun_checks(
+    work: Path, lab: Lab, found: Results, run: SessionRunner, chooser: random.Random | None = None
+) -> list[Check]:
     """One graded run per point run again and compared (module doc); ``chooser`` picks the runs (a
     system source by default: a student cannot tell which run will be checked)."""
     if lab.scenario is None or found.runs.empty:
@@ -70,8 +71,12 @@ def _rerun_one(scenario: ScenarioFile, point: str, seed: int, run_id: str, found
         failed = run(replace(scenario, points=points), where)
         manifests = sorted(where.rglob(rundir.MANIFEST))
         if failed or not manifests:
-            return Check(name, True, f"it did not complete on the grader's machine ({len(failed)} run(s)): grade "
-                                     "by hand", graded=False)  # fmt: skip
+            return Check(
+                name,
+                True,
+                f"it did not complete on the grader's machine ({len(failed)} run(s)): grade by hand",
+                graded=False,
+            )
         again = _goodputs(run_analysis.analyze_run(manifests[-1].parent, write=False).flows)
     finally:
         shutil.rmtree(where, ignore_errors=True)
@@ -82,8 +87,12 @@ def _rerun_one(scenario: ScenarioFile, point: str, seed: int, run_id: str, found
     said = ", ".join(f"{cc} {submitted[cc]:.4g} submitted, {again[cc]:.4g} again ({d:+.1%})" for cc, d in apart.items())
     if all(abs(d) <= TOLERANCE for d in apart.values()):
         return Check(name, True, f"{said}: within {TOLERANCE:.0%}")
-    return Check(name, True, f"{said}: beyond {TOLERANCE:.0%} of what the grader's machine gives: grade by hand "
-                             "(look at the run)", graded=False)  # fmt: skip
+    return Check(
+        name,
+        True,
+        f"{said}: beyond {TOLERANCE:.0%} of what the grader's machine gives: grade by hand (look at the run)",
+        graded=False,
+    )
 
 
 def _goodputs(flows) -> dict[str, float]:

@@ -123,8 +123,12 @@ def verdicts_stated(answer: str) -> list[str]:
     (an answer leads with its verdict; a later sentence may quote another session's), each not negated
     ("neither reproduced nor refuted" states none)."""
     for sentence in answerfile.sentences(answer):
-        said = [v for v in claims.VERDICTS if re.search(VERDICT_PATTERNS.get(v, r"\b" + re.escape(v) + r"\b"),
-                                                        sentence.lower()) and not negated(sentence, v)]  # fmt: skip
+        said = [
+            v
+            for v in claims.VERDICTS
+            if re.search(VERDICT_PATTERNS.get(v, r"\b" + re.escape(v) + r"\b"), sentence.lower())
+            and not negated(sentence, v)
+        ]
         if said:
             return said
     return []
@@ -143,15 +147,19 @@ def comparison_problems(sentences: list[str], means: Mapping[str, float]) -> lis
         # "A ... N % lower than B", "A is N % below B": the second algorithm right after the direction;
         # a sentence about a paper or a report quotes another result
         other = CC_NAMES.get(second, re.escape(second))
-        pattern = (rf"({AT_MOST})?\s*({NUMBER})\s*%\s*(?:\w+\s+)?({UP}|{DOWN})\s+(?:\w+\s+)?(?:than\s+)?"
-                   rf"(?:that of\s+)?(?:{other})(?![a-z])")
+        pattern = (
+            rf"({AT_MOST})?\s*({NUMBER})\s*%\s*(?:\w+\s+)?({UP}|{DOWN})\s+(?:\w+\s+)?(?:than\s+)?"
+            rf"(?:that of\s+)?(?:{other})(?![a-z])"
+        )
         if re.search(r"\bpaper|\breport", sentence.lower()):
             continue
         for bound, size, direction in re.findall(pattern, sentence.lower()):
             stated = float(size) * (1 if re.fullmatch(UP, direction.lower()) else -1)
             if why := _contradicted(stated, actual, bool(bound)):
-                problems.append(f'"{_short(sentence)}": {why}; your runs give {first} {actual:+.1f} % '
-                                f"against {second} ({means[first]:.3g} vs {means[second]:.3g})")  # fmt: skip
+                problems.append(
+                    f'"{_short(sentence)}": {why}; your runs give {first} {actual:+.1f} % '
+                    f"against {second} ({means[first]:.3g} vs {means[second]:.3g})"
+                )
     return list(dict.fromkeys(problems))
 
 
@@ -185,8 +193,11 @@ def significance_problems(sentences: list[str], p_values: list[float]) -> list[s
     for sentence in sentences:
         # a statement about these runs ("is significant", "is not statistically significant", "significantly
         # higher"), not a hypothetical ("would be significant", "far from significant")
-        stated = re.search(rf"\b(?:is|was|are|were)\s+(not\s+)?(?:statistically\s+)?significant\b|"
-                           rf"\b(not\s+)?significantly\s+(?:{UP}|{DOWN})\b", sentence.lower())  # fmt: skip
+        stated = re.search(
+            rf"\b(?:is|was|are|were)\s+(not\s+)?(?:statistically\s+)?significant\b|"
+            rf"\b(not\s+)?significantly\s+(?:{UP}|{DOWN})\b",
+            sentence.lower(),
+        )
         if not stated:
             continue
         said = not (stated.group(1) or stated.group(2))
@@ -244,8 +255,9 @@ def contradictions(question: Question, prose: str, results: Results, settings: d
         for group in re.finditer(pattern, prose.replace(",000", "000")):
             for n in (float(x) for x in re.findall(r"\d+(?:\.\d+)?", group.group(1))):
                 if not any(abs(n - b) <= tolerance * max(abs(b), 1e-9) for b in backed):
-                    problems.append(f"the answer says {n:g} {unit}, which neither your runs nor your scenario "
-                                    f"file give")  # fmt: skip
+                    problems.append(
+                        f"the answer says {n:g} {unit}, which neither your runs nor your scenario file give"
+                    )
     return list(dict.fromkeys(problems))
 
 

@@ -44,11 +44,14 @@ def draw(secret: bytes, lab: str, student: str, pool: list[int], count: int) -> 
     secret, the first ``count`` (sorted). The same arguments give the same seeds; without the secret
     nobody can tell which a student gets."""
     if count > len(pool):
-        raise StudentError(f"the lab asks for {count} seeds a point and its pool has {len(pool)} "
-                           f"({', '.join(map(str, pool))}): make its bands over more seeds "
-                           "(testbed lab bands)")  # fmt: skip
-    ranked = sorted(pool, key=lambda seed: hmac.new(secret, f"{lab}\0{student}\0{seed}".encode(),
-                                                    hashlib.sha256).digest())  # fmt: skip
+        raise StudentError(
+            f"the lab asks for {count} seeds a point and its pool has {len(pool)} "
+            f"({', '.join(map(str, pool))}): make its bands over more seeds "
+            "(testbed lab bands)"
+        )
+    ranked = sorted(
+        pool, key=lambda seed: hmac.new(secret, f"{lab}\0{student}\0{seed}".encode(), hashlib.sha256).digest()
+    )
     return sorted(ranked[:count])
 
 
@@ -60,5 +63,9 @@ def others(pool: list[int], mine: list[int], count: int) -> list[int]:
 def pick(secret: bytes, lab: str, student: str, values: list[float]) -> float:
     """The value of the lab's variant knob ``student`` gets: ``values`` ranked by an HMAC under the secret
     (another message than the seeds', so the value tells nothing of the seeds), the first."""
-    return min(values, key=lambda value: hmac.new(secret, f"{lab}\0{student}\0variant\0{float(value)!r}".encode(),
-                                                   hashlib.sha256).digest())  # fmt: skip
+    return min(
+        values,
+        key=lambda value: hmac.new(
+            secret, f"{lab}\0{student}\0variant\0{float(value)!r}".encode(), hashlib.sha256
+        ).digest(),
+    )

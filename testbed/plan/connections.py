@@ -123,16 +123,41 @@ def report_interval_s(duration_s: float) -> float:
 def server_argv(conn: Connection) -> list[str]:
     # -1: serve exactly one test, then exit with its JSON on stdout
     timeout_ms = round((conn.duration_s + RCV_TIMEOUT_SLACK_S) * 1000)
-    return ["iperf3", "-s", "-1", "-J", "-p", str(conn.server_port), "-i", f"{report_interval_s(conn.duration_s):g}",
-            "--rcv-timeout", str(timeout_ms)]  # fmt: skip
+    return [
+        "iperf3",
+        "-s",
+        "-1",
+        "-J",
+        "-p",
+        str(conn.server_port),
+        "-i",
+        f"{report_interval_s(conn.duration_s):g}",
+        "--rcv-timeout",
+        str(timeout_ms),
+    ]
 
 
 def client_argv(conn: Connection) -> list[str]:
-    amount = (["-n", str(conn.size_bytes), "-l", str(block_bytes(conn.size_bytes))] if conn.size_bytes
-              else ["-t", f"{conn.duration_s:g}"])  # fmt: skip
+    amount = (
+        ["-n", str(conn.size_bytes), "-l", str(block_bytes(conn.size_bytes))]
+        if conn.size_bytes
+        else ["-t", f"{conn.duration_s:g}"]
+    )
     return [
-        "iperf3", "-c", conn.receiver_ip, "-B", conn.sender_ip, "-p", str(conn.server_port),
-        "--cport", str(conn.client_port),
-        "-C", conn.cc, *amount, *(["-w", f"{conn.window_kb}K"] if conn.window_kb else []),
-        "-i", f"{report_interval_s(conn.duration_s):g}", "-J",
-    ]  # fmt: skip
+        "iperf3",
+        "-c",
+        conn.receiver_ip,
+        "-B",
+        conn.sender_ip,
+        "-p",
+        str(conn.server_port),
+        "--cport",
+        str(conn.client_port),
+        "-C",
+        conn.cc,
+        *amount,
+        *(["-w", f"{conn.window_kb}K"] if conn.window_kb else []),
+        "-i",
+        f"{report_interval_s(conn.duration_s):g}",
+        "-J",
+    ]

@@ -50,8 +50,12 @@ def estimate_s(run: RunSpec) -> float:
     calibration pings and 36 s of iperf3 client starts under TCG)."""
     scenario = run.scenario
     connections = len(plan_connections(scenario, TOPOLOGIES[scenario.topology.name].from_scenario(scenario)))
-    return (scenario.duration_s + RUN_OVERHEAD_S + SETUP_S_PER_NODE * len(netspec(run).nodes)
-            + SETUP_S_PER_CONNECTION * connections)  # fmt: skip
+    return (
+        scenario.duration_s
+        + RUN_OVERHEAD_S
+        + SETUP_S_PER_NODE * len(netspec(run).nodes)
+        + SETUP_S_PER_CONNECTION * connections
+    )
 
 
 #: beyond this much of estimated runs a sweep is a runaway until said otherwise (testbed run --yes)
@@ -67,9 +71,10 @@ def runaway(runs: list[RunSpec], hosts: int = 1, extra_s: float = 0.0) -> str | 
         return None
     spread = ", ".join(f"{total_s / n / 3600:.1f} h on {n} hosts" for n in (10, 100) if n > hosts)
     here = f"{total_s / hosts / 3600:.1f} h" + (f" on {hosts} hosts" if hosts > 1 else " here")
-    return (f"{len(runs)} runs, estimated {here} ({total_s / 86400:.1f} days of runs; {spread}): cut the sweep "
-            f"(--only, --seed, fewer seeds or values), or spread it (--cluster)")
-
+    return (
+        f"{len(runs)} runs, estimated {here} ({total_s / 86400:.1f} days of runs; {spread}): cut the sweep "
+        f"(--only, --seed, fewer seeds or values), or spread it (--cluster)"
+    )
 
 
 def check_runaway(runs: list[RunSpec], hosts: int, yes: bool, extra_s: float = 0.0) -> str | None:

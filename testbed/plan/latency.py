@@ -73,17 +73,30 @@ def plan_latency(scenario, topology) -> list[LatencyFlow]:
             for period, (start, stop) in enumerate(flow.on_periods(scenario.duration_s)):
                 k = len(planned)
                 requests = flow.kind == "requests"
-                planned.append(LatencyFlow(
-                    id=f"{'q' if requests else 'p'}{k}", kind=flow.kind, flow=flow_index, replica=replica,
-                    period=period, pair=pair, direction=flow.direction, sender=sender.node, sender_ip=sender.ip,
-                    receiver=receiver.node, receiver_ip=receiver.ip, start_s=float(start), stop_s=float(stop),
-                    base_rtt_ms=topology.base_rtt_ms(pair), cc=flow.cc,
-                    interval_ms=None if requests else flow.ping_interval_ms,
-                    size_bytes=round(flow.size_kb * 1000) if requests else None,
-                    think_ms=flow.think_ms if requests else 0.0,
-                    server_port=REQUEST_SERVER_PORT_BASE + k if requests else None,
-                    client_port_first=REQUEST_CLIENT_PORT_BASE + REQUEST_CLIENT_PORTS * k if requests else None,
-                ))  # fmt: skip
+                planned.append(
+                    LatencyFlow(
+                        id=f"{'q' if requests else 'p'}{k}",
+                        kind=flow.kind,
+                        flow=flow_index,
+                        replica=replica,
+                        period=period,
+                        pair=pair,
+                        direction=flow.direction,
+                        sender=sender.node,
+                        sender_ip=sender.ip,
+                        receiver=receiver.node,
+                        receiver_ip=receiver.ip,
+                        start_s=float(start),
+                        stop_s=float(stop),
+                        base_rtt_ms=topology.base_rtt_ms(pair),
+                        cc=flow.cc,
+                        interval_ms=None if requests else flow.ping_interval_ms,
+                        size_bytes=round(flow.size_kb * 1000) if requests else None,
+                        think_ms=flow.think_ms if requests else 0.0,
+                        server_port=REQUEST_SERVER_PORT_BASE + k if requests else None,
+                        client_port_first=REQUEST_CLIENT_PORT_BASE + REQUEST_CLIENT_PORTS * k if requests else None,
+                    )
+                )
     return planned
 
 
@@ -92,18 +105,58 @@ def ping_argv(flow: LatencyFlow) -> list[str]:
     interval_s = flow.interval_ms / 1000
     count = max(1, math.floor(flow.duration_s / interval_s))
     deadline = math.ceil(flow.duration_s) + PING_DEADLINE_SLACK_S
-    return ["ping", "-n", "-D", "-i", f"{interval_s:g}", "-c", str(count), "-w", str(deadline),
-            "-I", flow.sender_ip, flow.receiver_ip]  # fmt: skip
+    return [
+        "ping",
+        "-n",
+        "-D",
+        "-i",
+        f"{interval_s:g}",
+        "-c",
+        str(count),
+        "-w",
+        str(deadline),
+        "-I",
+        flow.sender_ip,
+        flow.receiver_ip,
+    ]
 
 
 def requests_server_argv(flow: LatencyFlow, python: str) -> list[str]:
-    return [python, str(SHORTFLOWS), "serve", "--bind", flow.receiver_ip, "--port", str(flow.server_port),
-            "--cc", flow.cc]  # fmt: skip
+    return [
+        python,
+        str(SHORTFLOWS),
+        "serve",
+        "--bind",
+        flow.receiver_ip,
+        "--port",
+        str(flow.server_port),
+        "--cc",
+        flow.cc,
+    ]
 
 
 def requests_client_argv(flow: LatencyFlow, python: str) -> list[str]:
     """The client holds itself (SIGSTOP) once ready; continued at its start time, it runs for its duration."""
-    return [python, str(SHORTFLOWS), "fetch", "--server", flow.receiver_ip, "--port", str(flow.server_port),
-            "--bind", flow.sender_ip, "--first-port", str(flow.client_port_first),
-            "--ports", str(REQUEST_CLIENT_PORTS), "--size", str(flow.size_bytes), "--think-ms", f"{flow.think_ms:g}",
-            "--duration-s", f"{flow.duration_s:g}", "--cc", flow.cc]  # fmt: skip
+    return [
+        python,
+        str(SHORTFLOWS),
+        "fetch",
+        "--server",
+        flow.receiver_ip,
+        "--port",
+        str(flow.server_port),
+        "--bind",
+        flow.sender_ip,
+        "--first-port",
+        str(flow.client_port_first),
+        "--ports",
+        str(REQUEST_CLIENT_PORTS),
+        "--size",
+        str(flow.size_bytes),
+        "--think-ms",
+        f"{flow.think_ms:g}",
+        "--duration-s",
+        f"{flow.duration_s:g}",
+        "--cc",
+        flow.cc,
+    ]

@@ -41,8 +41,14 @@ class PlanRun(BaseModel):
 
     def spec(self) -> RunSpec:
         """The run as the runner executes it."""
-        return RunSpec(scenario_name=self.scenario_name, point_id=self.point_id, params=self.params, seed=self.seed,
-                       scenario=Scenario.model_validate(self.scenario), profile=self.profile)  # fmt: skip
+        return RunSpec(
+            scenario_name=self.scenario_name,
+            point_id=self.point_id,
+            params=self.params,
+            seed=self.seed,
+            scenario=Scenario.model_validate(self.scenario),
+            profile=self.profile,
+        )
 
 
 class PlanContext(BaseModel):

@@ -51,8 +51,10 @@ class Event(BaseModel):
 class SessionPlanned(Event):
     """The host's plan for a session: how many runs and how long they should take (guest boot included)."""
 
-    PATTERN: ClassVar = re.compile(r"^(?P<name>.+) \((?P<profile>\S+) profile\): (?P<runs>\d+) runs, "
-                                   rf"estimated (?P<estimate_min>{NUMBER}) min$")  # fmt: skip
+    PATTERN: ClassVar = re.compile(
+        r"^(?P<name>.+) \((?P<profile>\S+) profile\): (?P<runs>\d+) runs, "
+        rf"estimated (?P<estimate_min>{NUMBER}) min$"
+    )
     name: str
     profile: str | None
     runs: int
@@ -65,15 +67,21 @@ class SessionPlanned(Event):
     @classmethod
     def from_match(cls, match: re.Match[str]) -> Event:
         profile = match["profile"]
-        return cls(name=match["name"], profile=None if profile == "no" else profile, runs=int(match["runs"]),
-                   estimate_s=float(match["estimate_min"]) * 60)  # fmt: skip
+        return cls(
+            name=match["name"],
+            profile=None if profile == "no" else profile,
+            runs=int(match["runs"]),
+            estimate_s=float(match["estimate_min"]) * 60,
+        )
 
 
 class RunStarted(Event):
     """Run ``index`` of ``total`` (from 1) starts; ``eta_s``: the runner's estimate of the plan's time left."""
 
-    PATTERN: ClassVar = re.compile(r"^run (?P<index>\d+)/(?P<total>\d+): (?P<scenario>.+) (?P<point_id>\S+) "
-                                   rf"seed=(?P<seed>-?\d+) \(ETA (?P<eta_min>{NUMBER}) min\)$")  # fmt: skip
+    PATTERN: ClassVar = re.compile(
+        r"^run (?P<index>\d+)/(?P<total>\d+): (?P<scenario>.+) (?P<point_id>\S+) "
+        rf"seed=(?P<seed>-?\d+) \(ETA (?P<eta_min>{NUMBER}) min\)$"
+    )
     index: int
     total: int
     scenario: str
@@ -82,8 +90,10 @@ class RunStarted(Event):
     eta_s: float
 
     def line(self) -> str:
-        return (f"run {self.index}/{self.total}: {self.scenario} {self.point_id} seed={self.seed} "
-                f"(ETA {self.eta_s / 60:.1f} min)")  # fmt: skip
+        return (
+            f"run {self.index}/{self.total}: {self.scenario} {self.point_id} seed={self.seed} "
+            f"(ETA {self.eta_s / 60:.1f} min)"
+        )
 
     @classmethod
     def from_match(cls, match: re.Match[str]) -> Event:
@@ -121,8 +131,10 @@ class TrafficWindow(Event):
 class TrafficTick(Event):
     """How far the current run's traffic is (every few seconds while it lasts)."""
 
-    PATTERN: ClassVar = re.compile(rf"^\s*traffic t=\s*(?P<t_s>{NUMBER}) s of (?P<duration_s>{NUMBER}) s, "
-                                   r"(?P<active>\d+) connections active$")  # fmt: skip
+    PATTERN: ClassVar = re.compile(
+        rf"^\s*traffic t=\s*(?P<t_s>{NUMBER}) s of (?P<duration_s>{NUMBER}) s, "
+        r"(?P<active>\d+) connections active$"
+    )
     t_s: float
     duration_s: float
     active: int

@@ -26,12 +26,17 @@ def is_done(directory: Path, run: RunSpec, release: str, clock: str = "real") ->
     except rundir.LoadError:
         return False
     same_clock = (manifest.backend.clock or "real") == clock
-    return (manifest.status == "complete" and manifest.identity == run.identity()
-            and manifest.kernel.release == release and same_clock)  # fmt: skip
+    return (
+        manifest.status == "complete"
+        and manifest.identity == run.identity()
+        and manifest.kernel.release == release
+        and same_clock
+    )
 
 
-def find_resumable(results_root: Path, scenario_name: str, runs: list[RunSpec], release: str,
-                   clock: str = "real") -> Path | None:  # fmt: skip
+def find_resumable(
+    results_root: Path, scenario_name: str, runs: list[RunSpec], release: str, clock: str = "real"
+) -> Path | None:
     """The newest session of this scenario on the same kernel and clock that already holds some of these runs.
 
     Resuming continues in that folder: runs complete there (same resolved scenario, seed and kernel)
@@ -68,8 +73,10 @@ def note_older_code(session: Path, kept: list[RunSpec], git: dict, log: Callable
     other = {label: n for label, n in commits.items() if label != here}
     if other:
         made_at = ", ".join(f"{n} at {label}" for label, n in sorted(other.items()))
-        log(f"note: kept runs were made by other code ({made_at}; this checkout: {here}); "
-            f"--force runs them again with this code")  # fmt: skip
+        log(
+            f"note: kept runs were made by other code ({made_at}; this checkout: {here}); "
+            f"--force runs them again with this code"
+        )
 
 
 def identity(directory: Path) -> str | None:

@@ -64,8 +64,14 @@ class AheadAnalysis:
     def __enter__(self) -> AheadAnalysis:
         # this checkout's code, whatever the current folder; a session of its own: Ctrl-C is the parent's to handle
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(PROJECT), os.environ.get("PYTHONPATH")]))}
-        self.proc = subprocess.Popen([sys.executable, "-m", __name__, str(os.getpid())], stdin=subprocess.PIPE,
-                                     stdout=subprocess.DEVNULL, text=True, env=env, start_new_session=True)  # fmt: skip
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", __name__, str(os.getpid())],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+            env=env,
+            start_new_session=True,
+        )
         return self
 
     def __exit__(self, *exc) -> None:

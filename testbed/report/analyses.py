@@ -46,14 +46,22 @@ def _analyze(run_dir: Path) -> RunAnalysis:
     except Exception as exc:  # one broken run must not take the sweep's report down with it
         last = traceback.extract_tb(exc.__traceback__)[-1]
         where = f"{Path(last.filename).name}:{last.lineno}"
-        return _without_analysis(run_dir, f"analysis failed: {type(exc).__name__}: {exc} ({where})", "unanalysed",
-                                 f"analysis failed: {exc}")  # fmt: skip
+        return _without_analysis(
+            run_dir, f"analysis failed: {type(exc).__name__}: {exc} ({where})", "unanalysed", f"analysis failed: {exc}"
+        )
 
 
 def _without_analysis(run_dir: Path, problem: str, status: str, reason: str) -> RunAnalysis:
     """A run the report lists with why it has no numbers."""
-    return RunAnalysis(run_dir=run_dir, manifest={}, flows=pd.DataFrame(), series=pd.DataFrame(), problems=[problem],
-                       status=status, reason=reason)  # fmt: skip
+    return RunAnalysis(
+        run_dir=run_dir,
+        manifest={},
+        flows=pd.DataFrame(),
+        series=pd.DataFrame(),
+        problems=[problem],
+        status=status,
+        reason=reason,
+    )
 
 
 def _analyze_keyed(run_dir: Path) -> tuple[RunAnalysis, str | None]:

@@ -29,9 +29,15 @@ def write(path: Path, name: str, suites: dict[str, list[Case]]) -> None:
     root = ET.Element("testsuites", name=name)
     for suite_name, cases in suites.items():
         count = {outcome: sum(c.outcome == outcome for c in cases) for outcome in ("failure", "skipped", "error")}
-        suite = ET.SubElement(root, "testsuite", name=suite_name, tests=str(len(cases)),
-                              failures=str(count["failure"]), skipped=str(count["skipped"]),
-                              errors=str(count["error"]))  # fmt: skip
+        suite = ET.SubElement(
+            root,
+            "testsuite",
+            name=suite_name,
+            tests=str(len(cases)),
+            failures=str(count["failure"]),
+            skipped=str(count["skipped"]),
+            errors=str(count["error"]),
+        )
         for c in cases:
             case = ET.SubElement(suite, "testcase", classname=c.classname, name=c.name)
             if c.outcome == "passed":

@@ -16,20 +16,39 @@ from analysis.latency import summarize
 from analysis.run import RunAnalysis
 from testbed.report import pages
 
-COLUMNS = ["point", "runs", "goodput_mbit", "ping_p50_ms", "ping_p99_ms", "request_p50_ms", "request_p99_ms",
-           "queue_p50_ms", "queue_p99_ms", "drops", "marks"]  # fmt: skip
-HEADERS = {"goodput_mbit": "bulk goodput Mbit/s", "ping_p50_ms": "ping p50 ms", "ping_p99_ms": "ping p99 ms",
-           "request_p50_ms": "request p50 ms", "request_p99_ms": "request p99 ms",
-           "queue_p50_ms": "queueing delay p50 ms", "queue_p99_ms": "queueing delay p99 ms",
-           "drops": "queue drops", "marks": "ECN marks"}  # fmt: skip
+COLUMNS = [
+    "point",
+    "runs",
+    "goodput_mbit",
+    "ping_p50_ms",
+    "ping_p99_ms",
+    "request_p50_ms",
+    "request_p99_ms",
+    "queue_p50_ms",
+    "queue_p99_ms",
+    "drops",
+    "marks",
+]
+HEADERS = {
+    "goodput_mbit": "bulk goodput Mbit/s",
+    "ping_p50_ms": "ping p50 ms",
+    "ping_p99_ms": "ping p99 ms",
+    "request_p50_ms": "request p50 ms",
+    "request_p99_ms": "request p99 ms",
+    "queue_p50_ms": "queueing delay p50 ms",
+    "queue_p99_ms": "queueing delay p99 ms",
+    "drops": "queue drops",
+    "marks": "ECN marks",
+}
 
 
 def wanted(analyses: list[RunAnalysis]) -> bool:
     return any(not a.latency.empty or a.queue_delays["marks"].notna().any() for a in analyses if a.status == "complete")
 
 
-def point_table(analyses: list[RunAnalysis], point_of) -> tuple[pd.DataFrame, dict[str, pd.Series],
-                                                                dict[str, pd.Series]]:  # fmt: skip
+def point_table(
+    analyses: list[RunAnalysis], point_of
+) -> tuple[pd.DataFrame, dict[str, pd.Series], dict[str, pd.Series]]:
     """One row per point (``COLUMNS``), and each point's ping RTTs and queueing delays (for the CDFs)."""
     by_point: dict[str, list[RunAnalysis]] = {}
     for analysis in analyses:
@@ -42,9 +61,18 @@ def point_table(analyses: list[RunAnalysis], point_of) -> tuple[pd.DataFrame, di
         request = samples[samples["kind"] == "requests"]["value_ms"]
         queue = pd.concat([_forward_queue(a) for a in runs], ignore_index=True)
         pings[point], delays[point] = ping, queue["delay_ms"]
-        rows.append({"point": point, "runs": len(runs), "goodput_mbit": _bulk_goodput(runs),
-                     **_pair("ping", ping), **_pair("request", request), **_pair("queue", queue["delay_ms"]),
-                     "drops": _counted(runs, "drops"), "marks": _counted(runs, "marks")})  # fmt: skip
+        rows.append(
+            {
+                "point": point,
+                "runs": len(runs),
+                "goodput_mbit": _bulk_goodput(runs),
+                **_pair("ping", ping),
+                **_pair("request", request),
+                **_pair("queue", queue["delay_ms"]),
+                "drops": _counted(runs, "drops"),
+                "marks": _counted(runs, "marks"),
+            }
+        )
     return pd.DataFrame(rows, columns=COLUMNS), pings, delays
 
 
@@ -91,11 +119,19 @@ def section(session_dir: Path, analyses: list[RunAnalysis], point_of) -> dict | 
     scatter, cdf = figures / "latency-vs-goodput.png", figures / "delay-cdfs.png"
     scatter.write_bytes(plots.latency_scatter_png(table))
     cdf.write_bytes(plots.delay_cdfs_png(pings, delays))
-    return {"table": pages.table(table, headers=HEADERS), "scatter": scatter.read_bytes(), "cdf": cdf.read_bytes(),
-            "paths": [str(p.relative_to(session_dir)) for p in (scatter, cdf)]}  # fmt: skip
+    return {
+        "table": pages.table(table, headers=HEADERS),
+        "scatter": scatter.read_bytes(),
+        "cdf": cdf.read_bytes(),
+        "paths": [str(p.relative_to(session_dir)) for p in (scatter, cdf)],
+    }
 
 
 def shown(table: pd.DataFrame) -> pd.DataFrame:
     """The table with its headers and values as text (the terminal's summary)."""
-    return pd.DataFrame({HEADERS.get(c, c): [pages.fmt(v, 3) if isinstance(v, float) else str(v) for v in table[c]]
-                         for c in table.columns})  # fmt: skip
+    return pd.DataFrame(
+        {
+            HEADERS.get(c, c): [pages.fmt(v, 3) if isinstance(v, float) else str(v) for v in table[c]]
+            for c in table.columns
+        }
+    )

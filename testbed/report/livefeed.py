@@ -26,6 +26,9 @@ Records (``kind``):
 - ``claims``: in a session of the papers' experiments, each claim's verdict, effect and interval over
   the runs finished so far, judged as the report judges them (``analysis.claims.verdicts`` on the runs'
   analyses: the report's cache, else the analysis).
+
+Past 500 lines because the feed's events are read here together: each follows the same bounded,
+no-link reading of an untrusted run folder (testbed/results/rundir.py), and apart they would not.
 """
 
 from __future__ import annotations
@@ -164,10 +167,17 @@ class RunTail:
         if self.t0 is not None or manifest.get("t0_monotonic") is None:
             return []
         self.t0 = float(manifest["t0_monotonic"])
-        self.ports = {frozenset((c["client_port"], c["server_port"])): c["id"]
-                      for c in manifest.get("connections") or []}  # fmt: skip
-        return [{"kind": "run", "run": self.run, "expect": expectations(manifest),
-                 "conns": {c["id"]: c.get("cc") for c in manifest.get("connections") or []}}]  # fmt: skip
+        self.ports = {
+            frozenset((c["client_port"], c["server_port"])): c["id"] for c in manifest.get("connections") or []
+        }
+        return [
+            {
+                "kind": "run",
+                "run": self.run,
+                "expect": expectations(manifest),
+                "conns": {c["id"]: c.get("cc") for c in manifest.get("connections") or []},
+            }
+        ]
 
     def _status_record(self, manifest: dict) -> list[dict]:
         """The run's status when it changed (its end after its traces: a replay shows it ended last)."""
@@ -213,11 +223,16 @@ class RunTail:
             if span > 0:
                 acked = round(((done.una_last - una_first) % 2**32) * 8 / span / 1e6, 4)
         srtt = event.get("srtt")
-        return {"kind": "flow", "run": self.run, "conn": conn, "t": round(end, 3),
-                "cwnd": event.get("snd_cwnd"),
-                "ssthresh": ssthresh if isinstance(ssthresh, int) and ssthresh < INFINITE_SSTHRESH else None,
-                "rtt_ms": round(srtt / 1000, 3) if isinstance(srtt, (int, float)) else None,
-                "acked_mbit": acked}  # fmt: skip
+        return {
+            "kind": "flow",
+            "run": self.run,
+            "conn": conn,
+            "t": round(end, 3),
+            "cwnd": event.get("snd_cwnd"),
+            "ssthresh": ssthresh if isinstance(ssthresh, int) and ssthresh < INFINITE_SSTHRESH else None,
+            "rtt_ms": round(srtt / 1000, 3) if isinstance(srtt, (int, float)) else None,
+            "acked_mbit": acked,
+        }
 
     def _flush_bins(self) -> list[dict]:
         records = [self._bin_record(conn, b) for conn, b in self.bins.items()]
@@ -236,9 +251,17 @@ class RunTail:
                 continue
             if t < 0:
                 continue  # the sampler starts before the traffic: the page shows the traffic's window
-            records.append({"kind": "queue", "run": self.run, "link": f"{row['node']}/{row['intf']}",
-                            "t": round(t, 3), "backlog_pkts": _int(row.get("backlog_pkts")),
-                            "drops": _int(row.get("drops")), "marks": _int(row.get("marks"))})  # fmt: skip
+            records.append(
+                {
+                    "kind": "queue",
+                    "run": self.run,
+                    "link": f"{row['node']}/{row['intf']}",
+                    "t": round(t, 3),
+                    "backlog_pkts": _int(row.get("backlog_pkts")),
+                    "drops": _int(row.get("drops")),
+                    "marks": _int(row.get("marks")),
+                }
+            )
         return records
 
     def check_line(self, name: str, ok: bool, detail: str) -> dict | None:
@@ -250,10 +273,19 @@ class RunTail:
 
     def _end_records(self, manifest: dict) -> list[dict]:
         fidelity = manifest.get("fidelity") or {}
-        records = [r for c in fidelity.get("checks") or []
-                   if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))]  # fmt: skip
-        records.append({"kind": "result", "run": self.run, "status": manifest.get("status"),
-                        "trustworthy": fidelity.get("trustworthy")})  # fmt: skip
+        records = [
+            r
+            for c in fidelity.get("checks") or []
+            if (r := self.check_line(c.get("name", ""), bool(c.get("ok")), c.get("detail", "")))
+        ]
+        records.append(
+            {
+                "kind": "result",
+                "run": self.run,
+                "status": manifest.get("status"),
+                "trustworthy": fidelity.get("trustworthy"),
+            }
+        )
         self.goodput_told = manifest.get("status") != "complete"  # a failed run has no goodput to wait for
         # the host judges a complete run's traffic; a failed run or a shell's recording has nothing to wait for
         self.amended = "host" in manifest or manifest.get("status") != "complete"
@@ -279,8 +311,13 @@ class RunTail:
         except rundir.LoadError:
             return []
         self.goodput_told = True
-        return [{"kind": "result", "run": self.run,
-                 "goodput_mbit": {row.get("conn"): _float(row.get("goodput_mbit")) for row in rows}}]  # fmt: skip
+        return [
+            {
+                "kind": "result",
+                "run": self.run,
+                "goodput_mbit": {row.get("conn"): _float(row.get("goodput_mbit")) for row in rows},
+            }
+        ]
 
 
 def _claim_row(verdict) -> dict:
@@ -290,8 +327,13 @@ def _claim_row(verdict) -> dict:
     if shown:
         best = min(shown, key=lambda c: min(c.p_values.values(), default=1.0))
         low, high = best.interval()
-        row.update(condition=best.condition, effect_pct=_percent(best.difference), low_pct=_percent(low),
-                   high_pct=_percent(high), runs=f"{len(best.a)} vs {len(best.b)}")  # fmt: skip
+        row.update(
+            condition=best.condition,
+            effect_pct=_percent(best.difference),
+            low_pct=_percent(low),
+            high_pct=_percent(high),
+            runs=f"{len(best.a)} vs {len(best.b)}",
+        )
     return row
 
 
@@ -371,8 +413,9 @@ class SessionFeed:
             return []
         for run in settled:
             if run.run not in self.analyses:
-                self.analyses[run.run] = cache.load(self.session, run.dir) or run_analysis.analyze_run(run.dir,
-                                                                                                       write=False)
+                self.analyses[run.run] = cache.load(self.session, run.dir) or run_analysis.analyze_run(
+                    run.dir, write=False
+                )
         # by the session's design, as its report will judge (sequential.json); provisional until every run is in,
         # and never recorded from here (the report records the look)
         final = len(settled) == len(self.runs)
@@ -411,8 +454,7 @@ class SessionFeed:
         console = next(iter(sorted(newest.glob("*console*.log"))), None)
         self.console = _Tail(console) if console else None
         self.current = None
-        return [{"kind": "session", "session": str(newest), "name": newest.name,
-                 "runs": [r.run for r in self.runs]}]  # fmt: skip
+        return [{"kind": "session", "session": str(newest), "name": newest.name, "runs": [r.run for r in self.runs]}]
 
     def _console_records(self) -> list[dict]:
         if self.console is None:
@@ -438,8 +480,14 @@ class SessionFeed:
         done = [r.done for r in self.runs]
         running = next((r.run for r in self.runs if r.status == "running"), None)
         left = sum(e for e, d in zip(self.estimates, done, strict=True) if not d)
-        return {"kind": "progress", "done": sum(done), "total": len(self.runs), "running": running,
-                "eta_s": round(left, 1), "finished": bool(self.runs) and all(done)}  # fmt: skip
+        return {
+            "kind": "progress",
+            "done": sum(done),
+            "total": len(self.runs),
+            "running": running,
+            "eta_s": round(left, 1),
+            "finished": bool(self.runs) and all(done),
+        }
 
     @property
     def settled(self) -> bool:

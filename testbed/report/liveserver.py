@@ -172,8 +172,15 @@ class LiveServer:
     on 127.0.0.1 from a thread until :meth:`stop`; at most ``max_connections`` at once, an idle one closed
     after ``idle_timeout_s``."""
 
-    def __init__(self, folder: Path, speed: float | None = None, port: int = 0, since: float | None = None,
-                 max_connections: int = MAX_CONNECTIONS, idle_timeout_s: float = IDLE_TIMEOUT_S):  # fmt: skip
+    def __init__(
+        self,
+        folder: Path,
+        speed: float | None = None,
+        port: int = 0,
+        since: float | None = None,
+        max_connections: int = MAX_CONNECTIONS,
+        idle_timeout_s: float = IDLE_TIMEOUT_S,
+    ):
         self.feed = SessionFeed(folder, since=since)
         self.history = _History([])
         self.token = secrets.token_urlsafe(16)
@@ -191,8 +198,10 @@ class LiveServer:
 
     def tunnel_hint(self) -> str:
         """How to open the page from another machine: the ssh line for this host."""
-        return (f"from another machine: ssh -N -L {self.port}:127.0.0.1:{self.port} {socket.gethostname()}, "
-                "then open the same URL there")  # fmt: skip
+        return (
+            f"from another machine: ssh -N -L {self.port}:127.0.0.1:{self.port} {socket.gethostname()}, "
+            "then open the same URL there"
+        )
 
     def start(self) -> str:
         self._thread = threading.Thread(target=self._serve, name="live-page", daemon=True)
@@ -203,14 +212,26 @@ class LiveServer:
     def _serve(self) -> None:
         asyncio.set_event_loop(asyncio.new_event_loop())
         app = tornado.web.Application(
-            [(r"/", _Page), (r"/events", _Events), (r"/favicon.ico", _NoIcon),
-             (r"/static/(.*)", tornado.web.StaticFileHandler, {"path": str(STATIC)})],
-            token=self.token, history=self.history, speed=self.speed,
-        )  # fmt: skip
+            [
+                (r"/", _Page),
+                (r"/events", _Events),
+                (r"/favicon.ico", _NoIcon),
+                (r"/static/(.*)", tornado.web.StaticFileHandler, {"path": str(STATIC)}),
+            ],
+            token=self.token,
+            history=self.history,
+            speed=self.speed,
+        )
         # idle_connection_timeout bounds the wait for a request's headers only: a stream being sent is not idle
-        server = _CappedServer(app, max_connections=self.max_connections, idle_connection_timeout=self.idle_timeout_s,
-                               body_timeout=self.idle_timeout_s, max_buffer_size=MAX_BUFFER_BYTES,
-                               max_header_size=MAX_REQUEST_BYTES, max_body_size=MAX_REQUEST_BYTES)  # fmt: skip
+        server = _CappedServer(
+            app,
+            max_connections=self.max_connections,
+            idle_connection_timeout=self.idle_timeout_s,
+            body_timeout=self.idle_timeout_s,
+            max_buffer_size=MAX_BUFFER_BYTES,
+            max_header_size=MAX_REQUEST_BYTES,
+            max_body_size=MAX_REQUEST_BYTES,
+        )
         sockets = tornado.netutil.bind_sockets(self.port, address="127.0.0.1")
         self.port = sockets[0].getsockname()[1]
         server.add_sockets(sockets)

@@ -44,9 +44,7 @@ def provenance_items(manifest: dict, session: dict | None = None) -> list[tuple[
     if backend_text and backend.get("clock") == "virtual":
         backend_text += f", virtual time (icount shift {backend.get('icount_shift')})"
     sha = git.get("sha")
-    git_text = (
-        (sha[:12] + (" (dirty)" if git.get("dirty") else "")) if sha else ("none recorded" if git else None)
-    )
+    git_text = (sha[:12] + (" (dirty)" if git.get("dirty") else "")) if sha else ("none recorded" if git else None)
     items = [
         ("scenario", source.get("scenario")),
         ("profile", source.get("profile") or ("none" if source else None)),
@@ -57,9 +55,7 @@ def provenance_items(manifest: dict, session: dict | None = None) -> list[tuple[
             ("point", manifest.get("point_id")),
             (
                 "params",
-                (", ".join(f"{k}={v}" for k, v in params.items()) or "none")
-                if isinstance(params, dict)
-                else None,
+                (", ".join(f"{k}={v}" for k, v in params.items()) or "none") if isinstance(params, dict) else None,
             ),
             ("seed", manifest.get("seed")),
         ]
@@ -80,9 +76,7 @@ def _fidelity(manifest: dict) -> dict | None:
     if not isinstance(fidelity, dict):
         return None
     trustworthy = fidelity.get("trustworthy")
-    checks = pd.DataFrame(
-        fidelity.get("checks") or [], columns=["name", "ok", "measured", "expected", "detail"]
-    )
+    checks = pd.DataFrame(fidelity.get("checks") or [], columns=["name", "ok", "measured", "expected", "detail"])
     return {
         "word": "n/a" if trustworthy is None else ("yes" if trustworthy else "no"),
         "css": "warn" if trustworthy is None else ("good" if trustworthy else "bad"),
@@ -128,8 +122,20 @@ def _events_table(events: pd.DataFrame) -> Table:
     shown = events.copy()
     shown["est_mbit"] = shown["est_Bps"] * metrics.BITS_PER_BYTE / metrics.BITS_PER_MBIT
     shown["rtt_min_ms"] = shown["rtt_min_us"] / 1000
-    columns = ["conn", "t_s", "variant", "kind", "cwnd_before", "cwnd_after", "ssthresh_before", "ssthresh_after",
-               "est_mbit", "rtt_min_ms", "expected", "diff_segments"]  # fmt: skip
+    columns = [
+        "conn",
+        "t_s",
+        "variant",
+        "kind",
+        "cwnd_before",
+        "cwnd_after",
+        "ssthresh_before",
+        "ssthresh_after",
+        "est_mbit",
+        "rtt_min_ms",
+        "expected",
+        "diff_segments",
+    ]
     return table(
         shown[columns],
         headers={
@@ -165,9 +171,25 @@ def _westwood(analysis: RunAnalysis) -> dict:
     }
 
 
-_CONNECTION_COLUMNS = ["conn", "cc", "direction", "start_s", "stop_s", "base_rtt_ms", "sent_bytes", "retrans_bytes",
-                       "unique_bytes", "transfer_s", "goodput_mbit", "recv_goodput_mbit", "retrans_ratio",
-                       "iperf3_retransmits", "mean_rtt_ms", "capture", *WESTWOOD_FLOW_COLUMNS]  # fmt: skip
+_CONNECTION_COLUMNS = [
+    "conn",
+    "cc",
+    "direction",
+    "start_s",
+    "stop_s",
+    "base_rtt_ms",
+    "sent_bytes",
+    "retrans_bytes",
+    "unique_bytes",
+    "transfer_s",
+    "goodput_mbit",
+    "recv_goodput_mbit",
+    "retrans_ratio",
+    "iperf3_retransmits",
+    "mean_rtt_ms",
+    "capture",
+    *WESTWOOD_FLOW_COLUMNS,
+]
 _GOODPUT_HEADERS = {
     "goodput_mbit": "sender goodput Mbit/s (paper)",
     "recv_goodput_mbit": "receiver goodput Mbit/s (iperf3)",
@@ -212,10 +234,17 @@ def _latency(analysis: RunAnalysis) -> dict | None:
     aqm = not analysis.queue_delays.empty and analysis.queue_delays["marks"].notna().any()
     if analysis.latency.empty and not aqm:
         return None
-    headers = {"p50_ms": "p50 ms", "p90_ms": "p90 ms", "p99_ms": "p99 ms", "mean_ms": "mean ms",
-               "lost": "lost / failed"}  # fmt: skip
-    return {"table": table(analysis.latency, headers=headers),
-            "png": plots.latency_png(analysis.latency_samples, analysis.queue_delays)}  # fmt: skip
+    headers = {
+        "p50_ms": "p50 ms",
+        "p90_ms": "p90 ms",
+        "p99_ms": "p99 ms",
+        "mean_ms": "mean ms",
+        "lost": "lost / failed",
+    }
+    return {
+        "table": table(analysis.latency, headers=headers),
+        "png": plots.latency_png(analysis.latency_samples, analysis.queue_delays),
+    }
 
 
 def _details(manifest: dict) -> list[tuple[str, list[tuple[str, str]]]]:
@@ -231,9 +260,9 @@ def _details(manifest: dict) -> list[tuple[str, list[tuple[str, str]]]]:
 def run_report_html(analysis: RunAnalysis) -> str:
     """The run's self-contained report page (templates/run.html.j2)."""
     m = analysis.manifest
-    heading = " / ".join(
-        str(x) for x in [m.get("scenario"), m.get("point_id"), f"seed={m.get('seed')}"] if x
-    ) or str(analysis.run_dir)
+    heading = " / ".join(str(x) for x in [m.get("scenario"), m.get("point_id"), f"seed={m.get('seed')}"] if x) or str(
+        analysis.run_dir
+    )
     totals = analysis.flow_totals
     several = len(totals) > 1 or (not totals.empty and totals["connections"].max() > 1)
     return render(

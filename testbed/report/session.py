@@ -98,8 +98,9 @@ def write_session_report(session_dir: Path) -> SessionReport:
     if latency.wanted(analyses):  # the latency table answers first (after the claims' verdicts, if any)
         delays = latency.point_table(analyses, lambda a: point_id_of(a, session_dir))[0]
         first, rest = summary_text.split("\n", 1) if "\n" in summary_text else (summary_text, "")
-        summary_text = "\n".join([first, "latency under load:", *text_table(latency.shown(delays)).splitlines(), "",
-                                   rest])  # fmt: skip
+        summary_text = "\n".join(
+            [first, "latency under load:", *text_table(latency.shown(delays)).splitlines(), "", rest]
+        )
     html_path, md_path = session_dir / "report.html", session_dir / "summary.md"
     page = _page(session_dir, session, analyses, shown, problems, heading, verdicts, sections)
     page["summary_claims"] = terminal_lines(verdicts)
@@ -170,8 +171,10 @@ def _summary_text(
     not_complete = [a for a in analyses if a.status != "complete"]
     if not_complete:
         lines.append("not complete:")
-        lines += [f"  {_relative(a.run_dir, session_dir)}: {a.status}: {a.reason or 'no reason recorded'}"
-                  for a in not_complete]  # fmt: skip
+        lines += [
+            f"  {_relative(a.run_dir, session_dir)}: {a.status}: {a.reason or 'no reason recorded'}"
+            for a in not_complete
+        ]
     return "\n".join(lines)
 
 
@@ -234,8 +237,9 @@ def _cluster_text(backend: dict, analyses: list[RunAnalysis]) -> str:
     """Where the runs ran: the cluster, its worker backend, runs per host, and hosts whose fidelity checks failed
     repeatedly (a host's own load or hardware: look at it before trusting its runs)."""
     hosts = Counter(str((a.manifest.get("cluster") or {}).get("host")) for a in analyses if a.manifest.get("cluster"))
-    untrusted = Counter(str(a.manifest["cluster"].get("host")) for a in analyses
-                        if a.manifest.get("cluster") and a.trustworthy is False)  # fmt: skip
+    untrusted = Counter(
+        str(a.manifest["cluster"].get("host")) for a in analyses if a.manifest.get("cluster") and a.trustworthy is False
+    )
     text = f"{backend.get('cluster')}, runs on {backend.get('worker_backend')}; runs by host: " + (
         ", ".join(f"{host} {n}" for host, n in sorted(hosts.items())) or "none yet"
     )

@@ -39,8 +39,10 @@ def headline(verdicts: list[claims.Verdict]) -> str:
     missing = [v for v in verdicts if v.verdict == "no data"]
     elsewhere = [v for v in missing if v.claim.not_here]
     if len(missing) > len(elsewhere):
-        text += (f"; {len(missing) - len(elsewhere)} more about these experiments compare runs this session did "
-                 "not make (no data; make reproduce decides them)")  # fmt: skip
+        text += (
+            f"; {len(missing) - len(elsewhere)} more about these experiments compare runs this session did "
+            "not make (no data; make reproduce decides them)"
+        )
     if elsewhere:
         text += f"; {len(elsewhere)} cannot be decided on a machine like this one (below)"
     return text
@@ -90,8 +92,14 @@ def wrapped(lines: list[str], width: int = TERMINAL_COLUMNS) -> list[str]:
     return out
 
 
-VERDICT_CLASS = {"reproduced": "good", "not reproduced": "warn", "opposite": "bad", "short of the paper": "warn",
-                 "undecided": "muted", "no data": "muted"}  # fmt: skip
+VERDICT_CLASS = {
+    "reproduced": "good",
+    "not reproduced": "warn",
+    "opposite": "bad",
+    "short of the paper": "warn",
+    "undecided": "muted",
+    "no data": "muted",
+}
 
 
 def claims_section(session_dir: Path, verdicts: list[claims.Verdict]) -> dict:
@@ -134,9 +142,15 @@ def claims_section(session_dir: Path, verdicts: list[claims.Verdict]) -> dict:
     forest = session_dir / "figures" / "claims-forest.png"
     forest.parent.mkdir(exist_ok=True)
     forest.write_bytes(plots.forest_png(effects))
-    return {"headline": headline(verdicts), "rule": claims.RULE, "table": rows, "no_data": no_data,
-            "forest": forest.read_bytes(), "forest_path": str(forest.relative_to(session_dir)),
-            "effects": pages.table(effects_shown(effects))}  # fmt: skip
+    return {
+        "headline": headline(verdicts),
+        "rule": claims.RULE,
+        "table": rows,
+        "no_data": no_data,
+        "forest": forest.read_bytes(),
+        "forest_path": str(forest.relative_to(session_dir)),
+        "effects": pages.table(effects_shown(effects)),
+    }
 
 
 def effects_shown(effects: pd.DataFrame) -> pd.DataFrame:
@@ -145,18 +159,27 @@ def effects_shown(effects: pd.DataFrame) -> pd.DataFrame:
     def pct(value: float) -> str:
         return "" if math.isnan(value) else f"{value:+.0%}"
 
-    return pd.DataFrame({
-        "claim": effects["claim"], "condition": effects["condition"], "verdict": effects["verdict"],
-        "effect": effects["effect"].map(pct),
-        # at the claim's level: 95 % at 0.05, wider at a sequential design's look
-        "interval": [f"{pct(lo)} to {pct(hi)}" + ("" if abs(a - 0.05) < 1e-9 else f" ({100 * (1 - a):.3g} %)")
-                     if not math.isnan(lo) else "" for lo, hi, a in
-                     zip(effects["low"], effects["high"], effects["alpha"], strict=True)],
-        "paper": effects["paper"].map(pct),
-        "margin": [f"{pct(lo)} to {pct(hi)}"
-                   for lo, hi in zip(effects["margin_low"], effects["margin_high"], strict=True)],
-        "shows": effects["finding"], "runs": effects["runs"],
-    })  # fmt: skip
+    return pd.DataFrame(
+        {
+            "claim": effects["claim"],
+            "condition": effects["condition"],
+            "verdict": effects["verdict"],
+            "effect": effects["effect"].map(pct),
+            # at the claim's level: 95 % at 0.05, wider at a sequential design's look
+            "interval": [
+                f"{pct(lo)} to {pct(hi)}" + ("" if abs(a - 0.05) < 1e-9 else f" ({100 * (1 - a):.3g} %)")
+                if not math.isnan(lo)
+                else ""
+                for lo, hi, a in zip(effects["low"], effects["high"], effects["alpha"], strict=True)
+            ],
+            "paper": effects["paper"].map(pct),
+            "margin": [
+                f"{pct(lo)} to {pct(hi)}" for lo, hi in zip(effects["margin_low"], effects["margin_high"], strict=True)
+            ],
+            "shows": effects["finding"],
+            "runs": effects["runs"],
+        }
+    )
 
 
 def judge_claims(session_dir: Path, analyses: list[RunAnalysis], flows: pd.DataFrame) -> tuple[list, list[str]]:
@@ -175,8 +198,10 @@ def judge_claims(session_dir: Path, analyses: list[RunAnalysis], flows: pd.DataF
         if judged.verdicts and final:
             write_json_atomic(session_dir / sequential.RECORD_FILE, judged.record.to_json())
         return judged.verdicts, judged.notes
-    per_source = {source: sequential.judge_by_design(source, runs, sequential.read_record(source)).verdicts
-                  for source, runs in sorted(sources.items())}  # fmt: skip
+    per_source = {
+        source: sequential.judge_by_design(source, runs, sequential.read_record(source)).verdicts
+        for source, runs in sorted(sources.items())
+    }
     pooled = {v.claim.id: v for v in claims.verdicts(analyses, flows=flows)}
     verdicts = []
     for claim_id, verdict in pooled.items():
@@ -185,7 +210,9 @@ def judge_claims(session_dir: Path, analyses: list[RunAnalysis], flows: pd.DataF
             verdicts.append(found[0])
             continue
         if found:
-            verdict.design_note = (f"exploratory: its runs come from {len(found)} sessions, each judged by its own "
-                               "design; pooled, they make a look no design planned")  # fmt: skip
+            verdict.design_note = (
+                f"exploratory: its runs come from {len(found)} sessions, each judged by its own "
+                "design; pooled, they make a look no design planned"
+            )
         verdicts.append(verdict)
     return verdicts, []

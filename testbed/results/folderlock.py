@@ -68,8 +68,10 @@ def holder_pid(text: str) -> int | None:
 def describe(holder: dict | None) -> str:
     if not holder:
         return "another process (it wrote no details)"
-    return (f"testbed pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started_utc')} "
-            f"({holder.get('command', '')[:120]})")  # fmt: skip
+    return (
+        f"testbed pid {holder.get('pid')} on {holder.get('host')} since {holder.get('started_utc')} "
+        f"({holder.get('command', '')[:120]})"
+    )
 
 
 def acquire(folder: Path) -> FolderLock:
@@ -90,8 +92,14 @@ def acquire(folder: Path) -> FolderLock:
     previous = _holder(lock_file.read())
     lock_file.seek(0)
     lock_file.truncate()
-    json.dump({"pid": os.getpid(), "host": socket.gethostname(), "started_utc": rundir.utc_iso(),
-               "command": " ".join(sys.argv)}, lock_file)  # fmt: skip
+    json.dump(
+        {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "started_utc": rundir.utc_iso(),
+            "command": " ".join(sys.argv),
+        },
+        lock_file,
+    )
     lock_file.flush()
     return FolderLock(folder, lock_file, previous)
-

@@ -72,9 +72,7 @@ def read_records(path: Path) -> PcapRecords:
     if len(head) < 24 or head[:4] not in _PCAP_MAGICS:
         f.close()
         raise PcapError(
-            "not a pcap file (no pcap magic number)"
-            if len(head) >= 4
-            else "empty or too short for a pcap header"
+            "not a pcap file (no pcap magic number)" if len(head) >= 4 else "empty or too short for a pcap header"
         )
     endian, resolution = _PCAP_MAGICS[head[:4]]
     linktype = struct.unpack(endian + "I", head[20:24])[0] & 0xFFFF
@@ -186,9 +184,7 @@ def _network_offset(linktype: int, buf: bytes) -> int | None:
         return 0
     if linktype == LINKTYPE_NULL:
         return 4
-    raise PcapError(
-        f"link type {linktype} is not supported (supported: Ethernet, Linux cooked v1/v2, raw IP)"
-    )
+    raise PcapError(f"link type {linktype} is not supported (supported: Ethernet, Linux cooked v1/v2, raw IP)")
 
 
 def parse_segment(linktype: int, buf: bytes, origlen: int | None = None) -> Segment | None:
@@ -232,7 +228,6 @@ def parse_segment(linktype: int, buf: bytes, origlen: int | None = None) -> Segm
     sport, dport, seq, ack, doff_byte, flags, window = struct.unpack_from("!HHIIBBH", buf, tcp)
     payload = ip_payload - (doff_byte >> 4) * 4
     return Segment(src, dst, sport, dport, seq, ack, flags, window, max(payload, 0))
-
 
 
 def setup_retransmission_s(path: Path, setups: dict[tuple[str, int], tuple[int, float]]) -> tuple[dict, str | None]:

@@ -174,8 +174,11 @@ def record_figures(session: Path, run_dirs: list[Path], since: float) -> dict:
             record["figures"][png.name] = sha256_file(png)
     record["runs"] = sorted(str(r.relative_to(session)) for r in run_dirs if r.is_relative_to(session))
     # the data each run's figures were drawn from: a flows.csv edited afterwards no longer matches
-    record["data"] = {run: sha256_file(session / run / "flows.csv") for run in record["runs"]
-                      if (session / run / "flows.csv").is_file()}  # fmt: skip
+    record["data"] = {
+        run: sha256_file(session / run / "flows.csv")
+        for run in record["runs"]
+        if (session / run / "flows.csv").is_file()
+    }
     record["drawn_utc"] = utc_iso()
     write_json_atomic(path, record)
     return record

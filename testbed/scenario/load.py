@@ -102,7 +102,7 @@ def knobs_left(data, path: DataPath, lines: dict[DataPath, int]) -> list[Problem
     if isinstance(data, list):
         return [p for index, value in enumerate(data) for p in knobs_left(value, (*path, index), lines)]
     if isinstance(data, str) and data.strip().startswith(KNOB_MARK):
-        what = data.strip()[len(KNOB_MARK):].strip(" :()") or "see the lab's handout"
+        what = data.strip()[len(KNOB_MARK) :].strip(" :()") or "see the lab's handout"
         message = f"{KNOB_LEFT}: {what}; write your value in place of {KNOB_MARK}(...) and run again"
         return [Problem(_line_of(path, lines), _display_path(path), message)]
     return []

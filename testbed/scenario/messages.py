@@ -72,9 +72,10 @@ def _message(kind: str, detail: dict, path: DataPath, data: Any, info: FieldInfo
         return f"{_show(value)} is out of range: must be {_range_text(info, ctx)}{f' ({unit})' if unit else ''}"
     if kind in ("union_tag_invalid", "union_tag_not_found"):
         key = _union_key(detail)
-        what, options = {"name": ("topology", list(TOPOLOGY_PARAMS)),
-                         "discipline": ("queue discipline", list(DISCIPLINES))}.get(
-            key, ("loss model", list(LOSS_MODEL_NAMES)))  # fmt: skip
+        what, options = {
+            "name": ("topology", list(TOPOLOGY_PARAMS)),
+            "discipline": ("queue discipline", list(DISCIPLINES)),
+        }.get(key, ("loss model", list(LOSS_MODEL_NAMES)))
         if kind == "union_tag_not_found":
             return f"which {what}? add '{key}:' with one of: {', '.join(options)}"
         tag = str(ctx.get("tag"))

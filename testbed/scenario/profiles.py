@@ -77,8 +77,13 @@ def _apply_time_scale(data: dict, lines: Mapping[DataPath, int], problems: list[
         return
     scale = data.pop("time_scale")
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1000:
-        problems.append(Problem(_line_of(("time_scale",), lines), "time_scale",
-                                f"{_show(scale)} is not valid: a number greater than 0 and at most 1000"))  # fmt: skip
+        problems.append(
+            Problem(
+                _line_of(("time_scale",), lines),
+                "time_scale",
+                f"{_show(scale)} is not valid: a number greater than 0 and at most 1000",
+            )
+        )
         return
 
     def scaled(value: Any) -> Any:

@@ -81,16 +81,17 @@ class Flow(StrictModel):
     delayed_ack: bool = Field(default=True, description="false: the receiver ACKs every segment (route quickack)")
     sack: bool = Field(default=True, description="false: SACK off on the flow's hosts (net.ipv4.tcp_sack=0)")
     rack: bool = Field(
-        default=True, description="false: RACK loss detection off on the flow's hosts (net.ipv4.tcp_recovery=0): "
+        default=True,
+        description="false: RACK loss detection off on the flow's hosts (net.ipv4.tcp_recovery=0): "
         "losses are found by three duplicate ACKs, as in the papers' TCPs",
-    )  # fmt: skip
+    )
     tlp: bool = Field(
         default=True, description="false: tail loss probes off on the flow's hosts (net.ipv4.tcp_early_retrans=0)"
     )
     frto: bool = Field(
-        default=True, description="false: F-RTO (spurious timeout detection) off on the flow's hosts "
-        "(net.ipv4.tcp_frto=0)",
-    )  # fmt: skip
+        default=True,
+        description="false: F-RTO (spurious timeout detection) off on the flow's hosts (net.ipv4.tcp_frto=0)",
+    )
     ecn: bool = Field(
         default=False,
         description="true: the flow negotiates ECN (net.ipv4.tcp_ecn=1 on its hosts; else the kernel's 2, "
@@ -100,10 +101,12 @@ class Flow(StrictModel):
         default=None, ge=1, le=1000, description="initial congestion window in segments (route initcwnd)"
     )
     window_kb: int | None = Field(
-        default=None, ge=4, le=1_000_000,
+        default=None,
+        ge=4,
+        le=1_000_000,
         description="socket buffers of this many KiB on both ends (iperf3 -w): the window stays about this "
         "size, so the flow's rate is at most window / RTT",
-    )  # fmt: skip
+    )
     interval_ms: float | None = Field(
         default=None, ge=10, le=60_000, description="ping: time between echo requests; default 100 ms"
     )
@@ -223,8 +226,13 @@ def _sub_second_periods(index: int, flow, duration_s: float) -> list[tuple[tuple
     for p, (start, stop) in enumerate(flow.on_periods(duration_s)):
         if 0 < stop - start < MIN_TIMED_PERIOD_S:
             at = ("flows", index, "periods", p) if flow.periods else ("flows", index, "stop_s")
-            problems.append((at, f"an ON period of {stop - start:.3g} s: iperf3 times a flow in whole "
-                                 f"seconds (its -t 0 would never end); give it at least 1 s"))  # fmt: skip
+            problems.append(
+                (
+                    at,
+                    f"an ON period of {stop - start:.3g} s: iperf3 times a flow in whole "
+                    f"seconds (its -t 0 would never end); give it at least 1 s",
+                )
+            )
     return problems
 
 
@@ -261,8 +269,13 @@ class Scenario(StrictModel):
         end = f"the end of the run (duration_s {_num(self.duration_s)})"
         bottleneck = getattr(self.topology, "bottleneck", None)
         if all(flow.kind != "bulk" for flow in self.flows):
-            problems.append((("flows",), "at least one flow must be kind: bulk (an iperf3 transfer); ping and "
-                                         "requests flows measure latency beside them"))  # fmt: skip
+            problems.append(
+                (
+                    ("flows",),
+                    "at least one flow must be kind: bulk (an iperf3 transfer); ping and "
+                    "requests flows measure latency beside them",
+                )
+            )
         for i, flow in enumerate(self.flows):
             if flow.stop_s is not None and flow.stop_s > self.duration_s:
                 problems.append((("flows", i, "stop_s"), f"stop_s {_num(flow.stop_s)} is after {end}"))
@@ -288,8 +301,10 @@ class Scenario(StrictModel):
                 horizon = self.duration_s + TIMELINE_SLACK_S
                 states = expected_states(link.loss, horizon)
                 if states > MAX_STATES / 2:
-                    message = (f"about {states:.0f} channel states in {_num(horizon)} s; at most {MAX_STATES // 2} "
-                               f"fit: use longer good_s/bad_s or a shorter duration_s")  # fmt: skip
+                    message = (
+                        f"about {states:.0f} channel states in {_num(horizon)} s; at most {MAX_STATES // 2} "
+                        f"fit: use longer good_s/bad_s or a shorter duration_s"
+                    )
                     problems.append((("topology", name, "loss"), message))
         if problems:
             raise _scenario_check(problems)

@@ -87,10 +87,18 @@ class Suite(StrictModel):
     traffic_s: float | None = Field(default=None, gt=0, le=100_000, description="compress each point to this")
     seeds: list[int] | None = Field(default=None, min_length=1)
     run_as: dict[str, str] = Field(default_factory=dict, description="algorithm -> the algorithm its flows run")
-    chosen_on: list[int] | None = Field(default=None, min_length=1, description="seeds whose runs chose a window, "
-                                        "warm-up or run length this suite's claims use: the suite never judges them")
-    confirmed_on: list[int] | None = Field(default=None, min_length=1, description="seeds, none of chosen_on, on "
-                                           "which those choices were confirmed (the session is named in the file)")
+    chosen_on: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        description="seeds whose runs chose a window, "
+        "warm-up or run length this suite's claims use: the suite never judges them",
+    )
+    confirmed_on: list[int] | None = Field(
+        default=None,
+        min_length=1,
+        description="seeds, none of chosen_on, on "
+        "which those choices were confirmed (the session is named in the file)",
+    )
     # each entry loads a scenario file: far more than any suite needs, few enough to load in seconds
     experiments: list[SuiteEntry] = Field(min_length=1, max_length=200)
 
@@ -134,17 +142,30 @@ def _chosen_problems(suite: Suite, lines: dict) -> list[Problem]:
     chosen = set(suite.chosen_on or [])
     problems = []
     if overlap := sorted(chosen & set(suite.confirmed_on or [])):
-        problems.append(Problem(lines.get(("confirmed_on",)), "confirmed_on",
-                                f"seeds {overlap} are in chosen_on too: a confirmation is made on seeds that took "
-                                "no part in the choice"))  # fmt: skip
+        problems.append(
+            Problem(
+                lines.get(("confirmed_on",)),
+                "confirmed_on",
+                f"seeds {overlap} are in chosen_on too: a confirmation is made on seeds that took "
+                "no part in the choice",
+            )
+        )
     uses = [("seeds", lines.get(("seeds",)), suite.seeds)]
-    uses += [(f"experiments[{i}].seeds", lines.get(("experiments", i)), entry.seeds)
-             for i, entry in enumerate(suite.experiments)]  # fmt: skip
+    uses += [
+        (f"experiments[{i}].seeds", lines.get(("experiments", i)), entry.seeds)
+        for i, entry in enumerate(suite.experiments)
+    ]
     for where, line, seeds in uses:
         if overlap := sorted(chosen & set(seeds or [])):
-            problems.append(Problem(line, where, f"seeds {overlap} chose this suite's windows (chosen_on "
-                                    f"{sorted(chosen)}): judge seeds that took no part in choosing them, such as "
-                                    "confirmed_on"))  # fmt: skip
+            problems.append(
+                Problem(
+                    line,
+                    where,
+                    f"seeds {overlap} chose this suite's windows (chosen_on "
+                    f"{sorted(chosen)}): judge seeds that took no part in choosing them, such as "
+                    "confirmed_on",
+                )
+            )
     return problems
 
 

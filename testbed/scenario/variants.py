@@ -18,8 +18,12 @@ from testbed.scenario.load import scenario_from_dict
 from testbed.scenario.points import Point
 
 
-def derive(point: Point, seeds: list[int] | None = None, flow_options: dict | None = None,
-           edit: Callable[[dict], None] | None = None) -> Point:  # fmt: skip
+def derive(
+    point: Point,
+    seeds: list[int] | None = None,
+    flow_options: dict | None = None,
+    edit: Callable[[dict], None] | None = None,
+) -> Point:
     """``point`` with ``seeds`` instead of its own (when given), ``flow_options`` set on every flow and
     ``edit`` applied to its scenario's data (a dict as in a scenario file, changed in place)."""
     data = point.scenario.model_dump(mode="json", exclude_none=True)

@@ -93,8 +93,12 @@ def _check_text_bounds(text: str, source: str) -> None:
 #: tokens that open and close a list or mapping. A list at its key's indent ('key:' then '- item'
 #: lines) has no start token, but it sits in a mapping that has one: the scan sees at least half of
 #: the real depth, enough to keep the composer's recursion short; the composed nodes are checked exactly.
-_OPENS = (yaml.BlockMappingStartToken, yaml.BlockSequenceStartToken, yaml.FlowMappingStartToken,
-          yaml.FlowSequenceStartToken)  # fmt: skip
+_OPENS = (
+    yaml.BlockMappingStartToken,
+    yaml.BlockSequenceStartToken,
+    yaml.FlowMappingStartToken,
+    yaml.FlowSequenceStartToken,
+)
 _CLOSES = (yaml.BlockEndToken, yaml.FlowMappingEndToken, yaml.FlowSequenceEndToken)
 _VALUE_TOKENS = (yaml.ScalarToken, yaml.AliasToken, *_OPENS)
 #: libyaml's scanner when PyYAML has it: ten times faster on a file at the size bound
@@ -174,13 +178,17 @@ def _too_large() -> str:
 
 
 def _too_deep() -> str:
-    return (f"lists and mappings are nested more than {MAX_DEPTH} levels deep; a scenario or suite file may nest "
-            f"at most {MAX_DEPTH}")  # fmt: skip
+    return (
+        f"lists and mappings are nested more than {MAX_DEPTH} levels deep; a scenario or suite file may nest "
+        f"at most {MAX_DEPTH}"
+    )
 
 
 def _too_many() -> str:
-    return (f"the file holds more than {MAX_VALUES} values (keys, items and collections; an alias counts as a copy "
-            f"of what it names); a scenario or suite file may hold at most {MAX_VALUES}")  # fmt: skip
+    return (
+        f"the file holds more than {MAX_VALUES} values (keys, items and collections; an alias counts as a copy "
+        f"of what it names); a scenario or suite file may hold at most {MAX_VALUES}"
+    )
 
 
 def _yaml_problem(error: yaml.YAMLError) -> Problem:

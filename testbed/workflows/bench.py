@@ -62,14 +62,27 @@ LOSS_DURATION_S = 20
 LOSS_MODELS = {
     "bernoulli 2 %": ({"loss_pct": 2}, 2.0),
     "gilbert_elliott p 2 %, r 40 %, Bad 100 %": (
-        {"loss": {"model": "gilbert_elliott", "p_pct": 2, "r_pct": 40, "bad_loss_pct": 100}}, 100 * 2 / 42),
+        {"loss": {"model": "gilbert_elliott", "p_pct": 2, "r_pct": 40, "bad_loss_pct": 100}},
+        100 * 2 / 42,
+    ),
     "four_state p13 2 %, p31 60 %, p32 20 %, p23 60 %, p14 1 %": (
         {"loss": {"model": "four_state", "p13_pct": 2, "p31_pct": 60, "p32_pct": 20, "p23_pct": 60, "p14_pct": 1}},
-        FourStateLoss(p13_pct=2, p31_pct=60, p32_pct=20, p23_pct=60, p14_pct=1).stationary_loss_pct()),
+        FourStateLoss(p13_pct=2, p31_pct=60, p32_pct=20, p23_pct=60, p14_pct=1).stationary_loss_pct(),
+    ),
     "timed_two_state exp. 1 s / 0.5 s, 0 % / 10 %": (
-        {"loss": {"model": "timed_two_state", "good_s": 1, "bad_s": 0.5, "durations": "exponential",
-                  "good_loss_pct": 0, "bad_loss_pct": 10}}, None),
-}  # fmt: skip
+        {
+            "loss": {
+                "model": "timed_two_state",
+                "good_s": 1,
+                "bad_s": 0.5,
+                "durations": "exponential",
+                "good_loss_pct": 0,
+                "bad_loss_pct": 10,
+            }
+        },
+        None,
+    ),
+}
 
 
 def scale_points():
@@ -79,24 +92,47 @@ def scale_points():
         return Point(name, name, {}, resolved.scenario)
 
     points = [
-        point("many-flows", {
-            "topology": {"name": "many_flows", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_bdp": 1}},
-            "flows": [{"cc": "reno", "count": SCALE_FLOWS, "rtt_ms": 20, "rtt_max_ms": 250},
-                      {"cc": "reno", "count": 10, "rtt_ms": 20, "rtt_max_ms": 250, "direction": "reverse"}],
-            "duration_s": SCALE_DURATION_S}),
-        point("parking-lot-10", {
-            "topology": {"name": "parking_lot", "hops": LOT_HOPS,
-                         "hop": {"rate_mbit": RATE_MBIT, "delay_ms": 10, "queue_pkts": 125},
-                         "access": {"delay_ms": 20}},
-            "flows": [{"cc": "reno", "path": "through"}, {"cc": "reno", "path": "hop"},
-                      {"cc": "reno", "path": "hop", "direction": "reverse"}],
-            "duration_s": 10}),
-    ]  # fmt: skip
+        point(
+            "many-flows",
+            {
+                "topology": {"name": "many_flows", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_bdp": 1}},
+                "flows": [
+                    {"cc": "reno", "count": SCALE_FLOWS, "rtt_ms": 20, "rtt_max_ms": 250},
+                    {"cc": "reno", "count": 10, "rtt_ms": 20, "rtt_max_ms": 250, "direction": "reverse"},
+                ],
+                "duration_s": SCALE_DURATION_S,
+            },
+        ),
+        point(
+            "parking-lot-10",
+            {
+                "topology": {
+                    "name": "parking_lot",
+                    "hops": LOT_HOPS,
+                    "hop": {"rate_mbit": RATE_MBIT, "delay_ms": 10, "queue_pkts": 125},
+                    "access": {"delay_ms": 20},
+                },
+                "flows": [
+                    {"cc": "reno", "path": "through"},
+                    {"cc": "reno", "path": "hop"},
+                    {"cc": "reno", "path": "hop", "direction": "reverse"},
+                ],
+                "duration_s": 10,
+            },
+        ),
+    ]
     for i, (label, (loss, _)) in enumerate(LOSS_MODELS.items()):
-        points.append(point(f"loss-{i}", {
-            "description": label,
-            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_pkts": 100, **loss}},
-            "flows": [{"cc": "cubic", "rtt_ms": 20}], "duration_s": LOSS_DURATION_S}))  # fmt: skip
+        points.append(
+            point(
+                f"loss-{i}",
+                {
+                    "description": label,
+                    "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": RATE_MBIT, "queue_pkts": 100, **loss}},
+                    "flows": [{"cc": "cubic", "rtt_ms": 20}],
+                    "duration_s": LOSS_DURATION_S,
+                },
+            )
+        )
     return points
 
 
@@ -109,9 +145,14 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
     for run in result.runs:
         manifest = read_manifest(run)
         timing = manifest.timing
-        entry = {"status": manifest.status, "reason": manifest.reason,
-                 "nodes": None, "setup_s": timing.get("setup_s"), "fidelity_check_s": timing.get("fidelity_check_s"),
-                 "run_dir": str(run)}  # fmt: skip
+        entry = {
+            "status": manifest.status,
+            "reason": manifest.reason,
+            "nodes": None,
+            "setup_s": timing.get("setup_s"),
+            "fidelity_check_s": timing.get("fidelity_check_s"),
+            "run_dir": str(run),
+        }
         if manifest.status == "complete":
             entry.update(_scale_figures(run, manifest))
         figures["runs"][run.parent.name] = entry
@@ -127,8 +168,7 @@ def bench_scale(kernel_version: str | None = None, out_dir: Path = PROJECT / "be
 
 def _scale_figures(run: Path, manifest: Manifest) -> dict:
 
-    spec = RunSpec(manifest.scenario, manifest.point_id, {}, manifest.seed,
-                   Scenario.model_validate(manifest.resolved))  # fmt: skip
+    spec = RunSpec(manifest.scenario, manifest.point_id, {}, manifest.seed, Scenario.model_validate(manifest.resolved))
     out: dict = {"nodes": len(_netspec(spec).nodes)}
     name = run.parent.name
     if name == "many-flows":
@@ -145,7 +185,8 @@ def _scale_figures(run: Path, manifest: Manifest) -> dict:
         out["forward_goodput_mbit"] = round(received * 8 / 1e6 / window_s, 3)
         out["flows_window_s"] = round(window_s, 1)
         out["utilization_pct_of_tcp_limit"] = round(
-            100 * received * 8 / 1e6 / window_s / tcp_goodput_limit_mbit(RATE_MBIT), 1)
+            100 * received * 8 / 1e6 / window_s / tcp_goodput_limit_mbit(RATE_MBIT), 1
+        )
         out["traffic_wall_s"] = traffic_s
         lag = manifest.timing.get("data_start_lag_s") or {}
         out["data_start_lag_s"] = [min(lag.values()), max(lag.values())] if lag else None
@@ -159,18 +200,30 @@ def _scale_figures(run: Path, manifest: Manifest) -> dict:
         if "timed_two_state" in label:
             data = json.loads((run / "raw" / "loss-rr-rr-eth1.json").read_text())
             out["per_state"] = {
-                kind: {"configured_pct": v["configured_loss_pct"], "packets": v["seen"],
-                       "realized_pct": None if v["realized_loss_pct"] is None else round(v["realized_loss_pct"], 3)}
+                kind: {
+                    "configured_pct": v["configured_loss_pct"],
+                    "packets": v["seen"],
+                    "realized_pct": None if v["realized_loss_pct"] is None else round(v["realized_loss_pct"], 3),
+                }
                 for kind, v in data["per_state"].items()
-            }  # fmt: skip
+            }
         else:
             raw = run / "raw"
             tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
-            netem = tc[(tc["node"] == "rr") & (tc["intf"] == "rr-eth1") & (tc["kind"] == "netem")
-                       & (tc["handle"] == LOSSY_NETEM)].iloc[0]  # fmt: skip
+            netem = tc[
+                (tc["node"] == "rr")
+                & (tc["intf"] == "rr-eth1")
+                & (tc["kind"] == "netem")
+                & (tc["handle"] == LOSSY_NETEM)
+            ].iloc[0]
             seen = int(netem["packets"] + netem["drops"])
-            out.update({"configured_pct": round(expected, 3), "realized_pct": round(100 * netem["drops"] / seen, 3),
-                        "packets": seen})  # fmt: skip
+            out.update(
+                {
+                    "configured_pct": round(expected, 3),
+                    "realized_pct": round(100 * netem["drops"] / seen, 3),
+                    "packets": seen,
+                }
+            )
     return out
 
 

@@ -44,11 +44,15 @@ def versions_between(good: str, bad: str, available: list[str] | None = None) ->
     available = kernels.available_versions() if available is None else available
     for option, end in (("--good", good), ("--bad", bad)):
         if end not in available:
-            raise BisectError(f"{option} {end}: not an installable Debian kernel version here; versions: "
-                              f"{', '.join(available) or 'none (run apt-get update)'}")  # fmt: skip
+            raise BisectError(
+                f"{option} {end}: not an installable Debian kernel version here; versions: "
+                f"{', '.join(available) or 'none (run apt-get update)'}"
+            )
     if available.index(good) >= available.index(bad):
-        raise BisectError(f"--good {good} is not older than --bad {bad}: give the older kernel as --good "
-                          f"(--good {bad} --bad {good} if the older one is the good one)")  # fmt: skip
+        raise BisectError(
+            f"--good {good} is not older than --bad {bad}: give the older kernel as --good "
+            f"(--good {bad} --bad {good} if the older one is the good one)"
+        )
     versions = available[available.index(good) : available.index(bad) + 1]
     if len(versions) < 3:
         raise BisectError(f"{good} and {bad} are adjacent versions: nothing between them to bisect")
@@ -72,8 +76,9 @@ def only_points(suite: ScenarioFile, point: str | None) -> ScenarioFile:
     if point:
         chosen = [p for p in points if p.point_id == point]
         if not chosen:
-            raise BisectError(f"--point {point}: not in suite {suite.name}; its points: "
-                              f"{', '.join(p.point_id for p in points)}")  # fmt: skip
+            raise BisectError(
+                f"--point {point}: not in suite {suite.name}; its points: {', '.join(p.point_id for p in points)}"
+            )
         points = chosen
     return replace(suite, points=points, controls={})
 
@@ -81,9 +86,17 @@ def only_points(suite: ScenarioFile, point: str | None) -> ScenarioFile:
 class Measurer:
     """analysis.bisection's ``measure``: one guest session per call, on that kernel, with those seeds."""
 
-    def __init__(self, suite: ScenarioFile, versions: list[str], directory: Path, inject: dict | None,
-                 inject_from: str | None, vcpus: int | None, cluster: str | None,
-                 clock: str = "auto") -> None:  # fmt: skip
+    def __init__(
+        self,
+        suite: ScenarioFile,
+        versions: list[str],
+        directory: Path,
+        inject: dict | None,
+        inject_from: str | None,
+        vcpus: int | None,
+        cluster: str | None,
+        clock: str = "auto",
+    ) -> None:
         self.suite, self.versions, self.directory = suite, versions, directory
         self.inject, self.inject_from, self.vcpus, self.cluster = inject, inject_from, vcpus, cluster
         self.clock = clock
@@ -95,14 +108,22 @@ class Measurer:
 
     def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
         self.sessions += 1
-        log(f"bisect: session {self.sessions} ({(time.monotonic() - self.started) / 60:.0f} min so far): {kernel}, "
-            f"seeds {seeds[0]}-{seeds[-1]}")  # fmt: skip
+        log(
+            f"bisect: session {self.sessions} ({(time.monotonic() - self.started) / 60:.0f} min so far): {kernel}, "
+            f"seeds {seeds[0]}-{seeds[-1]}"
+        )
         options = compare.injected(kernel, self.versions, self.inject, self.inject_from)
         scenario = compare.variant(self.suite, seeds, options)
         try:
-            session = run_session(scenario, backend="guest", kernel_version=kernel,
-                                  results_root=self.directory / label(kernel), vcpus=self.vcpus,
-                                  cluster=self.cluster, clock=self.clock).directory  # fmt: skip
+            session = run_session(
+                scenario,
+                backend="guest",
+                kernel_version=kernel,
+                results_root=self.directory / label(kernel),
+                vcpus=self.vcpus,
+                cluster=self.cluster,
+                clock=self.clock,
+            ).directory
         except KERNEL_REFUSALS as err:  # it does not build, boot or run the suite: skipped (an end: no answer)
             log(f"bisect: {kernel} skipped: {err}")
             raise bisection.Skip(kernel, f"refused the suite ({str(err)[:300]})") from err
@@ -142,16 +163,31 @@ class Measurer:
             return [f"with the untrustworthy runs the search would have gone elsewhere ({err}): not known"]
         if again.first_bad == result.first_bad:
             return ["with the untrustworthy runs included, the answer would be the same"]
-        return [f"with the untrustworthy runs the first bad version would be {again.first_bad} (without them: "
-                f"{result.first_bad})"]
+        return [
+            f"with the untrustworthy runs the first bad version would be {again.first_bad} (without them: "
+            f"{result.first_bad})"
+        ]
 
 
-def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = None, cc: str | None = None,
-               metric: str | None = None, repeat: int = 3, max_repeat: int = 9,
-               results_root: Path = PROJECT / "results", inject: dict | None = None, inject_from: str | None = None,
-               vcpus: int | None = None, cluster: str | None = None, force: bool = False, yes: bool = False,
-               tree: Path | None = None,
-               clock: str = "auto") -> tuple[bisection.Bisection | None, Path, int]:  # fmt: skip
+def run_bisect(
+    good: str,
+    bad: str,
+    suite: ScenarioFile,
+    point: str | None = None,
+    cc: str | None = None,
+    metric: str | None = None,
+    repeat: int = 3,
+    max_repeat: int = 9,
+    results_root: Path = PROJECT / "results",
+    inject: dict | None = None,
+    inject_from: str | None = None,
+    vcpus: int | None = None,
+    cluster: str | None = None,
+    force: bool = False,
+    yes: bool = False,
+    tree: Path | None = None,
+    clock: str = "auto",
+) -> tuple[bisection.Bisection | None, Path, int]:
     """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
     versions = tree_versions(tree, good, bad) if tree else versions_between(good, bad)
     good, bad = versions[0], versions[-1]
@@ -163,9 +199,19 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
     compare.refuse_runaway(planned * steps, cluster, yes, versions, builds_at_most=steps)
     for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
         kernels.fetch(kernel, log=log)
-    spec = {"versions": versions, "suite": suite.name, "points": [p.point_id for p in chosen.points], "cc": cc,
-            "metric": metric, "repeat": repeat, "max_repeat": max_repeat, "inject": inject or {},
-            "inject_from": inject_from, "cluster": cluster, "clock": clock}  # fmt: skip
+    spec = {
+        "versions": versions,
+        "suite": suite.name,
+        "points": [p.point_id for p in chosen.points],
+        "cc": cc,
+        "metric": metric,
+        "repeat": repeat,
+        "max_repeat": max_repeat,
+        "inject": inject or {},
+        "inject_from": inject_from,
+        "cluster": cluster,
+        "clock": clock,
+    }
     # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
     # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
     comparison = compare.Comparison.open(results_root, "bisect", f"{label(good)}..{label(bad)}", spec, force=force)
@@ -181,31 +227,52 @@ def run_bisect(good: str, bad: str, suite: ScenarioFile, point: str | None = Non
         return None, directory, 2
     wanted = dict(zip(("point", "cc", "metric"), result.key, strict=True))  # the metric step 0 chose, too
     again = [f"sensitivity: {line}" for line in measure.sensitivity(result, wanted, repeat, max_repeat)]
-    _write(directory, result, measure, inject, inject_from, suite.name.removeprefix("suite-"),
-           again + reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree))
+    _write(
+        directory,
+        result,
+        measure,
+        inject,
+        inject_from,
+        suite.name.removeprefix("suite-"),
+        again + reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree),
+    )
     comparison.finish()
     return result, directory, 2 if result.between or result.confirmed is False else 0
 
 
-def reproduce_lines(spec: dict, result: bisection.Bisection, suite: str, point: str | None,
-                    tree: Path | None) -> list[str]:  # fmt: skip
+def reproduce_lines(
+    spec: dict, result: bisection.Bisection, suite: str, point: str | None, tree: Path | None
+) -> list[str]:
     """How to run this again, whole: the bisection with every option it ran with, and the comparison of its
     answer alone (the pair as ``testbed regress`` judges it, at the most seeds a step may take)."""
     versions = spec["versions"]
-    options = [("--tree", tree), ("--suite", suite), ("--point", point), ("--cc", spec["cc"]),
-               ("--metric", spec["metric"]), ("--repeat", spec["repeat"]), ("--max-repeat", spec["max_repeat"]),
-               *(("--inject", f"{k}={v}") for k, v in spec["inject"].items()), ("--inject-from", spec["inject_from"]),
-               ("--clock", spec["clock"] if spec["clock"] != "auto" else None)]  # fmt: skip
+    options = [
+        ("--tree", tree),
+        ("--suite", suite),
+        ("--point", point),
+        ("--cc", spec["cc"]),
+        ("--metric", spec["metric"]),
+        ("--repeat", spec["repeat"]),
+        ("--max-repeat", spec["max_repeat"]),
+        *(("--inject", f"{k}={v}") for k, v in spec["inject"].items()),
+        ("--inject-from", spec["inject_from"]),
+        ("--clock", spec["clock"] if spec["clock"] != "auto" else None),
+    ]
     given = "".join(f" {flag} {value}" for flag, value in options if value is not None)
     ends = (versions[0], versions[-1])
     good, bad = (kernelsource.parse(v).rev for v in ends) if tree else ends  # --tree takes commits
     lines = [f"reproduce the bisection: testbed bisect --good {good} --bad {bad}{given}"]
     if result.first_bad and result.last_good:
-        harm = "".join(f" --candidate-flow-option {k}={v}" for k, v in spec["inject"].items()) \
-            if spec["inject_from"] else ""  # fmt: skip
-        lines.append(f"reproduce its answer: testbed regress --baseline {result.last_good} --candidate "
-                     f"{result.first_bad} --suite {suite} --repeat {spec['max_repeat']}{harm} (then read its "
-                     f"{point or 'every point'}, {result.key[1]} {result.key[2]} line)")  # fmt: skip
+        harm = (
+            "".join(f" --candidate-flow-option {k}={v}" for k, v in spec["inject"].items())
+            if spec["inject_from"]
+            else ""
+        )
+        lines.append(
+            f"reproduce its answer: testbed regress --baseline {result.last_good} --candidate "
+            f"{result.first_bad} --suite {suite} --repeat {spec['max_repeat']}{harm} (then read its "
+            f"{point or 'every point'}, {result.key[1]} {result.key[2]} line)"
+        )
     return lines
 
 
@@ -218,52 +285,87 @@ def _confirmation(result: bisection.Bisection) -> list[str]:
     if result.confirmation is None:
         return [f"confirmation on fresh seeds {seeds}: {verdict} ({result.confirmation_note})"]
     c = result.confirmation
-    return [f"confirmation on fresh seeds {seeds}: {result.first_bad} against {result.last_good}: {c.metric} "
-            f"{c.change:+.1%} (p = {c.p_value:.2g}, at 0.05 / {result.planned_steps}): {verdict}"]
+    return [
+        f"confirmation on fresh seeds {seeds}: {result.first_bad} against {result.last_good}: {c.metric} "
+        f"{c.change:+.1%} (p = {c.p_value:.2g}, at 0.05 / {result.planned_steps}): {verdict}"
+    ]
 
 
 def _answer(result: bisection.Bisection) -> str:
     """The first bad version, or the range skipped versions leave it in."""
     if result.between:
-        return (f"first bad version: one of {', '.join([*result.between, result.first_bad])} (last good: "
-                f"{result.last_good}; {', '.join(result.between)} could not be run)")  # fmt: skip
+        return (
+            f"first bad version: one of {', '.join([*result.between, result.first_bad])} (last good: "
+            f"{result.last_good}; {', '.join(result.between)} could not be run)"
+        )
     return f"first bad version: {result.first_bad} (last good: {result.last_good})"
 
 
-def _write(directory: Path, result: bisection.Bisection, measure: Measurer, inject: dict | None,
-           inject_from: str | None, suite: str, reproduce: list[str]) -> None:  # fmt: skip
+def _write(
+    directory: Path,
+    result: bisection.Bisection,
+    measure: Measurer,
+    inject: dict | None,
+    inject_from: str | None,
+    suite: str,
+    reproduce: list[str],
+) -> None:
     point, cc, metric = result.key
-    lines = [f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
-             f"{point} {cc} {metric}"
-             + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else ""),
-             _answer(result) + f", {len(result.steps)} steps ({result.planned_steps} planned), {measure.sessions} "
-             "guest sessions",
-             f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
-             f"(Bonferroni over the planned steps) and a change beyond 5 %"
-             + ("" if result.decisions <= result.planned_steps else
-                f"; {result.decisions} steps were needed to go round skipped versions, so a wrong step is bounded "
-                f"by {result.decisions} x 0.05 / {result.planned_steps}, not 5 %")]  # fmt: skip
+    lines = [
+        f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
+        f"{point} {cc} {metric}" + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else ""),
+        _answer(result) + f", {len(result.steps)} steps ({result.planned_steps} planned), {measure.sessions} "
+        "guest sessions",
+        f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
+        f"(Bonferroni over the planned steps) and a change beyond 5 %"
+        + (
+            ""
+            if result.decisions <= result.planned_steps
+            else f"; {result.decisions} steps were needed to go round skipped versions, so a wrong step is bounded "
+            f"by {result.decisions} x 0.05 / {result.planned_steps}, not 5 %"
+        ),
+    ]
     lines += [f"skipped: {kernel}: {why}" for kernel, why in result.skipped]
     lines += _confirmation(result)
     lines += [f"  step {i}: {e.line()}" for i, e in enumerate(result.steps)]
     change = bisection.change_at(result)
     if change is not None:
         low, high = change.interval()
-        lines.append(f"{result.first_bad} against {result.last_good}: {metric} {change.relative:+.1%} (95 % interval "
-                     f"{low:+.1%} to {high:+.1%}, {change.test})")  # fmt: skip
+        lines.append(
+            f"{result.first_bad} against {result.last_good}: {metric} {change.relative:+.1%} (95 % interval "
+            f"{low:+.1%} to {high:+.1%}, {change.test})"
+        )
     lines += reproduce
     text = "\n".join(lines)
     print(text)
     (directory / "bisect.txt").write_text(text + "\n")
-    rundir.write_json_atomic(directory / "bisect.json", {
-        "versions": result.versions, "key": list(result.key), "first_bad": result.first_bad,
-        "last_good": result.last_good, "planned_steps": result.planned_steps, "sessions": measure.sessions,
-        "inject": inject or {}, "inject_from": inject_from, "skipped": [list(s) for s in result.skipped],
-        "between": result.between, "confirmed": result.confirmed, "confirmation_seeds": result.confirmation_seeds,
-        "confirmation": result.confirmation.__dict__ if result.confirmation else None,
-        "steps": [{"kernel": e.kernel, "side": e.side, "note": e.note, "seeds": e.seeds,
-                   "vs_good": e.vs_good.__dict__, "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None}
-                  for e in result.steps],
-    })  # fmt: skip
+    rundir.write_json_atomic(
+        directory / "bisect.json",
+        {
+            "versions": result.versions,
+            "key": list(result.key),
+            "first_bad": result.first_bad,
+            "last_good": result.last_good,
+            "planned_steps": result.planned_steps,
+            "sessions": measure.sessions,
+            "inject": inject or {},
+            "inject_from": inject_from,
+            "skipped": [list(s) for s in result.skipped],
+            "between": result.between,
+            "confirmed": result.confirmed,
+            "confirmation_seeds": result.confirmation_seeds,
+            "confirmation": result.confirmation.__dict__ if result.confirmation else None,
+            "steps": [
+                {
+                    "kernel": e.kernel,
+                    "side": e.side,
+                    "note": e.note,
+                    "seeds": e.seeds,
+                    "vs_good": e.vs_good.__dict__,
+                    "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None,
+                }
+                for e in result.steps
+            ],
+        },
+    )
     (directory / "bisect.png").write_bytes(kernel_plots.bisect_png(result))
-

@@ -25,8 +25,14 @@ def bench_clock(kernel_version: str | None = None, suite_name: str = SUITE, out_
     suite = load_suite(find_suite(suite_name, PROJECT / "scenarios" / "suites"), PROJECT / "scenarios")
     sessions, failed = {}, 0
     for clock in ("real", "virtual"):
-        result = run_session(suite, backend="guest", kernel_version=kernel_version, force=True, clock=clock,
-                             results_root=out_dir / "results" / f"clock-{clock}")  # fmt: skip
+        result = run_session(
+            suite,
+            backend="guest",
+            kernel_version=kernel_version,
+            force=True,
+            clock=clock,
+            results_root=out_dir / "results" / f"clock-{clock}",
+        )
         sessions[clock], failed = equivalence.load_side(result.directory), failed + len(result.failed)
     real, virtual = sessions["real"], sessions["virtual"]
     results = equivalence.judge(real, virtual)
@@ -36,8 +42,10 @@ def bench_clock(kernel_version: str | None = None, suite_name: str = SUITE, out_
         "traffic_s_per_wall_s_virtual": round(virtual.speed, 3),
         "speedup": round(virtual.speed / real.speed, 2) if real.speed else None,
         "wall_s": {"real": round(real.wall_s, 1), "virtual": round(virtual.wall_s, 1)},
-        "experiments": {r.experiment: {"equivalent": r.equivalent, "tests": [m.line() for m in r.metrics],
-                                       "problems": r.problems} for r in results},  # fmt: skip
+        "experiments": {
+            r.experiment: {"equivalent": r.equivalent, "tests": [m.line() for m in r.metrics], "problems": r.problems}
+            for r in results
+        },
         "sessions": {clock: str(side.directory) for clock, side in sessions.items()},
     }
     return write_figures(out_dir, "clock", {**figures, "status": "incomplete" if failed else "complete"})

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from testbed import PROJECT
-from testbed.host import cluster, clusterspec
+from testbed.host import cluster, clusterspec, daskcluster
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
@@ -42,7 +42,7 @@ def empty_task(i: int) -> int:
 def bench_cluster(spec_text: str = "local:2", out_dir: Path = PROJECT / "bench") -> dict:
     spec = clusterspec.parse(spec_text)
     figures: dict = {"cluster": clusterspec.describe(spec)}
-    with cluster.running(spec) as client:
+    with daskcluster.running(spec) as client:
         figures["workers"] = workers = len(client.scheduler_info()["workers"])
         figures["engine"] = _engine_overhead(client, workers)
     figures["shipping"] = _shipping(spec_text, out_dir)
@@ -64,30 +64,43 @@ def _engine_overhead(client, workers: int) -> dict:
     started = time.perf_counter()
     client.gather([client.submit(empty_task, i, resources={"run": 1}, pure=False) for i in range(QUEUED)])
     wall = time.perf_counter() - started
-    return {"round_trip_ms_median": round(statistics.median(trips) * 1000, 2),
-            "round_trip_ms_max": round(max(trips) * 1000, 2),
-            "queued_tasks": QUEUED, "queued_wall_s": round(wall, 3),
-            "scheduler_ms_per_task": round(wall * workers / QUEUED * 1000, 2)}  # fmt: skip
+    return {
+        "round_trip_ms_median": round(statistics.median(trips) * 1000, 2),
+        "round_trip_ms_max": round(max(trips) * 1000, 2),
+        "queued_tasks": QUEUED,
+        "queued_wall_s": round(wall, 3),
+        "scheduler_ms_per_task": round(wall * workers / QUEUED * 1000, 2),
+    }
 
 
 def _shipping(spec_text: str, out_dir: Path) -> dict:
     """A real session on the cluster whose run keeps a large capture: what its shipping cost, from cluster.json."""
     scenario = scenario_from_dict(
-        {"description": "make bench: one run with a capture of some 20 MB, shipped home from a worker",
-         "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": SHIP_RATE_MBIT, "queue_pkts": 100}},
-         "flows": [{"cc": "reno", "rtt_ms": 0, "count": 2}], "duration_s": SHIP_DURATION_S},
+        {
+            "description": "make bench: one run with a capture of some 20 MB, shipped home from a worker",
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": SHIP_RATE_MBIT, "queue_pkts": 100}},
+            "flows": [{"cc": "reno", "rtt_ms": 0, "count": 2}],
+            "duration_s": SHIP_DURATION_S,
+        },
         name="bench-cluster-shipping",
-    )  # fmt: skip
+    )
     result = run_session(scenario, results_root=out_dir / "results", force=True, cluster=spec_text)
     (run,) = result.runs
     (where,) = rundir.read_json(result.directory / cluster.CLUSTER_JSON)["runs"].values()
     if "archive_bytes" not in where:
         return {"status": where.get("status"), "reason": where.get("reason")}
-    return {"run_folder": str(run), "status": result.statuses[str(run)], "host": where["host"],
-            "bytes": where["unpacked_bytes"], "archive_bytes": where["archive_bytes"],
-            "ratio": round(where["archive_bytes"] / where["unpacked_bytes"], 3), "pack_s": where["pack_s"],
-            "fetch_s": where["fetch_s"], "unpack_and_check_s": where["unpack_s"],
-            **_capture_compression(run)}  # fmt: skip
+    return {
+        "run_folder": str(run),
+        "status": result.statuses[str(run)],
+        "host": where["host"],
+        "bytes": where["unpacked_bytes"],
+        "archive_bytes": where["archive_bytes"],
+        "ratio": round(where["archive_bytes"] / where["unpacked_bytes"], 3),
+        "pack_s": where["pack_s"],
+        "fetch_s": where["fetch_s"],
+        "unpack_and_check_s": where["unpack_s"],
+        **_capture_compression(run),
+    }
 
 
 def _capture_compression(folder: Path) -> dict:
@@ -99,6 +112,13 @@ def _capture_compression(folder: Path) -> dict:
     started = time.perf_counter()
     packed = sum(len(gzip.compress(p.read_bytes(), compresslevel=1)) for p in pcaps)
     rate = raw / 1e6 / max(time.perf_counter() - started, 1e-9)
-    return {"capture_bytes": raw, "capture_ratio": round(packed / raw, 3), "capture_gzip_MB_per_s": round(rate, 1),
-            "largest_capture": {"MB": LARGEST_CAPTURE_MB, "gzip_s": round(LARGEST_CAPTURE_MB / rate, 1),
-                                "archive_MB": round(LARGEST_CAPTURE_MB * packed / raw, 1)}}  # fmt: skip
+    return {
+        "capture_bytes": raw,
+        "capture_ratio": round(packed / raw, 3),
+        "capture_gzip_MB_per_s": round(rate, 1),
+        "largest_capture": {
+            "MB": LARGEST_CAPTURE_MB,
+            "gzip_s": round(LARGEST_CAPTURE_MB / rate, 1),
+            "archive_MB": round(LARGEST_CAPTURE_MB * packed / raw, 1),
+        },
+    }

@@ -59,8 +59,9 @@ STATE_FILE = "comparison.json"
 KERNEL_REFUSALS = (ModuleBuildError, GuestError, kernels.KernelError, LossChannelError)
 #: per-flow options a side can be given to inject a known regression (tests, demonstrations): those of a
 #: suite's positive controls, name -> bool or int
-FLOW_OPTIONS = {name: bool if field.annotation == (bool | None) else int
-                for name, field in FlowHarm.model_fields.items()}  # fmt: skip
+FLOW_OPTIONS = {
+    name: bool if field.annotation == (bool | None) else int for name, field in FlowHarm.model_fields.items()
+}
 EXIT_MEANINGS = ("nothing regressed", "a regression", "the run failed")
 
 
@@ -84,8 +85,10 @@ def check_labels(kernels: list[str]) -> None:
     for kernel in kernels:
         other = seen.setdefault(label(kernel), kernel)
         if other != kernel:
-            raise ValueError(f"{other} and {kernel} would share the folder {label(kernel)}: give one of them "
-                             "another file or folder name (a copy of the patch, a clone of the tree)")  # fmt: skip
+            raise ValueError(
+                f"{other} and {kernel} would share the folder {label(kernel)}: give one of them "
+                "another file or folder name (a copy of the patch, a clone of the tree)"
+            )
 
 
 def check_repeat(repeat: int) -> None:
@@ -123,8 +126,9 @@ def control_base(suite: ScenarioFile, point_id: str) -> str | None:
     return base if base != point_id and any(p.point_id == base for p in suite.points) else None
 
 
-def variant(suite: ScenarioFile, seed: int | list[int], flow_options: dict | None = None,
-            candidate: bool = False) -> ScenarioFile:  # fmt: skip
+def variant(
+    suite: ScenarioFile, seed: int | list[int], flow_options: dict | None = None, candidate: bool = False
+) -> ScenarioFile:
     """The suite with every point's seeds set to ``[seed]`` (or the list) and ``flow_options`` on every flow. For
     the ``candidate``, the positive controls' options on their points' flows too; for any other side,
     without the controls whose point the suite runs anyway (the judge compares with that point)."""
@@ -173,8 +177,9 @@ class Comparison:
     resumed: bool = False
 
     @classmethod
-    def open(cls, root: Path, kind: str, name: str, spec: dict, force: bool = False,
-             folder: str | None = None) -> Comparison:  # fmt: skip
+    def open(
+        cls, root: Path, kind: str, name: str, spec: dict, force: bool = False, folder: str | None = None
+    ) -> Comparison:
         """The newest unfinished comparison of this ``kind`` and ``spec`` under ``root/folder`` (``folder``
         defaults to the kind) resumed, said so; else a new folder ``root/folder/<UTC time>-<name>``;
         ``force``: always a new one."""
@@ -185,13 +190,22 @@ class Comparison:
             if state.get("spec") == spec and not state.get("finished"):
                 done = sum(len(reps) for reps in state.get("sessions", {}).values())
                 log(f"{kind}: resuming {path.parent} ({done} sub-sessions complete; --force starts a new one)")
-                return cls(path.parent, spec, state.get("placement_seed"), state.get("sessions", {}),
-                           state.get("dropped", {}), state.get("incomplete", []), resumed=True)  # fmt: skip
+                return cls(
+                    path.parent,
+                    spec,
+                    state.get("placement_seed"),
+                    state.get("sessions", {}),
+                    state.get("dropped", {}),
+                    state.get("incomplete", []),
+                    resumed=True,
+                )
             changed = _changed_inputs(state.get("spec") or {}, spec) if not state.get("finished") else []
             if changed and path == _newest(parent, kind):
-                raise ValueError(f"{kind} {path.parent.name} was started with other contents of {', '.join(changed)} "
-                                 "(each patch and diff is pinned by its sha256 when a comparison starts): put them "
-                                 "back to resume it, or --force a new comparison of what they hold now")  # fmt: skip
+                raise ValueError(
+                    f"{kind} {path.parent.name} was started with other contents of {', '.join(changed)} "
+                    "(each patch and diff is pinned by its sha256 when a comparison starts): put them "
+                    "back to resume it, or --force a new comparison of what they hold now"
+                )
         directory = parent / f"{rundir.utc_stamp()}-{name}"
         for n in range(2, 100):  # two started within a second (a test, a script) each get their own
             if not directory.exists():
@@ -206,10 +220,17 @@ class Comparison:
         return comparison
 
     def save(self) -> None:
-        rundir.write_json_atomic(self.directory / STATE_FILE, {
-            "spec": self.spec, "placement_seed": self.placement_seed, "sessions": self.sessions,
-            "dropped": self.dropped, "incomplete": self.incomplete, "finished": self.finished,
-        })  # fmt: skip
+        rundir.write_json_atomic(
+            self.directory / STATE_FILE,
+            {
+                "spec": self.spec,
+                "placement_seed": self.placement_seed,
+                "sessions": self.sessions,
+                "dropped": self.dropped,
+                "incomplete": self.incomplete,
+                "finished": self.finished,
+            },
+        )
 
     def session(self, side: str, repetition: int) -> Path | None:
         """The sub-session of ``side``'s ``repetition`` whose runs all completed, if there is one."""
@@ -242,8 +263,9 @@ class Side:
     kernel: str
 
 
-def refuse_runaway(runs: list, cluster: str | None, yes: bool, kernel_names: list[str] = (),
-                   builds_at_most: int | None = None) -> None:  # fmt: skip
+def refuse_runaway(
+    runs: list, cluster: str | None, yes: bool, kernel_names: list[str] = (), builds_at_most: int | None = None
+) -> None:
     """A comparison estimated beyond a day starts only with ``yes`` (testbed.plan.estimate.runaway), the
     kernels it builds here first counted in (``kernel_names``; at most ``builds_at_most`` of them, a
     bisection building only those it reaches)."""
@@ -251,15 +273,23 @@ def refuse_runaway(runs: list, cluster: str | None, yes: bool, kernel_names: lis
     count = len(builds) if builds_at_most is None else min(len(builds), builds_at_most)
     extra_s = count * kernelbuild.build_estimate_s()
     if count:
-        log(f"builds: {count} kernel(s) to build here first, about {extra_s / 60:.0f} min "
-            f"({kernelbuild.estimate_text(None)})")  # fmt: skip
+        log(
+            f"builds: {count} kernel(s) to build here first, about {extra_s / 60:.0f} min "
+            f"({kernelbuild.estimate_text(None)})"
+        )
     if note := check_runaway(runs, host_count(cluster), yes, extra_s):
         log(note)
 
 
-def run_interleaved(comparison: Comparison, sides: list[Side], repeat: int,
-                    scenario_for: Callable[[Side, int], ScenarioFile], vcpus: int | None = None,
-                    cluster: str | None = None, clock: str = "auto") -> dict[str, set[Path]]:  # fmt: skip
+def run_interleaved(
+    comparison: Comparison,
+    sides: list[Side],
+    repeat: int,
+    scenario_for: Callable[[Side, int], ScenarioFile],
+    vcpus: int | None = None,
+    cluster: str | None = None,
+    clock: str = "auto",
+) -> dict[str, set[Path]]:
     """Every side's ``repeat`` repetitions, interleaved (module doc), skipping the sub-sessions already
     complete; returns each side's sessions (a dropped side has none)."""
     kind = comparison.spec["kind"]
@@ -272,12 +302,21 @@ def run_interleaved(comparison: Comparison, sides: list[Side], repeat: int,
         if side.name in comparison.dropped or comparison.session(side.name, rep):
             continue
         left = (time.monotonic() - started) / ran if ran else per_session_s
-        log(f"{kind}: {done + 1}/{len(plan)}: {side.name} {side.kernel}, repetition {rep}/{repeat} "
-            f"(ETA {left * sum(1 for r, s in plan[done:] if not comparison.session(s.name, r)) / 60:.0f} min)")
+        log(
+            f"{kind}: {done + 1}/{len(plan)}: {side.name} {side.kernel}, repetition {rep}/{repeat} "
+            f"(ETA {left * sum(1 for r, s in plan[done:] if not comparison.session(s.name, r)) / 60:.0f} min)"
+        )
         try:
-            session = run_session(scenario_for(side, rep), backend="guest", kernel_version=side.kernel,
-                                  results_root=comparison.directory / side.name, vcpus=vcpus, cluster=cluster,
-                                  placement_seed=comparison.placement_seed, clock=clock).directory  # fmt: skip
+            session = run_session(
+                scenario_for(side, rep),
+                backend="guest",
+                kernel_version=side.kernel,
+                results_root=comparison.directory / side.name,
+                vcpus=vcpus,
+                cluster=cluster,
+                placement_seed=comparison.placement_seed,
+                clock=clock,
+            ).directory
         except KERNEL_REFUSALS as err:  # this kernel cannot run the suite: the other sides still can
             comparison.drop(side.name, f"it refused the suite before any run ({err})")
             continue
@@ -309,8 +348,11 @@ _PIN = re.compile(r"(patch:[^+@]+)@sha256:([0-9a-f]{64})")
 def _newest(parent: Path, kind: str) -> Path | None:
     """The state file of the newest comparison of ``kind`` under ``parent`` (an older unfinished one whose
     inputs changed is abandoned: it blocks nothing)."""
-    found = [p for p in sorted(parent.glob(f"*/{STATE_FILE}"), reverse=True) if rundir.read_json(p).get("spec", {})
-             .get("kind") == kind]  # fmt: skip
+    found = [
+        p
+        for p in sorted(parent.glob(f"*/{STATE_FILE}"), reverse=True)
+        if rundir.read_json(p).get("spec", {}).get("kind") == kind
+    ]
     return found[0] if found else None
 
 
@@ -328,8 +370,9 @@ def _changed_inputs(earlier: dict, spec: dict) -> list[str]:
 # -- judging: the parts every comparing workflow uses ------------------------------------------------------
 
 
-def side_metrics(session_dirs: set[Path],
-                 untrusted: bool = False) -> tuple[pd.DataFrame, dict[str, list[tuple[str, str]]]]:  # fmt: skip
+def side_metrics(
+    session_dirs: set[Path], untrusted: bool = False
+) -> tuple[pd.DataFrame, dict[str, list[tuple[str, str]]]]:
     """Analyse every run of a side: (its run metrics, point -> [(status, reason)] of its runs). Only
     trustworthy runs are measured: a run whose fidelity checks failed has the status "untrustworthy"
     with the checks as its reason (:func:`left_out_runs`), like the claims' verdicts. ``untrusted``:
@@ -356,8 +399,11 @@ def side_metrics(session_dirs: set[Path],
 
 def failed_runs(point: str, statuses: dict[str, list[tuple[str, str]]]) -> list[str]:
     """The reasons of ``point``'s runs that did not complete on a side (``side_metrics``' statuses)."""
-    return [reason or "no reason recorded" for status, reason in statuses.get(point, [])
-            if status not in ("complete", "untrustworthy")]  # fmt: skip
+    return [
+        reason or "no reason recorded"
+        for status, reason in statuses.get(point, [])
+        if status not in ("complete", "untrustworthy")
+    ]
 
 
 def left_out_runs(statuses: dict[str, list[tuple[str, str]]], side: str = "") -> list[str]:
@@ -366,8 +412,10 @@ def left_out_runs(statuses: dict[str, list[tuple[str, str]]], side: str = "") ->
     for point in sorted(statuses):
         why = [reason for status, reason in statuses[point] if status == "untrustworthy"]
         if why:
-            lines.append(f"{side + ': ' if side else ''}{point}: {len(why)} untrustworthy run(s) left out "
-                         f"({'; '.join(sorted(set(why)))[:300]})")  # fmt: skip
+            lines.append(
+                f"{side + ': ' if side else ''}{point}: {len(why)} untrustworthy run(s) left out "
+                f"({'; '.join(sorted(set(why)))[:300]})"
+            )
     return lines
 
 
@@ -375,8 +423,11 @@ def sensitivity(judged: dict[str, str], with_untrusted: dict[str, str]) -> list[
     """Whether the runs left out as untrustworthy would change a verdict: one line per comparison whose
     verdict they change (``judged``: comparison -> its verdict without them; ``with_untrusted``: with
     them), or one line saying none would. Said, never acted on: verdicts stand on trustworthy runs only."""
-    changed = [f"with the untrustworthy runs, {name} would be {verdict} (without them: {judged[name]})"
-               for name, verdict in with_untrusted.items() if name in judged and judged[name] != verdict]  # fmt: skip
+    changed = [
+        f"with the untrustworthy runs, {name} would be {verdict} (without them: {judged[name]})"
+        for name, verdict in with_untrusted.items()
+        if name in judged and judged[name] != verdict
+    ]
     return changed or ["with the untrustworthy runs included, no verdict would change"]
 
 
@@ -385,13 +436,16 @@ def control_line(what: str, comparisons: list) -> tuple[str, bool]:
     regression of some metric, or the runs have shown they cannot see a change of that size."""
     found = [c for c in comparisons if c.verdict == "regression"]
     if found:
-        metrics = ", ".join(f"{c.cc} {c.metric} {c.change:+.1%} (p = {c.p_value:.2g}, Cohen's d = {c.cohen_d:.2g})"
-                            for c in found)  # fmt: skip
+        metrics = ", ".join(
+            f"{c.cc} {c.metric} {c.change:+.1%} (p = {c.p_value:.2g}, Cohen's d = {c.cohen_d:.2g})" for c in found
+        )
         return f"{what}: detected: {metrics}", False
     if comparisons and all(c.verdict != "too few runs" for c in comparisons):
         smallest = min((c.detectable for c in comparisons if not math.isnan(c.detectable)), default=math.nan)
-        return (f"{what}: missed: no metric regressed (smallest detectable change {detectable_text(smallest)}); "
-                f"these repetitions cannot see a regression of that size: raise --repeat"), True  # fmt: skip
+        return (
+            f"{what}: missed: no metric regressed (smallest detectable change {detectable_text(smallest)}); "
+            f"these repetitions cannot see a regression of that size: raise --repeat"
+        ), True
     return f"{what}: not judged (its runs did not complete on both sides)", False
 
 

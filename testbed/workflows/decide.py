@@ -39,8 +39,9 @@ def parse_budget(text: str) -> float:
     """'60m', '1.5h', '90s' or '45' (minutes) as seconds; a clear error otherwise."""
     match = _BUDGET.match(text)
     if not match or float(match.group(1)) <= 0:
-        raise ValueError(f"--budget {text!r}: give a positive time such as 60m, 1.5h or 900s "
-                         "(a bare number is minutes)")
+        raise ValueError(
+            f"--budget {text!r}: give a positive time such as 60m, 1.5h or 900s (a bare number is minutes)"
+        )
     scale = {"s": 1, "h": 3600}.get(match.group(2) or "m", 60)
     return float(match.group(1)) * scale
 
@@ -80,16 +81,25 @@ def planned_record(session_dir: Path, looks: int = sequential.DECIDE_LOOKS) -> s
     if record is None:
         return sequential.Record(sequential.Design(looks))
     if record.design.max_looks == 1:
-        raise ValueError(f"{session_dir}: its report already judged it at the full 0.05 in one look "
-                         f"({sequential.RECORD_FILE}); --decide would look again at alpha that is spent. Start "
-                         "the decision in a session of its own, planned from its first look: --results DIR (another "
-                         "results folder) or --force (the suite's runs made again)")  # fmt: skip
+        raise ValueError(
+            f"{session_dir}: its report already judged it at the full 0.05 in one look "
+            f"({sequential.RECORD_FILE}); --decide would look again at alpha that is spent. Start "
+            "the decision in a session of its own, planned from its first look: --results DIR (another "
+            "results folder) or --force (the suite's runs made again)"
+        )
     return record
 
 
-def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Callable[[ScenarioFile], object],
-           log: Callable[[str], object] = print, judge: Callable = judge, grow: Callable = grow,
-           looks: int = sequential.DECIDE_LOOKS) -> object | None:  # fmt: skip
+def decide(
+    scenario: ScenarioFile,
+    session_dir: Path,
+    budget_s: float,
+    run: Callable[[ScenarioFile], object],
+    log: Callable[[str], object] = print,
+    judge: Callable = judge,
+    grow: Callable = grow,
+    looks: int = sequential.DECIDE_LOOKS,
+) -> object | None:
     """Run more seeds where they move verdicts, within ``budget_s`` of wall time (module doc); ``run`` runs a
     (grown) suite into the same session and returns its ``SessionResult``. Returns the last one (None when
     no round ran). ``judge`` and ``grow`` are this module's; testbed/workflows/decide_check.py passes its
@@ -103,20 +113,29 @@ def decide(scenario: ScenarioFile, session_dir: Path, budget_s: float, run: Call
         verdicts = [v for v in judged if v.claim.id not in record.decided]
         record.look({v.claim.id: v.verdict for v in verdicts}, names)
         rundir.write_json_atomic(Path(session_dir) / sequential.RECORD_FILE, record.to_json())
-        log(f"decide: look {record.looks} at alpha {alpha:.3g}: " + (", ".join(
-            f"{k} {v}" for k, (look, v) in record.decided.items() if look == record.looks) or "nothing decided"))
+        log(
+            f"decide: look {record.looks} at alpha {alpha:.3g}: "
+            + (
+                ", ".join(f"{k} {v}" for k, (look, v) in record.decided.items() if look == record.looks)
+                or "nothing decided"
+            )
+        )
         plan = seedplan.seed_plan([v for v in verdicts if v.claim.id not in record.decided], budget_s - spent)
         undecided = [v.claim.id for v in verdicts if v.claim.id not in record.decided]
         if not record.left():
             plan = seedplan.SeedPlan(left=["the design's last look was made"])
         if not plan.more:
             why = "; ".join(plan.left)
-            log(f"decide: {rounds} round(s), {spent / 60:.1f} of {budget_s / 60:.0f} min spent; "
-                f"{len(undecided)} claim(s) stay undecided" + (f": {why}" if why else ""))  # fmt: skip
+            log(
+                f"decide: {rounds} round(s), {spent / 60:.1f} of {budget_s / 60:.0f} min spent; "
+                f"{len(undecided)} claim(s) stay undecided" + (f": {why}" if why else "")
+            )
             return last
         rounds += 1
-        log(f"decide: round {rounds}: {sum(plan.more.values())} more runs for {', '.join(plan.claims)} "
-            f"(about {plan.cost_s / 60:.1f} min; {(budget_s - spent) / 60:.1f} min of the budget left)")  # fmt: skip
+        log(
+            f"decide: round {rounds}: {sum(plan.more.values())} more runs for {', '.join(plan.claims)} "
+            f"(about {plan.cost_s / 60:.1f} min; {(budget_s - spent) / 60:.1f} min of the budget left)"
+        )
         scenario = grow(scenario, plan.more)
         started = time.monotonic()
         last = run(scenario)

@@ -31,11 +31,21 @@ import numpy as np
 from analysis import claims, sequential, stats
 from testbed.workflows import decide as decide_workflow
 
-CLAIM = claims.Claim.model_validate({
-    "id": "simulated", "experiment": "e", "source": "s", "quote": "q", "paper_numbers": "n", "metric": "goodput",
-    "expect": "higher", "paper_effect": 0.34, "paper_effect_from": "+34 % (paper 000's smallest wireless gain)",
-    "a": {"cc": "westwood"}, "b": {"cc": "reno"},
-})  # fmt: skip
+CLAIM = claims.Claim.model_validate(
+    {
+        "id": "simulated",
+        "experiment": "e",
+        "source": "s",
+        "quote": "q",
+        "paper_numbers": "n",
+        "metric": "goodput",
+        "expect": "higher",
+        "paper_effect": 0.34,
+        "paper_effect_from": "+34 % (paper 000's smallest wireless gain)",
+        "a": {"cc": "westwood"},
+        "b": {"cc": "reno"},
+    }
+)
 #: the boundaries of each wrong verdict's null: "reproduced" at the threshold, "opposite" at minus it
 AT_THRESHOLD = 0.05
 AT_OPPOSITE = 1 / 1.05 - 1
@@ -98,11 +108,21 @@ class Session:
         results = []
         for condition, (a, b) in enumerate(self.values):
             seeded = list(enumerate(a)), list(enumerate(b))
-            results.append(claims.ConditionResult(f"c{condition}", a, b, stats.seeded_effect(*seeded), "undecided",
-                                                  wall_s=1.0, points={f"c{condition}": len(a)}))  # fmt: skip
+            results.append(
+                claims.ConditionResult(
+                    f"c{condition}",
+                    a,
+                    b,
+                    stats.seeded_effect(*seeded),
+                    "undecided",
+                    wall_s=1.0,
+                    points={f"c{condition}": len(a)},
+                )
+            )
         verdict = claims.decide(self.claim, results, alpha)
-        names = [f"c{c}/seed={s}/{side}" for c, (a, _) in enumerate(self.values) for s in range(len(a))
-                 for side in "ab"]  # fmt: skip
+        names = [
+            f"c{c}/seed={s}/{side}" for c, (a, _) in enumerate(self.values) for s in range(len(a)) for side in "ab"
+        ]
         return [claims.Verdict(self.claim, verdict, results, alpha=alpha)], names
 
 
@@ -117,8 +137,9 @@ class _Result:
     failed: list
 
 
-def one_claim(rng, truths: list[float], noise: Noise, looks: int, start: int = 3, folder: Path | None = None
-              ) -> tuple[str, int]:  # fmt: skip
+def one_claim(
+    rng, truths: list[float], noise: Noise, looks: int, start: int = 3, folder: Path | None = None
+) -> tuple[str, int]:
     """One simulated claim through ``decide``: the verdict the report shows and the look that gave it. The
     session's record is kept in ``folder`` (a temporary one of its own by default)."""
     if folder is None:
@@ -128,8 +149,9 @@ def one_claim(rng, truths: list[float], noise: Noise, looks: int, start: int = 3
     session = Session(rng, truths, noise)
     seeds = {f"c{c}": start for c in range(len(truths))}
     session.run(seeds)
-    decide_workflow.decide(seeds, folder, BUDGET_S, session.run, log=lambda _line: None, judge=session.judge,
-                           grow=grow, looks=looks)  # fmt: skip
+    decide_workflow.decide(
+        seeds, folder, BUDGET_S, session.run, log=lambda _line: None, judge=session.judge, grow=grow, looks=looks
+    )
     record = sequential.read_record(folder)
     if record is None:
         return "undecided", 0
@@ -152,9 +174,14 @@ def rates(truth: float | list[float], noise: Noise, looks: int, trials: int, see
     return {verdict: n / trials for verdict, n in counts.items()}
 
 
-NOISES = {"normal": Noise(), "heavy-tailed": Noise(heavy=True), "unequal spreads": Noise(spread_ratio=2.0),
-          "paired, rho 0.5": Noise(rho=0.5), "paired, rho 0.9": Noise(rho=0.9),
-          "paired, rho -0.8": Noise(rho=-0.8)}  # fmt: skip
+NOISES = {
+    "normal": Noise(),
+    "heavy-tailed": Noise(heavy=True),
+    "unequal spreads": Noise(spread_ratio=2.0),
+    "paired, rho 0.5": Noise(rho=0.5),
+    "paired, rho 0.9": Noise(rho=0.9),
+    "paired, rho -0.8": Noise(rho=-0.8),
+}
 
 
 def table(trials: int = 2000, looks=(1, 3, 4, 6)) -> list[dict]:
@@ -163,14 +190,21 @@ def table(trials: int = 2000, looks=(1, 3, 4, 6)) -> list[dict]:
     rows = []
     for name, noise in NOISES.items():
         for k in looks:
-            rows.append({"noise": name, "looks": k,
-                         "false reproduced": rates(AT_THRESHOLD, noise, k, trials).get("reproduced", 0.0),
-                         "false opposite": rates(AT_OPPOSITE, noise, k, trials).get("opposite", 0.0),
-                         "power at +34 %": rates(0.34, noise, k, trials).get("reproduced", 0.0)})  # fmt: skip
+            rows.append(
+                {
+                    "noise": name,
+                    "looks": k,
+                    "false reproduced": rates(AT_THRESHOLD, noise, k, trials).get("reproduced", 0.0),
+                    "false opposite": rates(AT_OPPOSITE, noise, k, trials).get("opposite", 0.0),
+                    "power at +34 %": rates(0.34, noise, k, trials).get("reproduced", 0.0),
+                }
+            )
     return rows
 
 
 if __name__ == "__main__":
     for row in table():
-        print(f"{row['noise']:16s} {row['looks']} looks: false reproduced {row['false reproduced']:.1%}, "
-              f"false opposite {row['false opposite']:.1%}, power at +34 % {row['power at +34 %']:.1%}")
+        print(
+            f"{row['noise']:16s} {row['looks']} looks: false reproduced {row['false reproduced']:.1%}, "
+            f"false opposite {row['false opposite']:.1%}, power at +34 % {row['power at +34 %']:.1%}"
+        )

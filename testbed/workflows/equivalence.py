@@ -48,8 +48,12 @@ def load_side(session: Path) -> Side:
     report = write_session_report(session)
     info = rundir.read_json(session / rundir.SESSION)
     timing = info.get("timing") or {}
-    side = Side(session, (info.get("backend") or {}).get("clock", "real"), float(timing.get("runs_wall_s") or 0),
-                sum(float((a.manifest.get("resolved") or {}).get("duration_s") or 0) for a in report.runs))  # fmt: skip
+    side = Side(
+        session,
+        (info.get("backend") or {}).get("clock", "real"),
+        float(timing.get("runs_wall_s") or 0),
+        sum(float((a.manifest.get("resolved") or {}).get("duration_s") or 0) for a in report.runs),
+    )
     by_experiment: dict[str, list] = {}
     for analysis in report.runs:
         experiment = analysis.manifest.get("scenario") or "?"
@@ -78,12 +82,15 @@ def judge(reference: Side, candidate: Side) -> list[equivalence.ExperimentEquiva
     found = []
     for experiment in sorted(set(reference.untrustworthy) | set(candidate.untrustworthy)):
         empty = regression.run_metrics(pd.DataFrame())
-        result = equivalence.compare(reference.metrics.get(experiment, empty),
-                                     candidate.metrics.get(experiment, empty), experiment)  # fmt: skip
+        result = equivalence.compare(
+            reference.metrics.get(experiment, empty), candidate.metrics.get(experiment, empty), experiment
+        )
         result.untrustworthy = (reference.untrustworthy.get(experiment, 0), candidate.untrustworthy.get(experiment, 0))
         ours, theirs = reference.verdicts.get(experiment, {}), candidate.verdicts.get(experiment, {})
-        result.verdicts = {claim: (ours.get(claim, "not judged"), theirs.get(claim, "not judged"))
-                           for claim in sorted(set(ours) | set(theirs))}  # fmt: skip
+        result.verdicts = {
+            claim: (ours.get(claim, "not judged"), theirs.get(claim, "not judged"))
+            for claim in sorted(set(ours) | set(theirs))
+        }
         found.append(result)
     return found
 
@@ -92,30 +99,47 @@ def text(reference: Side, candidate: Side, results: list[equivalence.ExperimentE
     """The answer first (each experiment equivalent or not, and why), then every test and the speeds."""
     lines = [f"# {candidate.clock} time against {reference.clock} time, twin runs at the same seeds", ""]
     for result in results:
-        lines.append(f"- **{result.experiment}**: "
-                     + ("equivalent" if result.equivalent else "not shown equivalent: " + "; ".join(result.problems)))
-    lines += ["", "| experiment | metric | twins | change | 90 % interval | margin | TOST p | equivalent "
-              "| twins to show it |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+        lines.append(
+            f"- **{result.experiment}**: "
+            + ("equivalent" if result.equivalent else "not shown equivalent: " + "; ".join(result.problems))
+        )
+    lines += [
+        "",
+        "| experiment | metric | twins | change | 90 % interval | margin | TOST p | equivalent | twins to show it |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for result in results:
         for m in result.metrics:
-            lines.append(f"| {result.experiment} | {m.metric} | {m.pairs} | {m.change:+.1%} | {m.low:+.1%} to "
-                         f"{m.high:+.1%} | ±{m.margin:.0%} | {m.p_tost:.2g} | {'yes' if m.equivalent else 'no'} | "
-                         f"{m.twins_needed or ''} |")
+            lines.append(
+                f"| {result.experiment} | {m.metric} | {m.pairs} | {m.change:+.1%} | {m.low:+.1%} to "
+                f"{m.high:+.1%} | ±{m.margin:.0%} | {m.p_tost:.2g} | {'yes' if m.equivalent else 'no'} | "
+                f"{m.twins_needed or ''} |"
+            )
         for claim, (a, b) in result.verdicts.items():
             lines.append(f"| {result.experiment} | claim {claim} | | | | | | {a} / {b} | |")
-    lines += ["", f"Speed (seconds of traffic per second of wall clock, boot included): reference "
-              f"{reference.speed:.2f} ({reference.traffic_s:.0f} s in {reference.wall_s:.0f} s), candidate "
-              f"{candidate.speed:.2f} ({candidate.traffic_s:.0f} s in {candidate.wall_s:.0f} s).",
-              f"Reference: {reference.directory}", f"Candidate: {candidate.directory}"]  # fmt: skip
+    lines += [
+        "",
+        f"Speed (seconds of traffic per second of wall clock, boot included): reference "
+        f"{reference.speed:.2f} ({reference.traffic_s:.0f} s in {reference.wall_s:.0f} s), candidate "
+        f"{candidate.speed:.2f} ({candidate.traffic_s:.0f} s in {candidate.wall_s:.0f} s).",
+        f"Reference: {reference.directory}",
+        f"Candidate: {candidate.directory}",
+    ]
     return "\n".join(lines) + "\n"
 
 
-def record(reference: Side, candidate: Side, results: list[equivalence.ExperimentEquivalence],
-           path: Path = timebase.EQUIVALENCE) -> None:  # fmt: skip
+def record(
+    reference: Side,
+    candidate: Side,
+    results: list[equivalence.ExperimentEquivalence],
+    path: Path = timebase.EQUIVALENCE,
+) -> None:
     """Each experiment's result into the file ``--clock auto`` reads (virtual time only: the clock it decides)."""
     if candidate.clock != "virtual" or reference.clock != "real":
-        raise ValueError(f"--record keeps virtual time against real time: the reference ran in {reference.clock} "
-                         f"time and the candidate in {candidate.clock} time")  # fmt: skip
+        raise ValueError(
+            f"--record keeps virtual time against real time: the reference ran in {reference.clock} "
+            f"time and the candidate in {candidate.clock} time"
+        )
     data = yaml.safe_load(path.read_text()) if path.exists() else None
     data = data or {}
     experiments = data.setdefault("experiments", {})
@@ -129,21 +153,27 @@ def record(reference: Side, candidate: Side, results: list[equivalence.Experimen
             "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
             "seeds": sorted({int(seed) for seed in candidate.metrics.get(result.experiment, {"seed": []})["seed"]}),
             "sessions": [reference.directory.name, candidate.directory.name],
-        }  # fmt: skip
+        }
     path.parent.mkdir(parents=True, exist_ok=True)
     # the file's own comments (its header) are kept above the data
     lines = path.read_text().splitlines() if path.exists() else []
     header = "".join(line + "\n" for line in lines if line.startswith("#"))
     # leaf lists and maps inline, unicode as it is, lines that the project's yamllint accepts
-    path.write_text(header + yaml.safe_dump(data, sort_keys=True, width=100, default_flow_style=None,
-                                            allow_unicode=True))  # fmt: skip
+    path.write_text(
+        header + yaml.safe_dump(data, sort_keys=True, width=100, default_flow_style=None, allow_unicode=True)
+    )
     timebase.equivalence.cache_clear()
 
 
 def _metric_record(m: equivalence.MetricEquivalence) -> dict:
-    return {"change_pct": round(100 * m.change, 2), "interval90_pct": [round(100 * m.low, 2), round(100 * m.high, 2)],
-            "margin_pct": round(100 * m.margin), "p_tost": float(f"{m.p_tost:.3g}"), "twins": m.pairs,
-            "twins_needed_if_equal": m.twins_needed}
+    return {
+        "change_pct": round(100 * m.change, 2),
+        "interval90_pct": [round(100 * m.low, 2), round(100 * m.high, 2)],
+        "margin_pct": round(100 * m.margin),
+        "p_tost": float(f"{m.p_tost:.3g}"),
+        "twins": m.pairs,
+        "twins_needed_if_equal": m.twins_needed,
+    }
 
 
 def run(reference_dir: Path, candidate_dir: Path, keep: bool = False) -> int:

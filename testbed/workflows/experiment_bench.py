@@ -41,13 +41,19 @@ def bench_experiment(kernel_version: str | None = None, out_dir: Path = PROJECT 
     suite = load_suite(find_suite(SUITE, PROJECT / "scenarios" / "suites"), PROJECT / "scenarios")
     started = time.monotonic()
     with AheadAnalysis() as ahead:  # the runs analysed while the session runs: the report finds them cached
-        result = run_session(suite, kernel_version=kernel_version, results_root=out_dir / "results", force=True,
-                             observers=[ahead.observer])  # fmt: skip
+        result = run_session(
+            suite,
+            kernel_version=kernel_version,
+            results_root=out_dir / "results",
+            force=True,
+            observers=[ahead.observer],
+        )
         runs_done = time.monotonic()
         ahead.finish()  # counted in the report's time: it is time after the last run
         report = write_session_report(result.directory)
-    figures = experiment_figures(result, report, wall_s=time.monotonic() - started,
-                                 report_s=time.monotonic() - runs_done)  # fmt: skip
+    figures = experiment_figures(
+        result, report, wall_s=time.monotonic() - started, report_s=time.monotonic() - runs_done
+    )
     return write_figures(out_dir, "experiment", figures)
 
 

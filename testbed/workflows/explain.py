@@ -39,8 +39,13 @@ from testbed.scenario.sweep import _id_key, _safe, _shorten
 
 REPRODUCE_SUITE = PROJECT / "scenarios" / "suites" / "reproduce.yaml"
 #: the forest plot's colour per setting is the claim's finding there, in the claims' colours
-FINDING_AS_VERDICT = {"holds": "reproduced", "opposite": "opposite", "absent": "not reproduced",
-                      "short": "short of the paper", "undecided": "undecided"}  # fmt: skip
+FINDING_AS_VERDICT = {
+    "holds": "reproduced",
+    "opposite": "opposite",
+    "absent": "not reproduced",
+    "short": "short of the paper",
+    "undecided": "undecided",
+}
 
 
 def find_claim(claim_id: str) -> claims.Claim:
@@ -48,12 +53,16 @@ def find_claim(claim_id: str) -> claims.Claim:
     known = claims.load_claims()
     by_id = {c.id: c for c in known}
     if claim_id not in by_id:
-        raise ValueError(f"no claim {claim_id!r} in analysis/claims.yaml; with ablations: "
-                         f"{', '.join(c.id for c in known if c.ablations)}")  # fmt: skip
+        raise ValueError(
+            f"no claim {claim_id!r} in analysis/claims.yaml; with ablations: "
+            f"{', '.join(c.id for c in known if c.ablations)}"
+        )
     claim = by_id[claim_id]
     if claim.ablations is None:
-        raise ValueError(f"claim {claim_id!r} has no ablations in analysis/claims.yaml (add its factors there); "
-                         f"claims with them: {', '.join(c.id for c in known if c.ablations)}")  # fmt: skip
+        raise ValueError(
+            f"claim {claim_id!r} has no ablations in analysis/claims.yaml (add its factors there); "
+            f"claims with them: {', '.join(c.id for c in known if c.ablations)}"
+        )
     if claim.b is None:
         raise ValueError(f"claim {claim_id!r} compares with a value, not with other flows: nothing to ablate")
     return claim
@@ -63,10 +72,12 @@ def _serves(side: claims.Side, point: Point) -> bool:
     """The point has flows of the side (its algorithm, direction, company and parameters)."""
     algorithms = {algorithm_of(f.cc) for f in point.scenario.flows if f.cc and f.direction == side.direction}
     every = {algorithm_of(f.cc) for f in point.scenario.flows if f.cc}
-    return (algorithm_of(side.cc) in algorithms
-            and (side.with_cc is None or algorithm_of(side.with_cc) in every)
-            and (side.without_cc is None or algorithm_of(side.without_cc) not in every)
-            and all(claims._same_param(k, point.params.get(k), v) for k, v in side.params.items()))  # fmt: skip
+    return (
+        algorithm_of(side.cc) in algorithms
+        and (side.with_cc is None or algorithm_of(side.with_cc) in every)
+        and (side.without_cc is None or algorithm_of(side.without_cc) not in every)
+        and all(claims._same_param(k, point.params.get(k), v) for k, v in side.params.items())
+    )
 
 
 def deciding_points(claim: claims.Claim, suite: ScenarioFile) -> list[Point]:
@@ -86,8 +97,10 @@ def deciding_points(claim: claims.Claim, suite: ScenarioFile) -> list[Point]:
         chosen.setdefault(condition, []).append(point)
     if len(chosen) != 1:
         found = "; ".join(claims._condition_text(c) for c in chosen) or "none"
-        raise ValueError(f"claim {claim.id}: {len(chosen)} conditions in {REPRODUCE_SUITE.name} ({found}); set "
-                         "ablations.at in analysis/claims.yaml to the parameters of the one to explain")  # fmt: skip
+        raise ValueError(
+            f"claim {claim.id}: {len(chosen)} conditions in {REPRODUCE_SUITE.name} ({found}); set "
+            "ablations.at in analysis/claims.yaml to the parameters of the one to explain"
+        )
     return next(iter(chosen.values()))
 
 
@@ -96,8 +109,10 @@ def ablated(point: Point, setting: str, factors: dict[str, Factor], seeds: list[
     params = dict(point.params)
     if "variant" in factors:
         renamed = factors["variant"].setting()
-        params = {k: renamed if is_cc_param(k) and isinstance(v, str) and algorithm_of(v) == "westwood" else v
-                  for k, v in params.items()}  # fmt: skip
+        params = {
+            k: renamed if is_cc_param(k) and isinstance(v, str) and algorithm_of(v) == "westwood" else v
+            for k, v in params.items()
+        }
     params[ABLATE_PARAM] = setting
     changed = variants.derive(point, seeds, edit=lambda data: _as_the_paper(data, factors))
     ids = ",".join(f"{_safe(_id_key(k))}={_safe(_format_value(v))}" for k, v in params.items())
@@ -119,8 +134,9 @@ def _as_the_paper(data: dict, factors: dict[str, Factor]) -> None:
                 flow.update(ablation.flow_changes(name, factor))
 
 
-def plan(claim: claims.Claim, seeds: int, chosen: list[str] | None = None,
-         suite_path: Path = REPRODUCE_SUITE) -> ScenarioFile:  # fmt: skip
+def plan(
+    claim: claims.Claim, seeds: int, chosen: list[str] | None = None, suite_path: Path = REPRODUCE_SUITE
+) -> ScenarioFile:
     """The explain session: the deciding points under each setting (module doc)."""
     if seeds < 2:
         raise ValueError(f"--seeds {seeds}: a setting's effect needs at least 2 runs a side for its interval")
@@ -131,8 +147,9 @@ def plan(claim: claims.Claim, seeds: int, chosen: list[str] | None = None,
     settings = {BASELINE: {}, **{name: {name: f} for name, f in factors.items()}}
     if len(factors) > 1:
         settings[ALL] = factors
-    ablated_points = [ablated(p, name, chosen_factors, seed_list) for name, chosen_factors in settings.items()
-                      for p in points]  # fmt: skip
+    ablated_points = [
+        ablated(p, name, chosen_factors, seed_list) for name, chosen_factors in settings.items() for p in points
+    ]
     description = f"testbed explain {claim.id}: {', '.join(settings)}"
     return ScenarioFile(f"explain-{claim.id}", suite.path, suite.profile, description, ablated_points)
 
@@ -161,9 +178,11 @@ def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Ex
     complete = sum(a.status == "complete" for a in analyses)
     look = record.look_at(complete)
     if look is None:
-        raise ValueError(f"{session}: this session's {record.design.max_looks} looks are spent "
-                           f"({record.design.describe()}); its explanation.md is the last look's. Start a new "
-                           "session (--force) to explain the claim anew")  # fmt: skip
+        raise ValueError(
+            f"{session}: this session's {record.design.max_looks} looks are spent "
+            f"({record.design.describe()}); its explanation.md is the last look's. Start a new "
+            "session (--force) to explain the claim anew"
+        )
     rundir.write_json_atomic(session / sequential.RECORD_FILE, record.to_json())
     flows = claims.measured_flows(claim, claims.flow_rows(analyses), analyses)  # after its warm-up, if any
     samples, walls = ablation.samples_of(claim, flows, variant_of(claim)) if not flows.empty else ({}, {})
@@ -172,9 +191,14 @@ def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Ex
     if look > 1:
         result.conclusion += f" (look {look} of {record.design.max_looks}, at alpha {record.design.alpha_at(look):.3g})"
     frame = ablation.table(result)
-    record = ExplanationRecord(claim=claim.id, conclusion=result.conclusion, kind=ablation.kind(result.conclusion),
-                               paper_effect=result.target, factors=factors,
-                               settings=[SettingRecord(**_plain(row)) for row in frame.to_dict("records")])  # fmt: skip
+    record = ExplanationRecord(
+        claim=claim.id,
+        conclusion=result.conclusion,
+        kind=ablation.kind(result.conclusion),
+        paper_effect=result.target,
+        factors=factors,
+        settings=[SettingRecord(**_plain(row)) for row in frame.to_dict("records")],
+    )
     rundir.write_json_atomic(session / EXPLANATION, record.model_dump(mode="json"))
     figure = session / "figures" / "explain.png"
     figure.parent.mkdir(exist_ok=True)
@@ -189,24 +213,41 @@ def _plain(row: dict) -> dict:
 
 
 def _figure(claim: claims.Claim, frame) -> bytes:
-    effects = frame.assign(claim=frame["setting"], condition=frame["runs"] + " runs",
-                           verdict=frame["finding"].map(FINDING_AS_VERDICT))  # fmt: skip
+    effects = frame.assign(
+        claim=frame["setting"], condition=frame["runs"] + " runs", verdict=frame["finding"].map(FINDING_AS_VERDICT)
+    )
     title = f"testbed explain {claim.id}: the effect under each setting (diamond: the paper's)"
     return forest_png(effects, title=title, legend="the claim at that setting")
 
 
 def _markdown(claim: claims.Claim, result: ablation.Explanation, frame, figure: Path) -> str:
-    lines = [f"# Why {claim.id}?", "", f"**{result.conclusion}**", "",
-             f"Claim: {claim.compared()}; paper: {claim.paper_numbers}", "",
-             f"![the effect under each setting]({figure})", "",
-             "| setting | effect (95 % interval) | runs | the claim there | moved from the baseline (95 % interval) | "
-             "what the move shows |", "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = [
+        f"# Why {claim.id}?",
+        "",
+        f"**{result.conclusion}**",
+        "",
+        f"Claim: {claim.compared()}; paper: {claim.paper_numbers}",
+        "",
+        f"![the effect under each setting]({figure})",
+        "",
+        "| setting | effect (95 % interval) | runs | the claim there | moved from the baseline (95 % interval) | "
+        "what the move shows |",
+        "|---|---|---|---|---|---|",
+    ]
     for row in frame.itertuples():
         moved = "" if math.isnan(row.moved) else f"{row.moved:+.0%} ({row.moved_low:+.0%} to {row.moved_high:+.0%})"
-        lines.append(f"| {row.setting} | {row.effect:+.0%} ({row.low:+.0%} to {row.high:+.0%}) | {row.runs} | "
-                     f"{row.finding} | {moved} | {row.outcome} |")  # fmt: skip
+        lines.append(
+            f"| {row.setting} | {row.effect:+.0%} ({row.low:+.0%} to {row.high:+.0%}) | {row.runs} | "
+            f"{row.finding} | {moved} | {row.outcome} |"
+        )
     lines += ["", "Factors (the paper's setting, and why it could matter):", ""]
     lines += [f"- **{name}** = {f.setting()!r}: {f.why}" for name, f in result.factors.items()]
-    lines += ["", "Each line in full:", "", *[f"    {line}" for line in result.lines()], "",
-              f"The rule: analysis/ablation.py (module doc); the claims' tests: {claims.RULE}"]  # fmt: skip
+    lines += [
+        "",
+        "Each line in full:",
+        "",
+        *[f"    {line}" for line in result.lines()],
+        "",
+        f"The rule: analysis/ablation.py (module doc); the claims' tests: {claims.RULE}",
+    ]
     return "\n".join(lines) + "\n"

@@ -42,11 +42,17 @@ def run(session_dir: Path) -> tuple[Path, list[str]]:
     figure.write_bytes(plots.lengths_png(table, {c.id: c.paper_effect for c in known if c.paper_effect is not None}))
     complete = sum(a.status == "complete" for a in analyses)
     alpha = table["alpha"].iloc[0] if len(table) else claims.ALPHA
-    lines = [f"{session_dir.name}: the goodput claims of {complete} complete runs, judged per window "
-             f"(analysis/lengths.py); {fmt(len(table))} rows",
-             f"exploratory: each window judged at alpha {alpha:.3g} (0.05 shared by the windows tried); a window "
-             "chosen here decides nothing until confirmed on seeds that took no part in choosing it "
-             "(claims.yaml: warmup_confirmed)", "", *shown(table), "", f"figure: {figure}"]  # fmt: skip
+    lines = [
+        f"{session_dir.name}: the goodput claims of {complete} complete runs, judged per window "
+        f"(analysis/lengths.py); {fmt(len(table))} rows",
+        f"exploratory: each window judged at alpha {alpha:.3g} (0.05 shared by the windows tried); a window "
+        "chosen here decides nothing until confirmed on seeds that took no part in choosing it "
+        "(claims.yaml: warmup_confirmed)",
+        "",
+        *shown(table),
+        "",
+        f"figure: {figure}",
+    ]
     path = session_dir / "lengths.md"
     rundir.write_text_atomic(path, "\n".join(["```", *lines, "```"]) + "\n")
     return path, lines

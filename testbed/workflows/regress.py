@@ -83,15 +83,23 @@ def regress(
     comparison of the same kernels, suite and options resumes (``force``: a new one). With ``cluster``,
     each session's runs spread over its workers, a point's run on the same host on both kernels."""
     compare.check_repeat(repeat)
-    compare.refuse_runaway(variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, yes,
-                           [baseline, candidate])  # fmt: skip
+    compare.refuse_runaway(
+        variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, yes, [baseline, candidate]
+    )
     # both kernels are settled (downloaded, or refused with the list of versions) before anything runs
     baseline, candidate = kernels.pinned(baseline), kernels.pinned(candidate)  # a tree at its commit now
     for kernel in (baseline, candidate):
         kernels.fetch(kernel, log=log)
-    spec = {"baseline": baseline, "candidate": candidate, "suite": suite.name,
-            "points": [p.point_id for p in suite.points], "repeat": repeat,
-            "candidate_flow_options": candidate_flow_options or {}, "cluster": cluster, "clock": clock}  # fmt: skip
+    spec = {
+        "baseline": baseline,
+        "candidate": candidate,
+        "suite": suite.name,
+        "points": [p.point_id for p in suite.points],
+        "repeat": repeat,
+        "candidate_flow_options": candidate_flow_options or {},
+        "cluster": cluster,
+        "clock": clock,
+    }
     name = f"{compare.label(baseline)}-vs-{compare.label(candidate)}"
     comparison = compare.Comparison.open(results_root, "regress", name, spec, force=force)
 
@@ -100,12 +108,21 @@ def regress(
         return variant(suite, rep, candidate_flow_options if harmed else None, candidate=harmed)
 
     sides = [compare.Side("baseline", baseline), compare.Side("candidate", candidate)]
-    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster,
-                                       clock=clock)  # fmt: skip
+    sessions = compare.run_interleaved(
+        comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster, clock=clock
+    )
     bases = {control: control_base(suite, control) for control in suite.controls}
-    result = judge(comparison.directory, sessions, baseline, candidate, repeat, candidate_flow_options,
-                   suite.controls, {control: base for control, base in bases.items() if base},
-                   dropped=comparison.dropped)  # fmt: skip
+    result = judge(
+        comparison.directory,
+        sessions,
+        baseline,
+        candidate,
+        repeat,
+        candidate_flow_options,
+        suite.controls,
+        {control: base for control, base in bases.items() if base},
+        dropped=comparison.dropped,
+    )
     comparison.finish()
     return result
 
@@ -120,9 +137,17 @@ def _check_controls(result: RegressResult, controls: dict) -> None:
             result.failures.append(line)
 
 
-def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat: int,
-          flow_options: dict | None = None, controls: dict | None = None, control_bases: dict | None = None,
-          dropped: dict | None = None) -> RegressResult:  # fmt: skip
+def judge(
+    directory: Path,
+    sessions: dict,
+    baseline: str,
+    candidate: str,
+    repeat: int,
+    flow_options: dict | None = None,
+    controls: dict | None = None,
+    control_bases: dict | None = None,
+    dropped: dict | None = None,
+) -> RegressResult:
     """Compare the two sides' runs and write the outputs (module doc). ``controls``: the suite's
     positive controls, point id -> the options their candidate runs had; ``control_bases``: control
     -> the point whose baseline runs are the control's baseline (the baseline did not run it);
@@ -140,23 +165,34 @@ def judge(directory: Path, sessions: dict, baseline: str, candidate: str, repeat
     if result.left_out:
         every = {side: compare.side_metrics(sessions[side], untrusted=True)[0] for side in SIDES}
         again = regression.compare(_with_control_bases(every["baseline"], control_bases), every["candidate"])
-        result.sensitivity = compare.sensitivity({c.name: c.verdict for c in result.comparisons},
-                                                 {c.name: c.verdict for c in again})  # fmt: skip
+        result.sensitivity = compare.sensitivity(
+            {c.name: c.verdict for c in result.comparisons}, {c.name: c.verdict for c in again}
+        )
     _check_controls(result, controls)
     regressed = any(c.verdict == "regression" and c.point not in controls for c in result.comparisons)
     result.exit_code = compare.exit_code(result.failures, regressed)
-    header = (f"regress: baseline {baseline} vs candidate {candidate}, {repeat} repetitions each"
-              + (f"; candidate flows with {flow_options}" if flow_options else ""))  # fmt: skip
+    header = f"regress: baseline {baseline} vs candidate {candidate}, {repeat} repetitions each" + (
+        f"; candidate flows with {flow_options}" if flow_options else ""
+    )
     summary = _summary(result, header, controls)
     print(summary)
     (directory / "regress.txt").write_text(summary + "\n")
-    rundir.write_json_atomic(directory / "regress.json", {
-        "baseline": baseline, "candidate": candidate, "repeat": repeat, "candidate_flow_options": flow_options or {},
-        "exit_code": result.exit_code, "failures": result.failures, "left_out": result.left_out,
-        "sensitivity": result.sensitivity,
-        "controls": controls, "control_checks": result.controls,
-        "comparisons": [{**c.__dict__, "name": c.name} for c in result.comparisons],
-    })  # fmt: skip
+    rundir.write_json_atomic(
+        directory / "regress.json",
+        {
+            "baseline": baseline,
+            "candidate": candidate,
+            "repeat": repeat,
+            "candidate_flow_options": flow_options or {},
+            "exit_code": result.exit_code,
+            "failures": result.failures,
+            "left_out": result.left_out,
+            "sensitivity": result.sensitivity,
+            "controls": controls,
+            "control_checks": result.controls,
+            "comparisons": [{**c.__dict__, "name": c.name} for c in result.comparisons],
+        },
+    )
     suites = _junit_suites(result, controls)
     junit.write(directory / "junit.xml", f"cc-testbed regress {baseline} vs {candidate}", suites)
     _html(directory / "report.html", result, header, side_metrics, controls)
@@ -179,11 +215,16 @@ def _failed_points(side_status: dict) -> list[str]:
         failed = {side: compare.failed_runs(point, side_status[side]) for side in SIDES}
         if not failed["baseline"] and not failed["candidate"]:
             continue
-        where = ("on both kernels" if failed["baseline"] and failed["candidate"]
-                 else f"on the {'baseline' if failed['baseline'] else 'candidate'} only")  # fmt: skip
+        where = (
+            "on both kernels"
+            if failed["baseline"] and failed["candidate"]
+            else f"on the {'baseline' if failed['baseline'] else 'candidate'} only"
+        )
         reasons = "; ".join(sorted(set(failed["baseline"] + failed["candidate"])))
-        lines.append(f"{point}: {len(failed['baseline'])} baseline and {len(failed['candidate'])} "
-                     f"candidate runs did not complete ({where}): {reasons}")  # fmt: skip
+        lines.append(
+            f"{point}: {len(failed['baseline'])} baseline and {len(failed['candidate'])} "
+            f"candidate runs did not complete ({where}): {reasons}"
+        )
     return lines
 
 
@@ -203,15 +244,21 @@ def _rows(comparisons, controls: dict) -> list[dict]:
     for c in comparisons:
         control = " (positive control)" if c.point in controls else ""
         mean = lambda v: sum(v) / len(v) if v else float("nan")  # noqa: E731
-        rows.append({
-            "point": c.point, "cc": c.cc, "metric": c.metric,
-            "baseline": f"{fmt_value(mean(c.baseline))} (n={len(c.baseline)})",
-            "candidate": f"{fmt_value(mean(c.candidate))} (n={len(c.candidate)})",
-            "change": f"{c.change:+.1%}" if c.change == c.change else "n/a",
-            "p": fmt_value(c.p_value, 2), "Cohen's d": fmt_value(c.cohen_d, 2),
-            "detectable": detectable_text(c.detectable),
-            "test": c.test, "verdict": c.verdict + control,
-        })  # fmt: skip
+        rows.append(
+            {
+                "point": c.point,
+                "cc": c.cc,
+                "metric": c.metric,
+                "baseline": f"{fmt_value(mean(c.baseline))} (n={len(c.baseline)})",
+                "candidate": f"{fmt_value(mean(c.candidate))} (n={len(c.candidate)})",
+                "change": f"{c.change:+.1%}" if c.change == c.change else "n/a",
+                "p": fmt_value(c.p_value, 2),
+                "Cohen's d": fmt_value(c.cohen_d, 2),
+                "detectable": detectable_text(c.detectable),
+                "test": c.test,
+                "verdict": c.verdict + control,
+            }
+        )
     return rows
 
 
@@ -227,16 +274,31 @@ def _junit_suites(result: RegressResult, controls: dict) -> dict[str, list[junit
         if c.point in controls:
             line = next(line for line in result.controls if line.startswith(f"positive control {c.point} "))
             missed = ": missed:" in line
-            suites[c.point] = [junit.Case(c.point, "positive control detected", "failure" if missed else "passed",
-                                          message="positive control missed", detail=line)]  # fmt: skip
+            suites[c.point] = [
+                junit.Case(
+                    c.point,
+                    "positive control detected",
+                    "failure" if missed else "passed",
+                    message="positive control missed",
+                    detail=line,
+                )
+            ]
             continue
-        detail = (f"{c.metric} of {c.cc}: baseline {c.baseline}, candidate {c.candidate}; change "
-                  f"{c.change:+.2%}, p = {c.p_value:.3g}, Cohen's d = {c.cohen_d:.2f}")  # fmt: skip
+        detail = (
+            f"{c.metric} of {c.cc}: baseline {c.baseline}, candidate {c.candidate}; change "
+            f"{c.change:+.2%}, p = {c.p_value:.3g}, Cohen's d = {c.cohen_d:.2f}"
+        )
         outcome = {"regression": "failure", "too few runs": "skipped"}.get(c.verdict, "passed")
         message = {"failure": f"regression: {c.change:+.1%}", "skipped": "too few complete runs on a side to compare"}
-        suites.setdefault(c.point, []).append(junit.Case(
-            c.point, f"{c.cc} / {c.metric}", outcome, message.get(outcome, ""),
-            detail if outcome != "passed" else f"{c.verdict}: {detail}"))  # fmt: skip
+        suites.setdefault(c.point, []).append(
+            junit.Case(
+                c.point,
+                f"{c.cc} / {c.metric}",
+                outcome,
+                message.get(outcome, ""),
+                detail if outcome != "passed" else f"{c.verdict}: {detail}",
+            )
+        )
     failed = [f for f in result.failures if f not in result.controls]
     if failed:
         suites["runs"] = [junit.Case("runs", f.split(":")[0], "error", "runs did not complete", f) for f in failed]
@@ -255,25 +317,50 @@ def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, co
         chosen = both[both["metric"] == metric].dropna(subset=["value"])
         if not chosen.empty:
             plots.append((kernel_plots.spread_png(chosen, metric), f"{metric} per repetition"))
-    page = render("regress.html.j2", title="regress", header=header, failures=result.failures,
-                  controls=result.controls, comparisons=table(pd.DataFrame(rows)), plots=plots)  # fmt: skip
+    page = render(
+        "regress.html.j2",
+        title="regress",
+        header=header,
+        failures=result.failures,
+        controls=result.controls,
+        comparisons=table(pd.DataFrame(rows)),
+        plots=plots,
+    )
     path.write_text(page)
 
 
-def command(suite: ScenarioFile, repeat: int, where, baseline: str | None = None, candidate: str | None = None,
-            series_spec: str | None = None, latest: str | None = None, flow_options: dict | None = None,
-            inject: dict | None = None, inject_from: str | None = None) -> int:  # fmt: skip
+def command(
+    suite: ScenarioFile,
+    repeat: int,
+    where,
+    baseline: str | None = None,
+    candidate: str | None = None,
+    series_spec: str | None = None,
+    latest: str | None = None,
+    flow_options: dict | None = None,
+    inject: dict | None = None,
+    inject_from: str | None = None,
+) -> int:
     """``testbed regress`` in its three modes (a pair, ``--series``, ``--latest``), run where ``where``
     (testbed.workflows.sessions.Where) says; returns the exit status (module doc)."""
     from testbed.workflows import series
 
-    modes = [name for name, given in (("--series", series_spec), ("--latest", latest), ("--candidate", candidate))
-             if given]  # fmt: skip
+    modes = [
+        name for name, given in (("--series", series_spec), ("--latest", latest), ("--candidate", candidate)) if given
+    ]
     if len(modes) != 1:
-        raise ValueError("testbed regress: give one of --baseline/--candidate (a pair), --series (a kernel series) "
-                         f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}")
-    common = {"results_root": where.results, "vcpus": where.cpus, "cluster": where.cluster, "force": where.force,
-              "yes": where.yes, "clock": where.clock}  # fmt: skip
+        raise ValueError(
+            "testbed regress: give one of --baseline/--candidate (a pair), --series (a kernel series) "
+            f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}"
+        )
+    common = {
+        "results_root": where.results,
+        "vcpus": where.cpus,
+        "cluster": where.cluster,
+        "force": where.force,
+        "yes": where.yes,
+        "clock": where.clock,
+    }
     if series_spec:
         if baseline:
             raise ValueError("--series names every kernel: leave --baseline out")
@@ -283,8 +370,10 @@ def command(suite: ScenarioFile, repeat: int, where, baseline: str | None = None
         candidate = kernels.newest(latest)
         baseline = baseline or series.baseline_from_history(where.results, latest, candidate)
         if done := series.already_compared(where.results, baseline, candidate):
-            print(f"regress --latest {latest}: {candidate} was already compared with {baseline} in {done.parent} "
-                  f"(its regress.txt); nothing new to run")  # fmt: skip
+            print(
+                f"regress --latest {latest}: {candidate} was already compared with {baseline} in {done.parent} "
+                f"(its regress.txt); nothing new to run"
+            )
             return int(rundir.read_json(done).get("exit_code", 2))
         print(f"regress --latest {latest}: candidate {candidate} (newest installable), baseline {baseline}")
     elif not baseline:

@@ -13,16 +13,40 @@ import pandas as pd
 from analysis import catalog
 
 View = Literal["runs", "flows", "latency"]
-RUN_COLUMNS = {"run_id": "run", "scenario": "scenario", "seed": "seed", "kernel_release": "kernel",
-               "accel": "accel", "status": "status", "trustworthy": "trusted", "flows": "flows",
-               "goodput_mbit": "fwd goodput Mbit/s"}  # fmt: skip
-FLOW_COLUMNS = ["run_id", "conn", "cc", "direction", "goodput_mbit", "recv_goodput_mbit", "retrans_ratio",
-                "kernel_release", "status"]  # fmt: skip
+RUN_COLUMNS = {
+    "run_id": "run",
+    "scenario": "scenario",
+    "seed": "seed",
+    "kernel_release": "kernel",
+    "accel": "accel",
+    "status": "status",
+    "trustworthy": "trusted",
+    "flows": "flows",
+    "goodput_mbit": "fwd goodput Mbit/s",
+}
+FLOW_COLUMNS = [
+    "run_id",
+    "conn",
+    "cc",
+    "direction",
+    "goodput_mbit",
+    "recv_goodput_mbit",
+    "retrans_ratio",
+    "kernel_release",
+    "status",
+]
 LATENCY_COLUMNS = ["run_id", "id", "kind", "samples", "lost", "p50_ms", "p90_ms", "p99_ms", "kernel_release", "status"]
 
 
-def listing(results_root: Path, filters: dict, view: View = "runs", csv: Path | None = None,
-            report: Path | None = None, update: bool = True, rebuild: bool = False) -> int:  # fmt: skip
+def listing(
+    results_root: Path,
+    filters: dict,
+    view: View = "runs",
+    csv: Path | None = None,
+    report: Path | None = None,
+    update: bool = True,
+    rebuild: bool = False,
+) -> int:
     """Print the catalogued rows that match every filter (module doc); exit status 1 when a report was
     asked for and nothing matches."""
     if update:

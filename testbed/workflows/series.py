@@ -76,8 +76,10 @@ def baseline_from_history(results_root: Path, series_name: str, candidate: str) 
     seen = {_version_of(r) for r in history.get("kernel_release", pd.Series(dtype=str)).dropna()}
     older = [v for v in order[: order.index(candidate)] if v in seen and _in_series(v, series_name)]
     if not older:
-        raise ValueError(f"--latest {series_name}: no kernel of that series older than {candidate} has a complete "
-                         f"run in {results_root} (catalog.sqlite); give --baseline VERSION for the first comparison")
+        raise ValueError(
+            f"--latest {series_name}: no kernel of that series older than {candidate} has a complete "
+            f"run in {results_root} (catalog.sqlite); give --baseline VERSION for the first comparison"
+        )
     return older[-1]
 
 
@@ -87,17 +89,27 @@ def _in_series(version: str, series_name: str) -> bool:
 
 def already_compared(results_root: Path, baseline: str, candidate: str) -> Path | None:
     """The newest complete ``regress`` of exactly this pair under ``results_root`` (its regress.json), if any."""
-    for found in sorted((results_root / "regress").glob(f"*-{label(baseline)}-vs-{label(candidate)}/regress.json"),
-                        reverse=True):  # fmt: skip
+    for found in sorted(
+        (results_root / "regress").glob(f"*-{label(baseline)}-vs-{label(candidate)}/regress.json"), reverse=True
+    ):
         if rundir.read_json(found).get("exit_code") in (0, 1):
             return found
     return None
 
 
-def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results_root: Path = PROJECT / "results",
-               vcpus: int | None = None, cluster: str | None = None, inject: dict | None = None,
-               inject_from: str | None = None, force: bool = False, yes: bool = False,
-               clock: str = "auto") -> SeriesResult:  # fmt: skip
+def run_series(
+    kernel_list: list[str],
+    suite: ScenarioFile,
+    repeat: int,
+    results_root: Path = PROJECT / "results",
+    vcpus: int | None = None,
+    cluster: str | None = None,
+    inject: dict | None = None,
+    inject_from: str | None = None,
+    force: bool = False,
+    yes: bool = False,
+    clock: str = "auto",
+) -> SeriesResult:
     """Run the suite ``repeat`` times on every kernel, interleaved, and judge (module doc). An unfinished
     series of the same kernels, suite and options resumes in its folder (``force``: a new one)."""
     compare.check_repeat(repeat)
@@ -110,9 +122,16 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
     for n, kernel in enumerate(kernel_list, 1):  # every kernel settled (downloaded, built or refused) before runs
         log(f"series: kernel {n} of {len(kernel_list)}: {kernel}")
         kernels.fetch(kernel, log=log)
-    spec = {"kernels": list(kernel_list), "suite": suite.name, "points": [p.point_id for p in suite.points],
-            "repeat": repeat, "inject": inject or {}, "inject_from": inject_from, "cluster": cluster,
-            "clock": clock}  # fmt: skip
+    spec = {
+        "kernels": list(kernel_list),
+        "suite": suite.name,
+        "points": [p.point_id for p in suite.points],
+        "repeat": repeat,
+        "inject": inject or {},
+        "inject_from": inject_from,
+        "cluster": cluster,
+        "clock": clock,
+    }
     name = f"series-{label(kernel_list[0])}..{label(kernel_list[-1])}"
     comparison = compare.Comparison.open(results_root, "series", name, spec, force=force, folder="regress")
     by_name = {label(k): k for k in kernel_list}
@@ -122,8 +141,9 @@ def run_series(kernel_list: list[str], suite: ScenarioFile, repeat: int, results
         return compare.variant(suite, rep, harm, candidate=side.kernel == kernel_list[-1])
 
     sides = [compare.Side(name, kernel) for name, kernel in by_name.items()]
-    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster,
-                                       clock=clock)  # fmt: skip
+    sessions = compare.run_interleaved(
+        comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster, clock=clock
+    )
     result = SeriesResult(comparison.directory, list(kernel_list))
     for side, why in comparison.dropped.items():
         result.failures.append(f"{by_name[side]}: {why}; the series goes on without it")
@@ -146,8 +166,10 @@ def _control_steps(frame: pd.DataFrame, kernel: str, suite: ScenarioFile) -> lis
             continue
         plain = frame[frame["point"] == base].assign(point=control)
         harmed = frame[frame["point"] == control]
-        steps += [series.Step(kernel, f"{kernel} + control", "control", c)
-                  for c in regression.compare(plain, harmed, adjusted=False)]  # fmt: skip
+        steps += [
+            series.Step(kernel, f"{kernel} + control", "control", c)
+            for c in regression.compare(plain, harmed, adjusted=False)
+        ]
     return steps
 
 
@@ -155,8 +177,15 @@ def _verdicts(steps: list) -> dict[str, str]:
     return {f"{s.before} -> {s.after}: {s.comparison.name}": s.comparison.verdict for s in steps if s.kind != "control"}
 
 
-def judge(result: SeriesResult, kept: list[str], sessions: dict, suite: ScenarioFile, repeat: int,
-          inject: dict | None = None, inject_from: str | None = None) -> SeriesResult:  # fmt: skip
+def judge(
+    result: SeriesResult,
+    kept: list[str],
+    sessions: dict,
+    suite: ScenarioFile,
+    repeat: int,
+    inject: dict | None = None,
+    inject_from: str | None = None,
+) -> SeriesResult:
     """Compare the kernels' runs (analysis/series.py) and write the outputs (module doc)."""
     frames, statuses = {}, {}
     for kernel in kept:
@@ -168,15 +197,18 @@ def judge(result: SeriesResult, kept: list[str], sessions: dict, suite: Scenario
         result.left_out += compare.left_out_runs(statuses[kernel], kernel)
         for point in sorted(statuses[kernel]):
             if failed := compare.failed_runs(point, statuses[kernel]):
-                result.failures.append(f"{kernel}: {len(failed)} run(s) of {point} did not complete: "
-                                       f"{'; '.join(sorted(set(failed)))[:300]}")  # fmt: skip
+                result.failures.append(
+                    f"{kernel}: {len(failed)} run(s) of {point} did not complete: "
+                    f"{'; '.join(sorted(set(failed)))[:300]}"
+                )
     if result.left_out:
         every = {k: compare.side_metrics(sessions[k], untrusted=True)[0] for k in kept}
         again = series.compare_series({k: f[~f["point"].isin(list(suite.controls))] for k, f in every.items()}, kept)
         result.sensitivity = compare.sensitivity(_verdicts(result.steps), _verdicts(again))
     _check_controls(result, suite)
-    regressed = any(s.comparison.verdict == "regression" for s in result.steps
-                    if s.kind in (series.ADJACENT, series.OVERALL))  # fmt: skip
+    regressed = any(
+        s.comparison.verdict == "regression" for s in result.steps if s.kind in (series.ADJACENT, series.OVERALL)
+    )
     result.exit_code = compare.exit_code(result.failures, regressed)
     _write(result, suite, repeat, frames, kept, inject, inject_from)
     return result
@@ -196,24 +228,41 @@ def _step_rows(steps: list[series.Step]) -> list[dict]:
     rows = []
     for s in sorted(steps, key=lambda s: (not s.moved, s.kind != series.ADJACENT)):
         c = s.comparison
-        rows.append({"from": s.before, "to": s.after, "kind": s.kind, "point": c.point, "cc": c.cc, "metric": c.metric,
-                     "change": f"{c.change:+.1%}" if c.change == c.change else "n/a",
-                     "p (Holm)": compare.fmt_value(c.p_value, 2), "detectable": compare.detectable_text(c.detectable),
-                     "test": c.test, "verdict": c.verdict})  # fmt: skip
+        rows.append(
+            {
+                "from": s.before,
+                "to": s.after,
+                "kind": s.kind,
+                "point": c.point,
+                "cc": c.cc,
+                "metric": c.metric,
+                "change": f"{c.change:+.1%}" if c.change == c.change else "n/a",
+                "p (Holm)": compare.fmt_value(c.p_value, 2),
+                "detectable": compare.detectable_text(c.detectable),
+                "test": c.test,
+                "verdict": c.verdict,
+            }
+        )
     return rows
 
 
 def _summary(result: SeriesResult, repeat: int, inject: dict | None, inject_from: str | None) -> str:
     n_steps = sum(s.kind != "control" for s in result.steps)
-    lines = [f"regress --series: {' -> '.join(result.kernels)}, {repeat} repetitions each"
-             + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else "")]  # fmt: skip
+    lines = [
+        f"regress --series: {' -> '.join(result.kernels)}, {repeat} repetitions each"
+        + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else "")
+    ]
     points = result.change_points
-    lines.append(f"change points: {len(points)} of {n_steps} comparisons (adjacent kernels and first vs last, paired "
-                 f"by seed, Holm over all: at most 5 % of series with no change raise any)")  # fmt: skip
+    lines.append(
+        f"change points: {len(points)} of {n_steps} comparisons (adjacent kernels and first vs last, paired "
+        f"by seed, Holm over all: at most 5 % of series with no change raise any)"
+    )
     for s in points:
         c = s.comparison
-        lines.append(f"  after {s.before}, at {s.after}: {c.point} {c.cc} {c.metric} {c.change:+.1%} "
-                     f"({c.verdict}, p = {c.p_value:.2g}, {c.test})")  # fmt: skip
+        lines.append(
+            f"  after {s.before}, at {s.after}: {c.point} {c.cc} {c.metric} {c.change:+.1%} "
+            f"({c.verdict}, p = {c.p_value:.2g}, {c.test})"
+        )
     drift = [s for s in result.steps if s.kind == series.OVERALL and s.moved]
     for s in drift:
         c = s.comparison
@@ -226,8 +275,15 @@ def _summary(result: SeriesResult, repeat: int, inject: dict | None, inject_from
     return "\n".join(lines)
 
 
-def _write(result: SeriesResult, suite: ScenarioFile, repeat: int, frames: dict, kept: list[str],
-           inject: dict | None, inject_from: str | None) -> None:  # fmt: skip
+def _write(
+    result: SeriesResult,
+    suite: ScenarioFile,
+    repeat: int,
+    frames: dict,
+    kept: list[str],
+    inject: dict | None,
+    inject_from: str | None,
+) -> None:
     directory = result.directory
     summary = _summary(result, repeat, inject, inject_from)
     rows = _step_rows(result.steps)
@@ -236,23 +292,43 @@ def _write(result: SeriesResult, suite: ScenarioFile, repeat: int, frames: dict,
     (directory / "series.txt").write_text(text + "\n")
     trend = series.trend(frames, kept) if kept else pd.DataFrame(columns=series.TREND_COLUMNS)
     trend.to_csv(directory / "trend.csv", index=False)
-    rundir.write_json_atomic(directory / "series.json", {
-        "kernels": result.kernels, "compared": kept, "repeat": repeat, "exit_code": result.exit_code,
-        "inject": inject or {}, "inject_from": inject_from, "failures": result.failures, "left_out": result.left_out,
-        "sensitivity": result.sensitivity,
-        "controls": result.controls,
-        "steps": [{"before": s.before, "after": s.after, "kind": s.kind, **s.comparison.__dict__}
-                  for s in result.steps],
-    })  # fmt: skip
-    junit.write(directory / "junit.xml", f"cc-testbed regress --series {result.kernels[0]}..{result.kernels[-1]}",
-                _junit_suites(result))
-    plots = [(kernel_plots.trend_png(trend, kept, metric, result.change_points), f"{metric} across the kernels")
-             for metric in dict.fromkeys(trend["metric"])]  # fmt: skip
+    rundir.write_json_atomic(
+        directory / "series.json",
+        {
+            "kernels": result.kernels,
+            "compared": kept,
+            "repeat": repeat,
+            "exit_code": result.exit_code,
+            "inject": inject or {},
+            "inject_from": inject_from,
+            "failures": result.failures,
+            "left_out": result.left_out,
+            "sensitivity": result.sensitivity,
+            "controls": result.controls,
+            "steps": [
+                {"before": s.before, "after": s.after, "kind": s.kind, **s.comparison.__dict__} for s in result.steps
+            ],
+        },
+    )
+    junit.write(
+        directory / "junit.xml",
+        f"cc-testbed regress --series {result.kernels[0]}..{result.kernels[-1]}",
+        _junit_suites(result),
+    )
+    plots = [
+        (kernel_plots.trend_png(trend, kept, metric, result.change_points), f"{metric} across the kernels")
+        for metric in dict.fromkeys(trend["metric"])
+    ]
     for row in rows:
         css = {"regression": "bad", "improvement": "good", "too few runs": "warn"}.get(row["verdict"], "")
         row["verdict"] = Badge(row["verdict"], css)
-    page = render("series.html.j2", title="regress --series", summary=summary.splitlines(), plots=plots,
-                  comparisons=table(pd.DataFrame(rows)))  # fmt: skip
+    page = render(
+        "series.html.j2",
+        title="regress --series",
+        summary=summary.splitlines(),
+        plots=plots,
+        comparisons=table(pd.DataFrame(rows)),
+    )
     (directory / "report.html").write_text(page)
     print(f"report: {directory / 'report.html'}\njunit: {directory / 'junit.xml'}")
 
@@ -265,10 +341,17 @@ def _junit_suites(result: SeriesResult) -> dict[str, list[junit.Case]]:
         c = s.comparison
         failing = c.verdict == "regression" and s.kind != "control"
         detail = f"{c.verdict}: {c.change:+.2%}, p = {c.p_value:.3g} (Holm), {c.test}"
-        suites.setdefault(f"{s.before} -> {s.after}", []).append(junit.Case(
-            f"{s.before} -> {s.after}", f"{c.point} / {c.cc} / {c.metric}", "failure" if failing else "passed",
-            f"regression: {c.change:+.1%}" if failing else "", detail))  # fmt: skip
+        suites.setdefault(f"{s.before} -> {s.after}", []).append(
+            junit.Case(
+                f"{s.before} -> {s.after}",
+                f"{c.point} / {c.cc} / {c.metric}",
+                "failure" if failing else "passed",
+                f"regression: {c.change:+.1%}" if failing else "",
+                detail,
+            )
+        )
     if result.failures:
-        suites["runs"] = [junit.Case("runs", f.split(":")[0], "error", "the series failed here", f)
-                          for f in result.failures]  # fmt: skip
+        suites["runs"] = [
+            junit.Case("runs", f.split(":")[0], "error", "the series failed here", f) for f in result.failures
+        ]
     return suites

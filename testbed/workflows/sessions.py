@@ -66,8 +66,13 @@ def write_report(session: Path, ahead=None) -> Path:
     return result.html_path
 
 
-def run_scenario(scenario: ScenarioFile, where: Where, report: bool = True, done_file: Path | None = None,
-                 budget_s: float | None = None) -> int:  # fmt: skip
+def run_scenario(
+    scenario: ScenarioFile,
+    where: Where,
+    report: bool = True,
+    done_file: Path | None = None,
+    budget_s: float | None = None,
+) -> int:
     """``testbed run`` and ``testbed suite``: the session, more seeds where they decide claims (with
     ``budget_s``), the report, ``done_file`` for scripts and the catalog. Exit status 1 when a run did not
     complete."""
@@ -84,8 +89,12 @@ def run_scenario(scenario: ScenarioFile, where: Where, report: bool = True, done
             result = decide(scenario, result.directory, budget_s, run) or result
         written = write_report(result.directory, ahead) if report else None
     if done_file:
-        done = progress.SessionDone(session=str(result.directory), report=str(written) if written else None,
-                                    complete=len(result.runs) - len(result.failed), total=len(result.runs))  # fmt: skip
+        done = progress.SessionDone(
+            session=str(result.directory),
+            report=str(written) if written else None,
+            complete=len(result.runs) - len(result.failed),
+            total=len(result.runs),
+        )
         rundir.write_json_atomic(done_file, done.model_dump(mode="json"))
     return _finish(result, where)
 
@@ -113,11 +122,19 @@ def explain_claim(claim_id: str, seeds: int, factors: list[str], where: Where) -
 
 def _session(scenario: ScenarioFile, where: Where, force: bool, ahead) -> SessionResult:
     # through the module: a test replaces host_session.run_session whenever this module was imported
-    return host_session.run_session(scenario, backend=where.backend, kernel_version=where.kernel,
-                                    results_root=where.results, vcpus=where.cpus, force=force,
-                                    keep_networks=not where.fresh_networks, queue_hz=where.queue_hz,
-                                    observers=[ahead.observer] if ahead else [], cluster=where.cluster,
-                                    clock=where.clock)  # fmt: skip
+    return host_session.run_session(
+        scenario,
+        backend=where.backend,
+        kernel_version=where.kernel,
+        results_root=where.results,
+        vcpus=where.cpus,
+        force=force,
+        keep_networks=not where.fresh_networks,
+        queue_hz=where.queue_hz,
+        observers=[ahead.observer] if ahead else [],
+        cluster=where.cluster,
+        clock=where.clock,
+    )
 
 
 def _ahead(wanted: bool) -> contextlib.AbstractContextManager:
@@ -155,13 +172,18 @@ def check_scenarios(names: list[str], profile: str | None, only=(), seeds=()) ->
         runs = scenario.runs()
         seconds = sum(estimate.estimate_s(r) for r in runs)
         total_s += seconds
-        print(f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, "
-              f"{len(runs)} runs, about {seconds / 60:.1f} min")  # fmt: skip
+        print(
+            f"{scenario.path}: ok ({scenario.profile or 'no'} profile): {len(scenario.points)} points, "
+            f"{len(runs)} runs, about {seconds / 60:.1f} min"
+        )
         for point in scenario.points:
             print(f"  {point.point_id}")
     if len(names) > 1:
         print(f"total: about {total_s / 60:.1f} min of runs (plus a guest boot per scenario)")
     if total_s > estimate.RUNAWAY_S:
-        print(f"warning: about {total_s / 3600:.1f} h of runs, over a day: testbed run will ask for --yes; "
-              "cut the sweep (--only, --seed) or spread it (--cluster)", file=sys.stderr)  # fmt: skip
+        print(
+            f"warning: about {total_s / 3600:.1f} h of runs, over a day: testbed run will ask for --yes; "
+            "cut the sweep (--only, --seed) or spread it (--cluster)",
+            file=sys.stderr,
+        )
     return 0

@@ -29,10 +29,25 @@ def test_two_pinned_guests_run_a_sweep_side_by_side_and_their_runs_merge(tmp_pat
     scenario = tmp_path / "side-by-side.yaml"
     scenario.write_text(SCENARIO)
     done = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "guest", "--cluster", "local:2",
-         "--no-report", "--results", str(tmp_path / "results")],
-        cwd=PROJECT, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            str(scenario),
+            "--backend",
+            "guest",
+            "--cluster",
+            "local:2",
+            "--no-report",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     (session,) = [p.parent for p in (tmp_path / "results").glob("*/*/session.json")]
     backend = rundir.read_json(session / "session.json")["backend"]

@@ -104,8 +104,9 @@ def netem_loss(run: Path, interface: str = "rr/rr-eth1") -> tuple[int, int]:
     """(packets seen, packets dropped) by the netem on a loss interface (default: data, rr toward r0)."""
     tc = load_tc_stats(run / "raw" / "tc-stats.json", before=run / "raw" / "tc-stats-before.json")
     node, intf = interface.split("/")
-    (netem,) = tc[(tc["node"] == node) & (tc["intf"] == intf) & (tc["kind"] == "netem")
-                  & (tc["handle"] == LOSSY_NETEM)].itertuples()  # fmt: skip
+    (netem,) = tc[
+        (tc["node"] == node) & (tc["intf"] == intf) & (tc["kind"] == "netem") & (tc["handle"] == LOSSY_NETEM)
+    ].itertuples()
     return int(netem.packets + netem.drops), int(netem.drops)
 
 

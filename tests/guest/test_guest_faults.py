@@ -20,11 +20,26 @@ def test_a_guest_that_does_not_boot_fails_its_runs_with_the_console_log(tmp_path
     bogus[0x1F1] = 0xFF
     (root / "boot" / "vmlinuz-9.9.9-bogus").write_bytes(bytes(bogus))
     out = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "run", "default", "--backend", "guest", "--no-report",
-         "--kernel", str(root / "boot" / "vmlinuz-9.9.9-bogus"), "--results", str(tmp_path / "results")],
-        cwd=PROJECT, capture_output=True, text=True, timeout=300,
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            "default",
+            "--backend",
+            "guest",
+            "--no-report",
+            "--kernel",
+            str(root / "boot" / "vmlinuz-9.9.9-bogus"),
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=300,
         env=dict(os.environ, CC_TESTBED_ACCEL="tcg"),
-    )  # fmt: skip
+    )
     assert out.returncode == 1, out.stdout + out.stderr
     assert "guest failed" in out.stdout
     assert "console log:" in out.stdout
@@ -42,10 +57,24 @@ def test_a_guest_that_does_not_boot_fails_its_runs_with_the_console_log(tmp_path
 
 def test_an_unknown_kernel_version_lists_what_can_be_had(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "run", "default", "--backend", "guest", "--kernel", "9.9.9-99",
-         "--results", str(tmp_path)],
-        cwd=PROJECT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            "default",
+            "--backend",
+            "guest",
+            "--kernel",
+            "9.9.9-99",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 2
     assert "linux-image-9.9.9-99-amd64" in out.stderr
     assert "Versions that can be had:" in out.stderr

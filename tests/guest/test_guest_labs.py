@@ -53,8 +53,9 @@ def _as_a_student(name: str, work: Path) -> Path:
 
 def _testbed(args: list[str], work: Path, log: Path) -> int:
     with open(log, "ab") as out:
-        return subprocess.run([sys.executable, "-m", "testbed.cli", *args], cwd=work, stdout=out,
-                              stderr=subprocess.STDOUT).returncode  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "testbed.cli", *args], cwd=work, stdout=out, stderr=subprocess.STDOUT
+        ).returncode
 
 
 def _run_the_handout(name: str, work: Path, log: Path, *extra: str) -> None:
@@ -71,8 +72,10 @@ def _quote_the_runs(name: str, work: Path) -> None:
     found = labresults.load_results(work, lab_, work / "results")
     given = answerfile.sections(work / lab_.answers)
     for question in (q for t in lab_.tasks for q in t.questions if q.numbers):
-        means = {n.key: (v := labresults.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
-                 for n in question.numbers}  # fmt: skip
+        means = {
+            n.key: (v := labresults.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
+            for n in question.numbers
+        }
         block = "```numbers\n" + "".join(f"{key}: {mean:.4g}\n" for key, mean in means.items() if mean) + "```\n"
         prose = re.sub(r"```numbers.*?```\n?", "", given[question.id], flags=re.S).strip()
         given[question.id] = f"{prose}\n\n{block}"
@@ -81,15 +84,21 @@ def _quote_the_runs(name: str, work: Path) -> None:
     if set(compared) == {"reno", "westwood"}:
         change = 100 * (compared["westwood"] / compared["reno"] - 1)
         for key, text in given.items():
-            given[key] = re.sub(r"about \d+ % (?:below|above) New Reno",
-                                f"about {abs(change):.0f} % {'above' if change > 0 else 'below'} New Reno", text)
+            given[key] = re.sub(
+                r"about \d+ % (?:below|above) New Reno",
+                f"about {abs(change):.0f} % {'above' if change > 0 else 'below'} New Reno",
+                text,
+            )
     for question in (q for t in lab_.tasks for q in t.questions if q.verdict):
         decided = labresults.decided_claims(found)
         said = "; ".join(f"{claim}: {v.verdict}" for claim, v in decided.items())
         # the solution leads with the committed runs' verdict ("Undecided: ..."): this test's runs lead instead
         first = next(iter(decided.values())).verdict.capitalize() if decided else "Undecided"
-        text = re.sub(r"^\s*(?:Reproduced|Undecided|Not reproduced|Opposite|Short of the paper)\b", first,
-                      given[question.id].strip())  # fmt: skip
+        text = re.sub(
+            r"^\s*(?:Reproduced|Undecided|Not reproduced|Opposite|Short of the paper)\b",
+            first,
+            given[question.id].strip(),
+        )
         given[question.id] = f"{text}\nThe verdict my runs give: {said}.\n"
     (work / lab_.answers).write_text("".join(f"## {q}\n{a.strip()}\n\n" for q, a in given.items()))
 
@@ -111,8 +120,9 @@ def _untrustworthy_runs(results: Path) -> list[str]:
 @pytest.mark.parametrize("name", list(COMMANDS))
 def test_the_solution_run_as_a_student_runs_it_passes_its_own_check(name, tmp_path):
     if name in LONG and not os.environ.get("CC_TESTBED_LONG_TESTS"):
-        pytest.skip(f"the {name} lab takes 4-6 min in a TCG guest, over make test's budget: "
-                    "CC_TESTBED_LONG_TESTS=1 runs it")
+        pytest.skip(
+            f"the {name} lab takes 4-6 min in a TCG guest, over make test's budget: CC_TESTBED_LONG_TESTS=1 runs it"
+        )
     work, log = tmp_path / name, tmp_path / f"{name}.log"
     _as_a_student(name, work)
     _run_the_handout(name, work, log)

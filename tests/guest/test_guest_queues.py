@@ -28,8 +28,9 @@ QUEUES = tierpoints.QUEUES
 @pytest.fixture(scope="module")
 def runs(tier_session) -> dict[str, Path]:
     """Each discipline's run, made in the guest tier's one session (tests/guest/tierpoints.py)."""
-    by_name = {run.parent.name.removeprefix("queue-"): run for run in tier_session.runs
-               if run.parent.name.startswith("queue-")}  # fmt: skip
+    by_name = {
+        run.parent.name.removeprefix("queue-"): run for run in tier_session.runs if run.parent.name.startswith("queue-")
+    }
     assert set(by_name) == set(QUEUES)
     for name, run in by_name.items():
         manifest = rundir.read_json(run / "manifest.json")

@@ -48,21 +48,32 @@ def test_every_kernel_ran_every_repetition_in_turn(result):
         assert {m["status"] for m in manifests} == {"complete"}, [m.get("reason") for m in manifests]
         assert {m["kernel"]["release"] for m in manifests} == {f"{kernel}-amd64"}
         assert sorted(m["seed"] for m in manifests) == sorted([1, 2, 3] * points)
-        started += [(rundir.read_json(path)["seed"], path.parents[2].name, kernel) for path in paths
-                    if rundir.read_json(path)["point_id"] == "upload.default"]  # fmt: skip
+        started += [
+            (rundir.read_json(path)["seed"], path.parents[2].name, kernel)
+            for path in paths
+            if rundir.read_json(path)["point_id"] == "upload.default"
+        ]
     # interleaved: seed 1 on every kernel, then seed 2 on every kernel, ...
     assert [k for _, _, k in sorted(started, key=lambda s: s[1])] == KERNELS * 3
 
 
 def test_three_builds_of_one_series_show_no_change_point(result):
     compared = [s for s in result.steps if s.kind != "control"]
-    assert {(s.before, s.after) for s in compared} == {(KERNELS[0], KERNELS[1]), (KERNELS[1], KERNELS[2]),
-                                                         (KERNELS[0], KERNELS[2])}  # fmt: skip
+    assert {(s.before, s.after) for s in compared} == {
+        (KERNELS[0], KERNELS[1]),
+        (KERNELS[1], KERNELS[2]),
+        (KERNELS[0], KERNELS[2]),
+    }
     # only trustworthy runs are compared: a run the host's contention made untrustworthy is left out (and
     # said so), so a step pairs the seeds both its kernels kept
-    kept = {kernel: {m["seed"] for m in _manifests(result.directory / kernel)
-                     if m["point_id"] == "upload.default" and (m.get("fidelity") or {}).get("trustworthy") is not False}
-            for kernel in KERNELS}  # fmt: skip
+    kept = {
+        kernel: {
+            m["seed"]
+            for m in _manifests(result.directory / kernel)
+            if m["point_id"] == "upload.default" and (m.get("fidelity") or {}).get("trustworthy") is not False
+        }
+        for kernel in KERNELS
+    }
     for s in compared:
         both = kept[s.before] & kept[s.after]
         assert s.comparison.test == ("paired" if len(both) >= 2 else "Welch"), (s.before, s.after, both)
@@ -70,8 +81,9 @@ def test_three_builds_of_one_series_show_no_change_point(result):
     for kernel in KERNELS:
         if len(kept[kernel]) < 3:
             assert any(line.startswith(f"{kernel}: upload.default: ") for line in result.left_out), result.left_out
-    assert result.change_points == [], [(s.before, s.after, s.comparison.metric, s.comparison.change)
-                                        for s in result.change_points]  # fmt: skip
+    assert result.change_points == [], [
+        (s.before, s.after, s.comparison.metric, s.comparison.change) for s in result.change_points
+    ]
     assert not any(s.moved for s in compared)
     assert result.exit_code == 0, result.failures
 
@@ -92,8 +104,10 @@ def test_the_control_is_found_and_the_outputs_written(result):
 
 
 def test_the_pair_judge_on_the_last_two_kernels_finds_the_control_and_nothing_else(result, suite):
-    sessions = {side: {p.parent for p in (result.directory / kernel).rglob(rundir.SESSION)}
-                for side, kernel in zip(regress.SIDES, KERNELS[1:], strict=True)}  # fmt: skip
+    sessions = {
+        side: {p.parent for p in (result.directory / kernel).rglob(rundir.SESSION)}
+        for side, kernel in zip(regress.SIDES, KERNELS[1:], strict=True)
+    }
     assert all(len(found) == 3 for found in sessions.values()), sessions
     bases = {c: compare.control_base(suite, c) for c in suite.controls}
     (result.directory / "pair").mkdir()

@@ -37,16 +37,30 @@ def _start(tmp_path: Path, log_name: str) -> subprocess.Popen:
     scenario.write_text(yaml.safe_dump(SCENARIO))
     # output to a file, not a pipe: the test reads it while the controller runs and after it is killed
     with open(tmp_path / log_name, "wb") as log:
-        return subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "guest",
-                                 "--no-report", "--results", str(tmp_path / "results")],
-                                cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed.cli",
+                "run",
+                str(scenario),
+                "--backend",
+                "guest",
+                "--no-report",
+                "--results",
+                str(tmp_path / "results"),
+            ],
+            cwd=PROJECT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
 
 
 def _wait_for_line(path: Path, text: str, after: str = "", timeout_s: float = 300) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         out = path.read_text(errors="replace") if path.exists() else ""
-        if text in out[out.find(after) if after in out else len(out):]:
+        if text in out[out.find(after) if after in out else len(out) :]:
             return
         time.sleep(0.2)
     raise AssertionError(f"no '{text}' after '{after}' within {timeout_s:.0f} s:\n{out[-3000:]}")

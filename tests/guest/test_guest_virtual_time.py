@@ -14,10 +14,32 @@ from tests.conftest import PROJECT, leftovers
 
 def test_a_run_in_virtual_time_records_its_clock_and_is_judged_by_the_guests_checks(tmp_path):
     out = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "run", "mobile-bernoulli", "--only", "loss_pct=5", "--only", "cc=reno",
-         "--seed", "1", "--backend", "guest", "--clock", "virtual", "--no-report", "--results", str(tmp_path)],
-        cwd=PROJECT, capture_output=True, text=True, timeout=600, env=dict(os.environ, CC_TESTBED_ACCEL="tcg"),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            "mobile-bernoulli",
+            "--only",
+            "loss_pct=5",
+            "--only",
+            "cc=reno",
+            "--seed",
+            "1",
+            "--backend",
+            "guest",
+            "--clock",
+            "virtual",
+            "--no-report",
+            "--results",
+            str(tmp_path),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, CC_TESTBED_ACCEL="tcg"),
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "virtual time (icount shift 0): --clock virtual" in out.stdout + out.stderr
     (path,) = tmp_path.glob("mobile-bernoulli/*/*/seed=1/manifest.json")

@@ -76,8 +76,11 @@ def long_runs(tier_session):
 @pytest.mark.parametrize("cc", ["westwood_ml", "westwood_paper"])
 def test_estimate_after_20_s_is_within_10_percent_of_goodput(long_runs, cc):
     run, manifest = long_runs[cc]
-    samples = [e for e in events(run / "raw" / "westwood_tb.txt", manifest["t0_monotonic"])
-               if e["event"] == "westwood_tb_sample" and e["t_s"] >= 20]  # fmt: skip
+    samples = [
+        e
+        for e in events(run / "raw" / "westwood_tb.txt", manifest["t0_monotonic"])
+        if e["event"] == "westwood_tb_sample" and e["t_s"] >= 20
+    ]
     assert len(samples) > 20
     estimate = statistics.mean(int(e["est_Bps"]) for e in samples) * 8 / 1e6
     server = json.loads((run / "raw" / "iperf3-c0-server.json").read_text())
@@ -88,8 +91,11 @@ def test_estimate_after_20_s_is_within_10_percent_of_goodput(long_runs, cc):
 
 def test_papers_variant_sets_ssthresh_from_the_estimate(long_runs):
     run, manifest = long_runs["westwood_paper"]
-    congestion = [e for e in events(run / "raw" / "westwood_tb.txt", manifest["t0_monotonic"])
-                  if e["event"] == "westwood_tb_cong" and e["kind"] in ("recovery", "loss")]  # fmt: skip
+    congestion = [
+        e
+        for e in events(run / "raw" / "westwood_tb.txt", manifest["t0_monotonic"])
+        if e["event"] == "westwood_tb_cong" and e["kind"] in ("recovery", "loss")
+    ]
     assert congestion, "a 30 s flow into a 1-BDP queue has fast recoveries"
     for event in congestion:
         expected = max(MIN_CWND, int(event["est_Bps"]) * int(event["rtt_min_us"]) / 1e6 / MSS)

@@ -29,9 +29,27 @@ pytestmark = pytest.mark.skipif(
 
 def test_a_one_line_patch_is_built_booted_and_its_regression_found(tmp_path):
     results = tmp_path / "results"
-    out = subprocess.run([sys.executable, "-m", "testbed.cli", "regress", "--baseline", "6.1+source",
-                          "--candidate", f"6.1+patch:{PATCH}", "--suite", "regression-check", "--repeat", "3",
-                          "--results", str(results)], cwd=PROJECT, capture_output=True, text=True)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "regress",
+            "--baseline",
+            "6.1+source",
+            "--candidate",
+            f"6.1+patch:{PATCH}",
+            "--suite",
+            "regression-check",
+            "--repeat",
+            "3",
+            "--results",
+            str(results),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+    )
     assert out.returncode == 1, out.stdout[-3000:] + out.stderr[-2000:]  # 1: a regression
     [folder] = (results / "regress").iterdir()
     verdicts = rundir.read_json(folder / "regress.json")["comparisons"]

@@ -38,6 +38,7 @@ def _single(data: dict, name: str) -> Point:
 
 # --- test_guest_experiments ---------------------------------------------------------------------------
 
+
 def smoke_point(path: Path) -> Point:
     return compress(load_scenario(path, profile="quick").points[0], SMOKE_S, seeds=[1])
 
@@ -48,11 +49,20 @@ LOSS_MODELS = {
     "bernoulli": {"loss": {"model": "bernoulli", "loss_pct": 5, "seeded": False}},
     "gilbert_elliott": {"loss": {"model": "gilbert_elliott", "p_pct": 5, "r_pct": 50, "bad_loss_pct": 100}},
     # short bursts, many of them: over ~3000 packets the realized loss has a spread of ~0.5 points
-    "four_state": {"loss": {"model": "four_state", "p13_pct": 2, "p31_pct": 60, "p32_pct": 20, "p23_pct": 60,
-                            "p14_pct": 1}},
-    "timed_two_state": {"loss": {"model": "timed_two_state", "good_s": 0.5, "bad_s": 0.5,
-                                 "durations": "exponential", "good_loss_pct": 0, "bad_loss_pct": 5}},
-}  # fmt: skip
+    "four_state": {
+        "loss": {"model": "four_state", "p13_pct": 2, "p31_pct": 60, "p32_pct": 20, "p23_pct": 60, "p14_pct": 1}
+    },
+    "timed_two_state": {
+        "loss": {
+            "model": "timed_two_state",
+            "good_s": 0.5,
+            "bad_s": 0.5,
+            "durations": "exponential",
+            "good_loss_pct": 0,
+            "bad_loss_pct": 5,
+        }
+    },
+}
 
 
 def loss_point(model: str) -> Point:
@@ -101,7 +111,7 @@ def queue_point(name: str) -> Point:
         "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": QUEUE_RATE_MBIT, **link}},
         "flows": flows,
         "duration_s": QUEUE_TRAFFIC_S,
-    }  # fmt: skip
+    }
     return _single(data, f"queue-{name}")
 
 

@@ -18,10 +18,25 @@ from tests.conftest import PROJECT, leftovers
 def test_a_cluster_session_stopped_mid_run_marks_its_runs_and_leaves_nothing(tmp_path, clean_kernel):
     scenario = clusterhosts.scenario_file(tmp_path / "stopped.yaml", ["reno", "cubic"], duration_s=8)
     controller = subprocess.Popen(
-        [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--cluster", "local:2",
-         "--no-report", "--results", str(tmp_path / "results")],
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            str(scenario),
+            "--backend",
+            "local",
+            "--cluster",
+            "local:2",
+            "--no-report",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert clusterhosts.wait_until(clusterhosts.run_children, 120), "no run started"
         time.sleep(3)  # into the first run's traffic

@@ -11,8 +11,8 @@ import time
 import pytest
 import yaml
 
-from testbed.host.cluster import slurm_logs
 from testbed.host.clusterwork import DASK_DIRECTORY
+from testbed.host.daskcluster import slurm_logs
 from testbed.results import rundir
 from tests import clusterhosts
 from tests.conftest import PROJECT
@@ -29,16 +29,36 @@ def test_a_sweep_runs_as_two_slurm_jobs_and_comes_home_as_one_session(tmp_path, 
     started = time.time()
     scenario = clusterhosts.scenario_file(tmp_path / "batch.yaml", ["reno", "cubic"], duration_s=3)
     description = tmp_path / "cluster.yaml"
-    description.write_text(yaml.safe_dump({"slurm": {"partition": "test", "jobs": 2, "cores": 1, "memory": "1GiB",
-                                                     "walltime": "00:20:00"}}))  # fmt: skip
+    description.write_text(
+        yaml.safe_dump(
+            {"slurm": {"partition": "test", "jobs": 2, "cores": 1, "memory": "1GiB", "walltime": "00:20:00"}}
+        )
+    )
     with clusterhosts.slurm(tmp_path / "slurm") as conf:
         done = subprocess.run(
-            [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--no-report",
-             "--cluster", f"slurm:{description}", "--results", str(tmp_path / "results")],
-            cwd=PROJECT, capture_output=True, text=True, timeout=300, env={**os.environ, "SLURM_CONF": str(conf)},
-        )  # fmt: skip
-        queue = subprocess.run(["squeue", "-h"], capture_output=True, text=True,
-                               env={**os.environ, "SLURM_CONF": str(conf)}).stdout  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "testbed.cli",
+                "run",
+                str(scenario),
+                "--backend",
+                "local",
+                "--no-report",
+                "--cluster",
+                f"slurm:{description}",
+                "--results",
+                str(tmp_path / "results"),
+            ],
+            cwd=PROJECT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "SLURM_CONF": str(conf)},
+        )
+        queue = subprocess.run(
+            ["squeue", "-h"], capture_output=True, text=True, env={**os.environ, "SLURM_CONF": str(conf)}
+        ).stdout
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert queue.strip() == "", f"the workers' jobs outlived the session: {queue}"
     (session,) = [p.parent for p in (tmp_path / "results").glob("*/*/session.json")]
@@ -56,4 +76,3 @@ def test_a_sweep_runs_as_two_slurm_jobs_and_comes_home_as_one_session(tmp_path, 
     assert logs and all("Registered to:      tls://" in log for log in logs), logs
     assert list(DASK_DIRECTORY.glob("cc-testbed-tls-*")) == []
     assert clusterhosts.slurm_processes() == [] and clusterhosts.cluster_processes() == []
-

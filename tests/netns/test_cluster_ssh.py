@@ -47,10 +47,21 @@ def test_a_sweep_over_two_ssh_workers_comes_home_whole_when_one_is_killed_during
 ):
     scenario = clusterhosts.scenario_file(tmp_path / "killed.yaml", ["reno", "cubic"], duration_s=6)
     controller = subprocess.Popen(
-        _testbed("run", str(scenario), "--backend", "local", "--cluster", f"ssh:{ssh_inventory}",
-                 "--results", str(tmp_path / "results")),
-        cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-    )  # fmt: skip
+        _testbed(
+            "run",
+            str(scenario),
+            "--backend",
+            "local",
+            "--cluster",
+            f"ssh:{ssh_inventory}",
+            "--results",
+            str(tmp_path / "results"),
+        ),
+        cwd=PROJECT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         children = clusterhosts.wait_until(clusterhosts.run_children, 120)
         assert children, "no run started on the workers"
@@ -87,8 +98,17 @@ def test_a_controller_killed_mid_session_leaves_nothing_running_and_the_session_
     tmp_path, ssh_inventory, clean_kernel
 ):
     scenario = clusterhosts.scenario_file(tmp_path / "resumed.yaml", ["reno", "cubic"], duration_s=6)
-    command = _testbed("run", str(scenario), "--backend", "local", "--cluster", f"ssh:{ssh_inventory}", "--no-report",
-                       "--results", str(tmp_path / "results"))  # fmt: skip
+    command = _testbed(
+        "run",
+        str(scenario),
+        "--backend",
+        "local",
+        "--cluster",
+        f"ssh:{ssh_inventory}",
+        "--no-report",
+        "--results",
+        str(tmp_path / "results"),
+    )
     controller = subprocess.Popen(command, cwd=PROJECT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
     def one_run_home() -> list:
@@ -137,10 +157,10 @@ def test_the_cluster_takes_only_its_sessions_certificate(ssh_inventory):
     certificate, or with a certificate of its own making, cannot connect; a worker without it cannot join."""
     from distributed.security import Security
 
-    from testbed.host import cluster, clusterspec
+    from testbed.host import clusterspec, daskcluster
 
     lines = []
-    dask_cluster, client = cluster.connect(clusterspec.parse(f"ssh:{ssh_inventory}"), log=lines.append)
+    dask_cluster, client = daskcluster.connect(clusterspec.parse(f"ssh:{ssh_inventory}"), log=lines.append)
     try:
         address = client.scheduler.address
         assert address.startswith("tls://"), address
@@ -152,17 +172,23 @@ def test_the_cluster_takes_only_its_sessions_certificate(ssh_inventory):
             socket.create_connection((urlparse(client.dashboard_link).hostname, port), timeout=5)
         (folder,) = Path("/tmp").glob(f"cc-testbed-tls-{os.getpid()}-*")
         assert folder.stat().st_mode & 0o777 == 0o700
-        assert {(p.name, p.stat().st_mode & 0o777) for p in folder.iterdir()} == {("cert.pem", 0o600),
-                                                                                 ("key.pem", 0o600)}  # fmt: skip
+        assert {(p.name, p.stat().st_mode & 0o777) for p in folder.iterdir()} == {
+            ("cert.pem", 0o600),
+            ("key.pem", 0o600),
+        }
         assert client.submit(sum, [1, 2]).result(timeout=30) == 3  # the session's own client runs tasks
         assert asyncio.run(_connects(address, dask_cluster.security))  # the session's own certificate
         assert not asyncio.run(_connects(address, Security()))  # no certificate
         assert not asyncio.run(_connects(address, Security.temporary()))  # a certificate of its own making
         joined = len(client.scheduler_info()["workers"])
-        stranger = subprocess.run([sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny",
-                                   "--death-timeout", "8"], capture_output=True, text=True, timeout=60)  # fmt: skip
+        stranger = subprocess.run(
+            [sys.executable, "-m", "distributed.cli.dask_worker", address, "--no-nanny", "--death-timeout", "8"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert stranger.returncode != 0
         assert len(client.scheduler_info()["workers"]) == joined
     finally:
-        cluster.disconnect(dask_cluster, client)
+        daskcluster.disconnect(dask_cluster, client)
     assert list(Path("/tmp").glob(f"cc-testbed-tls-{os.getpid()}-*")) == []

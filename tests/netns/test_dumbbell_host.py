@@ -37,8 +37,9 @@ def sweep(tmp_path_factory):
     from tests.conftest import leftovers
 
     assert leftovers() == []
-    result = run_session(host_scenario(["reno", "cubic", "bbr"]), backend="local",
-                         results_root=tmp_path_factory.mktemp("results"))  # fmt: skip
+    result = run_session(
+        host_scenario(["reno", "cubic", "bbr"]), backend="local", results_root=tmp_path_factory.mktemp("results")
+    )
     return result
 
 
@@ -60,8 +61,14 @@ def test_run_directory_is_complete(sweep):
     run = sweep.runs[0]
     manifest = rundir.read_json(run / "manifest.json")
     raw = {p.name for p in (run / "raw").iterdir()}
-    assert {"iperf3-c0-client.json", "iperf3-c0-server.json", "rl.pcap", "tcpdump-rl.log", "tcp_probe.txt",
-            "tc-stats.json"} <= raw  # fmt: skip
+    assert {
+        "iperf3-c0-client.json",
+        "iperf3-c0-server.json",
+        "rl.pcap",
+        "tcpdump-rl.log",
+        "tcp_probe.txt",
+        "tc-stats.json",
+    } <= raw
     assert "rr.pcap" not in raw, "forward-only traffic is captured where it enters the bottleneck, at rl only"
     assert manifest["capture"]["pcap"]["rl"]["dropped"] == 0
     assert manifest["capture"]["tcp_probe"]["events"] > 100
@@ -92,8 +99,9 @@ def test_runs_after_the_first_use_its_network_and_count_their_own_packets(sweep)
         tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
         sent = tc[(tc["node"] == "rl") & (tc["intf"] == "rl-eth0") & tc["root"]]["bytes"].iloc[0]
         cumulative = load_tc_stats(raw / "tc-stats.json")
-        since_start = cumulative[(cumulative["node"] == "rl") & (cumulative["intf"] == "rl-eth0")
-                                 & cumulative["root"]]["bytes"].iloc[0]  # fmt: skip
+        since_start = cumulative[(cumulative["node"] == "rl") & (cumulative["intf"] == "rl-eth0") & cumulative["root"]][
+            "bytes"
+        ].iloc[0]
         received = json.loads((raw / "iperf3-c0-server.json").read_text())["end"]["sum_received"]["bytes"]
         # a run whose traffic never kept the queue busy (bbr) is probed after it, through the same queue
         probes = [json.loads(p.read_text())["end"]["sum"]["bytes"] for p in raw.glob("udp-probe-*-client.json")]
@@ -115,8 +123,12 @@ def test_every_run_traces_its_own_connection_through_the_kept_trace_instance(swe
 
 
 def test_fresh_networks_build_every_run_anew(tmp_path):
-    result = run_session(host_scenario(["reno", "cubic"], duration_s=2, name="fresh"), backend="local",
-                         results_root=tmp_path, keep_networks=False)  # fmt: skip
+    result = run_session(
+        host_scenario(["reno", "cubic"], duration_s=2, name="fresh"),
+        backend="local",
+        results_root=tmp_path,
+        keep_networks=False,
+    )
     for run in result.runs:
         manifest = rundir.read_json(run / "manifest.json")
         assert manifest["status"] == "complete", manifest.get("reason")
@@ -174,14 +186,18 @@ def test_pcap_accounting_agrees_with_tcptrace_on_fresh_captures(sweep, cc):
     pcap = run / "raw" / "rl.pcap"
     output = subprocess.run(["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True).stdout
     theirs = tcptrace_connection(output, conn["client_port"])
-    ours = account_pcap(pcap).direction(conn["sender_ip"], conn["client_port"], conn["receiver_ip"],
-                                        conn["server_port"])  # fmt: skip
+    ours = account_pcap(pcap).direction(
+        conn["sender_ip"], conn["client_port"], conn["receiver_ip"], conn["server_port"]
+    )
     assert ours.data_bytes > 1_000_000, "a 5 s flow at 10 Mbit/s"
     pairs = {
-        "actual data pkts": ours.data_pkts, "actual data bytes": ours.data_bytes,
-        "rexmt data pkts": ours.rexmit_pkts, "rexmt data bytes": ours.rexmit_bytes,
-        "unique bytes sent": ours.unique_bytes, "data xmit time": ours.transfer_s,
-    }  # fmt: skip
+        "actual data pkts": ours.data_pkts,
+        "actual data bytes": ours.data_bytes,
+        "rexmt data pkts": ours.rexmit_pkts,
+        "rexmt data bytes": ours.rexmit_bytes,
+        "unique bytes sent": ours.unique_bytes,
+        "data xmit time": ours.transfer_s,
+    }
     for label, value in pairs.items():
         message = f"{cc} {label}: ours {value}, tcptrace {theirs[label]}"
         assert value == pytest.approx(theirs[label], rel=0.01, abs=1e-3), message
@@ -193,8 +209,9 @@ def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host(tmp_path)
     loops = " ".join(["sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!;"] * (os.cpu_count() or 1))
     hogs = [int(pid) for pid in subprocess.run(["sh", "-c", loops], capture_output=True, text=True).stdout.split()]
     try:
-        result = run_session(host_scenario(["reno"], duration_s=2, name="hogged"), backend="local",
-                             results_root=tmp_path)  # fmt: skip
+        result = run_session(
+            host_scenario(["reno"], duration_s=2, name="hogged"), backend="local", results_root=tmp_path
+        )
     finally:
         for pid in hogs:
             os.kill(pid, 9)

@@ -16,26 +16,41 @@ from testbed.workflows import explain
 
 
 def test_a_claim_is_explained_from_real_runs_with_each_factor_set(tmp_path, clean_kernel):
-    (tmp_path / "toy.yaml").write_text(textwrap.dedent("""\
+    (tmp_path / "toy.yaml").write_text(
+        textwrap.dedent("""\
         description: CUBIC and Reno, one flow at a time, on a 10 Mbit/s dumbbell without delay
         topology: {name: dumbbell, bottleneck: {rate_mbit: 10, queue_pkts: 50}}
         flows: [{cc: [reno, cubic], rtt_ms: 0}]
         duration_s: 3
         seeds: [1]
-    """))  # fmt: skip
+    """)
+    )
     suite = tmp_path / "suite.yaml"
     entry = f"{{scenario: {tmp_path / 'toy.yaml'}, points: [cc=reno, cc=cubic]}}"
     suite.write_text(f"profile: null\nexperiments:\n  - {entry}\n")
-    claim = claims.Claim.model_validate({
-        "id": "toy-cubic-like-reno", "experiment": "toy", "source": "test", "quote": "q", "paper_numbers": "n",
-        "metric": "goodput", "expect": "similar", "margin": 0.2, "margin_reason": "a test's claim",
-        "a": {"cc": "cubic"}, "b": {"cc": "reno"},
-        "ablations": {"factors": {"rack": {"paper": False, "why": "the papers' TCPs had no RACK"}}},
-    })  # fmt: skip
+    claim = claims.Claim.model_validate(
+        {
+            "id": "toy-cubic-like-reno",
+            "experiment": "toy",
+            "source": "test",
+            "quote": "q",
+            "paper_numbers": "n",
+            "metric": "goodput",
+            "expect": "similar",
+            "margin": 0.2,
+            "margin_reason": "a test's claim",
+            "a": {"cc": "cubic"},
+            "b": {"cc": "reno"},
+            "ablations": {"factors": {"rack": {"paper": False, "why": "the papers' TCPs had no RACK"}}},
+        }
+    )
     scenario = explain.plan(claim, 2, suite_path=suite)
     assert sorted(p.point_id for p in scenario.points) == [
-        "toy.cc=cubic,ablate=baseline", "toy.cc=cubic,ablate=rack", "toy.cc=reno,ablate=baseline",
-        "toy.cc=reno,ablate=rack"]  # fmt: skip
+        "toy.cc=cubic,ablate=baseline",
+        "toy.cc=cubic,ablate=rack",
+        "toy.cc=reno,ablate=baseline",
+        "toy.cc=reno,ablate=rack",
+    ]
     result = run_session(scenario, backend="local", results_root=tmp_path / "results")
     assert not result.failed, [rundir.read_json(r / "manifest.json").get("reason") for r in result.failed]
     for run in result.runs:

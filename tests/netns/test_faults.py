@@ -69,17 +69,35 @@ def test_iperf3_dying_fails_its_run_and_the_sweep_goes_on(tmp_path, clean_kernel
 
 def _start_cli(tmp_path: Path, duration_s: int) -> subprocess.Popen:
     scenario = tmp_path / "interrupted.yaml"
-    scenario.write_text(yaml.safe_dump({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
-        "flows": [{"cc": "reno", "rtt_ms": 0}], "duration_s": duration_s,
-    }))  # fmt: skip
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+                "flows": [{"cc": "reno", "rtt_ms": 0}],
+                "duration_s": duration_s,
+            }
+        )
+    )
     # output to a file, not a pipe: after a SIGKILL the run's children still hold a pipe open
     with open(tmp_path / "cli.log", "wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--no-report",
-             "--results", str(tmp_path / "results")],
-            cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT, preexec_fn=_default_sigint,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "testbed.cli",
+                "run",
+                str(scenario),
+                "--backend",
+                "local",
+                "--no-report",
+                "--results",
+                str(tmp_path / "results"),
+            ],
+            cwd=PROJECT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            preexec_fn=_default_sigint,
+        )
 
 
 def _default_sigint() -> None:
@@ -115,8 +133,13 @@ def test_sigkill_leftovers_are_cleaned_by_the_next_start(tmp_path, clean_kernel)
     proc.wait(timeout=30)
     assert leftovers(), "a SIGKILLed run leaves processes and namespaces (this is what cleanup is for)"
     assert run_status(_run_dir(tmp_path)) == "incomplete"
-    out = subprocess.run([sys.executable, "-m", "testbed.cli", "cleanup"], cwd=PROJECT, capture_output=True,
-                         text=True, env={k: v for k, v in os.environ.items() if k != MARKER})  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "cleanup"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != MARKER},
+    )
     assert out.returncode == 0, out.stderr
     assert "leftover" in out.stdout
     _wait_for(lambda: leftovers() == [], timeout_s=15)
@@ -150,10 +173,23 @@ def test_a_second_writer_of_a_results_folder_is_refused_and_moves_nothing(tmp_pa
     _wait_for(_iperf3_clients)
     running = _run_dir(tmp_path)
     second = subprocess.run(
-        [sys.executable, "-m", "testbed.cli", "run", str(tmp_path / "interrupted.yaml"), "--backend", "local",
-         "--no-report", "--results", str(tmp_path / "results")],
-        cwd=PROJECT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            str(tmp_path / "interrupted.yaml"),
+            "--backend",
+            "local",
+            "--no-report",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert second.returncode == 2, second.stdout + second.stderr
     assert f"is being written by testbed pid {first.pid}" in second.stderr
     assert "Traceback" not in second.stderr
@@ -174,8 +210,13 @@ def test_two_sessions_on_one_kernel_take_turns_and_cleanup_leaves_a_live_one_alo
     _wait_for(_iperf3_clients)
     second = _start_cli(second_dir, duration_s=3)
     _wait_for(lambda: "waiting: another session" in (second_dir / "cli.log").read_text(), timeout_s=60)
-    cleanup = subprocess.run([sys.executable, "-m", "testbed.cli", "cleanup"], cwd=PROJECT, capture_output=True,
-                             text=True, env={k: v for k, v in os.environ.items() if k != MARKER})  # fmt: skip
+    cleanup = subprocess.run(
+        [sys.executable, "-m", "testbed.cli", "cleanup"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={k: v for k, v in os.environ.items() if k != MARKER},
+    )
     assert cleanup.returncode == 0 and "a session runs on this kernel (session " in cleanup.stdout, cleanup.stdout
     first.wait(timeout=120)
     second.wait(timeout=120)

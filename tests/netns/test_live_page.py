@@ -26,8 +26,16 @@ from tests.shelldialogue import command, spawned
 CHROMIUM, DRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 #: headless, as root; no background connections to Google's hosts (a closed network refuses them, many
 #: at a time); a window the size of a projector's
-FLAGS = ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000")
+FLAGS = (
+    "--headless=new",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--window-size=1400,1000",
+)
 
 
 def _browser():
@@ -73,21 +81,43 @@ def live_run(tmp_path_factory):
         pytest.skip("iperf3 missing")
     folder = tmp_path_factory.mktemp("live")
     scenario = folder / "live.yaml"
-    scenario.write_text(yaml.safe_dump({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
-        "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 0}], "duration_s": 8,
-    }))  # fmt: skip
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+                "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 0}],
+                "duration_s": 8,
+            }
+        )
+    )
     log = folder / "cli.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local",
-                                 "--live", "--results", str(folder / "results")],
-                                cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed.cli",
+                "run",
+                str(scenario),
+                "--backend",
+                "local",
+                "--live",
+                "--results",
+                str(folder / "results"),
+            ],
+            cwd=PROJECT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     seen: dict = {"viewers": []}
     browsers = []
     try:
         url = _wait(lambda: _url_in(log), 60, "the live page's URL")
-        seen["refused"] = [_status(url.split("?")[0]), _status(url.split("?")[0] + "?token=wrong"),
-                           _status(url.split("?")[0] + "events?token=wrong")]  # fmt: skip
+        seen["refused"] = [
+            _status(url.split("?")[0]),
+            _status(url.split("?")[0] + "?token=wrong"),
+            _status(url.split("?")[0] + "events?token=wrong"),
+        ]
         browsers = [_browser(), _browser()]
         for browser in browsers:
             browser.get(url)
@@ -140,8 +170,12 @@ def test_a_closed_tab_harms_neither_the_session_nor_the_other_viewer(live_run):
 def test_a_finished_session_replays_with_the_same_records(live_run, tmp_path):
     log = tmp_path / "watch.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "testbed.cli", "watch", str(live_run["session"]),
-                                 "--speed", "4"], cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "testbed.cli", "watch", str(live_run["session"]), "--speed", "4"],
+            cwd=PROJECT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     browser = None
     try:
         url = _wait(lambda: _url_in(log), 30, "the watch page's URL")
@@ -173,8 +207,11 @@ def test_the_shells_live_command_serves_the_flows_it_starts(tmp_path, clean_kern
         try:
             browser.get(found.group(1))
             assert "c0: cubic" in command(child, "start")
-            grown = _wait(lambda: (s := _state(browser)).get("flowPoints", 0) > 5 and s.get("queuePoints", 0) > 5
-                          and s, 30, "the shell's flow on the page")  # fmt: skip
+            grown = _wait(
+                lambda: (s := _state(browser)).get("flowPoints", 0) > 5 and s.get("queuePoints", 0) > 5 and s,
+                30,
+                "the shell's flow on the page",
+            )
             assert grown["conns"] == {"shell": {"c0": "cubic"}} and grown["runs"]["shell"]["status"] == "running"
             assert "already" not in command(child, "live")  # a second 'live' prints the same page
             command(child, "stop")
@@ -209,8 +246,20 @@ def test_a_cluster_sessions_runs_reach_the_page_as_they_come_home(tmp_path, clea
     scenario = clusterhosts.scenario_file(tmp_path / "cluster.yaml", ["reno", "cubic"], duration_s=4)
     log = tmp_path / "cli.log"
     with open(log, "wb") as out:
-        argv = [sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local", "--cluster",
-                "local:2", "--live", "--results", str(tmp_path / "results")]  # fmt: skip
+        argv = [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            str(scenario),
+            "--backend",
+            "local",
+            "--cluster",
+            "local:2",
+            "--live",
+            "--results",
+            str(tmp_path / "results"),
+        ]
         proc = subprocess.Popen(argv, cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)
     try:
         url = _wait(lambda: _url_in(log), 60, "the live page's URL")

@@ -14,14 +14,18 @@ from testbed.scenario.load import scenario_from_dict
 def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
     scenario = scenario_from_dict(
         {
-            "topology": {"name": "multipath", "paths": 3, "link": {"rate_mbit": 10, "queue_pkts": 50},
-                         "spray": "data_and_acks"},
+            "topology": {
+                "name": "multipath",
+                "paths": 3,
+                "link": {"rate_mbit": 10, "queue_pkts": 50},
+                "spray": "data_and_acks",
+            },
             "flows": [{"cc": "reno"}, {"cc": "cubic", "direction": "reverse"}],
             "duration_s": 4,
             "seeds": [1, 2],
         },
         name="mp",
-    )  # fmt: skip
+    )
     result = run_session(scenario, backend="local", results_root=tmp_path)
     run, second = result.runs
     manifest = rundir.read_json(run / "manifest.json")

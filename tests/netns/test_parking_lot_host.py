@@ -18,12 +18,15 @@ def test_a_two_hop_parking_lot_runs_every_flow(tmp_path, clean_kernel):
     scenario = scenario_from_dict(
         {
             "topology": {"name": "parking_lot", "hops": 2, "hop": {"rate_mbit": 10, "queue_pkts": 125}},
-            "flows": [{"cc": "cubic", "path": "through", "start_s": 1},
-                      {"cc": "reno", "path": "hop"}, {"cc": "reno", "path": "hop", "direction": "reverse"}],
+            "flows": [
+                {"cc": "cubic", "path": "through", "start_s": 1},
+                {"cc": "reno", "path": "hop"},
+                {"cc": "reno", "path": "hop", "direction": "reverse"},
+            ],
             "duration_s": 6,
         },
         name="lot",
-    )  # fmt: skip
+    )
     result = run_session(scenario, backend="local", results_root=tmp_path)
     (run,) = result.runs
     manifest = rundir.read_json(run / "manifest.json")

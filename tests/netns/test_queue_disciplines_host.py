@@ -22,8 +22,11 @@ from topologies.dumbbell import Dumbbell
 
 def dumbbell(queue: dict):
     return scenario_from_dict(
-        {"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue": queue}},
-         "flows": [{"cc": "reno", "rtt_ms": 0}], "duration_s": 5},  # fmt: skip
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue": queue}},
+            "flows": [{"cc": "reno", "rtt_ms": 0}],
+            "duration_s": 5,
+        },
         name="queues",
     )
 

@@ -30,8 +30,24 @@ def shaped_pair(clean_kernel):
             _sh("ip", "-n", ns, "addr", "add", addr, "dev", intf)
             _sh("ip", "-n", ns, "link", "set", intf, "up")
         _sh("tc", "-n", "qsa", "qdisc", "add", "dev", "qs0", "root", "handle", "1:", "htb", "default", "1")
-        _sh("tc", "-n", "qsa", "class", "add", "dev", "qs0", "parent", "1:", "classid", "1:1", "htb",
-            "rate", str(RATE_BIT_S), "burst", "1600")
+        _sh(
+            "tc",
+            "-n",
+            "qsa",
+            "class",
+            "add",
+            "dev",
+            "qs0",
+            "parent",
+            "1:",
+            "classid",
+            "1:1",
+            "htb",
+            "rate",
+            str(RATE_BIT_S),
+            "burst",
+            "1600",
+        )
         _sh("tc", "-n", "qsa", "qdisc", "add", "dev", "qs0", "parent", "1:1", "pfifo", "limit", "100")
         yield "/var/run/netns/qsa"
     finally:
@@ -42,9 +58,11 @@ def shaped_pair(clean_kernel):
 def _flood() -> None:
     """PACKETS datagrams from qsa to qsb, as fast as the socket takes them (its send buffer forced
     large: a default one holds the sender back before the queue's limit, and nothing is dropped)."""
-    code = (f"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
-            f"s.setsockopt(socket.SOL_SOCKET, 32, 1 << 22)  # SO_SNDBUFFORCE\n"
-            f"for _ in range({PACKETS}): s.sendto(bytes({PAYLOAD}), ('10.77.0.2', 9))")
+    code = (
+        f"import socket; s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+        f"s.setsockopt(socket.SOL_SOCKET, 32, 1 << 22)  # SO_SNDBUFFORCE\n"
+        f"for _ in range({PACKETS}): s.sendto(bytes({PAYLOAD}), ('10.77.0.2', 9))"
+    )
     _sh("ip", "netns", "exec", "qsa", sys.executable, "-c", code)
 
 

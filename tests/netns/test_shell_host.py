@@ -26,16 +26,35 @@ def test_the_shell_reaches_starts_a_flow_and_ctrl_d_leaves_nothing(tmp_path, cle
 
 def test_a_run_beside_the_shell_waits_for_it_then_completes(tmp_path, clean_kernel):
     scenario = tmp_path / "beside.yaml"
-    scenario.write_text(yaml.safe_dump({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
-        "flows": [{"cc": "reno", "rtt_ms": 0}], "duration_s": 2,
-    }))  # fmt: skip
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100}},
+                "flows": [{"cc": "reno", "rtt_ms": 0}],
+                "duration_s": 2,
+            }
+        )
+    )
     log_path = tmp_path / "run.log"
     with spawned(tmp_path, "local", rtt_ms=0, boot_timeout_s=60) as child:
         with open(log_path, "wb") as log:
-            run = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "local",
-                                    "--no-report", "--results", str(tmp_path / "results")],
-                                   cwd=PROJECT, stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            run = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "testbed.cli",
+                    "run",
+                    str(scenario),
+                    "--backend",
+                    "local",
+                    "--no-report",
+                    "--results",
+                    str(tmp_path / "results"),
+                ],
+                cwd=PROJECT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+            )
         deadline = time.monotonic() + 90
         while "waiting: another session runs on this kernel (testbed shell" not in log_path.read_text():
             assert run.poll() is None and time.monotonic() < deadline, log_path.read_text()[-2000:]

@@ -24,6 +24,7 @@ from topologies.shaping import EgressPlan
 def _needs_the_bpf_tools():
     require_tools(lossbpf.TOOLS, "the timed loss channel")
 
+
 #: UDP packets at a fixed schedule: packet n leaves at t0 + (n + 0.5) * GAP_S, half a gap away from
 #: any state boundary (boundaries fall on multiples of STATE_S = a whole number of gaps)
 GAP_S = 0.005
@@ -58,8 +59,14 @@ def line_spec(model: TimedTwoStateLoss) -> NetSpec:
     """h1 -- r -- h2, the channel on r's egress toward h2."""
     spec = NetSpec(hosts=["h1", "h2"], routers=["r"])
     spec.links += [LinkSpec("h1", "h1-eth0", "r", "r-eth0"), LinkSpec("h2", "h2-eth0", "r", "r-eth1")]
-    spec.addresses.update({("h1", "h1-eth0"): "10.1.0.1/24", ("r", "r-eth0"): "10.1.0.254/24",
-                           ("h2", "h2-eth0"): "10.2.0.1/24", ("r", "r-eth1"): "10.2.0.254/24"})  # fmt: skip
+    spec.addresses.update(
+        {
+            ("h1", "h1-eth0"): "10.1.0.1/24",
+            ("r", "r-eth0"): "10.1.0.254/24",
+            ("h2", "h2-eth0"): "10.2.0.1/24",
+            ("r", "r-eth1"): "10.2.0.254/24",
+        }
+    )
     spec.routes.update({"h1": [("default", "10.1.0.254")], "h2": [("default", "10.2.0.254")]})
     spec.egress[("r", "r-eth1")] = EgressPlan.with_loss(model)
     return spec
@@ -113,16 +120,27 @@ def test_same_seed_drops_the_same_packets_and_good_state_drops_none(clean_kernel
 def test_a_run_records_the_timeline_and_realizes_the_configured_loss_per_state(tmp_path, clean_kernel):
     scenario = scenario_from_dict(
         {
-            "topology": {"name": "dumbbell", "bottleneck": {
-                "rate_mbit": 10, "queue_pkts": 100,
-                "loss": {"model": "timed_two_state", "good_s": 0.5, "bad_s": 0.5, "durations": "exponential",
-                         "good_loss_pct": 0, "bad_loss_pct": 5}}},
+            "topology": {
+                "name": "dumbbell",
+                "bottleneck": {
+                    "rate_mbit": 10,
+                    "queue_pkts": 100,
+                    "loss": {
+                        "model": "timed_two_state",
+                        "good_s": 0.5,
+                        "bad_s": 0.5,
+                        "durations": "exponential",
+                        "good_loss_pct": 0,
+                        "bad_loss_pct": 5,
+                    },
+                },
+            },
             "flows": [{"cc": "reno", "rtt_ms": 0}],
             "duration_s": 8,
             "seeds": [3],
         },
         name="timed-loss",
-    )  # fmt: skip
+    )
     result = run_session(scenario, backend="local", results_root=tmp_path)
     (run,) = result.runs
     manifest = rundir.read_json(run / "manifest.json")

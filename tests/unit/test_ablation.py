@@ -36,7 +36,7 @@ CLAIM = claims.Claim.model_validate(
         "paper_effect_from": "+34 %",
         "a": {"cc": "westwood"},
         "b": {"cc": "reno"},
-    }  # fmt: skip
+    }
 )
 FACTORS = {name: Factor(paper=False, why="simulated: no kernel here") for name in ("sack", "rack", "tlp")}
 TRIALS = 1000
@@ -51,9 +51,13 @@ def _samples(rng, truths: dict[str, float], runs: int, cv: float, rho: float = 0
     both sides and every setting) and a part of the run's own."""
     shared = rng.normal(0.0, cv * math.sqrt(rho), runs)
     own = cv * math.sqrt(1 - rho)
-    return {name: ([(s, (1 + t) * (1 + shared[s] + rng.normal(0.0, own))) for s in range(runs)],
-                   [(s, 1 + shared[s] + rng.normal(0.0, own)) for s in range(runs)])
-            for name, t in truths.items()}  # fmt: skip
+    return {
+        name: (
+            [(s, (1 + t) * (1 + shared[s] + rng.normal(0.0, own))) for s in range(runs)],
+            [(s, 1 + shared[s] + rng.normal(0.0, own)) for s in range(runs)],
+        )
+        for name, t in truths.items()
+    }
 
 
 def _conclusions(truths: dict[str, float], runs: int, cv: float, trials: int, seed: int = 2026) -> dict[str, float]:
@@ -130,8 +134,11 @@ def test_a_paired_shift_is_the_mean_of_the_seeds_moves():
     base = stats.seeded_effect([(1, 0.8), (2, 0.9), (3, 0.7)], [(1, 1.0), (2, 1.1), (3, 0.9)])
     moved = stats.seeded_effect([(1, 1.3), (2, 1.4), (3, 1.2)], [(1, 1.0), (2, 1.05), (3, 0.95)])
     shift = stats.effect_shift(moved, base)
-    per_seed = [math.log(1.3 / 1.0) - math.log(0.8 / 1.0), math.log(1.4 / 1.05) - math.log(0.9 / 1.1),
-                math.log(1.2 / 0.95) - math.log(0.7 / 0.9)]  # fmt: skip
+    per_seed = [
+        math.log(1.3 / 1.0) - math.log(0.8 / 1.0),
+        math.log(1.4 / 1.05) - math.log(0.9 / 1.1),
+        math.log(1.2 / 0.95) - math.log(0.7 / 0.9),
+    ]
     assert shift.paired and shift.df == 2 and shift.log_ratio == pytest.approx(np.mean(per_seed))
     assert shift.se == pytest.approx(np.std(per_seed, ddof=1) / math.sqrt(3))
 
@@ -173,8 +180,11 @@ def test_every_claim_with_ablations_has_one_deciding_condition_and_settings_that
         settings = {p.params[ablation.ABLATE_PARAM] for p in scenario.points}
         assert settings == {"baseline", "all", *claim.ablations.runnable()}, claim.id
         assert all(sorted({r.seed for r in p.runs()}) == [1, 2] for p in scenario.points)
-        baseline = {p.point_id.replace("ablate=baseline", ""): p for p in scenario.points
-                    if p.params[ablation.ABLATE_PARAM] == "baseline"}  # fmt: skip
+        baseline = {
+            p.point_id.replace("ablate=baseline", ""): p
+            for p in scenario.points
+            if p.params[ablation.ABLATE_PARAM] == "baseline"
+        }
         assert len(baseline) in (2, 3), claim.id  # both sides' points (the SACK claims have a third)
         for name, factor in claim.ablations.runnable().items():
             changed = [p for p in scenario.points if p.params[ablation.ABLATE_PARAM] == name]
@@ -227,19 +237,42 @@ def test_new_switches_at_their_defaults_keep_old_runs_identities():
 
 def _flows(setting: str, run: int, a: float, b: float, cc_a: str = "westwood") -> pd.DataFrame:
     params = {"cc": cc_a, ablation.ABLATE_PARAM: setting}
-    rows = [{"cc": cc, "direction": "forward", "flow": 0, "goodput_mbit": value, "run": f"r{setting}{run}{cc}",
-             "params": params, "experiment": "e", "profile": "quick", "wall_s": 20.0, "point": setting, "seed": run,
-             "kernel": "6.1.0-56-amd64"} for cc, value in ((cc_a, a), ("reno", b))]  # fmt: skip
+    rows = [
+        {
+            "cc": cc,
+            "direction": "forward",
+            "flow": 0,
+            "goodput_mbit": value,
+            "run": f"r{setting}{run}{cc}",
+            "params": params,
+            "experiment": "e",
+            "profile": "quick",
+            "wall_s": 20.0,
+            "point": setting,
+            "seed": run,
+            "kernel": "6.1.0-56-amd64",
+        }
+        for cc, value in ((cc_a, a), ("reno", b))
+    ]
     return pd.DataFrame(rows)
 
 
 def test_samples_come_from_each_settings_runs_and_claims_judge_only_the_baseline(monkeypatch):
-    monkeypatch.setattr(claims.metrics, "group_metric", lambda chosen, metric: chosen["goodput_mbit"].mean()
-                        if len(chosen) else math.nan)  # fmt: skip
-    flows = pd.concat([_flows("baseline", 1, 0.8, 1.0), _flows("baseline", 2, 0.9, 1.1),
-                       _flows("variant", 1, 1.4, 1.0, "westwood_paper"),
-                       _flows("variant", 2, 1.5, 1.0, "westwood_paper"),
-                       _flows("sack", 1, 1.0, 1.0)], ignore_index=True)  # fmt: skip
+    monkeypatch.setattr(
+        claims.metrics,
+        "group_metric",
+        lambda chosen, metric: chosen["goodput_mbit"].mean() if len(chosen) else math.nan,
+    )
+    flows = pd.concat(
+        [
+            _flows("baseline", 1, 0.8, 1.0),
+            _flows("baseline", 2, 0.9, 1.1),
+            _flows("variant", 1, 1.4, 1.0, "westwood_paper"),
+            _flows("variant", 2, 1.5, 1.0, "westwood_paper"),
+            _flows("sack", 1, 1.0, 1.0),
+        ],
+        ignore_index=True,
+    )
     samples, walls = ablation.samples_of(CLAIM, flows, "westwood_paper")
     assert samples["baseline"] == ([(1, 0.8), (2, 0.9)], [(1, 1.0), (2, 1.1)])
     assert samples["variant"] == ([(1, 1.4), (2, 1.5)], [(1, 1.0), (2, 1.0)])  # side a is the variant's flows
@@ -249,8 +282,14 @@ def test_samples_come_from_each_settings_runs_and_claims_judge_only_the_baseline
 
 
 def test_the_report_shows_the_latest_explanation_beside_a_claim_not_reproduced(tmp_path):
-    record = ablation.ExplanationRecord(claim="simulated", conclusion="explained by sack: the claim holds",
-                                        kind="explained", paper_effect=0.34, settings=[], factors=FACTORS)  # fmt: skip
+    record = ablation.ExplanationRecord(
+        claim="simulated",
+        conclusion="explained by sack: the claim holds",
+        kind="explained",
+        paper_effect=0.34,
+        settings=[],
+        factors=FACTORS,
+    )
     for stamp in ("20261128T000000Z-aaaaaaa", "20261128T010000Z-bbbbbbb"):
         folder = tmp_path / "explain-simulated" / stamp
         folder.mkdir(parents=True)

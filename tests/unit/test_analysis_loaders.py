@@ -73,9 +73,7 @@ def test_iperf3_json_cut_inside_a_string(tmp_path):
 
 def test_iperf3_error_entry_is_kept(tmp_path):
     path = tmp_path / "iperf3-c0-client.json"
-    path.write_text(
-        json.dumps({"start": {}, "intervals": [], "end": {}, "error": "unable to connect to server"})
-    )
+    path.write_text(json.dumps({"start": {}, "intervals": [], "end": {}, "error": "unable to connect to server"}))
     result = load_iperf3(path)
     assert result.error == "unable to connect to server"
     assert result.totals == {}

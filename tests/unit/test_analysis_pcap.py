@@ -35,15 +35,16 @@ def account_pcap(path, **kw):
     slow = streaming_account_pcap(path)
     fast = account_pcap_fast(path, **kw)
     assert (fast.records, fast.tcp_segments, fast.linktype, fast.problem) == (
-        slow.records, slow.tcp_segments, slow.linktype, slow.problem
-    )  # fmt: skip
+        slow.records,
+        slow.tcp_segments,
+        slow.linktype,
+        slow.problem,
+    )
     assert fast.to_frame().equals(slow.to_frame()), (fast.to_frame(), slow.to_frame())
     return slow
 
 
-def segment(
-    src, dst, seq, payload=0, flags=ACK, ack=1, window=1000, snap=None, linktype=LINKTYPE_LINUX_SLL
-) -> bytes:
+def segment(src, dst, seq, payload=0, flags=ACK, ack=1, window=1000, snap=None, linktype=LINKTYPE_LINUX_SLL) -> bytes:
     """One captured frame; ``snap`` cuts it like tcpdump -s (the IP header keeps the full length)."""
     tcp = dpkt.tcp.TCP(
         sport=src[1], dport=dst[1], seq=seq % 2**32, ack=ack, flags=flags, win=window, data=b"d" * payload
@@ -186,9 +187,7 @@ def test_ethernet_captures_are_decoded_too(tmp_path):
 
 
 def test_parse_segment_ignores_non_tcp():
-    udp = dpkt.ip.IP(
-        src=b"\x01\x02\x03\x04", dst=b"\x01\x02\x03\x05", p=17, data=dpkt.udp.UDP(sport=1, dport=2)
-    )
+    udp = dpkt.ip.IP(src=b"\x01\x02\x03\x04", dst=b"\x01\x02\x03\x05", p=17, data=dpkt.udp.UDP(sport=1, dport=2))
     frame = struct.pack("!HHH8sH", 0, 1, 6, b"\0" * 8, 0x0800) + bytes(udp)
     assert parse_segment(LINKTYPE_LINUX_SLL, frame) is None
     arp = struct.pack("!HHH8sH", 0, 1, 6, b"\0" * 8, 0x0806) + b"\0" * 28
@@ -268,15 +267,11 @@ def test_fixture_capture_counts():
     assert len(control) == 1 and control[0].data_bytes < 1000
 
 
-@pytest.mark.skipif(
-    shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)"
-)
+@pytest.mark.skipif(shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)")
 def test_fixture_matches_tcptrace():
     """The same definitions as tcptrace -l -n ("actual data", "rexmt data", "unique bytes sent")."""
     pcap = FIXTURE / "raw" / "rl.pcap"
-    output = subprocess.run(
-        ["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True
-    ).stdout
+    output = subprocess.run(["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True).stdout
     theirs = tcptrace_connection(output, SENDER[1])
     ours = account_pcap(pcap).direction(*SENDER, *RECEIVER)
     assert ours.data_pkts == theirs["actual data pkts"]
@@ -287,9 +282,7 @@ def test_fixture_matches_tcptrace():
     assert ours.transfer_s == pytest.approx(theirs["data xmit time"], abs=0.001)
 
 
-@pytest.mark.skipif(
-    shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)"
-)
+@pytest.mark.skipif(shutil.which("tcptrace") is None, reason="tcptrace is not installed (apt-get install tcptrace)")
 def test_synthetic_retransmissions_match_tcptrace(tmp_path):
     isn = 2**32 - 1500
     frames = handshake(isn) + [
@@ -301,9 +294,7 @@ def test_synthetic_retransmissions_match_tcptrace(tmp_path):
         data(isn, 1000, 1000),
     ]
     pcap = write_pcap(tmp_path / "mix.pcap", frames)
-    output = subprocess.run(
-        ["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True
-    ).stdout
+    output = subprocess.run(["tcptrace", "-l", "-n", str(pcap)], capture_output=True, text=True, check=True).stdout
     theirs = tcptrace_connection(output, SENDER[1])
     ours = account_pcap(pcap).direction(*SENDER, *RECEIVER)
     assert (ours.data_pkts, ours.data_bytes) == (theirs["actual data pkts"], theirs["actual data bytes"])
@@ -385,12 +376,16 @@ def test_first_bulk_times_skip_the_cookie_and_stop_reading_once_every_sender_is_
     """The runner's data start check: iperf3's 37-byte cookie is not the start of the data, nor is a
     segment that the run before's connection on the same ports resent (a kept network) before the SYN."""
     other = ("10.1.1.1", 40001)
-    frames = [data(0, 5000, 1448)] + handshake(0) + [  # the orphan's segment, t = 1000.00
-        data(0, 0, 37),  # the cookie, t = 1000.03
-        segment(other, RECEIVER, 8, flags=SYN, ack=0),  # t = 1000.04
-        segment(other, RECEIVER, 9, payload=1448),  # another sender's data, t = 1000.05
-        data(0, 37, 1448),  # the first data, t = 1000.06
-    ]
+    frames = (
+        [data(0, 5000, 1448)]
+        + handshake(0)
+        + [  # the orphan's segment, t = 1000.00
+            data(0, 0, 37),  # the cookie, t = 1000.03
+            segment(other, RECEIVER, 8, flags=SYN, ack=0),  # t = 1000.04
+            segment(other, RECEIVER, 9, payload=1448),  # another sender's data, t = 1000.05
+            data(0, 37, 1448),  # the first data, t = 1000.06
+        ]
+    )
     path = write_pcap(tmp_path / "c.pcap", frames)
     with open(path, "ab") as f:
         f.write(b"\0" * 7)  # a record cut short after them: never read, since both were found before
@@ -408,7 +403,6 @@ def test_first_bulk_times_report_a_cut_capture_and_keep_what_came_before(tmp_pat
     assert "cut short" in problem and "t.pcap" in problem
     missing, problem = first_bulk_times(tmp_path / "none.pcap", {SENDER}, 37)
     assert missing == {} and "none.pcap" in problem
-
 
 
 def test_ecn_echoes_and_answers_are_counted_apart_from_the_handshakes_request(tmp_path):

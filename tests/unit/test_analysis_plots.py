@@ -32,9 +32,7 @@ def test_point_bars_are_coloured_by_the_cc_registry():
             "goodput_mbit_max": [9.4, 8.0, float("nan")],
         }
     )
-    png = plots.point_bars_png(
-        table, "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max", "Mbit/s", "test"
-    )
+    png = plots.point_bars_png(table, "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max", "Mbit/s", "test")
     assert png.startswith(b"\x89PNG")
     found = colours_in(png)
     assert rgb(REGISTRY["westwood"].colour) in found
@@ -62,12 +60,8 @@ def test_plots_without_data_still_render():
     for png in [
         plots.cwnd_ssthresh_png(empty_series, connections),
         plots.srtt_png(empty_series, connections),
-        plots.interval_goodput_png(
-            pd.DataFrame(columns=["conn", "t_start_s", "t_end_s", "goodput_mbit"]), connections
-        ),
-        plots.point_bars_png(
-            pd.DataFrame(columns=["label", "cc", "v", "lo", "hi"]), "v", "lo", "hi", "y", "t"
-        ),
+        plots.interval_goodput_png(pd.DataFrame(columns=["conn", "t_start_s", "t_end_s", "goodput_mbit"]), connections),
+        plots.point_bars_png(pd.DataFrame(columns=["label", "cc", "v", "lo", "hi"]), "v", "lo", "hi", "y", "t"),
     ]:
         assert png.startswith(b"\x89PNG")
     assert rgb(REGISTRY["westwood"].colour) not in colours_in(plots.srtt_png(empty_series, connections))

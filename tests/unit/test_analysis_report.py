@@ -22,10 +22,23 @@ RECV_GOODPUT = 7920560 * 8 / 10.123518 / 1e6  # the fixture's iperf3 server: 6.2
 SENDER_GOODPUT = (1320613 - 250504) * 8 / 1.256148 / 1e6  # the fixture's (trimmed) capture: 6.815 Mbit/s
 #: a second, Reno, flow: iperf3's control connection stands in for it (it has data in the capture)
 SECOND_FLOW = {
-    "id": "c1", "flow": 1, "replica": 0, "period": 0, "pair": 1, "cc": "reno", "direction": "forward",
-    "sender": "l1", "sender_ip": "10.1.0.1", "receiver": "r1", "receiver_ip": "10.2.0.1", "server_port": 5201,
-    "client_port": 32946, "start_s": 0.0, "stop_s": 10.0, "base_rtt_ms": 100.0,
-}  # fmt: skip
+    "id": "c1",
+    "flow": 1,
+    "replica": 0,
+    "period": 0,
+    "pair": 1,
+    "cc": "reno",
+    "direction": "forward",
+    "sender": "l1",
+    "sender_ip": "10.1.0.1",
+    "receiver": "r1",
+    "receiver_ip": "10.2.0.1",
+    "server_port": 5201,
+    "client_port": 32946,
+    "start_s": 0.0,
+    "stop_s": 10.0,
+    "base_rtt_ms": 100.0,
+}
 
 
 def add_run(
@@ -134,9 +147,7 @@ def test_a_sweep_is_aggregated_per_point_sorted_by_loss_then_cc(tmp_path):
     assert full["recv_goodput_mbit_ci_high"] - full["recv_goodput_mbit"] == pytest.approx(half, rel=1e-5)
     partial = table[(table["loss_pct"] == 1) & (table["cc"] == "reno")].iloc[0]
     assert (partial["runs_complete"], partial["runs_total"]) == (2, 3)
-    assert partial["recv_goodput_mbit"] == pytest.approx(
-        0.95 * RECV_GOODPUT, rel=1e-6
-    )  # the failed seed is left out
+    assert partial["recv_goodput_mbit"] == pytest.approx(0.95 * RECV_GOODPUT, rel=1e-6)  # the failed seed is left out
     lines = report.summary_text.splitlines()
     assert lines[1].split()[:2] == ["loss_pct", "cc"] and "point" not in lines[1]
     body = [line.split() for line in lines[3:7]]
@@ -271,8 +282,9 @@ def test_the_report_judges_the_papers_claims_from_the_runs(tmp_path):
     verdicts = {v.claim.id: v for v in report.verdicts}
     assert verdicts["lab-westwood-like-cubic-clean-path"].verdict == "reproduced"
     assert verdicts["lab-westwood-like-cubic-clean-path"].left_out == {"base RTT pair 0, bottleneck rate forward": 1}
-    assert "1 untrustworthy run left out (base RTT pair 0, bottleneck rate forward: 1)" in \
-        " ".join(report.summary_text.split())
+    assert "1 untrustworthy run left out (base RTT pair 0, bottleneck rate forward: 1)" in " ".join(
+        report.summary_text.split()
+    )
     assert verdicts["lab-cubic-beats-westwood-long-delay"].verdict == "no data"
     assert all(v.claim.experiment == "lab-vs-cubic" for v in report.verdicts)
     text = " ".join(report.summary_text.split())  # the terminal's lines wrapped at 100 columns
@@ -317,8 +329,12 @@ def test_each_experiment_gets_its_own_section_and_figures(tmp_path):
     assert first.count("data:image/png") == 2 and second.count("data:image/png") == 2
     # one bar chart per experiment, none mixes them
     figures = sorted(p.name for p in (session / "figures").glob("*.png"))
-    assert figures == ["exp-one-goodput-bars.png", "exp-one-retrans-bars.png",
-                       "exp-two-goodput-bars.png", "exp-two-retrans-bars.png"]  # fmt: skip
+    assert figures == [
+        "exp-one-goodput-bars.png",
+        "exp-one-retrans-bars.png",
+        "exp-two-goodput-bars.png",
+        "exp-two-retrans-bars.png",
+    ]
     # the report records what it drew: each figure's sha256 and the runs (testbed lab check reads it)
     drawn = json.loads((session / "figures" / "drawn.json").read_text())
     assert sorted(drawn["figures"]) == figures and len(drawn["runs"]) == len(list(session.rglob("manifest.json")))
@@ -434,8 +450,11 @@ def test_a_plain_sessions_report_is_its_one_look_and_judges_every_claim_at_the_d
 
     seen: list[float] = []
     rule = claims.decide
-    monkeypatch.setattr(claims, "decide", lambda claim, results, alpha=0.05, plan=True: seen.append(alpha)
-                        or rule(claim, results, alpha, plan))  # fmt: skip
+    monkeypatch.setattr(
+        claims,
+        "decide",
+        lambda claim, results, alpha=0.05, plan=True: seen.append(alpha) or rule(claim, results, alpha, plan),
+    )
     session, _runs = _lab_session(tmp_path)
     write_session_report(session)
     record = sequential.read_record(session)
@@ -447,8 +466,13 @@ def test_a_plain_sessions_report_is_its_one_look_and_judges_every_claim_at_the_d
     with pytest.raises(ValueError, match="already judged it at the full 0.05"):
         decide.planned_record(session)
     # a seed more in the same folder: no look is left, so the new runs are kept and not judged
-    add_run(session, "lab-vs-cubic.loss_pct=0,cc=cubic,rtt_ms=0", 4, params={"loss_pct": 0, "cc": "cubic", "rtt_ms": 0},
-            cc="cubic")  # fmt: skip
+    add_run(
+        session,
+        "lab-vs-cubic.loss_pct=0,cc=cubic,rtt_ms=0",
+        4,
+        params={"loss_pct": 0, "cc": "cubic", "rtt_ms": 0},
+        cc="cubic",
+    )
     _set_scenario(session, "lab-vs-cubic.loss_pct=0,cc=cubic,rtt_ms=0/seed=4", "lab-vs-cubic")
     write_session(session, [*_runs, "lab-vs-cubic.loss_pct=0,cc=cubic,rtt_ms=0/seed=4"])
     again = write_session_report(session)
@@ -466,8 +490,11 @@ def test_a_claim_decided_at_an_earlier_look_is_reported_on_that_looks_runs_and_l
     (session / sequential.RECORD_FILE).write_text(json.dumps(record.to_json()))
     seen: list[float] = []
     rule = claims.decide
-    monkeypatch.setattr(claims, "decide", lambda claim, results, alpha=0.05, plan=True: seen.append(alpha)
-                        or rule(claim, results, alpha, plan))  # fmt: skip
+    monkeypatch.setattr(
+        claims,
+        "decide",
+        lambda claim, results, alpha=0.05, plan=True: seen.append(alpha) or rule(claim, results, alpha, plan),
+    )
     report = write_session_report(session)
     (verdict,) = [v for v in report.verdicts if v.claim.id == "lab-westwood-like-cubic-clean-path"]
     design = sequential.Design(4)

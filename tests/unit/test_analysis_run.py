@@ -137,9 +137,7 @@ def test_a_truncated_capture_is_reported_and_the_rest_analysed(run_dir):
     pcap = run_dir / "raw" / "rl.pcap"
     pcap.write_bytes(pcap.read_bytes()[:-50])
     analysis = report_run(run_dir)
-    assert any(p.startswith("raw/rl.pcap: cut short in record 1500") for p in analysis.problems), (
-        analysis.problems
-    )
+    assert any(p.startswith("raw/rl.pcap: cut short in record 1500") for p in analysis.problems), analysis.problems
     row = analysis.flows.iloc[0]
     assert 0 < row["sent_bytes"] < SENT  # the records before the cut still count
     assert row["recv_goodput_mbit"] == pytest.approx(6.259136, rel=1e-6)
@@ -150,9 +148,7 @@ def test_a_truncated_iperf3_json_is_reported_and_the_rest_analysed(run_dir):
     server = run_dir / "raw" / "iperf3-c0-server.json"
     server.write_text(server.read_text()[:3000])
     analysis = report_run(run_dir)
-    assert any(p.startswith("raw/iperf3-c0-server.json: JSON cut short") for p in analysis.problems), (
-        analysis.problems
-    )
+    assert any(p.startswith("raw/iperf3-c0-server.json: JSON cut short") for p in analysis.problems), analysis.problems
     row = analysis.flows.iloc[0]
     # the client's end section carries the server's totals: said so, not hidden
     assert row["recv_source"] == "iperf3 client (server's report)"
@@ -221,16 +217,12 @@ def test_no_manifest_at_all(run_dir):
 
 def test_capture_node_is_the_router_next_to_the_sender(tmp_path):
     manifest = {
-        "topology": {
-            "bottlenecks": [{"node": "rl", "direction": "forward"}, {"node": "rr", "direction": "reverse"}]
-        }
+        "topology": {"bottlenecks": [{"node": "rl", "direction": "forward"}, {"node": "rr", "direction": "reverse"}]}
     }
     assert capture_node({"direction": "forward", "sender": "l3"}, manifest, tmp_path) == "rl"
     assert capture_node({"direction": "reverse", "sender": "r3"}, manifest, tmp_path) == "rr"
     assert (
-        capture_node(
-            {"direction": "reverse", "sender": "r0"}, {"topology": {"capture_nodes": ["rl", "rr"]}}, tmp_path
-        )
+        capture_node({"direction": "reverse", "sender": "r0"}, {"topology": {"capture_nodes": ["rl", "rr"]}}, tmp_path)
         == "rr"
     )
     assert capture_node({"direction": "forward"}, {}, tmp_path) is None

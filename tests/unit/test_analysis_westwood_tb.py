@@ -204,6 +204,7 @@ def test_plots_render_in_the_registry_colour_and_survive_no_data():
     trace = load_westwood_tb(TRACE)
     samples = trace.samples.assign(conn="c0", t_s=trace.samples["t_mono_s"] - T0)
     events = trace.events.assign(conn="c0", t_s=trace.events["t_mono_s"] - T0)
+
     def metric(frame: pd.DataFrame, name: str, values: pd.Series) -> pd.DataFrame:
         return pd.DataFrame({"conn": "c0", "t_s": frame["t_s"], "metric": name, "value": values})
 
@@ -305,7 +306,12 @@ def test_a_run_without_the_module_is_unchanged(tmp_path):
     analysis = report_run(run_dir)
     assert analysis.problems == [] and analysis.westwood_samples is None
     assert list(pd.read_csv(run_dir / "flows.csv").columns) == FLOW_COLUMNS
-    assert set(analysis.series["metric"]) == {"cwnd_pkts", "ssthresh_current_pkts", "srtt_ms", "recv_goodput_mbit",
-                                              "acked_mb"}  # fmt: skip
+    assert set(analysis.series["metric"]) == {
+        "cwnd_pkts",
+        "ssthresh_current_pkts",
+        "srtt_ms",
+        "recv_goodput_mbit",
+        "acked_mb",
+    }
     page = (run_dir / "report.html").read_text()
     assert page.count("data:image/png;base64,") == 4 and "module trace" not in page

@@ -17,10 +17,15 @@ from testbed.scenario.load import scenario_from_dict
 
 
 def sweep(ccs, seeds=(1, 2, 3)):
-    return scenario_from_dict({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
-        "flows": [{"cc": ccs, "rtt_ms": 20}], "duration_s": 10, "seeds": list(seeds),
-    }, name="s")  # fmt: skip
+    return scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
+            "flows": [{"cc": ccs, "rtt_ms": 20}],
+            "duration_s": 10,
+            "seeds": list(seeds),
+        },
+        name="s",
+    )
 
 
 class FakeError(Exception):
@@ -153,8 +158,17 @@ def test_the_remote_stream_echoes_runner_lines_and_times_the_plan(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     echoed, seen, started = [], [], time.monotonic()
     with open(tmp_path / "console.log", "wb") as log_file:
-        ready_s = remote.follow_plan(proc, log_file, plan, started, label="test", start_timeout_s=30, timeout_s=60,
-                                     echo=echoed.append, on_line=lambda text, now: seen.append(text))  # fmt: skip
+        ready_s = remote.follow_plan(
+            proc,
+            log_file,
+            plan,
+            started,
+            label="test",
+            start_timeout_s=30,
+            timeout_s=60,
+            echo=echoed.append,
+            on_line=lambda text, now: seen.append(text),
+        )
     proc.stdout.close()
     assert echoed == seen == ["run 1/1: p seed=1", "run 1/1 complete"]
     assert "kernel noise" in (tmp_path / "console.log").read_text()
@@ -196,7 +210,6 @@ def test_observers_follow_the_guests_lines_after_the_hosts_watch(tmp_path, monke
         assert session_dir == tmp_path and run_dirs == ["p/seed=1", "p/seed=2"]
         return lambda text, now: seen.append(("observer", text))
 
-    backends.run_with_second_boot(LinesGuest(), None, None, tmp_path / "plan.json", tmp_path, 10,
-                                  observers=(observer,))  # fmt: skip
+    backends.run_with_second_boot(LinesGuest(), None, None, tmp_path / "plan.json", tmp_path, 10, observers=(observer,))
     assert len(seen) == 8 and [who for who, _ in seen] == ["watch", "observer"] * 4
     assert [text for who, text in seen if who == "observer"] == [text for who, text in seen if who == "watch"]

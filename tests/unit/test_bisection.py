@@ -31,11 +31,22 @@ class Simulated:
             shared = random.Random(seed).gauss(0, 0.1)
             for point in ("point0", "point1"):
                 for metric, level in (("goodput", 9.0), ("retrans_ratio", 0.02)):
-                    moved = (self.moved_at and VERSIONS.index(kernel) >= VERSIONS.index(self.moved_at)
-                             and (point, metric) == ("point1", "goodput"))  # fmt: skip
+                    moved = (
+                        self.moved_at
+                        and VERSIONS.index(kernel) >= VERSIONS.index(self.moved_at)
+                        and (point, metric) == ("point1", "goodput")
+                    )
                     value = level * (self.factor if moved else 1) * math.exp(shared + rng.gauss(0, self.noise))
-                    rows.append({"run": f"{kernel}/{point}/{seed}", "point": point, "seed": seed, "cc": "reno",
-                                 "metric": metric, "value": value})  # fmt: skip
+                    rows.append(
+                        {
+                            "run": f"{kernel}/{point}/{seed}",
+                            "point": point,
+                            "seed": seed,
+                            "cc": "reno",
+                            "metric": metric,
+                            "value": value,
+                        }
+                    )
         return pd.DataFrame(rows)
 
 
@@ -101,7 +112,8 @@ def test_the_sensitivity_line_replays_the_search_with_the_untrustworthy_runs_on_
     [(kernel, seeds), *_] = [key for key in measurer.measured if key[0] == result.last_good]
     measurer.with_untrusted[kernel, seeds] = measurer.measured[kernel, seeds]  # a left-out run changing nothing
     assert measurer.sensitivity(result, wanted, 3, 9) == [
-        "with the untrustworthy runs included, the answer would be the same"]
+        "with the untrustworthy runs included, the answer would be the same"
+    ]
     moved = measurer.measured[kernel, seeds].copy()  # left-out runs that make the last good version look bad
     moved.loc[(moved["point"] == "point1") & (moved["metric"] == "goodput"), "value"] *= 0.7
     measurer.with_untrusted[kernel, seeds] = moved

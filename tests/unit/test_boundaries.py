@@ -21,10 +21,15 @@ PLAN_RUN_KEYS = {"scenario_name", "point_id", "params", "seed", "profile", "scen
 
 
 def sweep():
-    return scenario_from_dict({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
-        "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 20}], "duration_s": 10, "seeds": [1, 2],
-    }, name="s")  # fmt: skip
+    return scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
+            "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 20}],
+            "duration_s": 10,
+            "seeds": [1, 2],
+        },
+        name="s",
+    )
 
 
 @pytest.mark.parametrize("path", sorted(FIXTURES.glob("**/" + MANIFEST)), ids=lambda p: p.parent.name)
@@ -55,8 +60,12 @@ def test_old_shapes_load(tmp_path):
 def test_a_manifest_written_keeps_unknown_keys_and_gains_the_version(tmp_path):
     write_manifest(tmp_path, {"status": "complete", "modules": {"tcp_westwood": None}, "timing": {"setup_s": 1.5}})
     data = json.loads((tmp_path / MANIFEST).read_text())
-    assert data == {"schema_version": 1, "status": "complete", "timing": {"setup_s": 1.5},
-                    "modules": {"tcp_westwood": None}}  # fmt: skip
+    assert data == {
+        "schema_version": 1,
+        "status": "complete",
+        "timing": {"setup_s": 1.5},
+        "modules": {"tcp_westwood": None},
+    }
     assert run_status(tmp_path) == "complete"
 
 
@@ -75,8 +84,12 @@ def test_a_bad_manifest_is_an_error_naming_the_file(tmp_path):
 def test_a_plan_written_by_the_session_round_trips(tmp_path):
     scenario = sweep()
     runs = scenario.runs()
-    context = PlanContext(git={"sha": "abc", "dirty": False}, backend={"kind": "local"},
-                          project_modules={"tcp_westwood_tb": None}, hold_library="/x/hold.so")  # fmt: skip
+    context = PlanContext(
+        git={"sha": "abc", "dirty": False},
+        backend={"kind": "local"},
+        project_modules={"tcp_westwood_tb": None},
+        hold_library="/x/hold.so",
+    )
     plan = Plan(context=context, runs=[host_session._plan_entry(r, scenario, tmp_path) for r in runs])
     plan.write(tmp_path / PLAN)
     on_disk = json.loads((tmp_path / PLAN).read_text())

@@ -103,8 +103,10 @@ def test_cli_lists_filters_and_regenerates_a_report_from_stored_runs(results, tm
 def test_a_runs_latency_flows_are_catalogued(results):
     """latency.csv (ping and requests flows' percentiles, analysis.latency) is the catalog's latency table."""
     run = next(results.glob("lab/*/lab.cc=westwood/seed=1"))
-    (run / "latency.csv").write_text("id,kind,flow,direction,samples,lost,p50_ms,p90_ms,p99_ms,mean_ms\n"
-                                     "p1,ping,1,forward,190,2,52.5,80.1,120.0,60.2\n")  # fmt: skip
+    (run / "latency.csv").write_text(
+        "id,kind,flow,direction,samples,lost,p50_ms,p90_ms,p99_ms,mean_ms\n"
+        "p1,ping,1,forward,190,2,52.5,80.1,120.0,60.2\n"
+    )
     catalog.ingest(results)
     (row,) = catalog.latency(results).itertuples()
     assert (row.id, row.kind, row.samples, row.lost, row.p99_ms) == ("p1", "ping", 190, 2, 120.0)

@@ -55,8 +55,14 @@ def _flows(values: dict, loss_key: str = "loss_pct", flows_per_run: int = 1) -> 
 
 
 def test_a_clear_gain_at_every_condition_is_reproduced():
-    flows = _flows({(1, "westwood"): [2.0, 2.1, 1.9], (1, "reno"): [1.0, 1.1, 0.9],
-                    (5, "westwood"): [1.0, 1.05, 0.95], (5, "reno"): [0.5, 0.55, 0.45]})  # fmt: skip
+    flows = _flows(
+        {
+            (1, "westwood"): [2.0, 2.1, 1.9],
+            (1, "reno"): [1.0, 1.1, 0.9],
+            (5, "westwood"): [1.0, 1.05, 0.95],
+            (5, "reno"): [0.5, 0.55, 0.45],
+        }
+    )
     verdict = claims.judge(_claim(), flows)
     assert verdict.verdict == "reproduced"
     assert [c.finding for c in verdict.conditions] == ["holds", "holds"]
@@ -117,25 +123,31 @@ def test_each_higher_label_names_what_was_shown(effect, spread, label):
     assert verdict.label == label, verdict.measured
 
 
-@pytest.mark.parametrize("effect, spread, label", [
-    (-0.15, 0.01, "reproduced, smaller than the paper's effect"),
-    (-0.15, 0.18, "short of the paper's effect (threshold not shown)"),
-    (-0.15, 0.35, "undecided"),
-    (-0.40, 0.01, "reproduced"),
-    (-0.02, 0.01, "not reproduced"),
-    (0.20, 0.01, "opposite"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "effect, spread, label",
+    [
+        (-0.15, 0.01, "reproduced, smaller than the paper's effect"),
+        (-0.15, 0.18, "short of the paper's effect (threshold not shown)"),
+        (-0.15, 0.35, "undecided"),
+        (-0.40, 0.01, "reproduced"),
+        (-0.02, 0.01, "not reproduced"),
+        (0.20, 0.01, "opposite"),
+    ],
+)
 def test_each_lower_label_mirrors_higher(effect, spread, label):
     verdict = claims.judge(_claim(expect="lower", paper_effect=-0.34), _seeded(effect, spread))
     assert verdict.label == label, verdict.measured
 
 
-@pytest.mark.parametrize("effect, spread, label", [
-    (0.05, 0.01, "reproduced"),  # not below -8 %, and not below 0
-    (-0.03, 0.01, "not reproduced"),  # not below -8 % is shown, but so is below 0: against the paper's gain
-    (-0.03, 0.20, "undecided"),
-    (-0.20, 0.01, "opposite"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "effect, spread, label",
+    [
+        (0.05, 0.01, "reproduced"),  # not below -8 %, and not below 0
+        (-0.03, 0.01, "not reproduced"),  # not below -8 % is shown, but so is below 0: against the paper's gain
+        (-0.03, 0.20, "undecided"),
+        (-0.20, 0.01, "opposite"),
+    ],
+)
 def test_not_lower_where_the_paper_reports_a_gain_never_reproduces_the_other_direction(effect, spread, label):
     claim = _claim(expect="not_lower", margin=0.08, margin_reason="t", paper_effect=0.09, paper_effect_from="t")
     verdict = claims.judge(claim, _seeded(effect, spread))
@@ -149,9 +161,14 @@ def test_not_lower_without_a_papers_gain_is_plain_non_inferiority():
     assert claims.judge(claim, _seeded(-0.03, 0.01)).label == "reproduced"
 
 
-@pytest.mark.parametrize("effect, spread, label", [
-    (0.01, 0.01, "reproduced"), (0.30, 0.01, "not reproduced"), (0.05, 0.20, "undecided"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "effect, spread, label",
+    [
+        (0.01, 0.01, "reproduced"),
+        (0.30, 0.01, "not reproduced"),
+        (0.05, 0.20, "undecided"),
+    ],
+)
 def test_each_similar_label(effect, spread, label):
     claim = _claim(expect="similar", margin=0.1, margin_reason="t")
     assert claims.judge(claim, _seeded(effect, spread)).label == label
@@ -168,8 +185,10 @@ def test_an_untrustworthy_run_is_left_out_counted_and_its_weight_said():
     verdict = claims.judge(_claim(paper_effect=0.34), flows)
     assert len(verdict.conditions[0].a) == 4 and verdict.left_out == {"cpu headroom": 1}
     assert verdict.verdict == "reproduced" and verdict.with_untrusted == "reproduced"
-    assert "1 untrustworthy run left out (cpu headroom: 1); with them the verdict would be reproduced: the same" \
+    assert (
+        "1 untrustworthy run left out (cpu headroom: 1); with them the verdict would be reproduced: the same"
         in verdict.left_out_text()
+    )
     # a run that flips the verdict is said to
     flows.loc[bad, "goodput_mbit"] /= 30
     verdict = claims.judge(_claim(paper_effect=0.34), flows)
@@ -183,8 +202,14 @@ def test_one_run_per_side_decides_nothing():
 
 
 def test_mixed_findings_are_not_reproduced_and_where_selects_conditions():
-    flows = _flows({(1, "westwood"): [1.5, 1.55, 1.45], (1, "reno"): [1.0, 1.02, 0.98],
-                    (5, "westwood"): [0.5, 0.52, 0.48], (5, "reno"): [1.0, 1.02, 0.98]})  # fmt: skip
+    flows = _flows(
+        {
+            (1, "westwood"): [1.5, 1.55, 1.45],
+            (1, "reno"): [1.0, 1.02, 0.98],
+            (5, "westwood"): [0.5, 0.52, 0.48],
+            (5, "reno"): [1.0, 1.02, 0.98],
+        }
+    )
     assert claims.judge(_claim(), flows).verdict == "not reproduced"
     assert claims.judge(_claim(where={"loss_pct": [1]}), flows).verdict == "reproduced"
     assert claims.judge(_claim(below={"loss_pct": 3}), flows).verdict == "reproduced"
@@ -215,18 +240,37 @@ def test_jain_and_friendliness_sides():
     # 5 reno flows next to 5 westwood vs next to 5 reno: reno's goodput "not lower"
     mixed = pd.DataFrame(
         [
-            {"experiment": "exp", "profile": "quick", "params": {"flows.0.cc": c0, "flows.1.cc": c1}, "seed": seed,
-             "run": f"{c0}-{c1}-{seed}", "kernel": "k", "flow": flow, "cc": cc, "direction": "forward",
-             "goodput_mbit": goodput * (1 + 0.01 * seed), "sent_bytes": 1.0, "retrans_bytes": 0.0}
+            {
+                "experiment": "exp",
+                "profile": "quick",
+                "params": {"flows.0.cc": c0, "flows.1.cc": c1},
+                "seed": seed,
+                "run": f"{c0}-{c1}-{seed}",
+                "kernel": "k",
+                "flow": flow,
+                "cc": cc,
+                "direction": "forward",
+                "goodput_mbit": goodput * (1 + 0.01 * seed),
+                "sent_bytes": 1.0,
+                "retrans_bytes": 0.0,
+            }
             for seed in (1, 2, 3)
-            for c0, c1, flows in [("westwood", "reno", [(0, "westwood", 1.3), (1, "reno", 1.0)]),
-                                  ("reno", "reno", [(0, "reno", 1.02), (1, "reno", 1.0)])]
+            for c0, c1, flows in [
+                ("westwood", "reno", [(0, "westwood", 1.3), (1, "reno", 1.0)]),
+                ("reno", "reno", [(0, "reno", 1.02), (1, "reno", 1.0)]),
+            ]
             for flow, cc, goodput in flows
         ]
-    )  # fmt: skip
-    friendly = _claim(expect="not_lower", margin=0.1, margin_reason="test", paper_effect=None, paper_effect_from="",
-                      a={"cc": "reno", "with_cc": "westwood"},
-                      b={"cc": "reno", "without_cc": "westwood"})  # fmt: skip
+    )
+    friendly = _claim(
+        expect="not_lower",
+        margin=0.1,
+        margin_reason="test",
+        paper_effect=None,
+        paper_effect_from="",
+        a={"cc": "reno", "with_cc": "westwood"},
+        b={"cc": "reno", "without_cc": "westwood"},
+    )
     verdict = claims.judge(friendly, mixed)
     assert verdict.verdict == "reproduced", verdict.measured
     assert verdict.conditions[0].a == pytest.approx([1.01, 1.02, 1.03])
@@ -247,10 +291,20 @@ def test_the_mobile_claim_compares_the_mobile_flow_not_the_wired_reno_cross_traf
     rows = []
     for cc, mobile in (("westwood", 0.6), ("reno", 0.3)):
         for flow, goodput in enumerate([mobile] + [10.0] * 9):
-            rows.append({"experiment": "mobile-bernoulli", "profile": "full-wired-reno",
-                         "params": {"loss_pct": 4, "cc": cc}, "seed": 1, "run": cc, "kernel": "k", "flow": flow,
-                         "cc": cc if flow == 0 else "reno", "direction": "forward",
-                         "goodput_mbit": goodput})  # fmt: skip
+            rows.append(
+                {
+                    "experiment": "mobile-bernoulli",
+                    "profile": "full-wired-reno",
+                    "params": {"loss_pct": 4, "cc": cc},
+                    "seed": 1,
+                    "run": cc,
+                    "kernel": "k",
+                    "flow": flow,
+                    "cc": cc if flow == 0 else "reno",
+                    "direction": "forward",
+                    "goodput_mbit": goodput,
+                }
+            )
     (claim,) = [c for c in claims.load_claims() if c.id == "mobile-westwood-beats-reno-bernoulli"]
     verdict = claims.judge(claim, pd.DataFrame(rows))
     assert [(c.a, c.b, c.finding) for c in verdict.conditions] == [([0.6], [0.3], "undecided")]
@@ -259,8 +313,10 @@ def test_the_mobile_claim_compares_the_mobile_flow_not_the_wired_reno_cross_traf
 
 def test_a_bad_claims_file_names_the_claim_and_field(tmp_path):
     path = tmp_path / "claims.yaml"
-    path.write_text("- {id: x, experiment: e, source: s, quote: q, paper_numbers: n, metric: speed, "
-                    "expect: higher, a: {cc: westwood}, b: {cc: reno}}\n")  # fmt: skip
+    path.write_text(
+        "- {id: x, experiment: e, source: s, quote: q, paper_numbers: n, metric: speed, "
+        "expect: higher, a: {cc: westwood}, b: {cc: reno}}\n"
+    )
     with pytest.raises(claims.ClaimsError, match=r"claim 0 \(x\): metric: Input should be 'goodput'"):
         claims.load_claims(path)
 

@@ -24,9 +24,7 @@ def test_every_make_target_in_the_readme_exists():
     makefile = (PROJECT / "Makefile").read_text()
     readme = (PROJECT / "README.md").read_text()
     for target in set(re.findall(r"`make ([a-z-]+)", readme)):
-        assert re.search(rf"^{target}:", makefile, re.M), (
-            f"README names 'make {target}', the Makefile has none"
-        )
+        assert re.search(rf"^{target}:", makefile, re.M), f"README names 'make {target}', the Makefile has none"
 
 
 def test_quick_start_is_the_two_commands():
@@ -48,8 +46,9 @@ def test_bad_scenario_exits_2_with_the_problem(tmp_path, capsys):
     from testbed.cli import main
 
     bad = tmp_path / "bad.yaml"
-    bad.write_text("topology: {name: dumbbell, bottleneck: {rate_mbit: -1}}\nflows: [{cc: reno, rtt_ms: 10}]\n"
-                   "duration_s: 5\n")  # fmt: skip
+    bad.write_text(
+        "topology: {name: dumbbell, bottleneck: {rate_mbit: -1}}\nflows: [{cc: reno, rtt_ms: 10}]\nduration_s: 5\n"
+    )
     assert main(["run", str(bad), "--results", str(tmp_path / "r")]) == 2
     err = capsys.readouterr().err
     assert "line 1" in err and "rate_mbit" in err
@@ -59,14 +58,19 @@ def test_bad_scenario_exits_2_with_the_problem(tmp_path, capsys):
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("topology: {name: dumbbell, bottleneck: {rate_mbit: true}}\nflows: [{cc: reno, rtt_ms: 10}]\nduration_s: 5\n",
-         "  line 1, topology.bottleneck.rate_mbit: expected a number in Mbit/s, got the bool true"),
-        ("a: " + "[" * 5000 + "]" * 5000 + "\n",
-         "  line 1: lists and mappings are nested more than 64 levels deep; a scenario or suite file may nest "
-         "at most 64"),
+        (
+            "topology: {name: dumbbell, bottleneck: {rate_mbit: true}}\n"
+            "flows: [{cc: reno, rtt_ms: 10}]\nduration_s: 5\n",
+            "  line 1, topology.bottleneck.rate_mbit: expected a number in Mbit/s, got the bool true",
+        ),
+        (
+            "a: " + "[" * 5000 + "]" * 5000 + "\n",
+            "  line 1: lists and mappings are nested more than 64 levels deep; a scenario or suite file may nest "
+            "at most 64",
+        ),
     ],
     ids=["bool-for-a-number", "5000-brackets"],
-)  # fmt: skip
+)
 def test_check_of_a_bad_file_exits_2_naming_the_file_and_line(tmp_path, capsys, text, problem):
     import signal
 
@@ -88,9 +92,11 @@ def test_check_of_a_bad_file_exits_2_naming_the_file_and_line(tmp_path, capsys, 
 def _runaway(tmp_path):
     """300 RTTs x 300 seeds of 10 s: 90,000 runs, about 375 h here."""
     path = tmp_path / "runaway.yaml"
-    path.write_text("topology: {name: dumbbell, bottleneck: {rate_mbit: 10, queue_bdp: 1}}\n"
-                    f"flows: [{{cc: reno, rtt_ms: {list(range(10, 3010, 10))}}}]\n"
-                    f"duration_s: 10\nseeds: {list(range(1, 301))}\n")  # fmt: skip
+    path.write_text(
+        "topology: {name: dumbbell, bottleneck: {rate_mbit: 10, queue_bdp: 1}}\n"
+        f"flows: [{{cc: reno, rtt_ms: {list(range(10, 3010, 10))}}}]\n"
+        f"duration_s: 10\nseeds: {list(range(1, 301))}\n"
+    )
     return path
 
 

@@ -85,12 +85,30 @@ def test_more_pinned_guests_than_cores_are_refused_before_anything_runs(tmp_path
 
     core = min(os.sched_getaffinity(0))
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("topology: {name: dumbbell, bottleneck: {rate_mbit: 5}}\n"
-                        "flows: [{cc: reno, rtt_ms: 20}]\nduration_s: 3\n")
-    done = subprocess.run([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "guest",
-                           "--cluster", "local:2", "--no-report", "--results", str(tmp_path / "results")],
-                          cwd=PROJECT, capture_output=True, text=True, timeout=120,
-                          preexec_fn=lambda: os.sched_setaffinity(0, {core}))  # fmt: skip
+    scenario.write_text(
+        "topology: {name: dumbbell, bottleneck: {rate_mbit: 5}}\nflows: [{cc: reno, rtt_ms: 20}]\nduration_s: 3\n"
+    )
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "testbed.cli",
+            "run",
+            str(scenario),
+            "--backend",
+            "guest",
+            "--cluster",
+            "local:2",
+            "--no-report",
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=lambda: os.sched_setaffinity(0, {core}),
+    )
     assert done.returncode == 2, done.stdout + done.stderr
     assert f"may use 1 core(s) ({core}): at most local:1 here" in done.stderr
     assert "cluster: starting" not in done.stdout and not (tmp_path / "results").exists()
@@ -108,8 +126,17 @@ def _shipment(archive: bytes, sha: str | None = None) -> Shipment:
     import hashlib
 
     digest = sha or hashlib.sha256(archive).hexdigest()
-    return Shipment(run_dir="cc=reno/seed=1", archive=archive, archive_sha256=digest, worker="tcp://w", host="h",
-                    cpu="c", run_s=1, pack_s=0, unpacked_bytes=1)  # fmt: skip
+    return Shipment(
+        run_dir="cc=reno/seed=1",
+        archive=archive,
+        archive_sha256=digest,
+        worker="tcp://w",
+        host="h",
+        cpu="c",
+        run_s=1,
+        pack_s=0,
+        unpacked_bytes=1,
+    )
 
 
 def test_a_shipped_folder_arrives_whole_and_checked_against_its_manifest(tmp_path):
@@ -147,12 +174,16 @@ def test_a_placement_seed_sends_a_point_to_the_same_host_in_every_session():
 
     def backend(ports: tuple[int, int, int]) -> ClusterBackend:
         chosen = ClusterBackend(clusterspec.LocalSpec(workers=3), "guest", [], placement_seed=7)
-        chosen.facts = {str(i): {"host": f"h{i}", "address": f"tcp://10.0.0.{i}:{port}"}
-                        for i, port in enumerate(ports)}  # fmt: skip
+        chosen.facts = {
+            str(i): {"host": f"h{i}", "address": f"tcp://10.0.0.{i}:{port}"} for i, port in enumerate(ports)
+        }
         return chosen
 
-    runs = [PlanRun(scenario_name="s", point_id=f"cc={cc}", params={}, seed=seed, scenario={}, run_dir="x",
-                    estimate_s=1) for cc in ("reno", "cubic", "bbr", "vegas") for seed in (1, 2, 3)]  # fmt: skip
+    runs = [
+        PlanRun(scenario_name="s", point_id=f"cc={cc}", params={}, seed=seed, scenario={}, run_dir="x", estimate_s=1)
+        for cc in ("reno", "cubic", "bbr", "vegas")
+        for seed in (1, 2, 3)
+    ]
     first, second = backend((1, 2, 3)), backend((4, 5, 6))  # the next session's workers have other ports
     hosts = [first._placed(r)[0].split(":")[1] for r in runs]
     assert hosts == [second._placed(r)[0].split(":")[1] for r in runs]
@@ -165,16 +196,20 @@ def test_a_local_cluster_listens_on_loopback_only():
     authenticated and its tasks run as root), checked on the sockets the processes really opened."""
     import psutil
 
-    from testbed.host import cluster
+    from testbed.host import daskcluster
 
-    dask_cluster = cluster.start(clusterspec.parse("local:1"))
+    dask_cluster = daskcluster.start(clusterspec.parse("local:1"))
     try:
         workers = list(dask_cluster.scheduler_info["workers"])
         assert dask_cluster.scheduler_address.startswith("tcp://127.0.0.1:")
         assert workers and all(w.startswith("tcp://127.0.0.1:") for w in workers), workers
         pids = [os.getpid(), *(p.pid for p in psutil.Process().children(recursive=True))]
-        listening = [c.laddr.ip for pid in pids for c in psutil.Process(pid).net_connections("inet")
-                     if c.status == psutil.CONN_LISTEN]  # fmt: skip
+        listening = [
+            c.laddr.ip
+            for pid in pids
+            for c in psutil.Process(pid).net_connections("inet")
+            if c.status == psutil.CONN_LISTEN
+        ]
         assert listening and set(listening) == {"127.0.0.1"}, listening
     finally:
         dask_cluster.close()

@@ -99,8 +99,9 @@ def test_a_kernel_dropped_stays_dropped_when_the_series_resumes(tmp_path, suite,
     ran.clear()
     result = series_workflow.run_series(KERNELS, suite, 2, results_root=tmp_path)
     assert ran == [("6.1.0-56", 2)]  # 6.1.0-54's second repetition ran before the kill
-    assert result.failures == ["6.1.0-55: it refused the suite before any run (the guest did not boot); "
-                               "the series goes on without it"]  # fmt: skip
+    assert result.failures == [
+        "6.1.0-55: it refused the suite before any run (the guest did not boot); the series goes on without it"
+    ]
 
 
 def test_the_schedule_stops_when_fewer_than_two_sides_are_left(tmp_path, suite, sessions, monkeypatch):
@@ -151,7 +152,8 @@ def test_untrustworthy_runs_are_left_out_of_the_sides_metrics_and_said_so(tmp_pa
     assert set(metrics["seed"]) == {2}
     assert compare.failed_runs("p", statuses) == []  # left out, not failed: the comparison goes on
     assert compare.left_out_runs(statuses, "baseline") == [
-        "baseline: p: 1 untrustworthy run(s) left out (base RTT pair 0, bottleneck rate forward)"]
+        "baseline: p: 1 untrustworthy run(s) left out (base RTT pair 0, bottleneck rate forward)"
+    ]
     every, _ = compare.side_metrics({session}, untrusted=True)  # for the sensitivity line only
     assert set(every["seed"]) == {1, 2}
 
@@ -159,10 +161,12 @@ def test_untrustworthy_runs_are_left_out_of_the_sides_metrics_and_said_so(tmp_pa
 def test_the_sensitivity_line_names_each_verdict_the_left_out_runs_would_change():
     judged = {"p reno goodput": "no change", "p reno retransmissions": "no change"}
     assert compare.sensitivity(judged, dict(judged)) == [
-        "with the untrustworthy runs included, no verdict would change"]
+        "with the untrustworthy runs included, no verdict would change"
+    ]
     changed = {**judged, "p reno goodput": "regression"}
     assert compare.sensitivity(judged, changed) == [
-        "with the untrustworthy runs, p reno goodput would be regression (without them: no change)"]
+        "with the untrustworthy runs, p reno goodput would be regression (without them: no change)"
+    ]
 
 
 def test_a_comparison_resumed_with_an_edited_patch_is_refused_naming_it(tmp_path):

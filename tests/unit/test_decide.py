@@ -16,20 +16,44 @@ PROJECT = Path(__file__).resolve().parents[2]
 
 
 def _claim(claim_id: str, experiment: str) -> claims.Claim:
-    return claims.Claim.model_validate({
-        "id": claim_id, "experiment": experiment, "source": "s", "quote": "q", "paper_numbers": "n",
-        "metric": "goodput", "expect": "higher", "paper_effect": 0.34, "paper_effect_from": "test",
-        "a": {"cc": "westwood"}, "b": {"cc": "reno"},
-    })  # fmt: skip
+    return claims.Claim.model_validate(
+        {
+            "id": claim_id,
+            "experiment": experiment,
+            "source": "s",
+            "quote": "q",
+            "paper_numbers": "n",
+            "metric": "goodput",
+            "expect": "higher",
+            "paper_effect": 0.34,
+            "paper_effect_from": "test",
+            "a": {"cc": "westwood"},
+            "b": {"cc": "reno"},
+        }
+    )
 
 
 def _flows(experiment: str, values: dict[str, list[float]], wall_s: float) -> pd.DataFrame:
-    return pd.DataFrame([
-        {"experiment": experiment, "profile": "quick", "params": {"cc": cc}, "point": f"{experiment}.cc={cc}",
-         "seed": seed, "run": f"{experiment}-{cc}-{seed}", "kernel": "k", "flow": 0, "cc": cc,
-         "direction": "forward", "goodput_mbit": g, "wall_s": wall_s}
-        for cc, goodputs in values.items() for seed, g in enumerate(goodputs, start=1)
-    ])  # fmt: skip
+    return pd.DataFrame(
+        [
+            {
+                "experiment": experiment,
+                "profile": "quick",
+                "params": {"cc": cc},
+                "point": f"{experiment}.cc={cc}",
+                "seed": seed,
+                "run": f"{experiment}-{cc}-{seed}",
+                "kernel": "k",
+                "flow": 0,
+                "cc": cc,
+                "direction": "forward",
+                "goodput_mbit": g,
+                "wall_s": wall_s,
+            }
+            for cc, goodputs in values.items()
+            for seed, g in enumerate(goodputs, start=1)
+        ]
+    )
 
 
 def _verdicts() -> list[claims.Verdict]:

@@ -13,18 +13,25 @@ from testbed.workflows.experiment_bench import experiment_figures
 def run(session, name: str, wall_s: int, traffic_s: float, phases: dict, trusted: bool):
     directory = session / name / "seed=1"
     directory.mkdir(parents=True)
-    write_manifest(directory, {
-        "status": "complete", "started_utc": "2026-11-26T10:00:00+00:00",
-        "ended_utc": f"2026-11-26T10:{wall_s // 60:02d}:{wall_s % 60:02d}+00:00",
-        "timing": {"traffic_s": traffic_s, "phases_s": phases}, "fidelity": {"trustworthy": trusted},
-    })  # fmt: skip
+    write_manifest(
+        directory,
+        {
+            "status": "complete",
+            "started_utc": "2026-11-26T10:00:00+00:00",
+            "ended_utc": f"2026-11-26T10:{wall_s // 60:02d}:{wall_s % 60:02d}+00:00",
+            "timing": {"traffic_s": traffic_s, "phases_s": phases},
+            "fidelity": {"trustworthy": trusted},
+        },
+    )
     return directory
 
 
 def test_overhead_per_run_and_per_phase_come_from_the_manifests(tmp_path):
-    runs = [run(tmp_path, "a", 40, 15.0, {"network_up": 5.0, "delay_calibration": 10.0}, True),
-            run(tmp_path, "b", 75, 15.0, {"network_up": 9.0, "delay_calibration": 30.0}, False),
-            run(tmp_path, "c", 30, 15.0, {"network_up": 3.0, "delay_calibration": 2.0}, True)]  # fmt: skip
+    runs = [
+        run(tmp_path, "a", 40, 15.0, {"network_up": 5.0, "delay_calibration": 10.0}, True),
+        run(tmp_path, "b", 75, 15.0, {"network_up": 9.0, "delay_calibration": 30.0}, False),
+        run(tmp_path, "c", 30, 15.0, {"network_up": 3.0, "delay_calibration": 2.0}, True),
+    ]
     rundir.write_json_atomic(tmp_path / rundir.SESSION, {"timing": {"guest": {"ready_s": 21.5}, "runs_wall_s": 150}})
     result = SessionResult(tmp_path, runs, {str(r): "complete" for r in runs}, {"kind": "guest"})
     report = SimpleNamespace(verdicts=[])

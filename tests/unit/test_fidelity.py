@@ -17,8 +17,12 @@ rtt min/avg/max/mdev = 100.412/100.950/101.733/0.456 ms
 
 def test_parse_ping_summary():
     assert fidelity.parse_ping(PING) == {
-        "min_ms": 100.412, "avg_ms": 100.95, "max_ms": 101.733, "mdev_ms": 0.456, "loss_pct": 0.0,
-    }  # fmt: skip
+        "min_ms": 100.412,
+        "avg_ms": 100.95,
+        "max_ms": 101.733,
+        "mdev_ms": 0.456,
+        "loss_pct": 0.0,
+    }
     assert fidelity.parse_ping("ping: connect: Network is unreachable") is None
 
 
@@ -43,9 +47,7 @@ def _server_json(rates):
 
 def test_udp_steady_rate_skips_fill_and_drain():
     # the fill (first two) and the drain (last) intervals would drag an average down
-    assert fidelity.udp_steady_rate_mbit(_server_json([3.0, 9.0, 9.7, 9.72, 9.71, 5.0])) == pytest.approx(
-        9.71
-    )
+    assert fidelity.udp_steady_rate_mbit(_server_json([3.0, 9.0, 9.7, 9.72, 9.71, 5.0])) == pytest.approx(9.71)
     assert fidelity.udp_steady_rate_mbit(_server_json([1.0, 2.0])) is None
     assert fidelity.udp_steady_rate_mbit("{truncated") is None
 
@@ -76,9 +78,7 @@ def test_tcpdump_stats_and_capture_check():
     assert stats == {"captured": 25412, "received": 25420, "dropped": 8}
     check = fidelity.capture_check("rl", stats)
     assert not check.ok and "8 dropped" in check.detail
-    assert fidelity.capture_check(
-        "rl", tcpdump_stats(log.replace("8 packets dropped", "0 packets dropped"))
-    ).ok
+    assert fidelity.capture_check("rl", tcpdump_stats(log.replace("8 packets dropped", "0 packets dropped"))).ok
     assert not fidelity.capture_check("rl", tcpdump_stats("killed")).ok, "unknown drops are not trusted"
 
 
@@ -109,8 +109,6 @@ def test_a_connection_without_captured_data_fails_the_start_check_and_says_why()
     assert "no data captured for c1 (rl.pcap: cut short in record 9)" in check.detail
 
 
-
-
 @pytest.mark.parametrize(
     ("script", "problem"),
     [
@@ -136,8 +134,9 @@ def test_traffic_waits_for_tcpdump_to_listen_and_says_why_it_did_not(tmp_path, s
 def _queue(rate_mbit: float, seconds: float, backlog: int, hz: float = 10.0, start_bytes: int = 0):
     """Samples of a queue dequeuing at rate_mbit with `backlog` bytes standing."""
     step = 1 / hz
-    return [(i * step, start_bytes + round(rate_mbit * 1e6 / 8 * i * step), backlog)
-            for i in range(round(seconds * hz) + 1)]  # fmt: skip
+    return [
+        (i * step, start_bytes + round(rate_mbit * 1e6 / 8 * i * step), backlog) for i in range(round(seconds * hz) + 1)
+    ]
 
 
 def test_passive_rate_reads_the_dequeue_rate_while_backlogged():
@@ -172,17 +171,24 @@ def _lossy_dumbbell_spec(**bottleneck):
     from testbed.scenario.load import scenario_from_dict
     from topologies import TOPOLOGIES
 
-    scenario = scenario_from_dict({"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100,
-                                                                                   **bottleneck}},
-                                   "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 5}, name="t")  # fmt: skip
+    scenario = scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 100, **bottleneck}},
+            "flows": [{"cc": "reno", "rtt_ms": 20}],
+            "duration_s": 5,
+        },
+        name="t",
+    )
     return TOPOLOGIES["dumbbell"].from_scenario(scenario.points[0].scenario).netspec()
 
 
 def _netem(packets: int, drops: int) -> list[dict]:
     # as `tc -s -j qdisc show` lists a lossy egress: the prio, the control lane's netem, the dropping netem
-    return [{"kind": "prio", "handle": "1:", "root": True, "packets": packets + 50, "drops": drops},
-            {"kind": "netem", "handle": "10:", "parent": "1:1", "packets": 50, "drops": 0},
-            {"kind": "netem", "handle": "20:", "parent": "1:2", "packets": packets, "drops": drops}]  # fmt: skip
+    return [
+        {"kind": "prio", "handle": "1:", "root": True, "packets": packets + 50, "drops": drops},
+        {"kind": "netem", "handle": "10:", "parent": "1:1", "packets": 50, "drops": 0},
+        {"kind": "netem", "handle": "20:", "parent": "1:2", "packets": packets, "drops": drops},
+    ]
 
 
 def test_netem_bernoulli_loss_is_checked_against_its_configured_rate():
@@ -240,8 +246,12 @@ def test_bursty_netem_loss_is_checked_within_its_chains_own_spread():
     rng = random.Random(7)
     for model in (ge, four):
         settled = fidelity.chain_loss(*packet_chain(model))
-        failed = sum(not fidelity.loss_check("x", 2000, _simulate_chain(*packet_chain(model), 2000, rng),
-                                             100 * settled[0], settled[1]).ok for _ in range(100))  # fmt: skip
+        failed = sum(
+            not fidelity.loss_check(
+                "x", 2000, _simulate_chain(*packet_chain(model), 2000, rng), 100 * settled[0], settled[1]
+            ).ok
+            for _ in range(100)
+        )
         assert failed <= 1, (model, failed)
     half = GilbertElliottLoss(p_pct=5, r_pct=50, bad_loss_pct=50)  # what a netem losing half as often would do
     lost = _simulate_chain(*packet_chain(half), 20_000, rng)

@@ -10,10 +10,21 @@ from analysis import figures
 
 def _row(experiment, params, seed, flow, cc, goodput, direction="forward", sent=1000.0, retrans=10.0, recv=None):
     run = f"{experiment}-{sorted(params.items())}-{seed}"
-    return {"experiment": experiment, "profile": "quick", "params": params, "seed": seed, "run": run,
-            "kernel": "k", "flow": flow, "cc": cc, "direction": direction, "goodput_mbit": goodput,
-            "recv_goodput_mbit": goodput if recv is None else recv, "sent_bytes": sent,
-            "retrans_bytes": retrans}  # fmt: skip
+    return {
+        "experiment": experiment,
+        "profile": "quick",
+        "params": params,
+        "seed": seed,
+        "run": run,
+        "kernel": "k",
+        "flow": flow,
+        "cc": cc,
+        "direction": direction,
+        "goodput_mbit": goodput,
+        "recv_goodput_mbit": goodput if recv is None else recv,
+        "sent_bytes": sent,
+        "retrans_bytes": retrans,
+    }
 
 
 def _parking_lot() -> pd.DataFrame:

@@ -24,8 +24,9 @@ HOLDER = textwrap.dedent("""
 def _holder(tmp_path, folder):
     from tests.conftest import PROJECT
 
-    proc = subprocess.Popen([sys.executable, "-c", HOLDER.format(root=str(PROJECT), folder=str(folder))],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HOLDER.format(root=str(PROJECT), folder=str(folder))], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout.readline().strip() == "locked"
     proc.stdout.close()
     return proc

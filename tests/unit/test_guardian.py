@@ -78,10 +78,16 @@ def test_orphans_are_the_groups_of_this_checkout_whose_controller_is_gone(tmp_pa
     project = str(tmp_path / "checkout")
     env = dict(os.environ, **{guardian.MARKER: f"{project}:{2**22 + 17}"})  # a pid that does not exist
     orphan = subprocess.Popen(["sleep", "300"], env=env, start_new_session=True)
-    other = subprocess.Popen(["sleep", "300"], start_new_session=True,
-                             env=dict(os.environ, **{guardian.MARKER: f"/another/checkout:{2**22 + 17}"}))
-    live = subprocess.Popen(["sleep", "300"], start_new_session=True,
-                            env=dict(os.environ, **{guardian.MARKER: guardian.marker_value(project)}))
+    other = subprocess.Popen(
+        ["sleep", "300"],
+        start_new_session=True,
+        env=dict(os.environ, **{guardian.MARKER: f"/another/checkout:{2**22 + 17}"}),
+    )
+    live = subprocess.Popen(
+        ["sleep", "300"],
+        start_new_session=True,
+        env=dict(os.environ, **{guardian.MARKER: guardian.marker_value(project)}),
+    )
     try:
         time.sleep(0.2)
         assert set(guardian.orphans(project)) == {orphan.pid}

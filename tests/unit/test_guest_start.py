@@ -34,8 +34,9 @@ def test_runner_imports_without_site_and_without_pyroute2_init():
     command = start.command(sys.executable, "unused")
     env_words = shlex.split(command)[:-5]
     env = dict(word.split("=", 1) for word in env_words)
-    out = subprocess.run([sys.executable, "-S", "-c", PROBE], cwd=PROJECT, env=env, capture_output=True,
-                         text=True, timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-S", "-c", PROBE], cwd=PROJECT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     no_site, ndb_loaded, loopbacks = out.stdout.split()
     assert no_site == "1"
@@ -45,5 +46,12 @@ def test_runner_imports_without_site_and_without_pyroute2_init():
 
 def test_the_shell_starts_the_same_way_with_its_own_module():
     words = shlex.split(start.command("/venv/bin/python", "/s/plan.json", module="testbed.guest.shell"))
-    assert words[-7:] == ["/venv/bin/python", "-S", "-m", "testbed.guest.start", "--module", "testbed.guest.shell",
-                          "/s/plan.json"]  # fmt: skip
+    assert words[-7:] == [
+        "/venv/bin/python",
+        "-S",
+        "-m",
+        "testbed.guest.start",
+        "--module",
+        "testbed.guest.shell",
+        "/s/plan.json",
+    ]

@@ -20,8 +20,9 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def snap(t_s, busy_ticks, idle_ticks, steal_ticks, guest_s, vcpu_wait_s=0.0, others=()):
     ticks = (busy_ticks, 0, 0, idle_ticks, 0, 0, 0, steal_ticks)
-    return hostload.Snapshot(t_s, ticks, int(guest_s * 0.9e9), int(vcpu_wait_s * 1e9), int(guest_s * 1e9), 1.5,
-                             tuple(others))  # fmt: skip
+    return hostload.Snapshot(
+        t_s, ticks, int(guest_s * 0.9e9), int(vcpu_wait_s * 1e9), int(guest_s * 1e9), 1.5, tuple(others)
+    )
 
 
 BEFORE = snap(0, 0, 0, 0, 0)
@@ -50,11 +51,19 @@ def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, mo
     snapshots = iter([BEFORE, snap(10, 20 * TICK, 0, 0, 6, vcpu_wait_s=6)])
     monkeypatch.setattr(hostload, "snapshot", lambda own, cores=None, tree=None: next(snapshots))
     for name in ("a", "b"):
-        rundir.write_json_atomic(tmp_path / name / rundir.MANIFEST, {
-            "status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}})  # fmt: skip
+        rundir.write_json_atomic(
+            tmp_path / name / rundir.MANIFEST,
+            {"status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}},
+        )
     watch = hostload.HostWatch(["a", "b"], own=set, session=tmp_path)
-    for line in ["run 1/2: s p seed=1 (ETA 1 min)", f"  {TRAFFIC_BEGINS}", "  traffic t=  5.0 s of 10 s",
-                 f"  {TRAFFIC_ENDS}", "run 1/2 complete", "run 2/2: s p seed=2 (ETA 0.5 min)"]:  # fmt: skip
+    for line in [
+        "run 1/2: s p seed=1 (ETA 1 min)",
+        f"  {TRAFFIC_BEGINS}",
+        "  traffic t=  5.0 s of 10 s",
+        f"  {TRAFFIC_ENDS}",
+        "run 1/2 complete",
+        "run 2/2: s p seed=2 (ETA 0.5 min)",
+    ]:
         watch.on_line(line, 0.0)
     first = rundir.read_json(tmp_path / "a" / rundir.MANIFEST)
     assert first["host"]["other_busy_pct"] == 70.0
@@ -102,8 +111,10 @@ def test_a_pinned_guest_is_judged_on_its_own_cores_only(tmp_path):
     time.sleep(1.0)
     already = hostload.summarize(start, hostload.snapshot(set(), frozenset({quiet})), cores=frozenset({quiet}))
     if already.other_busy_pct >= 20:
-        pytest.skip(f"core {quiet} is {already.other_busy_pct:.0f} % busy with other work before the test: "
-                    "not a quiet core to judge (run the test alone)")  # fmt: skip
+        pytest.skip(
+            f"core {quiet} is {already.other_busy_pct:.0f} % busy with other work before the test: "
+            "not a quiet core to judge (run the test alone)"
+        )
     # a stand-in qemu: a sleep under qemu's process name, pinned to the busy core
     fake_qemu = tmp_path / "qemu-system-x86_64"
     shutil.copy("/bin/sleep", fake_qemu)

@@ -52,8 +52,12 @@ grep '^CONFIG_' "$2" | grep -v -f LACKS >> "$1"
 
 
 def _git(tree: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
-                          check=True, capture_output=True, text=True).stdout.strip()  # fmt: skip
+    return subprocess.run(
+        ["git", "-C", str(tree), "-c", "user.name=t", "-c", "user.email=t@t", *args],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
 
 
 def _commit(tree: Path, text: str, message: str) -> str:
@@ -126,8 +130,11 @@ def test_a_tree_builds_once_per_commit_and_config_and_its_manifest_record_says_w
 
 def test_a_dirty_tree_is_refused_unless_allowed_and_its_diff_is_then_built_and_recorded(tree, monkeypatch):
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 4;\n")
-    with pytest.raises(kernels.KernelError, match=r"uncommitted changes \(working tree diff \(1 files: "
-                                                  r"net/ipv4/tcp.c\)\).*--allow-dirty"):  # fmt: skip
+    with pytest.raises(
+        kernels.KernelError,
+        match=r"uncommitted changes \(working tree diff \(1 files: "
+        r"net/ipv4/tcp.c\)\).*--allow-dirty",
+    ):
         _fetch(f"tree:{tree}")
     monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
     kernel, _ = _fetch(f"tree:{tree}")
@@ -168,15 +175,20 @@ def test_a_patch_is_part_of_the_key_and_one_that_does_not_apply_names_itself(tre
 def test_what_the_runs_need_is_checked_before_the_build_and_a_failed_build_shows_the_compiler(tree):
     (tree / "LACKS").write_text("CONFIG_NET_SCH_CAKE\n")
     _git(tree, "commit", "-qam", "a Kconfig without cake")
-    with pytest.raises(kernels.KernelError, match=r"Kconfig does not give what runs need.*CONFIG_NET_SCH_CAKE=m "
-                                                  r"\(it has: not set\)"):  # fmt: skip
+    with pytest.raises(
+        kernels.KernelError,
+        match=r"Kconfig does not give what runs need.*CONFIG_NET_SCH_CAKE=m "
+        r"\(it has: not set\)",
+    ):
         _fetch(f"tree:{tree}")
     (tree / "LACKS").write_text("")
     _commit(tree, "int tcp_init_cwnd = 10; BREAK\n", "a typo")
     with pytest.raises(kernels.KernelError, match=r"(?s)did not build.*error: a planted syntax error.*log: .*\.log"):
         _fetch(f"tree:{tree}")
-    for bad, why in ((f"tree:{tree}@nosuchrev", r"nosuchrev is not a commit of .*; recent ones:\n.* a typo"),
-                     (f"tree:{tree / 'net'}", r"not a Linux source tree")):  # fmt: skip
+    for bad, why in (
+        (f"tree:{tree}@nosuchrev", r"nosuchrev is not a commit of .*; recent ones:\n.* a typo"),
+        (f"tree:{tree / 'net'}", r"not a Linux source tree"),
+    ):
         with pytest.raises(kernels.KernelError, match=why):
             _fetch(bad)
 
@@ -215,8 +227,16 @@ class BuiltKernels:
         rows = []
         for seed in seeds:  # seeded by the image, not the name: a commit's hash differs at every test run
             noise = random.Random(seed).gauss(0, 0.1) + random.Random(image + str(seed).encode()).gauss(0, 0.03)
-            rows.append({"run": f"{kernel}/{seed}", "point": "upload", "seed": seed, "cc": "westwood",
-                         "metric": "goodput", "value": 9.0 * (0.7 if planted else 1) * math.exp(noise)})  # fmt: skip
+            rows.append(
+                {
+                    "run": f"{kernel}/{seed}",
+                    "point": "upload",
+                    "seed": seed,
+                    "cc": "westwood",
+                    "metric": "goodput",
+                    "value": 9.0 * (0.7 if planted else 1) * math.exp(noise),
+                }
+            )
         return pd.DataFrame(rows)
 
 
@@ -237,21 +257,34 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
     assert low < -0.3 < high and -0.4 < change.relative < -0.2
     folder = tmp_path / "bisect"
     folder.mkdir()
-    spec = {"versions": versions, "cc": "reno", "metric": None, "repeat": 3, "max_repeat": 9, "inject": {},
-            "inject_from": None, "clock": "auto"}  # fmt: skip
+    spec = {
+        "versions": versions,
+        "cc": "reno",
+        "metric": None,
+        "repeat": 3,
+        "max_repeat": 9,
+        "inject": {},
+        "inject_from": None,
+        "clock": "auto",
+    }
     again = bisect_workflow.reproduce_lines(spec, result, "regression-check", "upload.default", tree)
-    bisect_workflow._write(folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, "regression-check",
-                           again)  # fmt: skip
+    bisect_workflow._write(
+        folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, "regression-check", again
+    )
     text = (folder / "bisect.txt").read_text()
     assert f"first bad version: {result.first_bad} (last good: {versions[4]})" in text
     assert f"{result.first_bad} against {versions[4]}: goodput {change.relative:+.1%} (95 % interval" in text
     # every option the bisection ran with, and its answer alone
     good, bad = (kernelsource.parse(v).rev for v in (versions[0], versions[-1]))  # --tree takes commits
-    assert (f"reproduce the bisection: testbed bisect --good {good} --bad {bad} --tree {tree} "
-            "--suite regression-check --point upload.default --cc reno --repeat 3 --max-repeat 9") in text
-    assert (f"reproduce its answer: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
-            f"--suite regression-check --repeat 9 (then read its upload.default, {result.key[1]} goodput "
-            "line)") in text  # fmt: skip
+    assert (
+        f"reproduce the bisection: testbed bisect --good {good} --bad {bad} --tree {tree} "
+        "--suite regression-check --point upload.default --cc reno --repeat 3 --max-repeat 9"
+    ) in text
+    assert (
+        f"reproduce its answer: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
+        f"--suite regression-check --repeat 9 (then read its upload.default, {result.key[1]} goodput "
+        "line)"
+    ) in text
 
 
 def test_a_missing_build_tool_is_named_with_its_package_before_anything_is_checked_out(tree, monkeypatch):
@@ -278,7 +311,8 @@ def test_a_file_a_patch_adds_is_gone_before_the_next_patch_even_where_gitignore_
 
 
 def test_a_comparisons_inputs_are_pinned_when_it_starts_a_tree_at_its_commit_a_patch_and_a_diff_by_sha256(
-        tree, tmp_path, monkeypatch):  # fmt: skip
+    tree, tmp_path, monkeypatch
+):
     head = _git(tree, "rev-parse", "HEAD")
     assert kernels.pinned(f"tree:{tree}") == f"tree:{tree}@{head}"
     assert kernels.pinned(f"tree:{tree}@HEAD") == f"tree:{tree}@{head}" and kernels.pinned("6.1.0-56") == "6.1.0-56"
@@ -345,10 +379,13 @@ def test_a_build_waiting_for_the_trees_lock_says_whose_it_is(tree):
     kernel, _ = _fetch(f"tree:{tree}")  # the worktree and its lock made
     [worktree] = kernelbuild.worktrees_root().iterdir()
     (worktree / "lock").write_text("pid 4242 on elsewhere, building tree:linux (abc) since 2026-12-02\n")
-    hold = ("import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
-            "print('held', flush=True); time.sleep(1.5)")
-    with subprocess.Popen([sys.executable, "-c", hold, str(worktree / "lock")], stdout=subprocess.PIPE,
-                          text=True) as holder:  # fmt: skip
+    hold = (
+        "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, fcntl.LOCK_EX); "
+        "print('held', flush=True); time.sleep(1.5)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", hold, str(worktree / "lock")], stdout=subprocess.PIPE, text=True
+    ) as holder:
         assert holder.stdout.readline().strip() == "held"
         _commit(tree, "int tcp_init_cwnd = 14;\n", "another")
         _, said = _fetch(f"tree:{tree}")
@@ -420,7 +457,8 @@ def test_a_developers_own_config_is_merged_keyed_and_an_option_the_patch_adds_le
     mine, said = _fetch(f"tree:{tree}+patch:{patch}+config:{fragment}")
     assert mine.build["key"] != plain.build["key"] and mine.build["unset_new_options"] == []
     assert mine.build["config"]["name"] == str(fragment) and label(f"tree:{tree}+config:{fragment}").endswith(
-        "+config-mine")
+        "+config-mine"
+    )
     config = (mine.vmlinuz.parents[1] / "boot").glob("config-*")
     text = next(config).read_text()
     assert "CONFIG_TCP_NEW=y" in text and "CONFIG_BASE=y" in text  # merged onto virtme-ng's base

@@ -26,7 +26,7 @@ import pandas as pd
 import pytest
 
 from analysis import run as run_analysis
-from testbed.labs import answerfile, autograder, grading, intake, lab, labkit, labresults, students
+from testbed.labs import answerfile, autograder, gradereport, intake, lab, labkit, labresults, students
 from testbed.results import rundir
 from tests.unit.test_labs import (
     LABS,
@@ -35,7 +35,7 @@ from tests.unit.test_labs import (
     _draw_goodput_bars,
     _reproduce,
     _submission,
-    assert_cheat_graded,  # fmt: skip
+    assert_cheat_graded,
 )
 
 
@@ -80,14 +80,24 @@ def _q1_from_runs(work: Path, results: Path) -> None:
     """Q1, and Q2's comparison, answered again from the runs as they are now (the cheat's own numbers)."""
     flows = pd.concat([pd.read_csv(f) for f in sorted(results.rglob("flows.csv"))], ignore_index=True)
     means = flows.groupby("cc")["goodput_mbit"].mean()
-    _answer(work, "Q1", f"New Reno got a mean goodput of {means['reno']:.3f} Mbit/s over the seeds and Westwood+ "
-                        f"{means['westwood']:.3f} Mbit/s, each about half of the 2 Mbit/s radio link.\n\n"
-                        f"```numbers\nreno_goodput_mbit: {means['reno']:.3f}\n"
-                        f"westwood_goodput_mbit: {means['westwood']:.3f}\n```\n")  # fmt: skip
+    _answer(
+        work,
+        "Q1",
+        f"New Reno got a mean goodput of {means['reno']:.3f} Mbit/s over the seeds and Westwood+ "
+        f"{means['westwood']:.3f} Mbit/s, each about half of the 2 Mbit/s radio link.\n\n"
+        f"```numbers\nreno_goodput_mbit: {means['reno']:.3f}\n"
+        f"westwood_goodput_mbit: {means['westwood']:.3f}\n```\n",
+    )
     change = 100 * (means["westwood"] / means["reno"] - 1)
     q2 = answerfile.sections(work / "answers.md")["Q2"]
-    _answer(work, "Q2", q2.replace("Westwood+ is less than 1 % lower than New Reno",
-                                   f"Westwood+ is {abs(change):.1f} % {'above' if change > 0 else 'below'} New Reno"))
+    _answer(
+        work,
+        "Q2",
+        q2.replace(
+            "Westwood+ is less than 1 % lower than New Reno",
+            f"Westwood+ is {abs(change):.1f} % {'above' if change > 0 else 'below'} New Reno",
+        ),
+    )
 
 
 def _labels_swapped(work: Path, results: Path) -> None:
@@ -161,8 +171,11 @@ def _start_times_moved(work: Path, results: Path) -> None:
     (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2026-11-30T00:00:00+00:00"}))
     for run in sorted(p.parent for p in results.rglob(rundir.MANIFEST)):
         manifest = rundir.read_json(run / rundir.MANIFEST)
-        _edit_manifest(run, started_utc=manifest["started_utc"].replace("2026-11-29", "2026-11-30"),
-                       ended_utc=manifest["ended_utc"].replace("2026-11-29", "2026-11-30"))  # fmt: skip
+        _edit_manifest(
+            run,
+            started_utc=manifest["started_utc"].replace("2026-11-29", "2026-11-30"),
+            ended_utc=manifest["ended_utc"].replace("2026-11-29", "2026-11-30"),
+        )
     _redrawn(work, results)
 
 
@@ -190,8 +203,12 @@ def _capture_clock_compressed(work: Path, results: Path) -> None:
 
 def _comparison_reversed(work: Path, results: Path) -> None:
     # the numbers block right, the prose claiming the opposite, and significance
-    _answer(work, "Q2", "Westwood+ got 19 % higher goodput than New Reno, a significant difference by Welch's "
-                        "t-test, although the seeds spread and three runs can detect little.")  # fmt: skip
+    _answer(
+        work,
+        "Q2",
+        "Westwood+ got 19 % higher goodput than New Reno, a significant difference by Welch's "
+        "t-test, although the seeds spread and three runs can detect little.",
+    )
 
 
 def _rates_in_another_unit(work: Path, results: Path) -> None:
@@ -199,8 +216,12 @@ def _rates_in_another_unit(work: Path, results: Path) -> None:
 
 
 def _rubric_negated(work: Path, results: Path) -> None:
-    _answer(work, "Q3", "New Reno does not halve its window at a loss here. Westwood+ does not set ssthresh from "
-                        "any bandwidth estimate at all. Linux has no SACK, RACK or PRR.")  # fmt: skip
+    _answer(
+        work,
+        "Q3",
+        "New Reno does not halve its window at a loss here. Westwood+ does not set ssthresh from "
+        "any bandwidth estimate at all. Linux has no SACK, RACK or PRR.",
+    )
 
 
 #: cheat -> (the points each task keeps, what the grade says about it)
@@ -213,8 +234,10 @@ CHEATS = {
     _evidence_removed: ({"t1": 0, "t2": 3, "t3": 3}, "the check 'capture ra' has no evidence: raw/tcpdump-ra.log"),
     _start_times_moved: ({"t1": 0, "t2": 3, "t3": 3}, "iperf3's own output says c0 started 2026-11-29"),
     _capture_clock_compressed: ({"t1": 0, "t2": 3, "t3": 3}, "apart: its clock is not the capture's"),
-    _comparison_reversed: ({"t1": 4, "t2": 0, "t3": 3}, "19 % is not the runs' difference; your runs give westwood "
-                                                        "-0.7 % against reno"),
+    _comparison_reversed: (
+        {"t1": 4, "t2": 0, "t3": 3},
+        "19 % is not the runs' difference; your runs give westwood -0.7 % against reno",
+    ),
     _rates_in_another_unit: ({"t1": 4, "t2": 0, "t3": 3}, "the answer says 2.5 Mbit/s, which neither your runs"),
     _rubric_negated: ({"t1": 4, "t2": 3, "t3": 0}, "states none of what the answer needs"),
 }
@@ -230,7 +253,7 @@ def test_the_honest_submission_made_consistent_again_keeps_its_points(tmp_path):
     work, results = _submission(tmp_path)
     _redrawn(work, results)
     checked = lab.check(LABS / "wireless", work, results)
-    assert checked.grade.score == 10, grading.text(checked.grade)
+    assert checked.grade.score == 10, gradereport.text(checked.grade)
 
 
 def test_a_compressed_capture_raises_the_captures_goodput_as_the_cheat_meant(tmp_path):
@@ -303,11 +326,15 @@ def test_the_autograder_is_not_built_without_the_course_secret_unless_told(tmp_p
 
 def test_a_reproduce_answer_hedged_over_every_verdict_earns_none(tmp_path):
     work = _reproduce(tmp_path)
-    _answer(work, "Q2", "Reproduced, or perhaps not reproduced, undecided or even opposite, for "
-                        "mobile-westwood-beats-reno-bernoulli: the mean is 1.53 Mbit/s and p = 0.0053.")  # fmt: skip
+    _answer(
+        work,
+        "Q2",
+        "Reproduced, or perhaps not reproduced, undecided or even opposite, for "
+        "mobile-westwood-beats-reno-bernoulli: the mean is 1.53 Mbit/s and p = 0.0053.",
+    )
     graded = lab.check(LABS / "reproduce", work, work / "results").grade
-    assert graded.tasks[1].score == 0, grading.text(graded)
-    assert "the answer states 2 verdicts (reproduced, not reproduced)" in grading.text(graded)
+    assert graded.tasks[1].score == 0, gradereport.text(graded)
+    assert "the answer states 2 verdicts (reproduced, not reproduced)" in gradereport.text(graded)
 
 
 def test_a_negated_term_does_not_state_its_concept_but_a_negation_in_the_term_does():
@@ -359,8 +386,9 @@ def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading
 def test_a_course_keeps_its_own_hidden_variants_apart_from_the_public_examples(tmp_path, monkeypatch):
     own = tmp_path / "instructor" / "wireless"
     own.mkdir(parents=True)
-    (own / "hidden.yaml").write_text((LABS / "wireless" / "hidden.yaml").read_text()
-                                     .replace("seeds: [4, 5]", "seeds: [6, 7]"))  # fmt: skip
+    (own / "hidden.yaml").write_text(
+        (LABS / "wireless" / "hidden.yaml").read_text().replace("seeds: [4, 5]", "seeds: [6, 7]")
+    )
     monkeypatch.setenv(labkit.INSTRUCTOR_ENV, str(tmp_path / "instructor"))
     work, results = _submission(tmp_path)
     asked = []

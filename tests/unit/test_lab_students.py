@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from testbed.cli import main
-from testbed.labs import autograder, grading, lab, labbands, labkit, labresults, students
+from testbed.labs import autograder, gradereport, grading, lab, labbands, labkit, labresults, students
 from tests.unit.test_labs import FIXTURE, LABS, _analysed, _gradescope_run, _submission
 
 SECRET = "a course's secret, for the tests"
@@ -105,8 +105,8 @@ def test_the_students_own_seeds_pass_and_are_said_so(tmp_path, secret):
     student = _student_with([1, 2, 3], secret)
     _started_for(work, student, [1, 2, 3])
     checked = lab.check(LABS / "wireless", work, results, student=student)
-    assert checked.grade.score == 10, grading.text(checked.grade)
-    assert f"seeds 1, 2, 3: {student}'s own" in grading.text(checked.grade)
+    assert checked.grade.score == 10, gradereport.text(checked.grade)
+    assert f"seeds 1, 2, 3: {student}'s own" in gradereport.text(checked.grade)
 
 
 def test_another_students_folder_fails_the_runs_task_with_why(tmp_path, secret):
@@ -115,8 +115,9 @@ def test_another_students_folder_fails_the_runs_task_with_why(tmp_path, secret):
     _started_for(work, owner, [1, 2, 3])
     checked = lab.check(LABS / "wireless", work, results, student="somebody-else")
     assert [t.score for t in checked.grade.tasks] == [0, 3, 3]
-    assert f"the folder was started for {owner}, not somebody-else: another student's work" in grading.text(
-        checked.grade)  # fmt: skip
+    assert f"the folder was started for {owner}, not somebody-else: another student's work" in gradereport.text(
+        checked.grade
+    )
 
 
 def test_a_lab_start_edited_to_name_another_student_fails(tmp_path, secret):
@@ -125,7 +126,7 @@ def test_a_lab_start_edited_to_name_another_student_fails(tmp_path, secret):
     _started_for(work, forger, [1, 2, 3])
     checked = lab.check(LABS / "wireless", work, results, student=forger)
     assert [t.score for t in checked.grade.tasks] == [0, 3, 3]
-    assert f"lab-start.json's seeds are not {forger}'s" in grading.text(checked.grade)
+    assert f"lab-start.json's seeds are not {forger}'s" in gradereport.text(checked.grade)
 
 
 def test_seeds_set_back_in_the_scenario_file_fail(tmp_path, secret):
@@ -133,15 +134,16 @@ def test_seeds_set_back_in_the_scenario_file_fail(tmp_path, secret):
     _started_for(work, "ada", [1, 2, 4])  # what lab start gave; the file (and the runs) have 1-3
     checked = lab.check(LABS / "wireless", work, results)
     assert checked.grade.tasks[0].score == 0
-    assert "the scenario file runs seeds 1, 2, 3; testbed lab start gave ada seeds 1, 2, 4" in grading.text(
-        checked.grade)  # fmt: skip
+    assert "the scenario file runs seeds 1, 2, 3; testbed lab start gave ada seeds 1, 2, 4" in gradereport.text(
+        checked.grade
+    )
 
 
 def test_a_folder_not_started_for_the_student_named_fails(tmp_path, secret):
     work, results = _submission(tmp_path)
     checked = lab.check(LABS / "wireless", work, results, student="ada")
     assert checked.grade.tasks[0].score == 0
-    assert "the folder was not started for a student" in grading.text(checked.grade)
+    assert "the folder was not started for a student" in gradereport.text(checked.grade)
 
 
 def test_a_students_hidden_variants_run_pool_seeds_that_are_not_theirs(tmp_path, secret):
@@ -179,22 +181,23 @@ def test_the_variant_set_back_or_lab_start_edited_to_it_fails_with_why(tmp_path,
     _started_for(work, student, [1, 2, 3], rate=4)
     checked = lab.check(LABS / "wireless", work, results, student=student)
     assert [t.score for t in checked.grade.tasks] == [0, 3, 3]
-    assert f"the scenario file sets {KNOB} to 2; testbed lab start gave 4: set it back" in grading.text(
-        checked.grade)  # fmt: skip
+    assert f"the scenario file sets {KNOB} to 2; testbed lab start gave 4: set it back" in gradereport.text(
+        checked.grade
+    )
     _started_for(work, student, [1, 2, 3], rate=2)  # lab-start.json edited to the runs' rate
     checked = lab.check(LABS / "wireless", work, results, student=student)
     assert checked.grade.tasks[0].score == 0
-    assert f"lab-start.json's {WHAT} is not {student}'s" in grading.text(checked.grade)
+    assert f"lab-start.json's {WHAT} is not {student}'s" in gradereport.text(checked.grade)
     own = _student_with([1, 2, 3], secret)
     _started_for(work, own, [1, 2, 3])
     checked = lab.check(LABS / "wireless", work, results, student=own)
-    assert checked.grade.score == 10 and f"own {WHAT}: 2, as lab start gave it" in grading.text(checked.grade)
+    assert checked.grade.score == 10 and f"own {WHAT}: 2, as lab start gave it" in gradereport.text(checked.grade)
     manifest = next(results.rglob("cc=reno/seed=2/manifest.json"))  # a run that ran another rate
     data = json.loads(manifest.read_text())
     data["resolved"]["topology"]["wireless"]["rate_mbit"] = 4.0
     manifest.write_text(json.dumps(data))
     checked = lab.check(LABS / "wireless", work, results, student=own)
-    assert "seed 2 of cc=reno ran 4: testbed lab start gave 2: run again" in grading.text(checked.grade)
+    assert "seed 2 of cc=reno ran 4: testbed lab start gave 2: run again" in gradereport.text(checked.grade)
 
 
 def test_a_students_runs_are_held_to_the_bands_of_their_own_value(tmp_path):
@@ -207,8 +210,10 @@ def test_a_students_runs_are_held_to_the_bands_of_their_own_value(tmp_path):
     for rate in VALUES:  # each rate's runs held to the bands made from the reference runs at that rate
         found.variant = rate
         made = {b.reference for b in bands if b.task == "t1" and b.variant == rate}
-        quoted = {float(re.search(r"the reference runs: ([\d.]+)", c.detail).group(1))
-                  for c in grading._band_checks([b for b in bands if b.task == "t1"], found)}  # fmt: skip
+        quoted = {
+            float(re.search(r"the reference runs: ([\d.]+)", c.detail).group(1))
+            for c in grading._band_checks([b for b in bands if b.task == "t1"], found)
+        }
         assert sorted(quoted) == pytest.approx(sorted(made), rel=1e-3) and len(made) == 4, rate
     found.variant = 3
     (check,) = grading._band_checks([b for b in bands if b.task == "t1"], found)
@@ -222,8 +227,11 @@ def test_bands_are_made_for_each_value_from_the_reference_runs_at_it(tmp_path):
     (session,) = (FIXTURE / "results" / "wireless").iterdir()
     shutil.copytree(session, results / "wireless" / session.name)
     _analysed(results)  # a clone's checkout may leave flows.csv older than its manifest: stale to the catalog
-    with pytest.raises(labkit.LabError, match=r"no reference value of goodput at cc=reno with 1 \(the lab's "
-                                              r"variant\): its runs are missing"):  # fmt: skip
+    with pytest.raises(
+        labkit.LabError,
+        match=r"no reference value of goodput at cc=reno with 1 \(the lab's "
+        r"variant\): its runs are missing",
+    ):
         labbands.make_bands(LABS / "wireless", results, "how", "commit")
     for rate, scale, stamp in ((1, 0.5, "20261129T070000Z"), (4, 2.0, "20261129T080000Z")):
         copy = shutil.copytree(session, results / "wireless" / f"{stamp}-{session.name.split('-')[1]}")
@@ -254,4 +262,4 @@ def test_a_students_lab_start_without_a_value_fails_and_never_crashes(tmp_path, 
     for student in (own, None):  # named, or graded without --student (Gradescope without metadata)
         checked = lab.check(LABS / "wireless", work, results, student=student)
         assert checked.grade.tasks[0].score == 0
-        assert f"lab-start.json gives no {WHAT}: start the lab again with --student" in grading.text(checked.grade)
+        assert f"lab-start.json gives no {WHAT}: start the lab again with --student" in gradereport.text(checked.grade)

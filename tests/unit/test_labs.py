@@ -27,7 +27,7 @@ import pytest
 from analysis import plots
 from testbed import PROJECT
 from testbed.cli import main
-from testbed.labs import answerfile, autograder, grading, lab, labkit, labresults, submission
+from testbed.labs import answerfile, autograder, gradereport, grading, lab, labkit, labresults, submission
 from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
@@ -109,8 +109,14 @@ def _draw_goodput_bars(session: Path, scale: float = 1.0) -> Path:
     bars = flows.groupby("cc")["goodput_mbit"].agg(["mean", "min", "max"]).reset_index()
     bars.columns = ["cc", "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max"]
     bars[["goodput_mbit", "goodput_mbit_min", "goodput_mbit_max"]] *= scale
-    png = plots.point_bars_png(bars.assign(label=bars["cc"]), "goodput_mbit", "goodput_mbit_min", "goodput_mbit_max",
-                               plots.SENDER_GOODPUT_LABEL, "wireless: sender goodput")  # fmt: skip
+    png = plots.point_bars_png(
+        bars.assign(label=bars["cc"]),
+        "goodput_mbit",
+        "goodput_mbit_min",
+        "goodput_mbit_max",
+        plots.SENDER_GOODPUT_LABEL,
+        "wireless: sender goodput",
+    )
     figure = session / "figures" / "wireless-goodput-bars.png"
     figure.parent.mkdir(exist_ok=True)
     started = time.time()
@@ -123,7 +129,7 @@ def _draw_goodput_bars(session: Path, scale: float = 1.0) -> Path:
 def test_a_complete_submission_passes_every_task_and_writes_junit_and_gradescope(tmp_path):
     work, results = _submission(tmp_path)
     checked = lab.check(LABS / "wireless", work, results)
-    assert all(t.passed for t in checked.grade.tasks), grading.text(checked.grade)
+    assert all(t.passed for t in checked.grade.tasks), gradereport.text(checked.grade)
     assert checked.grade.score == checked.grade.max_score == 10
     suites = ET.parse(checked.junit).getroot()
     assert [s.get("name").split(":")[0] for s in suites] == ["t1", "t2", "t3"]
@@ -131,7 +137,7 @@ def test_a_complete_submission_passes_every_task_and_writes_junit_and_gradescope
     graded = json.loads(checked.gradescope.read_text())
     assert graded["score"] == 10 and {t["status"] for t in graded["tests"]} == {"passed"}
     assert sum(t["max_score"] for t in graded["tests"]) == 10
-    report = grading.text(checked.grade)
+    report = gradereport.text(checked.grade)
     assert "2 number(s) as your runs give them" in report and "states the window halved" in report
 
 
@@ -148,7 +154,7 @@ def test_a_failing_submission_says_what_is_missing_per_task(tmp_path):
     checked = lab.check(LABS / "wireless", work, results)
     by_id = {t.task.id: t for t in checked.grade.tasks}
     assert not by_id["t1"].passed and not by_id["t2"].passed and not by_id["t3"].passed
-    report = grading.text(checked.grade)
+    report = gradereport.text(checked.grade)
     assert "MISS goodput of reno at cc=reno" in report and "expected" in report
     assert "no answer under '## Q1'" in report
     graded = json.loads(checked.gradescope.read_text())
@@ -173,33 +179,50 @@ def _vague(work: Path, results: Path) -> None:
 
 
 def _wrong_numbers(work: Path, results: Path) -> None:
-    _answer(work, "Q1", "Westwood+ did better than New Reno over the seeds, as the paper says it would.\n\n"
-                        "```numbers\nreno_goodput_mbit: 2.5\nwestwood_goodput_mbit: 3.1\n```\n")  # fmt: skip
+    _answer(
+        work,
+        "Q1",
+        "Westwood+ did better than New Reno over the seeds, as the paper says it would.\n\n"
+        "```numbers\nreno_goodput_mbit: 2.5\nwestwood_goodput_mbit: 3.1\n```\n",
+    )
 
 
 def _prose_against_the_runs(work: Path, results: Path) -> None:
     # the right numbers in the block, but the prose says what the runs do not
-    _answer(work, "Q1", "New Reno got 2.5 Mbit/s and Westwood+ got 3.1 Mbit/s, more than the link gives.\n\n"
-                        "```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n```\n")  # fmt: skip
+    _answer(
+        work,
+        "Q1",
+        "New Reno got 2.5 Mbit/s and Westwood+ got 3.1 Mbit/s, more than the link gives.\n\n"
+        "```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n```\n",
+    )
 
 
 def _number_spray(work: Path, results: Path) -> None:
     # the issue's spray: every goodput a run might have had, in the hope one is right
-    _answer(work, "Q1", "Goodputs: 0.5 0.6 0.7 0.8 0.9 1.0 1.1 1.2 1.3 1.4 1.5 1.6 Mbit/s\n\n"
-                        "```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n```\n")  # fmt: skip
+    _answer(
+        work,
+        "Q1",
+        "Goodputs: 0.5 0.6 0.7 0.8 0.9 1.0 1.1 1.2 1.3 1.4 1.5 1.6 Mbit/s\n\n"
+        "```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n```\n",
+    )
 
 
 def _number_spray_in_a_sentence(work: Path, results: Path) -> None:
-    _answer(work, "Q1", "The two of them got 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5 and 1.6 Mbit/s "
-                        "in my runs.\n\n```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n"
-                        "```\n")  # fmt: skip
+    _answer(
+        work,
+        "Q1",
+        "The two of them got 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.3, 1.4, 1.5 and 1.6 Mbit/s "
+        "in my runs.\n\n```numbers\nreno_goodput_mbit: 1.04\nwestwood_goodput_mbit: 1.02\n"
+        "```\n",
+    )
 
 
 def _term_list(work: Path, results: Path) -> None:
     # the issue's term lists: every rubric word, no sentence
     _answer(work, "Q2", "Difference spread seeds test detect runs noise interval significant three seeds cannot tell.")
-    _answer(work, "Q3", "Window halved halves loss bandwidth estimate ssthresh RTTmin Linux SACK RACK PRR recovery "
-                        "keeps.")  # fmt: skip
+    _answer(
+        work, "Q3", "Window halved halves loss bandwidth estimate ssthresh RTTmin Linux SACK RACK PRR recovery keeps."
+    )
 
 
 def _q1_block_edited(work: Path, old: str, new: str) -> None:
@@ -215,8 +238,12 @@ def _a_misspelled_field(work: Path, results: Path) -> None:
 
 
 def _half_a_rubric(work: Path, results: Path) -> None:
-    _answer(work, "Q3", "New Reno halves its window at each Bad period and regrows slowly afterwards, "
-                        "so it spends most of the time below what the link could carry.")  # fmt: skip
+    _answer(
+        work,
+        "Q3",
+        "New Reno halves its window at each Bad period and regrows slowly afterwards, "
+        "so it spends most of the time below what the link could carry.",
+    )
 
 
 def _four_byte_png(work: Path, results: Path) -> None:
@@ -318,22 +345,30 @@ CHEATS = {
     _number_spray_in_a_sentence: ({"t1": 4, "t2": 0, "t3": 3}, "the answer says 0.5 Mbit/s, which neither"),
     _term_list: ({"t1": 4, "t2": 0, "t3": 0}, "no sentence that states something"),
     _a_bool_for_a_number: ({"t1": 4, "t2": 0, "t3": 3}, "True is not a number; give Mbit/s, e.g. 1.04"),
-    _a_misspelled_field: ({"t1": 4, "t2": 0, "t3": 3}, "reno_goodput: not a number Q1 asks for; it asks for "
-                                                     "reno_goodput_mbit, westwood_goodput_mbit"),
+    _a_misspelled_field: (
+        {"t1": 4, "t2": 0, "t3": 3},
+        "reno_goodput: not a number Q1 asks for; it asks for reno_goodput_mbit, westwood_goodput_mbit",
+    ),
     _half_a_rubric: ({"t1": 4, "t2": 3, "t3": 0}, "to grade by hand: states the window halved at a loss, not"),
     _four_byte_png: ({"t1": 0, "t2": 3, "t3": 3}, "not a PNG image"),
     _another_figure: ({"t1": 0, "t2": 3, "t3": 3}, "not the figure its session's report drew"),
     _another_kernel_series: ({"t1": 0, "t2": 3, "t3": 3}, "no bands for this kernel (6.12; the lab has bands for 6.1)"),
     # Q2's "less than 1 % lower" was written from the three seeds: two give -4.3 %, so t2 goes too
     _a_seed_missing: ({"t1": 0, "t2": 0, "t3": 3}, "no run of seed 3"),
-    _flows_edited: ({"t1": 0, "t2": 3, "t3": 3}, "seed 1: flows.csv: goodput_mbit of c0 is 1.01392; the run's "
-                                                 "captures give 0.881667"),
+    _flows_edited: (
+        {"t1": 0, "t2": 3, "t3": 3},
+        "seed 1: flows.csv: goodput_mbit of c0 is 1.01392; the run's captures give 0.881667",
+    ),
     _raw_left_home: ({"t1": 0, "t2": 3, "t3": 3}, "raw/ is missing: hand in each run with its raw/ folder"),
     _capture_edited: ({"t1": 0, "t2": 3, "t3": 3}, "raw/ra.pcap is not the file the run wrote"),
-    _manifest_says_trustworthy: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json says 'capture ra' passed; judged again "
-                                                              "from raw/tcpdump-ra.log, it fails"),
-    _trustworthy_flag_flipped: ({"t1": 0, "t2": 3, "t3": 3}, "manifest.json's check(s) capture ra failed (while it "
-                                                             "says trustworthy)"),
+    _manifest_says_trustworthy: (
+        {"t1": 0, "t2": 3, "t3": 3},
+        "manifest.json says 'capture ra' passed; judged again from raw/tcpdump-ra.log, it fails",
+    ),
+    _trustworthy_flag_flipped: (
+        {"t1": 0, "t2": 3, "t3": 3},
+        "manifest.json's check(s) capture ra failed (while it says trustworthy)",
+    ),
     _reference_runs_copied: ({"t1": 0, "t2": 3, "t3": 3}, "a copy of the lab's reference runs"),
     _edited_after_the_runs: ({"t1": 0, "t2": 3, "t3": 3}, "made with other settings than the scenario file has now"),
     _runs_before_lab_start: ({"t1": 0, "t2": 3, "t3": 3}, "made before 'testbed lab start' made this folder"),
@@ -353,7 +388,7 @@ def assert_cheat_graded(cheat, expected: tuple[dict, str], tmp_path: Path) -> No
     cheat(work, results)
     checked = lab.check(LABS / "wireless", work, results)
     points, message = expected
-    report = grading.text(checked.grade)
+    report = gradereport.text(checked.grade)
     assert {t.task.id: t.score for t in checked.grade.tasks} == points, report
     assert message in report, report
 
@@ -368,7 +403,7 @@ def test_an_answer_the_rubric_cannot_decide_is_quoted_for_grading_by_hand(tmp_pa
     graded = json.loads(checked.gradescope.read_text())
     assert graded["tests"][2]["name"].endswith("(to grade by hand)") and graded["tests"][2]["score"] == 0
     assert "TO GRADE BY HAND: answer Q3" in graded["tests"][2]["output"]
-    assert "1 to grade by hand" in grading.text(checked.grade).splitlines()[0]
+    assert "1 to grade by hand" in gradereport.text(checked.grade).splitlines()[0]
 
 
 def test_a_knob_left_todo_fails_the_runs_task_with_the_files_own_message(tmp_path):
@@ -382,8 +417,9 @@ def test_a_knob_left_todo_fails_the_runs_task_with_the_files_own_message(tmp_pat
 def test_a_band_for_another_kernel_series_grades_nothing_and_says_so(tmp_path):
     work, results = _submission(tmp_path)
     found = labresults.load_results(work, labkit.load_lab(LABS / "wireless"), results)
-    band = labkit.Band(task="t1", point="cc=reno", cc="reno", metric="goodput", series="6.12", min=0, max=1,
-                       reference=0.5)
+    band = labkit.Band(
+        task="t1", point="cc=reno", cc="reno", metric="goodput", series="6.12", min=0, max=1, reference=0.5
+    )
     check = grading.band_check(band, found)
     assert not check.graded and "for kernel 6.12" in check.detail and "grade by hand" in check.detail
     assert labkit.kernel_series("6.12.117+deb12-amd64") == "6.12" != labkit.kernel_series("6.1.0-56-amd64")
@@ -411,7 +447,7 @@ def test_hidden_variants_run_on_the_students_file_with_their_own_seeds_and_are_g
     assert sorted(asked[0][0]) == [4, 4, 5, 5]  # both points, the variant's two seeds
     t1 = checked.grade.tasks[0]
     hidden = [c for c in t1.checks if c.name.startswith("hidden variant")]
-    assert t1.passed and checked.grade.max_score == 10, grading.text(checked.grade)
+    assert t1.passed and checked.grade.max_score == 10, gradereport.text(checked.grade)
     assert len(hidden) == 1 + 4 and all("over 2 run(s)" in c.detail for c in hidden[1:])
     # the student's own bands still over their three seeds, not the variant's
     assert all("over 3 run(s)" in c.detail for c in t1.checks if c.name.startswith("goodput"))
@@ -422,7 +458,7 @@ def test_a_hidden_variant_that_does_not_complete_fails_the_runs_task(tmp_path):
     checked = lab.check(LABS / "wireless", work, results, lambda scenario, where: ["a run"] * 2)
     t1 = checked.grade.tasks[0]
     assert t1.failed and t1.score == 0 and checked.grade.score == 6
-    assert "hidden variant two other seeds: not complete: 2 run(s)" in grading.text(checked.grade)
+    assert "hidden variant two other seeds: not complete: 2 run(s)" in gradereport.text(checked.grade)
 
 
 def test_testbed_lab_check_exits_0_on_a_passing_folder_and_1_on_a_failing_one(tmp_path, monkeypatch, capsys):
@@ -460,8 +496,9 @@ def test_a_labs_notebook_runs_on_its_fixture_results_and_draws_its_figures(name,
         os.utime(table, (table.stat().st_mtime + 10, table.stat().st_mtime + 10))
     monkeypatch.setenv("LAB_RESULTS", str(results))
     notebook = nbformat.read(LABS / name / "analysis.ipynb", as_version=4)
-    nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
-                            resources={"metadata": {"path": str(tmp_path)}}).execute()
+    nbclient.NotebookClient(
+        notebook, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
     assert sorted(p.name for p in (tmp_path / "figures").glob("*.png")) == NOTEBOOK_FIGURES[name]
 
 
@@ -478,7 +515,7 @@ def test_a_run_that_never_started_is_replaced_by_a_later_attempt(tmp_path):
     (failed / "manifest.json").write_text(json.dumps(manifest))
     (failed / "flows.csv").unlink()
     checked = lab.check(LABS / "wireless", work, results)
-    assert checked.grade.tasks[0].passed, grading.text(checked.grade)
+    assert checked.grade.tasks[0].passed, gradereport.text(checked.grade)
 
 
 def test_lab_pack_zips_what_grading_reads_and_the_zip_grades_as_the_folder(tmp_path, capsys):
@@ -497,7 +534,7 @@ def test_lab_pack_zips_what_grading_reads_and_the_zip_grades_as_the_folder(tmp_p
     assert not [n for n in names if n.endswith(("report.html", "series.csv"))]
     unpacked = tmp_path / "unpacked" / "work"
     checked = lab.check(LABS / "wireless", unpacked, unpacked / "results")
-    assert checked.grade.score == 10, grading.text(checked.grade)
+    assert checked.grade.score == 10, gradereport.text(checked.grade)
     assert main(["lab", "pack", "wireless", str(tmp_path / "out"), "--work", str(tmp_path)]) == 2
     assert "not a lab folder (no lab.yaml)" in capsys.readouterr().err
 
@@ -514,8 +551,9 @@ def _gradescope_run(root: Path, upload: Path | None) -> dict:
         with zipfile.ZipFile(zipped.path) as archive:
             archive.extractall(root / "submission")
     env = {**os.environ, "AUTOGRADER_ROOT": str(root), "AUTOGRADER_PYTHON": sys.executable}
-    done = subprocess.run(["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    done = subprocess.run(
+        ["bash", str(root / "source" / "run_autograder")], env=env, capture_output=True, text=True, timeout=300
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     return json.loads((root / "results" / "results.json").read_text())
 
@@ -526,8 +564,13 @@ def test_the_gradescope_autograder_grades_an_upload_laid_out_as_gradescope_lays_
     with zipfile.ZipFile(zipped) as archive:
         names = archive.namelist()
         archive.extractall(root / "source")
-    assert {"setup.sh", "run_autograder", "cc-testbed/labs/wireless/lab.yaml", "cc-testbed/testbed/cli.py",
-            "cc-testbed/requirements.lock"} <= set(names)  # fmt: skip
+    assert {
+        "setup.sh",
+        "run_autograder",
+        "cc-testbed/labs/wireless/lab.yaml",
+        "cc-testbed/testbed/cli.py",
+        "cc-testbed/requirements.lock",
+    } <= set(names)
     assert not [n for n in names if "/solution/" in n or n.endswith("hidden.yaml") or "__pycache__" in n]
     assert subprocess.run(["bash", "-n", str(root / "source" / "setup.sh")]).returncode == 0
     work, _ = _submission(tmp_path / "student")
@@ -566,14 +609,14 @@ def _reproduce(tmp_path: Path) -> Path:
     return work
 
 
-def _grade_reproduce(work: Path) -> grading.Grade:
+def _grade_reproduce(work: Path) -> gradereport.Grade:
     return lab.check(LABS / "reproduce", work, work / "results").grade
 
 
 def test_a_students_reproduce_lab_passes_with_the_verdict_its_runs_give(tmp_path):
     graded = _grade_reproduce(_reproduce(tmp_path))
-    assert graded.score == graded.max_score == 10, grading.text(graded)
-    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in grading.text(graded)
+    assert graded.score == graded.max_score == 10, gradereport.text(graded)
+    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in gradereport.text(graded)
 
 
 def test_the_reproduce_lab_asks_for_three_seeds_a_point(tmp_path):
@@ -581,18 +624,20 @@ def test_the_reproduce_lab_asks_for_three_seeds_a_point(tmp_path):
     (work / "claim.yaml").write_text((work / "claim.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2]"))
     graded = _grade_reproduce(work)
     # the runs task fails; the verdict is judged on the runs graded (seeds 1 and 2), which decide it here
-    assert [t.score for t in graded.tasks] == [0, 3, 3], grading.text(graded)
-    assert "the lab asks for at least 3 seeds a point; the file asks for fewer at" in grading.text(graded)
-    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in grading.text(graded)
+    assert [t.score for t in graded.tasks] == [0, 3, 3], gradereport.text(graded)
+    assert "the lab asks for at least 3 seeds a point; the file asks for fewer at" in gradereport.text(graded)
+    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in gradereport.text(graded)
 
 
 def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
     work = _reproduce(tmp_path)
     _answer(work, "Q2", answerfile.sections(work / "answers.md")["Q2"].replace("Reproduced:", "Undecided:"))
     graded = _grade_reproduce(work)
-    assert [t.score for t in graded.tasks] == [4, 0, 3], grading.text(graded)
-    assert ("your runs give mobile-westwood-beats-reno-bernoulli: reproduced, which the answer does not say "
-            "(it says undecided)") in grading.text(graded)  # fmt: skip
+    assert [t.score for t in graded.tasks] == [4, 0, 3], gradereport.text(graded)
+    assert (
+        "your runs give mobile-westwood-beats-reno-bernoulli: reproduced, which the answer does not say "
+        "(it says undecided)"
+    ) in gradereport.text(graded)
 
 
 def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
@@ -601,8 +646,10 @@ def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
     (work / "answers.md").write_text(text)
     graded = _grade_reproduce(work)
     assert graded.tasks[1].score == 0
-    assert "the answers name none of the claims your runs decide (mobile-westwood-beats-reno-bernoulli" \
-        in grading.text(graded)  # fmt: skip
+    assert (
+        "the answers name none of the claims your runs decide (mobile-westwood-beats-reno-bernoulli"
+        in gradereport.text(graded)
+    )
 
 
 @pytest.mark.parametrize("name", ["wireless", "bufferbloat", "cwnd", "fairness"])

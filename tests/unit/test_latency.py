@@ -74,7 +74,8 @@ def test_a_wrong_latency_flow_is_a_line_numbered_error(flow, expected):
 
 def test_a_scenario_of_pings_alone_is_refused():
     text = FLOWS.replace("  - {cc: cubic, rtt_ms: 50}\n", "").replace(
-        "  - {kind: requests, cc: reno, rtt_ms: 50, size_kb: 100, think_ms: 500, start_s: 5}\n", "")
+        "  - {kind: requests, cc: reno, rtt_ms: 50, size_kb: 100, think_ms: 500, start_s: 5}\n", ""
+    )
     with pytest.raises(ScenarioError, match="at least one flow must be kind: bulk"):
         scenario(text)
 
@@ -96,9 +97,13 @@ def test_ping_output_gives_each_reply_and_the_lost_echoes():
 
 
 def test_requests_output_gives_completions_and_counts_failures_and_a_cut_line():
-    text = "\n".join([json.dumps({"start_unix": 1001.0, "completion_s": 0.25, "bytes": 100_000}),
-                      json.dumps({"start_unix": 1002.0, "completion_s": 60.0, "bytes": 0, "error": "timeout"}),
-                      '{"start_unix": 1003.0, "compl'])  # fmt: skip
+    text = "\n".join(
+        [
+            json.dumps({"start_unix": 1001.0, "completion_s": 0.25, "bytes": 100_000}),
+            json.dumps({"start_unix": 1002.0, "completion_s": 60.0, "bytes": 0, "error": "timeout"}),
+            '{"start_unix": 1003.0, "compl',
+        ]
+    )
     assert request_samples(text) == ([(1001.0, 250.0)], 1)
 
 
@@ -106,9 +111,13 @@ def test_a_runs_latency_samples_and_percentiles_are_on_its_time_axis(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
     (raw / "ping-p0.txt").write_text(PING)
-    manifest = {"t0_unix_s": 1000.0, "latency_flows": [
-        {"id": "p0", "kind": "ping", "flow": 1, "direction": "forward"},
-        {"id": "q1", "kind": "requests", "flow": 2, "direction": "forward"}]}  # fmt: skip
+    manifest = {
+        "t0_unix_s": 1000.0,
+        "latency_flows": [
+            {"id": "p0", "kind": "ping", "flow": 1, "direction": "forward"},
+            {"id": "q1", "kind": "requests", "flow": 2, "direction": "forward"},
+        ],
+    }
     samples, summary = latency_frames(raw, manifest)
     assert list(samples["t_s"]) == pytest.approx([0.5, 0.6, 0.8])
     ping = summary.set_index("id").loc["p0"]
@@ -119,9 +128,21 @@ def test_a_runs_latency_samples_and_percentiles_are_on_its_time_axis(tmp_path):
 def test_the_queues_delay_is_its_backlog_over_its_rate(tmp_path):
     raw = tmp_path / "raw"
     raw.mkdir()
-    pd.DataFrame({"t_s": [0.1, 0.2], "node": "rl", "intf": "rl-eth0", "bytes": [0, 1], "packets": [0, 1],
-                  "drops": [0, 2], "overlimits": 0, "backlog_bytes": [12_500, 125_000], "backlog_pkts": [9, 83],
-                  "marks": [0, 5], "delay_ms": [4.0, 6.5]}).to_csv(raw / "queues.csv", index=False)  # fmt: skip
+    pd.DataFrame(
+        {
+            "t_s": [0.1, 0.2],
+            "node": "rl",
+            "intf": "rl-eth0",
+            "bytes": [0, 1],
+            "packets": [0, 1],
+            "drops": [0, 2],
+            "overlimits": 0,
+            "backlog_bytes": [12_500, 125_000],
+            "backlog_pkts": [9, 83],
+            "marks": [0, 5],
+            "delay_ms": [4.0, 6.5],
+        }
+    ).to_csv(raw / "queues.csv", index=False)
     bottleneck = {"node": "rl", "intf": "rl-eth0", "rate_mbit": 10, "direction": "forward"}
     manifest = {"topology": {"bottlenecks": [bottleneck]}}
     delays = queue_delays(raw, manifest)
@@ -134,18 +155,42 @@ def test_shortflows_times_each_transfer_on_a_new_connection_of_its_own_port(tmp_
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen([sys.executable, str(SHORTFLOWS), "serve", "--bind", "127.0.0.1", "--port", str(port),
-                               "--cc", "reno"])  # fmt: skip
+    server = subprocess.Popen(
+        [sys.executable, str(SHORTFLOWS), "serve", "--bind", "127.0.0.1", "--port", str(port), "--cc", "reno"]
+    )
     client = None
     try:
         deadline = time.monotonic() + 10
         while not listening(server.pid, port):
             assert time.monotonic() < deadline and server.poll() is None, "the server did not listen"
             time.sleep(0.02)
-        client = subprocess.Popen([sys.executable, str(SHORTFLOWS), "fetch", "--server", "127.0.0.1",
-                                   "--port", str(port), "--bind", "127.0.0.1", "--first-port", "21000",
-                                   "--ports", "4", "--size", "200000", "--think-ms", "50", "--duration-s", "1",
-                                   "--cc", "reno"], stdout=subprocess.PIPE, text=True)  # fmt: skip
+        client = subprocess.Popen(
+            [
+                sys.executable,
+                str(SHORTFLOWS),
+                "fetch",
+                "--server",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--bind",
+                "127.0.0.1",
+                "--first-port",
+                "21000",
+                "--ports",
+                "4",
+                "--size",
+                "200000",
+                "--think-ms",
+                "50",
+                "--duration-s",
+                "1",
+                "--cc",
+                "reno",
+            ],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         while process_state(client.pid) != "T":  # ready and holding itself
             assert time.monotonic() < deadline and client.poll() is None
             time.sleep(0.02)

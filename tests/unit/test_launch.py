@@ -16,9 +16,24 @@ from testbed.plan.connections import Connection
 
 
 def conn(**kw) -> Connection:
-    base = dict(id="c0", flow=0, replica=0, period=0, pair=0, cc="reno", direction="forward", sender="l0",
-                sender_ip="10.1.0.1", receiver="r0", receiver_ip="10.2.0.1", server_port=5201, client_port=40000,
-                start_s=0.0, stop_s=10.0, base_rtt_ms=100.0)  # fmt: skip
+    base = dict(
+        id="c0",
+        flow=0,
+        replica=0,
+        period=0,
+        pair=0,
+        cc="reno",
+        direction="forward",
+        sender="l0",
+        sender_ip="10.1.0.1",
+        receiver="r0",
+        receiver_ip="10.2.0.1",
+        server_port=5201,
+        client_port=40000,
+        start_s=0.0,
+        stop_s=10.0,
+        base_rtt_ms=100.0,
+    )
     return Connection(**{**base, **kw})
 
 
@@ -79,10 +94,13 @@ def test_the_shim_stops_a_process_at_its_first_connect_and_lets_it_go_on(tmp_pat
     assert launch.build_hold_library(log=lambda *_: None) == library  # cached by source version
     listener = socket.create_server(("127.0.0.1", 0))
     port = listener.getsockname()[1]
-    code = (f"import socket, sys; print('started', flush=True); s = socket.create_connection(('127.0.0.1', {port})); "
-            f"s.sendall(b'x'); print('connected', flush=True)")  # fmt: skip
-    with subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, LD_PRELOAD=str(library)),
-                          stdout=subprocess.PIPE, text=True) as proc:  # fmt: skip
+    code = (
+        f"import socket, sys; print('started', flush=True); s = socket.create_connection(('127.0.0.1', {port})); "
+        f"s.sendall(b'x'); print('connected', flush=True)"
+    )
+    with subprocess.Popen(
+        [sys.executable, "-c", code], env=dict(os.environ, LD_PRELOAD=str(library)), stdout=subprocess.PIPE, text=True
+    ) as proc:
         _hold_and_release(proc, listener)
     listener.close()
 
@@ -120,11 +138,13 @@ def test_the_shim_holds_the_end_of_test_message_until_the_data_is_acknowledged(t
     library = launch.build_hold_library(log=lambda *_: None)
     control, data = socket.create_server(("127.0.0.1", 0)), socket.create_server(("127.0.0.1", 0))
     data.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
-    code = (f"import os, socket; print('started', flush=True); "
-            f"c = socket.create_connection(('127.0.0.1', {control.getsockname()[1]})); "
-            f"d = socket.create_connection(('127.0.0.1', {data.getsockname()[1]})); d.setblocking(False)\n"
-            f"try:\n    d.send(b'x' * 4_000_000)\nexcept BlockingIOError:\n    pass\n"
-            f"os.write(c.fileno(), bytes([4])); print('ended', flush=True)")  # fmt: skip
+    code = (
+        f"import os, socket; print('started', flush=True); "
+        f"c = socket.create_connection(('127.0.0.1', {control.getsockname()[1]})); "
+        f"d = socket.create_connection(('127.0.0.1', {data.getsockname()[1]})); d.setblocking(False)\n"
+        f"try:\n    d.send(b'x' * 4_000_000)\nexcept BlockingIOError:\n    pass\n"
+        f"os.write(c.fileno(), bytes([4])); print('ended', flush=True)"
+    )
     env = dict(os.environ, LD_PRELOAD=str(library), **({"CC_TESTBED_DRAIN": "1"} if drain else {}))
     accepted: list[socket.socket] = []
     with subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE, text=True) as proc:

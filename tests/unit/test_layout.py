@@ -9,8 +9,17 @@ from pathlib import Path
 from tests.prerequisites import require_module
 
 PROJECT = Path(__file__).resolve().parents[2]
-ROOMS = ["testbed/scenario", "testbed/plan", "testbed/results", "testbed/guest", "testbed/host", "testbed/report",
-         "testbed/labs", "testbed/workflows", "analysis"]
+ROOMS = [
+    "testbed/scenario",
+    "testbed/plan",
+    "testbed/results",
+    "testbed/guest",
+    "testbed/host",
+    "testbed/report",
+    "testbed/labs",
+    "testbed/workflows",
+    "analysis",
+]
 
 
 def test_the_import_contracts_hold(capsys):

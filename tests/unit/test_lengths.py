@@ -13,10 +13,21 @@ import pytest
 from analysis import claims, flowrows, lengths
 from analysis.run import RunAnalysis
 
-CLAIM = claims.Claim.model_validate({
-    "id": "w-beats-r", "experiment": "exp", "source": "s", "quote": "q", "paper_numbers": "n", "metric": "goodput",
-    "expect": "higher", "paper_effect": 0.2, "paper_effect_from": "test", "a": {"cc": "westwood"}, "b": {"cc": "reno"},
-})  # fmt: skip
+CLAIM = claims.Claim.model_validate(
+    {
+        "id": "w-beats-r",
+        "experiment": "exp",
+        "source": "s",
+        "quote": "q",
+        "paper_numbers": "n",
+        "metric": "goodput",
+        "expect": "higher",
+        "paper_effect": 0.2,
+        "paper_effect_from": "test",
+        "a": {"cc": "westwood"},
+        "b": {"cc": "reno"},
+    }
+)
 
 
 def _series(rates: list[tuple[float, float]], duration: float) -> pd.DataFrame:
@@ -30,14 +41,22 @@ def _series(rates: list[tuple[float, float]], duration: float) -> pd.DataFrame:
 
 
 def _run(cc: str, seed: int, rates: list[tuple[float, float]], duration: float = 60.0) -> RunAnalysis:
-    manifest = {"scenario": "exp", "profile": "quick", "params": {"cc": cc}, "point_id": f"exp.cc={cc}",
-                "seed": seed, "kernel": {"release": "6.1.0-56-amd64"},
-                "resolved": {"duration_s": duration}}  # fmt: skip
+    manifest = {
+        "scenario": "exp",
+        "profile": "quick",
+        "params": {"cc": cc},
+        "point_id": f"exp.cc={cc}",
+        "seed": seed,
+        "kernel": {"release": "6.1.0-56-amd64"},
+        "resolved": {"duration_s": duration},
+    }
     flows = pd.DataFrame([{"conn": "c0", "flow": 0, "replica": 0}])
-    totals = pd.DataFrame([{"flow": 0, "replica": 0, "cc": cc, "direction": "forward", "goodput_mbit": 1.0,
-                            "recv_goodput_mbit": 1.0}])  # fmt: skip
-    return RunAnalysis(Path(f"/runs/{cc}-{seed}"), manifest, flows, _series(rates, duration), status="complete",
-                       flow_totals=totals)  # fmt: skip
+    totals = pd.DataFrame(
+        [{"flow": 0, "replica": 0, "cc": cc, "direction": "forward", "goodput_mbit": 1.0, "recv_goodput_mbit": 1.0}]
+    )
+    return RunAnalysis(
+        Path(f"/runs/{cc}-{seed}"), manifest, flows, _series(rates, duration), status="complete", flow_totals=totals
+    )
 
 
 def test_a_windows_goodput_is_the_acknowledged_bytes_in_it():
@@ -50,8 +69,18 @@ def test_a_windows_goodput_is_the_acknowledged_bytes_in_it():
 
 
 def test_the_windows_a_run_allows():
-    assert [w.label for w in lengths.windows_for(60)] == ["0-10 s", "0-15 s", "0-20 s", "0-25 s", "0-30 s", "0-40 s",
-                                                          "0-end s", "10-end s", "20-end s", "30-end s"]  # fmt: skip
+    assert [w.label for w in lengths.windows_for(60)] == [
+        "0-10 s",
+        "0-15 s",
+        "0-20 s",
+        "0-25 s",
+        "0-30 s",
+        "0-40 s",
+        "0-end s",
+        "10-end s",
+        "20-end s",
+        "30-end s",
+    ]
     assert [w.label for w in lengths.windows_for(10)] == ["0-end s"]
 
 

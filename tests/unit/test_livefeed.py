@@ -38,8 +38,9 @@ def test_a_finished_session_gives_each_runs_records_in_plan_order(session):
     kinds = [r["kind"] for r in records]
     assert kinds[0] == "session" and kinds.count("result") == 12  # the end and the goodput, per run
     runs = [r["run"] for r in records if r["kind"] == "flow"]
-    assert list(dict.fromkeys(runs)) == [r for r in json.loads((session / "plan.json").read_text())["runs"]
-                                        for r in [r["run_dir"]]]  # fmt: skip
+    assert list(dict.fromkeys(runs)) == [
+        r for r in json.loads((session / "plan.json").read_text())["runs"] for r in [r["run_dir"]]
+    ]
     progress = [r for r in records if r["kind"] == "progress"]
     assert [p["done"] for p in progress] == [1, 2, 3, 4, 5, 6] and progress[-1]["finished"]
     assert livefeed.finished(session)
@@ -85,10 +86,12 @@ def test_files_read_as_they_grow_give_the_same_records(session, tmp_path):
 
 
 def test_the_expectations_are_the_papers_lines():
-    manifest = {"topology": {"bottlenecks": [{"direction": "forward", "rate_mbit": 10.0},
-                                             {"direction": "reverse", "rate_mbit": 10.0}]},
-                "connections": [{"direction": "forward", "base_rtt_ms": 100.0},
-                                {"direction": "forward", "base_rtt_ms": 120.0}]}  # fmt: skip
+    manifest = {
+        "topology": {
+            "bottlenecks": [{"direction": "forward", "rate_mbit": 10.0}, {"direction": "reverse", "rate_mbit": 10.0}]
+        },
+        "connections": [{"direction": "forward", "base_rtt_ms": 100.0}, {"direction": "forward", "base_rtt_ms": 120.0}],
+    }
     assert livefeed.expectations(manifest) == {"rate_mbit": 10.0, "fair_mbit": 5.0, "bdp_pkts": 83.3}
     assert livefeed.expectations({}) == {}
 

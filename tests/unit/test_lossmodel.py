@@ -26,9 +26,13 @@ def test_deterministic_alternating_timeline_is_exact():
     model = TimedTwoStateLoss(good_s=1, bad_s=0.1, bad_loss_pct=10)
     states = timeline(model, seed=1, horizon_s=3.3)
     assert [(s.bad, round(s.start_s, 9), round(s.end_s, 9), s.loss_pct) for s in states] == [
-        (False, 0, 1, 0), (True, 1, 1.1, 10), (False, 1.1, 2.1, 0), (True, 2.1, 2.2, 10), (False, 2.2, 3.2, 0),
+        (False, 0, 1, 0),
+        (True, 1, 1.1, 10),
+        (False, 1.1, 2.1, 0),
+        (True, 2.1, 2.2, 10),
+        (False, 2.2, 3.2, 0),
         (True, 3.2, 3.3, 10),
-    ]  # fmt: skip
+    ]
 
 
 def test_paper_000_next_state_is_drawn_with_probability_one_half():
@@ -71,8 +75,9 @@ def test_netem_arguments_of_per_packet_models():
 
 def netem_4state_losses(model: FourStateLoss, packets: int, seed: int) -> int:
     """Replay sch_netem.c's loss_4state (Linux 6.1) packet by packet: how many of ``packets`` it loses."""
-    p13, p31, p32, p23, p14 = (v / 100 for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct,
-                                                  model.p14_pct))  # fmt: skip
+    p13, p31, p32, p23, p14 = (
+        v / 100 for v in (model.p13_pct, model.p31_pct, model.p32_pct, model.p23_pct, model.p14_pct)
+    )
     rng, state, lost = random.Random(seed), 1, 0
     for _ in range(packets):
         rnd = rng.random()
@@ -88,11 +93,14 @@ def netem_4state_losses(model: FourStateLoss, packets: int, seed: int) -> int:
     return lost
 
 
-@pytest.mark.parametrize("params", [
-    {"p13_pct": 2},  # tc's defaults: one loss, then back to the gap
-    {"p13_pct": 1, "p31_pct": 30, "p32_pct": 20, "p23_pct": 40, "p14_pct": 0.5},
-    {"p13_pct": 5, "p31_pct": 60, "p32_pct": 30, "p23_pct": 10, "p14_pct": 2},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "params",
+    [
+        {"p13_pct": 2},  # tc's defaults: one loss, then back to the gap
+        {"p13_pct": 1, "p31_pct": 30, "p32_pct": 20, "p23_pct": 40, "p14_pct": 0.5},
+        {"p13_pct": 5, "p31_pct": 60, "p32_pct": 30, "p23_pct": 10, "p14_pct": 2},
+    ],
+)
 def test_four_state_stationary_loss_matches_netems_chain(params):
     model = FourStateLoss(**params)
     packets = 400_000
@@ -188,8 +196,14 @@ def test_the_manifest_names_every_random_source_and_what_it_is_drawn_from():
 
     def egress(loss: dict) -> dict:
         bottleneck = {"rate_mbit": 10, "queue_pkts": 100, **loss}
-        scenario = scenario_from_dict({"topology": {"name": "dumbbell", "bottleneck": bottleneck},
-                                       "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 5}, name="t")  # fmt: skip
+        scenario = scenario_from_dict(
+            {
+                "topology": {"name": "dumbbell", "bottleneck": bottleneck},
+                "flows": [{"cc": "reno", "rtt_ms": 20}],
+                "duration_s": 5,
+            },
+            name="t",
+        )
         return TOPOLOGIES["dumbbell"].from_scenario(scenario.points[0].scenario).netspec().egress
 
     seeded = random_sources(egress({"loss_pct": 5}), seed=3)

@@ -41,8 +41,9 @@ def calibrate(monkeypatch, measurements: dict[int, list[float]]):
     """Run the calibration with pair -> successive ping minima; returns (records, checks, applied delays)."""
     rounds = {pair: iter(values) for pair, values in measurements.items()}
     applied = []
-    monkeypatch.setattr(calibration, "ping_pairs",
-                        lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
+    monkeypatch.setattr(
+        calibration, "ping_pairs", lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns}
+    )
     monkeypatch.setattr(calibration, "set_delay", lambda path, intf, delay_ms, *cls: applied.append((intf, delay_ms)))
     net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
     connections = [SimpleNamespace(pair=pair) for pair in measurements]
@@ -97,8 +98,9 @@ def test_per_destination_delays_are_set_per_interface_in_one_call_each_round(mon
 
     rounds = {0: iter([104.0, 100.0]), 1: iter([102.0, 100.0]), 2: iter([100.1])}
     calls = []
-    monkeypatch.setattr(calibration, "ping_pairs",
-                        lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns})  # fmt: skip
+    monkeypatch.setattr(
+        calibration, "ping_pairs", lambda net, conns: {c.pair: ping(next(rounds[c.pair])) for c in conns}
+    )
     monkeypatch.setattr(calibration, "set_delays", lambda path, intf, delays: calls.append((path, intf, delays)))
     net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
     calibration.calibrate_delays(net, PerDestination(), [SimpleNamespace(pair=p) for p in (0, 1, 2)])
@@ -128,8 +130,12 @@ def test_a_probe_that_reads_off_is_run_once_more_and_both_are_recorded(monkeypat
     low, good = udp_server_json([9.7, 9.7, 8.8, 8.8, 8.8, 9.7]), udp_server_json([9.7, 9.7, 9.7, 9.7, 9.7, 9.7])
     (check,), files = probe(monkeypatch, tmp_path, [low, good], [Probe("forward", 0, 10, 100)])
     assert check.ok and "attempt 2 (before: 8.800)" in check.detail
-    assert files == ["udp-probe-forward-attempt1-client.json", "udp-probe-forward-attempt1-server.json",
-                     "udp-probe-forward-client.json", "udp-probe-forward-server.json"]  # fmt: skip
+    assert files == [
+        "udp-probe-forward-attempt1-client.json",
+        "udp-probe-forward-attempt1-server.json",
+        "udp-probe-forward-client.json",
+        "udp-probe-forward-server.json",
+    ]
 
 
 def test_a_probe_off_twice_fails_and_one_without_result_says_so(monkeypatch, tmp_path):
@@ -140,8 +146,9 @@ def test_a_probe_off_twice_fails_and_one_without_result_says_so(monkeypatch, tmp
 
 def test_a_second_probe_in_one_direction_is_named_by_its_pair(monkeypatch, tmp_path):
     good = udp_server_json([9.7] * 6)
-    checks, files = probe(monkeypatch, tmp_path, [good, good],
-                          [Probe("forward", 0, 10, 100), Probe("forward", 1, 10, 100)])  # fmt: skip
+    checks, files = probe(
+        monkeypatch, tmp_path, [good, good], [Probe("forward", 0, 10, 100), Probe("forward", 1, 10, 100)]
+    )
     assert [c.name for c in checks] == ["bottleneck rate forward", "bottleneck rate forward pair 1"]
     assert "udp-probe-forward-pair1-server.json" in files and "udp-probe-forward-server.json" in files
 
@@ -154,8 +161,10 @@ def test_rate_checks_probe_only_the_bottlenecks_their_traffic_could_not_decide(m
     unused = Bottleneck("r3", "r3-eth0", 2.0, 20, "other")
 
     def samples(b, backlogs):
-        return [queues.QueueSample(i / 10, b.node, b.intf, 25_000 * i, i, 0, 0, q, q // 1514)
-                for i, q in enumerate(backlogs)]  # fmt: skip
+        return [
+            queues.QueueSample(i / 10, b.node, b.intf, 25_000 * i, i, 0, 0, q, q // 1514)
+            for i, q in enumerate(backlogs)
+        ]
 
     # 2 Mbit/s sends 25 kB in 0.1 s: a queue of 30 kB keeps the link busy, one that stood 0.2 s cannot tell
     taken = samples(busy, [30_000] * 30) + samples(idle, [30_000, 30_000, 0] + [0] * 27)
@@ -205,8 +214,14 @@ def test_a_passive_reading_that_is_off_is_checked_again_under_a_probe(monkeypatc
     slow = [queues.QueueSample(i / 10, "r1", "r1-eth1", 22_500 * i, i, 0, 0, 30_000, 20) for i in range(30)]
     probed = []
     monkeypatch.setattr(probing, "probe_direction", lambda net, topo, probes, todo, raw: probed.append(todo) or [])
-    probing.rate_checks(None, SimpleNamespace(probes=lambda: []), SimpleNamespace(bottlenecks=[link]),
-                        [SimpleNamespace(direction="forward")], tmp_path, slow)  # fmt: skip
+    probing.rate_checks(
+        None,
+        SimpleNamespace(probes=lambda: []),
+        SimpleNamespace(bottlenecks=[link]),
+        [SimpleNamespace(direction="forward")],
+        tmp_path,
+        slow,
+    )
     ((name, bottleneck, passive),) = probed[0]
     assert name == "bottleneck rate forward" and not passive.ok and "-10.0%" in passive.detail
 
@@ -231,10 +246,19 @@ def test_a_kept_network_is_probed_once_per_direction_and_only_a_passing_probe_is
         raw = tmp_path / name / "raw"
         raw.mkdir(parents=True)
         # the queue stood 0.2 s: the passive reading cannot decide
-        stood = [queues.QueueSample(i / 10, "r1", "r1-eth1", 25_000 * i, i, 0, 0, q, q // 1514)
-                 for i, q in enumerate([30_000, 30_000] + [0] * 28)]  # fmt: skip
-        return probing.rate_checks(None, SimpleNamespace(probes=lambda: []), SimpleNamespace(bottlenecks=[link]),
-                                   [SimpleNamespace(direction="forward")], raw, stood, probed=probed)  # fmt: skip
+        stood = [
+            queues.QueueSample(i / 10, "r1", "r1-eth1", 25_000 * i, i, 0, 0, q, q // 1514)
+            for i, q in enumerate([30_000, 30_000] + [0] * 28)
+        ]
+        return probing.rate_checks(
+            None,
+            SimpleNamespace(probes=lambda: []),
+            SimpleNamespace(bottlenecks=[link]),
+            [SimpleNamespace(direction="forward")],
+            raw,
+            stood,
+            probed=probed,
+        )
 
     (first,), (second,), (third,) = run("seed=1"), run("seed=2"), run("seed=3")
     assert calls == ["seed=1", "seed=2"], "a failed probe is not handed on; a passing one is"
@@ -251,8 +275,9 @@ def test_a_kept_network_keeps_its_calibrated_delays(monkeypatch):
     net = SimpleNamespace(netns_path=lambda node: f"/proc/{node}")
     calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a")
     applied.clear()
-    records, _ = calibration.calibrate_delays(net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a",
-                                              delays_set=True)  # fmt: skip
+    records, _ = calibration.calibrate_delays(
+        net, Topology(), [SimpleNamespace(pair=0)], shape="dumbbell-a", delays_set=True
+    )
     assert applied == [] and records[0]["reused"]
 
 
@@ -289,8 +314,11 @@ def test_a_probe_whose_start_was_lost_is_given_up_at_once_not_at_its_end(monkeyp
     start_check = probing.UDP_START_CHECK_S + probing.UDP_START_RTTS * 0.1
     full = probing.UDP_PROBE_S + 0.2 + probing.UDP_PROBE_SLACK_S
     given = full if flowed else 0.0
-    assert client.given == [("wait", pytest.approx(start_check)), ("communicate", pytest.approx(given)),
-                            ("communicate", None)]  # fmt: skip
+    assert client.given == [
+        ("wait", pytest.approx(start_check)),
+        ("communicate", pytest.approx(given)),
+        ("communicate", None),
+    ]
 
 
 class _Client:
@@ -323,8 +351,9 @@ def test_a_probe_ends_once_its_queues_read_the_rate(monkeypatch, decides_after):
 def test_a_probe_ended_by_its_queues_is_not_run_again(monkeypatch, tmp_path):
     # the received rate of a probe cut short reads nothing useful; the queues decide, so no second attempt
     runs = []
-    monkeypatch.setattr(probing, "udp_probe", lambda net, topology, p, flowing=None, enough=None:
-                        runs.append(1) or ("{}", "{}"))  # fmt: skip
+    monkeypatch.setattr(
+        probing, "udp_probe", lambda net, topology, p, flowing=None, enough=None: runs.append(1) or ("{}", "{}")
+    )
     monkeypatch.setattr(probing.time, "sleep", lambda s: None)
     topology = SimpleNamespace(base_rtt_ms=lambda pair: 100.0)
     p = Probe("forward", 0, 10, 100)

@@ -25,11 +25,14 @@ import pytest
 def test_long():
     pytest.skip("too long for make test")
 """
-ONE_RUNS = SKIPS_FOR_ITS_OWN_REASON + """
+ONE_RUNS = (
+    SKIPS_FOR_ITS_OWN_REASON
+    + """
 
 def test_runs():
     assert True
 """
+)
 
 
 def _pytest(tmp_path: Path, source: str, strict: bool) -> subprocess.CompletedProcess:
@@ -39,9 +42,26 @@ def _pytest(tmp_path: Path, source: str, strict: bool) -> subprocess.CompletedPr
     if strict:
         env["CC_TESTBED_REQUIRE_TIERS"] = "1"
     # tests/conftest.py as a plugin: its session hook, as for the tiers under tests/
-    return subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.conftest", "-rs", "-p", "no:cacheprovider",
-                           "--rootdir", str(tmp_path), str(test)], cwd=PROJECT, env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "tests.conftest",
+            "-rs",
+            "-p",
+            "no:cacheprovider",
+            "--rootdir",
+            str(tmp_path),
+            str(test),
+        ],
+        cwd=PROJECT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_a_missing_tool_skips_with_its_reason_outside_ci(tmp_path):
@@ -57,9 +77,10 @@ def test_a_missing_tool_fails_under_require_tiers(tmp_path):
     assert "--require-tiers" in done.stdout and "1 failed" in done.stdout
 
 
-@pytest.mark.parametrize(("source", "strict", "code"), [(SKIPS_FOR_ITS_OWN_REASON, True, 1),
-                                                        (SKIPS_FOR_ITS_OWN_REASON, False, 0),
-                                                        (ONE_RUNS, True, 0)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("source", "strict", "code"),
+    [(SKIPS_FOR_ITS_OWN_REASON, True, 1), (SKIPS_FOR_ITS_OWN_REASON, False, 0), (ONE_RUNS, True, 0)],
+)
 def test_a_tier_where_every_test_skipped_fails_only_when_required(tmp_path, source, strict, code):
     done = _pytest(tmp_path, source, strict)
     assert done.returncode == code, done.stdout

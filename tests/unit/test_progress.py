@@ -53,8 +53,13 @@ def test_a_reason_of_several_lines_is_written_on_one():
 
 
 def test_other_lines_are_no_event():
-    for text in ["  collected: servers_exit in 0.1 s", "run 1/2", "backend: guest (not root)", "",
-                 "  fidelity: base RTT pair 0: ok: 20.1 ms"]:  # fmt: skip
+    for text in [
+        "  collected: servers_exit in 0.1 s",
+        "run 1/2",
+        "backend: guest (not root)",
+        "",
+        "  fidelity: base RTT pair 0: ok: 20.1 ms",
+    ]:
         assert progress.parse_line(text) is None
 
 
@@ -71,8 +76,10 @@ def test_the_runner_and_the_session_log_tagged_lines_on_stdout(logged, capsys):
     runner.log(progress.format_line(EVENTS[2]))
     session.log("backend: guest (not root)")
     out, err = capsys.readouterr()
-    assert out.splitlines() == ["[testbed] run 1/3: a b cc=westwood,loss_pct=0.5 seed=7 (ETA 1.5 min)",
-                                "[testbed] backend: guest (not root)"]  # fmt: skip
+    assert out.splitlines() == [
+        "[testbed] run 1/3: a b cc=westwood,loss_pct=0.5 seed=7 (ETA 1.5 min)",
+        "[testbed] backend: guest (not root)",
+    ]
     assert err == ""
     assert progress.configure_logging() is logged  # configured once, however often it is called
 
@@ -90,23 +97,37 @@ PRODUCER = textwrap.dedent("""
 
 
 def test_lines_from_a_runner_process_drive_the_hang_watch_and_the_host_watch(tmp_path, monkeypatch):
-    run_lines = [progress.format_line(e) for e in [
-        progress.RunStarted(index=1, total=2, scenario="s", point_id="p", seed=1, eta_s=120.0),
-        progress.TrafficWindow(edge="begins"), progress.TrafficTick(t_s=5.0, duration_s=10.0, active=1),
-        progress.TrafficWindow(edge="ends"), progress.RunEnded(index=1, total=2, status="complete"),
-        progress.RunStarted(index=2, total=2, scenario="s", point_id="p", seed=2, eta_s=60.0),
-    ]]  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", PRODUCER, *run_lines], cwd=PROJECT, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT)  # fmt: skip
-    snapshots = iter([hostload.Snapshot(0.0, (0,) * 8, 0, 0, 0, 0.0, ()),
-                      hostload.Snapshot(10.0, (10,) * 8, 0, 0, 0, 0.0, ())])  # fmt: skip
+    run_lines = [
+        progress.format_line(e)
+        for e in [
+            progress.RunStarted(index=1, total=2, scenario="s", point_id="p", seed=1, eta_s=120.0),
+            progress.TrafficWindow(edge="begins"),
+            progress.TrafficTick(t_s=5.0, duration_s=10.0, active=1),
+            progress.TrafficWindow(edge="ends"),
+            progress.RunEnded(index=1, total=2, status="complete"),
+            progress.RunStarted(index=2, total=2, scenario="s", point_id="p", seed=2, eta_s=60.0),
+        ]
+    ]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", PRODUCER, *run_lines], cwd=PROJECT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+    )
+    snapshots = iter(
+        [hostload.Snapshot(0.0, (0,) * 8, 0, 0, 0, 0.0, ()), hostload.Snapshot(10.0, (10,) * 8, 0, 0, 0, 0.0, ())]
+    )
     monkeypatch.setattr(hostload, "snapshot", lambda own, cores=None, tree=None: next(snapshots))
     watch = hostload.HostWatch(["p/seed1", "p/seed2"], own=set)
     hang = remote.RunnerProgress([100.0, 50.0], started=0.0, start_timeout_s=60)
     seen = []
     with proc, open(tmp_path / "console.log", "wb") as console:
-        ready_s = remote.follow(proc, console, hang, label="test", start_timeout_s=60, timeout_s=60,
-                                on_line=lambda text, now: (seen.append(text), watch.on_line(text, now)))  # fmt: skip
+        ready_s = remote.follow(
+            proc,
+            console,
+            hang,
+            label="test",
+            start_timeout_s=60,
+            timeout_s=60,
+            on_line=lambda text, now: (seen.append(text), watch.on_line(text, now)),
+        )
     assert ready_s is not None and proc.returncode == 0, (tmp_path / "console.log").read_text()
     assert seen == run_lines
     assert hang.current == 1 and "run 2/2" in hang.describe(1)
@@ -125,15 +146,18 @@ def test_the_bar_counts_runs_done_across_a_second_boot():
     logger.addHandler(bar)
     logger.setLevel(logging.INFO)
     try:
-        for event in [progress.SessionPlanned(name="s", profile=None, runs=3, estimate_s=600.0),
-                      progress.RunStarted(index=1, total=3, scenario="s", point_id="p", seed=1, eta_s=600.0),
-                      progress.RunEnded(index=1, total=3, status="complete"),
-                      progress.RunStarted(index=2, total=3, scenario="s", point_id="p", seed=2, eta_s=400.0)]:
+        for event in [
+            progress.SessionPlanned(name="s", profile=None, runs=3, estimate_s=600.0),
+            progress.RunStarted(index=1, total=3, scenario="s", point_id="p", seed=1, eta_s=600.0),
+            progress.RunEnded(index=1, total=3, status="complete"),
+            progress.RunStarted(index=2, total=3, scenario="s", point_id="p", seed=2, eta_s=400.0),
+        ]:
             logger.info(progress.format_line(event))
         logger.info("the guest stopped responding; booting it once more for the 2 runs not finished")
         # the second boot's plan numbers the 2 runs left from 1
-        logger.info(progress.format_line(progress.RunStarted(index=1, total=2, scenario="s", point_id="p", seed=2,
-                                                             eta_s=400.0)))  # fmt: skip
+        logger.info(
+            progress.format_line(progress.RunStarted(index=1, total=2, scenario="s", point_id="p", seed=2, eta_s=400.0))
+        )
     finally:
         logger.removeHandler(bar)
     task = bar.bar.tasks[0]
@@ -148,23 +172,39 @@ def test_run_writes_the_session_folder_and_report_for_scripts(tmp_path, monkeypa
     from testbed.report import session as session_report
 
     scenario = tmp_path / "s.yaml"
-    scenario.write_text("topology: {name: dumbbell, bottleneck: {rate_mbit: 10}}\nflows: [{cc: reno, rtt_ms: 10}]\n"
-                        "duration_s: 5\n")  # fmt: skip
+    scenario.write_text(
+        "topology: {name: dumbbell, bottleneck: {rate_mbit: 10}}\nflows: [{cc: reno, rtt_ms: 10}]\nduration_s: 5\n"
+    )
     folder = tmp_path / "results" / "s" / "one"
     run = folder / "p" / "seed1"
-    monkeypatch.setattr(session, "run_session", lambda *a, **k: session.SessionResult(
-        folder, [run], {str(run): "complete"}, {"kind": "local"}))  # fmt: skip
-    monkeypatch.setattr(session_report, "write_session_report", lambda directory: type("R", (), {
-        "summary_text": "1 run", "html_path": directory / "report.html"})())  # fmt: skip
+    monkeypatch.setattr(
+        session,
+        "run_session",
+        lambda *a, **k: session.SessionResult(folder, [run], {str(run): "complete"}, {"kind": "local"}),
+    )
+    monkeypatch.setattr(
+        session_report,
+        "write_session_report",
+        lambda directory: type("R", (), {"summary_text": "1 run", "html_path": directory / "report.html"})(),
+    )
     handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM,)}
     try:
         done = tmp_path / "done.json"
         assert main(["run", str(scenario), "--results", str(tmp_path / "results"), "--done-file", str(done)]) == 0
-        assert json.loads(done.read_text()) == {"schema_version": progress.SCHEMA, "session": str(folder),
-                                                "report": str(folder / "report.html"), "complete": 1, "total": 1}
+        assert json.loads(done.read_text()) == {
+            "schema_version": progress.SCHEMA,
+            "session": str(folder),
+            "report": str(folder / "report.html"),
+            "complete": 1,
+            "total": 1,
+        }
         assert f"report: {folder / 'report.html'}" in capsys.readouterr().out  # still printed for people
-        assert main(["run", str(scenario), "--results", str(tmp_path / "results"), "--no-report",
-                     "--done-file", str(done)]) == 0  # fmt: skip
+        assert (
+            main(
+                ["run", str(scenario), "--results", str(tmp_path / "results"), "--no-report", "--done-file", str(done)]
+            )
+            == 0
+        )
         assert progress.SessionDone.model_validate_json(done.read_text()).report is None
     finally:
         for sig, handler in handlers.items():

@@ -47,8 +47,15 @@ def bottleneck_leaf(queue: str):
 def test_fq_codel_goes_in_with_its_parameters_in_the_kernels_units():
     leaf = bottleneck_leaf("queue: {discipline: fq_codel, target_ms: 2.5, interval_ms: 50, ce_threshold_ms: 1}")
     assert (leaf.command, leaf.kind) == ("add", "fq_codel")
-    assert leaf.kwargs == {"handle": "10:", "parent": "1:1", "fqc_target": 2500, "fqc_interval": 50_000,
-                           "fqc_ecn": 1, "fqc_ce_threshold": 1000, "fqc_flows": 1024}  # fmt: skip
+    assert leaf.kwargs == {
+        "handle": "10:",
+        "parent": "1:1",
+        "fqc_target": 2500,
+        "fqc_interval": 50_000,
+        "fqc_ecn": 1,
+        "fqc_ce_threshold": 1000,
+        "fqc_flows": 1024,
+    }
 
 
 def test_a_queue_size_in_bdp_sizes_an_aqm_too():
@@ -66,9 +73,29 @@ def test_drop_tail_is_a_pfifo_with_or_without_the_discipline_named():
 def test_pie_and_red_go_in_with_the_tc_command_red_in_bytes():
     pie = bottleneck_leaf("queue: {discipline: pie, target_ms: 20, ecn: true, limit_pkts: 300}")
     assert pie.command == "tc" and pie.kwargs["argv"] == [
-        "tc", "qdisc", "add", "dev", "{dev}", "parent", "1:1", "handle", "10:",
-        "pie", "target", "20000us", "tupdate", "15000us", "alpha", "2", "beta", "20", "ecn", "nobytemode",
-        "limit", "300"]  # fmt: skip
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        "{dev}",
+        "parent",
+        "1:1",
+        "handle",
+        "10:",
+        "pie",
+        "target",
+        "20000us",
+        "tupdate",
+        "15000us",
+        "alpha",
+        "2",
+        "beta",
+        "20",
+        "ecn",
+        "nobytemode",
+        "limit",
+        "300",
+    ]
     red = bottleneck_leaf("queue_pkts: 120\nqueue: {discipline: red, ecn: true}")
     argv = red.kwargs["argv"]
     assert argv[argv.index("limit") + 1] == str(120 * 1514)
@@ -91,8 +118,11 @@ def test_the_qdisc_modules_a_network_needs_are_named():
 @pytest.mark.parametrize(
     ("queue", "expected"),
     [
-        ("queue: {discipline: fq-codel}", "'fq-codel' is not a known queue discipline; valid: fifo, codel, fq_codel, "
-                                          "pie, red, cake (did you mean 'fq_codel'?)"),
+        (
+            "queue: {discipline: fq-codel}",
+            "'fq-codel' is not a known queue discipline; valid: fifo, codel, fq_codel, "
+            "pie, red, cake (did you mean 'fq_codel'?)",
+        ),
         ("queue: {discipline: codel, target_ms: true}", "target_ms"),
         ("queue: {discipline: fq_codel, target: 5}", "target"),
         ("queue_pkts: 100\nqueue: {discipline: codel, limit_pkts: 50}", "give the queue's size once"),

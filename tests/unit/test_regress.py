@@ -44,9 +44,12 @@ def test_a_repetition_is_the_suite_with_its_seed_and_the_candidates_options():
 
 @pytest.mark.parametrize(
     ("given", "message"),
-    [(["sack=no"], "sack is true or false"), (["sak=false"], "NAME one of sack, delayed_ack, initcwnd_segs, window_kb"),
-     (["initcwnd_segs=ten"], "whole number")],
-)  # fmt: skip
+    [
+        (["sack=no"], "sack is true or false"),
+        (["sak=false"], "NAME one of sack, delayed_ack, initcwnd_segs, window_kb"),
+        (["initcwnd_segs=ten"], "whole number"),
+    ],
+)
 def test_bad_candidate_options_name_what_is_valid(given, message):
     with pytest.raises(ValueError, match=message):
         compare.parse_flow_options(given)
@@ -63,8 +66,9 @@ def _session(root: Path, side: str, seeds: list[int], status: str = "complete") 
         if status != "complete":
             manifest["reason"] = "guest did not boot (console: guest-console.log)"
         (run / "manifest.json").write_text(json.dumps(manifest))
-    (session / "session.json").write_text(json.dumps({"scenario": "lab", "runs": [
-        f"lab.cc=westwood/seed={s}" for s in seeds]}))  # fmt: skip
+    (session / "session.json").write_text(
+        json.dumps({"scenario": "lab", "runs": [f"lab.cc=westwood/seed={s}" for s in seeds]})
+    )
     return session
 
 
@@ -76,8 +80,9 @@ def _real_side(runs: list[Path], goodput_factor: float = 1.0) -> pd.DataFrame:
     for seed, run in enumerate(runs, start=1):
         flows = pd.read_csv(run / "flows.csv")
         flows["goodput_mbit"] *= goodput_factor
-        frames.append(flows.assign(run=f"{run.parent.name}/seed={seed}-of-{run.name}", point="wireless.cc=reno",
-                                   seed=seed))  # fmt: skip
+        frames.append(
+            flows.assign(run=f"{run.parent.name}/seed={seed}-of-{run.name}", point="wireless.cc=reno", seed=seed)
+        )
     return regression.run_metrics(pd.concat(frames, ignore_index=True))
 
 
@@ -85,8 +90,13 @@ def _judge_real(tmp_path, monkeypatch, candidate_runs: list[Path], goodput_facto
     sides = {"baseline": _real_side(REAL_RUNS), "candidate": _real_side(candidate_runs, goodput_factor)}
     statuses = {"wireless.cc=reno": [("complete", None)] * 3}
     monkeypatch.setattr(compare, "side_metrics", lambda sessions: (sides[next(iter(sessions)).name], statuses))
-    return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                         "6.1.0-55", "6.1.0-56", 3)  # fmt: skip
+    return regress.judge(
+        tmp_path,
+        {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+        "6.1.0-55",
+        "6.1.0-56",
+        3,
+    )
 
 
 def test_two_kernels_with_no_change_but_real_spread_give_no_regression_and_exit_0(tmp_path, monkeypatch):
@@ -118,12 +128,21 @@ def test_a_planted_goodput_loss_in_real_runs_is_found_as_a_regression(tmp_path, 
 def test_a_regression_fails_its_junit_case_and_exits_1(tmp_path, monkeypatch):
     def fake(sessions):  # the analysis of each side, replaced by known samples
         drop = 0.9 if any("candidate" in str(s) for s in sessions) else 1.0
-        return pd.DataFrame([{"run": f"r{i}", "point": "lab.cc=westwood", "cc": "westwood", "metric": "goodput",
-                              "value": v * drop} for i, v in enumerate([9.0, 9.1, 8.9, 9.05, 8.95])]), {}  # fmt: skip
+        return pd.DataFrame(
+            [
+                {"run": f"r{i}", "point": "lab.cc=westwood", "cc": "westwood", "metric": "goodput", "value": v * drop}
+                for i, v in enumerate([9.0, 9.1, 8.9, 9.05, 8.95])
+            ]
+        ), {}
 
     monkeypatch.setattr(compare, "side_metrics", fake)
-    result = regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                           "6.1.0-55", "6.1.0-56", 5)  # fmt: skip
+    result = regress.judge(
+        tmp_path,
+        {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+        "6.1.0-55",
+        "6.1.0-56",
+        5,
+    )
     assert result.exit_code == 1
     [failure] = ET.parse(tmp_path / "junit.xml").getroot().findall(".//failure")
     assert failure.get("message") == "regression: -10.0%"
@@ -131,8 +150,10 @@ def test_a_regression_fails_its_junit_case_and_exits_1(tmp_path, monkeypatch):
 
 
 def test_runs_failing_on_one_kernel_only_are_reported_as_such_and_exit_2(tmp_path):
-    sessions = {"baseline": {_session(tmp_path, "baseline", [1, 2])},
-                "candidate": {_session(tmp_path, "candidate", [1, 2], status="failed")}}  # fmt: skip
+    sessions = {
+        "baseline": {_session(tmp_path, "baseline", [1, 2])},
+        "candidate": {_session(tmp_path, "candidate", [1, 2], status="failed")},
+    }
     result = regress.judge(tmp_path, sessions, "6.1.0-56", "6.12.117+deb12", 2)
     assert result.exit_code == 2
     [failure] = result.failures
@@ -155,10 +176,19 @@ def _fake_sides(candidate_values: dict):
 
     def fake(sessions):
         candidate = any("candidate" in str(s) for s in sessions)
-        rows = [{"run": f"{point}-{i}", "point": point, "seed": i + 1, "cc": "reno", "metric": "goodput",
-                 "value": v * (factor if candidate else 1.0)}
-                for point, factor in candidate_values.items() for i, v in enumerate(base)
-                if candidate or not point.endswith(".control")]  # fmt: skip  # the baseline runs no control
+        rows = [
+            {
+                "run": f"{point}-{i}",
+                "point": point,
+                "seed": i + 1,
+                "cc": "reno",
+                "metric": "goodput",
+                "value": v * (factor if candidate else 1.0),
+            }
+            for point, factor in candidate_values.items()
+            for i, v in enumerate(base)
+            if candidate or not point.endswith(".control")
+        ]  # the baseline runs no control
         return pd.DataFrame(rows), {}
 
     return fake
@@ -169,9 +199,15 @@ def _judge_with_a_control(tmp_path, monkeypatch, control_factor: float):
     times the baseline's."""
     fake = _fake_sides({"upload.default": 1.0, "upload.default.control": control_factor})
     monkeypatch.setattr(compare, "side_metrics", fake)
-    return regress.judge(tmp_path, {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
-                         "6.1.0-55", "6.1.0-56", 5, controls={"upload.default.control": {"initcwnd_segs": 1}},
-                         control_bases={"upload.default.control": "upload.default"})  # fmt: skip
+    return regress.judge(
+        tmp_path,
+        {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
+        "6.1.0-55",
+        "6.1.0-56",
+        5,
+        controls={"upload.default.control": {"initcwnd_segs": 1}},
+        control_bases={"upload.default.control": "upload.default"},
+    )
 
 
 def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path, monkeypatch):
@@ -185,7 +221,8 @@ def test_a_positive_control_detected_is_not_a_regression_of_the_kernel(tmp_path,
     suites = ET.parse(tmp_path / "junit.xml").getroot()
     assert not suites.findall(".//failure")
     assert [c.get("name") for c in suites.findall(".//testcase[@classname='upload.default.control']")] == [
-        "positive control detected"]  # fmt: skip
+        "positive control detected"
+    ]
 
 
 def test_a_missed_positive_control_fails_the_run_and_says_to_raise_the_repetitions(tmp_path, monkeypatch):
@@ -199,9 +236,11 @@ def test_a_missed_positive_control_fails_the_run_and_says_to_raise_the_repetitio
 
 def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp_path):
     path = tmp_path / "check.yaml"
-    path.write_text("experiments:\n  - {scenario: regression/upload}\n"
-                    "  - {scenario: regression/upload, control: {initcwnd_segs: 1}}\n"
-                    "  - {scenario: pipe-size, control: {sack: false}}\n")  # fmt: skip
+    path.write_text(
+        "experiments:\n  - {scenario: regression/upload}\n"
+        "  - {scenario: regression/upload, control: {initcwnd_segs: 1}}\n"
+        "  - {scenario: pipe-size, control: {sack: false}}\n"
+    )
     suite = load_suite(path, PROJECT / "scenarios")
     ids = ["upload.default", "upload.default.control", "pipe-size.rate_mbit=2.4.control"]
     assert [p.point_id for p in suite.points] == ids
@@ -220,12 +259,17 @@ def test_a_suites_control_runs_under_its_own_id_and_harms_only_the_candidate(tmp
 
 @pytest.mark.parametrize(
     ("entry", "message"),
-    [("{scenario: regression/upload, control: {initcwnd: 1}}", r"line 2, experiments\[0\].control.initcwnd: unknown "
-      r"field; valid fields here: sack, delayed_ack, initcwnd_segs, window_kb \(did you mean 'initcwnd_segs'\?\)"),
-     ("{scenario: regression/upload, control: {}}", "names no option"),
-     ("{scenario: regression/upload, control: {initcwnd_segs: 0}}", "0 is out of range: must be between 1 and 1000"),
-     ("{scenario: regression/upload, control: {sack: 0}}", "control.sack: expected true or false, got 0")],
-)  # fmt: skip
+    [
+        (
+            "{scenario: regression/upload, control: {initcwnd: 1}}",
+            r"line 2, experiments\[0\].control.initcwnd: unknown "
+            r"field; valid fields here: sack, delayed_ack, initcwnd_segs, window_kb \(did you mean 'initcwnd_segs'\?\)",
+        ),
+        ("{scenario: regression/upload, control: {}}", "names no option"),
+        ("{scenario: regression/upload, control: {initcwnd_segs: 0}}", "0 is out of range: must be between 1 and 1000"),
+        ("{scenario: regression/upload, control: {sack: 0}}", "control.sack: expected true or false, got 0"),
+    ],
+)
 def test_a_bad_control_names_what_is_valid(tmp_path, entry, message):
     path = tmp_path / "bad.yaml"
     path.write_text(f"experiments:\n  - {entry}\n")

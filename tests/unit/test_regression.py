@@ -27,8 +27,10 @@ def test_a_ten_percent_drop_is_a_regression_and_a_gain_an_improvement():
     assert result.detectable < 0.03  # 0.6 % noise: a 10 % change is far above what n = 5 resolves
     assert regression.compare_one("p", "reno", "goodput", dropped, baseline).verdict == "improvement"
     # retransmissions: higher is worse
-    assert regression.compare_one("p", "reno", "retrans_ratio", [0.01] * 2 + [0.011] * 3,
-                                  [0.02] * 2 + [0.021] * 3).verdict == "regression"  # fmt: skip
+    assert (
+        regression.compare_one("p", "reno", "retrans_ratio", [0.01] * 2 + [0.011] * 3, [0.02] * 2 + [0.021] * 3).verdict
+        == "regression"
+    )
 
 
 def test_small_or_insignificant_changes_do_not_count():
@@ -63,9 +65,12 @@ def test_the_default_repetitions_resolve_five_percent_at_the_measured_noise():
 def test_too_few_runs_and_compare_over_frames():
     assert regression.compare_one("p", "reno", "goodput", [9.0], [8.0, 8.1]).verdict == "too few runs"
     rows = lambda side, values: pd.DataFrame(  # noqa: E731
-        [{"run": f"{side}{i}", "point": "dumbbell", "cc": "reno", "metric": m, "value": v}
-         for i, v in enumerate(values) for m in ("goodput", "jain")]
-    )  # fmt: skip
+        [
+            {"run": f"{side}{i}", "point": "dumbbell", "cc": "reno", "metric": m, "value": v}
+            for i, v in enumerate(values)
+            for m in ("goodput", "jain")
+        ]
+    )
     base, cand = rows("b", [9.0, 9.1, 8.9]), rows("c", [8.0, 8.1, 7.9])
     base.loc[base["metric"] == "jain", "value"] = math.nan
     cand.loc[cand["metric"] == "jain", "value"] = math.nan
@@ -76,11 +81,30 @@ def test_too_few_runs_and_compare_over_frames():
 
 def test_run_metrics_from_flow_rows():
     flows = pd.DataFrame(
-        [{"run": "r1", "point": "pt", "cc": "reno", "direction": "forward", "goodput_mbit": g, "sent_bytes": 100.0,
-          "retrans_bytes": 5.0} for g in (1.0, 3.0)]
-        + [{"run": "r1", "point": "pt", "cc": "reno", "direction": "reverse", "goodput_mbit": 9.0,
-            "sent_bytes": 100.0, "retrans_bytes": 50.0}]
-    )  # fmt: skip
+        [
+            {
+                "run": "r1",
+                "point": "pt",
+                "cc": "reno",
+                "direction": "forward",
+                "goodput_mbit": g,
+                "sent_bytes": 100.0,
+                "retrans_bytes": 5.0,
+            }
+            for g in (1.0, 3.0)
+        ]
+        + [
+            {
+                "run": "r1",
+                "point": "pt",
+                "cc": "reno",
+                "direction": "reverse",
+                "goodput_mbit": 9.0,
+                "sent_bytes": 100.0,
+                "retrans_bytes": 50.0,
+            }
+        ]
+    )
     values = regression.run_metrics(flows).set_index("metric")["value"]
     assert values["goodput"] == 2.0 and values["total_goodput"] == 4.0
     assert values["jain"] == pytest.approx(16 / (2 * 10)) and values["retrans_ratio"] == pytest.approx(0.05)
@@ -89,8 +113,19 @@ def test_run_metrics_from_flow_rows():
 def test_a_single_flow_is_compared_once_per_metric():
     """One forward flow: its total goodput is its goodput (and it has no Jain's index), so neither is a
     comparison of its own; the family Holm adjusts over is not padded with copies."""
-    flows = pd.DataFrame([{"run": "r1", "point": "pt", "cc": "reno", "direction": "forward", "goodput_mbit": 2.0,
-                           "sent_bytes": 100.0, "retrans_bytes": 5.0}])  # fmt: skip
+    flows = pd.DataFrame(
+        [
+            {
+                "run": "r1",
+                "point": "pt",
+                "cc": "reno",
+                "direction": "forward",
+                "goodput_mbit": 2.0,
+                "sent_bytes": 100.0,
+                "retrans_bytes": 5.0,
+            }
+        ]
+    )
     assert sorted(regression.run_metrics(flows)["metric"]) == ["goodput", "retrans_ratio"]
 
 
@@ -118,8 +153,12 @@ def test_a_paired_ratio_at_zero_is_compared_by_difference():
 
 def test_runs_pair_by_seed_when_both_sides_have_the_same_seeds_once():
     def frame(side, seeds, values):
-        return pd.DataFrame([{"run": f"{side}{s}", "point": "pt", "seed": s, "cc": "reno", "metric": "goodput",
-                              "value": v} for s, v in zip(seeds, values, strict=True)])  # fmt: skip
+        return pd.DataFrame(
+            [
+                {"run": f"{side}{s}", "point": "pt", "seed": s, "cc": "reno", "metric": "goodput", "value": v}
+                for s, v in zip(seeds, values, strict=True)
+            ]
+        )
 
     # the candidate's runs listed in another order: they are matched by seed, not by position
     [paired] = regression.compare(frame("b", [1, 2], SEEDED_BASELINE), frame("c", [2, 1], SEEDED_SACK_OFF[::-1]))
@@ -128,8 +167,9 @@ def test_runs_pair_by_seed_when_both_sides_have_the_same_seeds_once():
     [unpaired] = regression.compare(frame("b", [1, 2], SEEDED_BASELINE), frame("c", [1, 3], SEEDED_SACK_OFF))
     assert unpaired.test == "Welch" and unpaired.verdict == "no change"
     # the candidate's repetition 2 failed (its guest did not boot): seeds 1 and 3 still pair up
-    [partial] = regression.compare(frame("b", [1, 2, 3], [1.3325, 5.0, 0.6015]),
-                                   frame("c", [3, 1], SEEDED_SACK_OFF[::-1]))  # fmt: skip
+    [partial] = regression.compare(
+        frame("b", [1, 2, 3], [1.3325, 5.0, 0.6015]), frame("c", [3, 1], SEEDED_SACK_OFF[::-1])
+    )
     assert partial.test == "paired" and partial.baseline == SEEDED_BASELINE and partial.verdict == "regression"
 
 
@@ -143,8 +183,9 @@ def test_paired_noise_at_the_default_repetitions_gives_no_false_alarms_and_resol
         alarms += result.verdict == "regression"
         quiet = [rng.gauss(9.0, 0.16) for _ in range(2 * regression.DEFAULT_REPEAT)]  # 1.8 %
         half = regression.DEFAULT_REPEAT
-        detectable.append(regression.compare_one("p", "reno", "goodput", quiet[:half], quiet[half:], paired=True)
-                          .detectable)  # fmt: skip
+        detectable.append(
+            regression.compare_one("p", "reno", "goodput", quiet[:half], quiet[half:], paired=True).detectable
+        )
     assert alarms <= 3, f"{alarms} false regressions in 300 paired comparisons of identical kernels"
     assert sorted(detectable)[len(detectable) // 2] < 0.05
 
@@ -152,9 +193,17 @@ def test_paired_noise_at_the_default_repetitions_gives_no_false_alarms_and_resol
 def test_latency_percentiles_are_metrics_where_lower_is_better():
     """A run's ping and requests samples become p50 and p99 metrics (analysis.regression.LATENCY_METRICS);
     a slower ping is a regression."""
+
     def run(seed: int, ping_ms: float):
-        samples = pd.DataFrame({"id": "p1", "kind": "ping", "flow": 1, "t_s": range(100),
-                                "value_ms": [ping_ms + i / 100 for i in range(100)]})  # fmt: skip
+        samples = pd.DataFrame(
+            {
+                "id": "p1",
+                "kind": "ping",
+                "flow": 1,
+                "t_s": range(100),
+                "value_ms": [ping_ms + i / 100 for i in range(100)],
+            }
+        )
         manifest = {"point_id": "bb.discipline=fq_codel", "seed": seed}
         return SimpleNamespace(status="complete", latency_samples=samples, manifest=manifest, run_dir=f"r{seed}")
 

@@ -160,7 +160,7 @@ def test_the_worker_reads_its_jobs_knowing_whether_another_one_waits():
     jobs = ahead._jobs(read)
     assert next(jobs) == ({"run": 1}, True)
     assert next(jobs) == ({"run": 2}, False)  # the third is not whole yet
-    os.write(write, b': 3}\n')
+    os.write(write, b": 3}\n")
     os.close(write)
     assert list(jobs) == [({"run": 3}, False)]
     os.close(read)

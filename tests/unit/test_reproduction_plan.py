@@ -27,11 +27,24 @@ def planned_flows() -> pd.DataFrame:
     for run in suite.runs():
         topology = TOPOLOGIES[run.scenario.topology.name].from_scenario(run.scenario)
         for c in plan_connections(run.scenario, topology):
-            rows.append({"experiment": run.scenario_name, "profile": run.profile or suite.profile,
-                         "params": run.params, "point": run.point_id, "seed": run.seed,
-                         "run": f"{run.point_id}/seed={run.seed}", "kernel": "planned", "flow": c.flow,
-                         "cc": c.cc, "direction": c.direction, "goodput_mbit": 1.0, "recv_goodput_mbit": 1.0,
-                         "retrans_bytes": 1, "sent_bytes": 100})  # fmt: skip
+            rows.append(
+                {
+                    "experiment": run.scenario_name,
+                    "profile": run.profile or suite.profile,
+                    "params": run.params,
+                    "point": run.point_id,
+                    "seed": run.seed,
+                    "run": f"{run.point_id}/seed={run.seed}",
+                    "kernel": "planned",
+                    "flow": c.flow,
+                    "cc": c.cc,
+                    "direction": c.direction,
+                    "goodput_mbit": 1.0,
+                    "recv_goodput_mbit": 1.0,
+                    "retrans_bytes": 1,
+                    "sent_bytes": 100,
+                }
+            )
     return pd.DataFrame(rows)
 
 

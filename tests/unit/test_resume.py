@@ -12,10 +12,15 @@ from testbed.scenario.load import scenario_from_dict
 
 
 def sweep(ccs, seeds=(1,)):
-    return scenario_from_dict({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
-        "flows": [{"cc": ccs, "rtt_ms": 20}], "duration_s": 10, "seeds": list(seeds),
-    }, name="s")  # fmt: skip
+    return scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
+            "flows": [{"cc": ccs, "rtt_ms": 20}],
+            "duration_s": 10,
+            "seeds": list(seeds),
+        },
+        name="s",
+    )
 
 
 def fake_session(root, runs, release, status="complete", stamp="20261121T120000Z-abc1234"):
@@ -35,8 +40,9 @@ def test_complete_runs_of_the_same_scenario_seed_and_kernel_are_done(tmp_path):
     assert not is_done(directory, runs[0], "6.12.57+deb12-amd64")  # another kernel
     assert not is_done(directory, runs[1], "6.1.0-41-amd64")  # another point's identity
     topology = {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}}
-    longer = scenario_from_dict({"topology": topology, "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 11},
-                                name="s").runs()[0]  # fmt: skip
+    longer = scenario_from_dict(
+        {"topology": topology, "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 11}, name="s"
+    ).runs()[0]
     assert not is_done(directory, longer, "6.1.0-41-amd64")  # the resolved scenario changed
 
 
@@ -61,10 +67,15 @@ def test_added_seeds_resume_the_same_session(tmp_path):
 
 
 def test_a_selected_part_keeps_its_identity_and_the_whole_sweep_resumes_around_it(tmp_path):
-    whole = scenario_from_dict({
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": [5, 10.0], "queue_pkts": 50}},
-        "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 20}], "duration_s": 10, "seeds": [1, 2],
-    }, name="s")  # fmt: skip
+    whole = scenario_from_dict(
+        {
+            "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": [5, 10.0], "queue_pkts": 50}},
+            "flows": [{"cc": ["reno", "cubic"], "rtt_ms": 20}],
+            "duration_s": 10,
+            "seeds": [1, 2],
+        },
+        name="s",
+    )
     part = whole.select(["cc=cubic", "rate_mbit=10"], seeds=[2])
     assert [(r.point_id, r.seed) for r in part.runs()] == [("rate_mbit=10.0,cc=cubic", 2)]
     session = fake_session(tmp_path, part.runs(), "6.1.0-41-amd64")

@@ -371,10 +371,7 @@ def test_python_data_errors_have_no_line_but_the_same_text():
         )
     (problem,) = caught.value.problems
     assert problem.line is None
-    assert (
-        str(problem)
-        == "topology.bottleneck.loss_pct: 101 is out of range: must be between 0 and 100 (a percentage)"
-    )
+    assert str(problem) == "topology.bottleneck.loss_pct: 101 is out of range: must be between 0 and 100 (a percentage)"
 
 
 # --------------------------------------------------------------------------------------------------

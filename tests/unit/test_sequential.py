@@ -47,10 +47,18 @@ def test_a_claim_decided_at_a_look_keeps_its_verdict_and_level():
     assert again.decided == record.decided and again.looks == 2 and again.design == record.design
 
 
-@pytest.mark.parametrize("noise, looks", [
-    ("normal", 1), ("normal", 4), ("normal", 6), ("heavy-tailed", 4), ("unequal spreads", 2),
-    ("paired, rho 0.9", 5), ("paired, rho -0.8", 3),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "noise, looks",
+    [
+        ("normal", 1),
+        ("normal", 4),
+        ("normal", 6),
+        ("heavy-tailed", 4),
+        ("unequal spreads", 2),
+        ("paired, rho 0.9", 5),
+        ("paired, rho -0.8", 3),
+    ],
+)
 def test_the_whole_loop_calls_a_claim_at_its_threshold_reproduced_at_most_alpha(noise, looks):
     """Truth exactly +5 % (the threshold), 3 runs a side to start, decide's own loop and planner, up to
     ``looks`` looks, pair correlation -0.8 to 0.9. docs/results.md has the measured table."""
@@ -85,8 +93,11 @@ def test_every_look_of_the_loop_judges_at_the_designs_level(monkeypatch):
     0.05 (or any other level) where the design says otherwise fails here."""
     seen: list[float] = []
     rule = claims.decide
-    monkeypatch.setattr(claims, "decide", lambda claim, results, alpha=0.05, plan=True: seen.append(alpha)
-                        or rule(claim, results, alpha, plan))  # fmt: skip
+    monkeypatch.setattr(
+        claims,
+        "decide",
+        lambda claim, results, alpha=0.05, plan=True: seen.append(alpha) or rule(claim, results, alpha, plan),
+    )
     rng = np.random.default_rng(7)
     for looks in (1, 2, 4, 6):
         design = sequential.Design(looks)
@@ -95,7 +106,7 @@ def test_every_look_of_the_loop_judges_at_the_designs_level(monkeypatch):
             verdict, look = sim.one_claim(rng, [0.15], sim.NOISES["normal"], looks)
             levels = [design.alpha_at(k) for k in range(1, looks + 1)]
             # decide's looks in order; the final reading (undecided claims) at the last look's level
-            assert seen[: look] == pytest.approx(levels[: look]), (looks, look, seen)
+            assert seen[:look] == pytest.approx(levels[:look]), (looks, look, seen)
             assert set(seen) <= set(levels)
 
 

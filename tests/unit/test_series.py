@@ -19,8 +19,9 @@ POINTS = [f"point{i}" for i in range(5)]
 METRICS = ("goodput", "retrans_ratio")
 
 
-def simulated(order: list[str], rng: random.Random, repeat: int = 5, noise: float = 0.03,
-              moved: dict | None = None) -> dict[str, pd.DataFrame]:  # fmt: skip
+def simulated(
+    order: list[str], rng: random.Random, repeat: int = 5, noise: float = 0.03, moved: dict | None = None
+) -> dict[str, pd.DataFrame]:
     """run_metrics frames per kernel: every point's goodput about 9 and retransmission ratio about 0.02,
     with ``noise`` (relative) per run and a per-seed effect every kernel shares (the seeded losses);
     ``moved``: (point, metric) -> (first kernel moved, factor)."""
@@ -35,8 +36,16 @@ def simulated(order: list[str], rng: random.Random, repeat: int = 5, noise: floa
                     if moved and (point, metric) in moved and k >= order.index(moved[point, metric][0]):
                         factor = moved[point, metric][1]
                     value = level * factor * math.exp(seed_effect[point, seed] + rng.gauss(0, noise))
-                    rows.append({"run": f"{kernel}/{point}/{seed}", "point": point, "seed": seed, "cc": "reno",
-                                 "metric": metric, "value": value})  # fmt: skip
+                    rows.append(
+                        {
+                            "run": f"{kernel}/{point}/{seed}",
+                            "point": point,
+                            "seed": seed,
+                            "cc": "reno",
+                            "metric": metric,
+                            "value": value,
+                        }
+                    )
         frames[kernel] = pd.DataFrame(rows)
     return frames
 
@@ -48,7 +57,11 @@ def test_a_step_is_found_after_its_version_and_nowhere_else():
     assert len(steps) == (len(order) - 1 + 1) * len(POINTS) * len(METRICS)  # adjacent pairs and first-last
     [point] = series.change_points(steps)
     assert (point.before, point.after, point.comparison.point, point.comparison.metric) == (
-        "6.1.0-49", "6.1.0-50", "point2", "goodput")
+        "6.1.0-49",
+        "6.1.0-50",
+        "point2",
+        "goodput",
+    )
     assert point.comparison.verdict == "regression" and point.comparison.change == pytest.approx(-0.2, abs=0.03)
     [drift] = [s for s in steps if s.kind == series.OVERALL and s.moved]
     assert (drift.before, drift.after) == ("6.1.0-47", "6.1.0-55")
@@ -60,8 +73,9 @@ def test_series_without_change_raise_an_alarm_in_at_most_five_percent_of_series(
     series with any change point within 5 % plus the simulation's binomial spread (3.1 sd)."""
     rng = random.Random(5)
     order = AVAILABLE[:5]
-    alarmed = sum(any(s.moved for s in series.compare_series(simulated(order, rng, noise=0.2), order))
-                  for _ in range(200))  # fmt: skip
+    alarmed = sum(
+        any(s.moved for s in series.compare_series(simulated(order, rng, noise=0.2), order)) for _ in range(200)
+    )
     assert alarmed / 200 <= 0.05 + 3.1 * math.sqrt(0.05 * 0.95 / 200), alarmed
 
 
@@ -89,13 +103,19 @@ def test_series_ranges_lists_and_flavours():
     assert kernels.newest("6.1", AVAILABLE) == "6.1.0-56" and kernels.newest("6.12", AVAILABLE) == "6.12.117+deb12"
 
 
-@pytest.mark.parametrize(("spec", "message"), [
-    ("6.1.0-56..6.1.0-47", "6.1.0-56 is not older than 6.1.0-47; give the oldest first .--series 6.1.0-47..6.1.0-56"),
-    ("6.1.0-40..6.1.0-56", "6.1.0-40 cannot be had here. Versions that can be had: 6.1.0-47, "),
-    ("6.1.0-56", "two kernels or more"),
-    ("6.1.0-55,6.1.0-56,6.1.0-55", "6.1.0-55 named twice"),
-    ("6.1.0-55-cloud..6.1.0-56", "the same flavour"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        (
+            "6.1.0-56..6.1.0-47",
+            "6.1.0-56 is not older than 6.1.0-47; give the oldest first .--series 6.1.0-47..6.1.0-56",
+        ),
+        ("6.1.0-40..6.1.0-56", "6.1.0-40 cannot be had here. Versions that can be had: 6.1.0-47, "),
+        ("6.1.0-56", "two kernels or more"),
+        ("6.1.0-55,6.1.0-56,6.1.0-55", "6.1.0-55 named twice"),
+        ("6.1.0-55-cloud..6.1.0-56", "the same flavour"),
+    ],
+)
 def test_bad_series_are_refused_with_what_would_do(spec, message):
     with pytest.raises(kernels.KernelError, match=message):
         kernels.expand_series(spec, AVAILABLE)
@@ -106,7 +126,11 @@ def test_bad_series_are_refused_with_what_would_do(spec, message):
 def test_an_injected_harm_starts_at_its_version_and_needs_both_options():
     order = AVAILABLE[:4]
     assert [compare.injected(k, order, {"window_kb": 32}, "6.1.0-49") for k in order] == [
-        None, None, {"window_kb": 32}, {"window_kb": 32}]
+        None,
+        None,
+        {"window_kb": 32},
+        {"window_kb": 32},
+    ]
     with pytest.raises(ValueError, match="go together"):
         compare.check_injection({"window_kb": 32}, None, order)
     with pytest.raises(ValueError, match="not one of the kernels run"):

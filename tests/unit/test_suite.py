@@ -157,8 +157,10 @@ def test_a_suite_lists_at_most_200_experiments(tmp_path):
 
 def test_the_default_suite_runs_one_comparison_long_enough_and_headline_the_three():
     suite = load_suite(find_suite("default", SUITES), SCENARIOS)
-    assert [point.point_id for point in suite.points] == ["mobile-bernoulli.loss_pct=5,cc=westwood_ml",
-                                                          "mobile-bernoulli.loss_pct=5,cc=reno"]  # fmt: skip
+    assert [point.point_id for point in suite.points] == [
+        "mobile-bernoulli.loss_pct=5,cc=westwood_ml",
+        "mobile-bernoulli.loss_pct=5,cc=reno",
+    ]
     for point in suite.points:
         assert point.scenario.seeds == [4, 5, 6, 7, 8] and point.scenario.duration_s == 25
         assert "westwood" not in {flow.cc for flow in point.scenario.flows}
@@ -258,8 +260,10 @@ def test_point_and_points_together_is_an_error_and_a_bad_id_in_points_is_named(t
 
 def test_a_suite_that_judges_the_seeds_that_chose_its_windows_is_refused(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text("seeds: [2, 4]\nchosen_on: [1, 2]\nconfirmed_on: [2, 5]\nexperiments:\n"
-                    "  - scenario: mobile-bernoulli\n    points: ['loss_pct=5,cc=westwood']\n")  # fmt: skip
+    path.write_text(
+        "seeds: [2, 4]\nchosen_on: [1, 2]\nconfirmed_on: [2, 5]\nexperiments:\n"
+        "  - scenario: mobile-bernoulli\n    points: ['loss_pct=5,cc=westwood']\n"
+    )
     with pytest.raises(ScenarioError) as caught:
         load_suite(path, SCENARIOS)
     text = str(caught.value)

@@ -97,12 +97,18 @@ def test_virtual_time_measures_the_hosts_load_without_judging_it(tmp_path, monke
     # the watch learns the traffic's guest length from the runner's ticks
     snapshots = iter([before, after])
     monkeypatch.setattr(hostload, "snapshot", lambda own, cores=None, tree=None: next(snapshots))
-    rundir.write_json_atomic(tmp_path / "a" / rundir.MANIFEST, {
-        "status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}})  # fmt: skip
+    rundir.write_json_atomic(
+        tmp_path / "a" / rundir.MANIFEST,
+        {"status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}},
+    )
     watch = hostload.HostWatch(["a"], own=set, session=tmp_path, clock="virtual")
-    for line in ["run 1/1: s p seed=1 (ETA 1 min)", f"  {TRAFFIC_BEGINS}",
-                 "  traffic t=  0.0 s of 25 s, 1 connections active", f"  {TRAFFIC_ENDS}",
-                 "run 1/1 complete"]:  # fmt: skip
+    for line in [
+        "run 1/1: s p seed=1 (ETA 1 min)",
+        f"  {TRAFFIC_BEGINS}",
+        "  traffic t=  0.0 s of 25 s, 1 connections active",
+        f"  {TRAFFIC_ENDS}",
+        "run 1/1 complete",
+    ]:
         watch.on_line(line, 0.0)
     manifest = rundir.read_json(tmp_path / "a" / rundir.MANIFEST)
     assert manifest["host"]["clock"] == "virtual" and manifest["host"]["guest_traffic_s"] == 25.0
@@ -116,9 +122,15 @@ def test_a_session_resumes_only_runs_of_its_own_clock(tmp_path):
     release = "6.1.0-57-amd64"
     rundir.write_json_atomic(session / rundir.SESSION, {"backend": {"kernel_release": release, "clock": "virtual"}})
     directory = rundir.run_dir(session, run.point_id, run.seed)
-    rundir.write_json_atomic(directory / rundir.MANIFEST, {
-        "status": "complete", "identity": run.identity(), "kernel": {"release": release},
-        "backend": {"kind": "guest", "clock": "virtual"}})  # fmt: skip
+    rundir.write_json_atomic(
+        directory / rundir.MANIFEST,
+        {
+            "status": "complete",
+            "identity": run.identity(),
+            "kernel": {"release": release},
+            "backend": {"kind": "guest", "clock": "virtual"},
+        },
+    )
     assert is_done(directory, run, release, "virtual") and not is_done(directory, run, release, "real")
     assert find_resumable(tmp_path, scenario.name, [run], release, "virtual") == session
     assert find_resumable(tmp_path, scenario.name, [run], release, "real") is None
@@ -133,8 +145,16 @@ def twins(truth: float, noise: float, seeds: int, rng: np.random.Generator) -> t
     base = rng.lognormal(0, 0.3, seeds)
 
     def rows(values):
-        return pd.DataFrame({"run": range(seeds), "point": "p", "seed": range(1, seeds + 1), "cc": "reno",
-                             "metric": "goodput", "value": values})  # fmt: skip
+        return pd.DataFrame(
+            {
+                "run": range(seeds),
+                "point": "p",
+                "seed": range(1, seeds + 1),
+                "cc": "reno",
+                "metric": "goodput",
+                "value": values,
+            }
+        )
 
     return rows(base), rows(base * (1 + truth) * rng.lognormal(0, noise, seeds))
 
@@ -148,11 +168,14 @@ def test_tost_is_the_two_one_sided_t_tests_on_the_twins_log_ratios():
     assert stats.tost_p(effect, 0.03) == pytest.approx(max(lower, upper))
 
 
-@pytest.mark.parametrize(("truth", "noise", "seeds", "equivalent"), [
-    (0.0, 0.005, 6, True),  # the same answer, nearly deterministic: shown within ±3 %
-    (0.06, 0.005, 6, False),  # 6 % off: shown outside, not equivalent
-    (0.0, 0.10, 3, False),  # no difference, but too noisy to show it within ±3 %: not equivalent either
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("truth", "noise", "seeds", "equivalent"),
+    [
+        (0.0, 0.005, 6, True),  # the same answer, nearly deterministic: shown within ±3 %
+        (0.06, 0.005, 6, False),  # 6 % off: shown outside, not equivalent
+        (0.0, 0.10, 3, False),  # no difference, but too noisy to show it within ±3 %: not equivalent either
+    ],
+)
 def test_an_experiment_is_equivalent_only_when_the_runs_show_it(truth, noise, seeds, equivalent):
     reference, candidate = twins(truth, noise, seeds, np.random.default_rng(7))
     result = equivalence.compare(reference, candidate, "mobile-bernoulli")
@@ -176,10 +199,14 @@ def test_recording_a_result_is_what_auto_then_reads(tmp_path):
     path = tmp_path / "equivalence.yaml"
     path.write_text("# header kept\nexperiments: {}\n")
     reference, candidate = twins(0.0, 0.001, 4, np.random.default_rng(5))
-    results = [equivalence.compare(reference, candidate, "mobile-bernoulli"),
-               equivalence.compare(*twins(0.2, 0.001, 4, np.random.default_rng(5)), "rtt-fairness")]  # fmt: skip
-    sides = [equivalence_workflow.Side(Path("r"), "real", 100.0, 50.0),
-             equivalence_workflow.Side(Path("v"), "virtual", 25.0, 50.0)]  # fmt: skip
+    results = [
+        equivalence.compare(reference, candidate, "mobile-bernoulli"),
+        equivalence.compare(*twins(0.2, 0.001, 4, np.random.default_rng(5)), "rtt-fairness"),
+    ]
+    sides = [
+        equivalence_workflow.Side(Path("r"), "real", 100.0, 50.0),
+        equivalence_workflow.Side(Path("v"), "virtual", 25.0, 50.0),
+    ]
     equivalence_workflow.record(*sides, results, path)
     table = timebase.equivalence(path)
     assert path.read_text().startswith("# header kept\n")
@@ -194,8 +221,9 @@ def test_a_cluster_without_dask_says_how_to_install_it(monkeypatch):
     from testbed.host import session
 
     real_find_spec = session.importlib.util.find_spec
-    monkeypatch.setattr(session.importlib.util, "find_spec",
-                        lambda name: None if name == "distributed" else real_find_spec(name))  # fmt: skip
+    monkeypatch.setattr(
+        session.importlib.util, "find_spec", lambda name: None if name == "distributed" else real_find_spec(name)
+    )
     with pytest.raises(ValueError, match=r"--cluster needs Dask \(distributed not installed.*run 'make setup'"):
         session._open_backend("guest", [], None, None, cluster="local:2")
 

@@ -18,10 +18,12 @@ def many(rtts, **bottleneck):
 def rtt_fairness(m: int, **flow_options) -> dict:
     return {
         "topology": {"name": "many_flows", "bottleneck": {"rate_mbit": 10, "queue_bdp": 1}},
-        "flows": [{"cc": "reno", "count": m, "rtt_ms": 20, "rtt_max_ms": 250, **flow_options},
-                  {"cc": "reno", "count": 10, "rtt_ms": 20, "rtt_max_ms": 250, "direction": "reverse"}],
+        "flows": [
+            {"cc": "reno", "count": m, "rtt_ms": 20, "rtt_max_ms": 250, **flow_options},
+            {"cc": "reno", "count": 10, "rtt_ms": 20, "rtt_max_ms": 250, "direction": "reverse"},
+        ],
         "duration_s": 10,
-    }  # fmt: skip
+    }
 
 
 def test_registry_and_two_hosts_for_any_number_of_flows():
@@ -37,7 +39,10 @@ def test_registry_and_two_hosts_for_any_number_of_flows():
 def test_each_flow_gets_its_one_way_delay_on_the_delay_node_toward_each_address_in_both_directions():
     spec = many([100, 40, 250], queue_bdp=1).netspec()
     assert spec.egress[("dl", "dl-eth1")].delay_classes == (
-        DelayClass("10.2.0.1", 50), DelayClass("10.2.1.1", 20), DelayClass("10.2.2.1", 125))
+        DelayClass("10.2.0.1", 50),
+        DelayClass("10.2.1.1", 20),
+        DelayClass("10.2.2.1", 125),
+    )
     assert spec.egress[("dl", "dl-eth0")].delay_classes[2] == DelayClass("10.1.2.1", 125)
     # never on the sending hosts (fq would hold packets still charged to their sockets)
     assert ("l0", "l0-eth0") not in spec.egress and ("r0", "r0-eth0") not in spec.egress

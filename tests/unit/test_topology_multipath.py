@@ -89,15 +89,21 @@ def test_set_up_round_trips_average_the_paths_the_packets_are_sprayed_over():
     ],
 )
 def test_bad_parameters_are_refused_with_the_valid_range(topology, message):
-    data = {"topology": {"name": "multipath", "link": {"rate_mbit": 1.5}, **topology}, "flows": [{"cc": "reno"}],
-            "duration_s": 10}  # fmt: skip
+    data = {
+        "topology": {"name": "multipath", "link": {"rate_mbit": 1.5}, **topology},
+        "flows": [{"cc": "reno"}],
+        "duration_s": 10,
+    }
     with pytest.raises(ScenarioError, match=message):
         scenario_from_dict(data)
 
 
 def test_flows_take_no_rtt():
-    data = {"topology": {"name": "multipath", "paths": 2, "link": {"rate_mbit": 1.5}},
-            "flows": [{"cc": "reno", "rtt_ms": 50}], "duration_s": 10}  # fmt: skip
+    data = {
+        "topology": {"name": "multipath", "paths": 2, "link": {"rate_mbit": 1.5}},
+        "flows": [{"cc": "reno", "rtt_ms": 50}],
+        "duration_s": 10,
+    }
     with pytest.raises(ScenarioError, match="leave rtt_ms out"):
         scenario_from_dict(data)
 

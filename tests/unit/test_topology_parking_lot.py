@@ -15,8 +15,11 @@ from topologies.parking_lot import ParkingLot, ParkingLotParams
 
 
 def lot(hops=3, **params):
-    return ParkingLot(ParkingLotParams(hops=hops, hop={"rate_mbit": 10, "delay_ms": 10, "queue_pkts": 125},
-                                       access={"delay_ms": 20}, **params))  # fmt: skip
+    return ParkingLot(
+        ParkingLotParams(
+            hops=hops, hop={"rate_mbit": 10, "delay_ms": 10, "queue_pkts": 125}, access={"delay_ms": 20}, **params
+        )
+    )
 
 
 def walk(spec, src_host, dst_ip):
@@ -24,8 +27,9 @@ def walk(spec, src_host, dst_ip):
     owner = {ipaddress.ip_interface(cidr).ip: node for (node, _), cidr in spec.addresses.items()}
     node, visited = src_host, [src_host]
     for _ in range(50):
-        if ipaddress.ip_address(dst_ip) in [ipaddress.ip_interface(c).ip for (n, _), c in spec.addresses.items()
-                                            if n == node]:  # fmt: skip
+        if ipaddress.ip_address(dst_ip) in [
+            ipaddress.ip_interface(c).ip for (n, _), c in spec.addresses.items() if n == node
+        ]:
             return visited
         gateway = None
         for dst, via in spec.routes.get(node, []):
@@ -76,12 +80,19 @@ def test_queues_delays_and_rtts():
 
 def scenario(**flows_override):
     return {
-        "topology": {"name": "parking_lot", "hops": 3, "hop": {"rate_mbit": 10, "delay_ms": 10, "queue_pkts": 125},
-                     "access": {"delay_ms": 20}},
-        "flows": [{"cc": "westwood", "path": "through", "start_s": 10},
-                  {"cc": "reno", "path": "hop"}, {"cc": "reno", "path": "hop", "direction": "reverse"}],
+        "topology": {
+            "name": "parking_lot",
+            "hops": 3,
+            "hop": {"rate_mbit": 10, "delay_ms": 10, "queue_pkts": 125},
+            "access": {"delay_ms": 20},
+        },
+        "flows": [
+            {"cc": "westwood", "path": "through", "start_s": 10},
+            {"cc": "reno", "path": "hop"},
+            {"cc": "reno", "path": "hop", "direction": "reverse"},
+        ],
         "duration_s": 60,
-    } | flows_override  # fmt: skip
+    } | flows_override
 
 
 def test_flows_map_onto_pairs():
@@ -89,9 +100,14 @@ def test_flows_map_onto_pairs():
     topology = ParkingLot.from_scenario(point.scenario)
     connections = plan_connections(point.scenario, topology)
     assert [(c.pair, c.direction, c.sender) for c in connections] == [
-        (0, "forward", "s0"), (1, "forward", "a1"), (2, "forward", "a2"), (3, "forward", "a3"),
-        (1, "reverse", "b1"), (2, "reverse", "b2"), (3, "reverse", "b3"),
-    ]  # fmt: skip
+        (0, "forward", "s0"),
+        (1, "forward", "a1"),
+        (2, "forward", "a2"),
+        (3, "forward", "a3"),
+        (1, "reverse", "b1"),
+        (2, "reverse", "b2"),
+        (3, "reverse", "b3"),
+    ]
     assert connections[0].base_rtt_ms == 140 and connections[0].start_s == 10
     assert [c.capture_node for c in connections] == ["p0", "p0", "p1", "p2", "p1", "p2", "p3"]
 
@@ -106,5 +122,10 @@ def test_bad_parameters_name_the_valid_range():
     with pytest.raises(ScenarioError, match=r"flows\[0\].rtt_ms: the parking lot's paths set the RTT"):
         scenario_from_dict(scenario(flows=[{"cc": "reno", "path": "hop", "rtt_ms": 50}]))
     with pytest.raises(ScenarioError, match=r"flows\[0\].path: the dumbbell has one path"):
-        scenario_from_dict({"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10}},
-                            "flows": [{"cc": "reno", "rtt_ms": 50, "path": "hop"}], "duration_s": 10})  # fmt: skip
+        scenario_from_dict(
+            {
+                "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10}},
+                "flows": [{"cc": "reno", "rtt_ms": 50, "path": "hop"}],
+                "duration_s": 10,
+            }
+        )

@@ -19,9 +19,16 @@ def resolve(data: dict):
 
 
 def wireless(flows, wired=None, **radio):
-    return resolve({"topology": {"name": "wireless", "wired": wired or {},
-                                 "wireless": {"rate_mbit": 2, "delay_ms": 20, "queue_pkts": 40, **radio}},
-                    "flows": flows})  # fmt: skip
+    return resolve(
+        {
+            "topology": {
+                "name": "wireless",
+                "wired": wired or {},
+                "wireless": {"rate_mbit": 2, "delay_ms": 20, "queue_pkts": 40, **radio},
+            },
+            "flows": flows,
+        }
+    )
 
 
 def test_the_radio_link_queues_on_routers_and_loses_after_the_queues_in_both_directions():
@@ -41,9 +48,13 @@ def test_the_radio_link_queues_on_routers_and_loses_after_the_queues_in_both_dir
 
 
 def test_wired_cross_flows_end_at_the_base_station_and_share_the_shaped_wired_link():
-    scenario, topo = wireless([{"cc": "westwood", "path": "mobile", "rtt_ms": 250},
-                               {"cc": "reno", "path": "wired", "count": 2, "rtt_ms": 66, "rtt_max_ms": 250}],
-                              wired={"rate_mbit": 10, "queue_pkts": 100})  # fmt: skip
+    scenario, topo = wireless(
+        [
+            {"cc": "westwood", "path": "mobile", "rtt_ms": 250},
+            {"cc": "reno", "path": "wired", "count": 2, "rtt_ms": 66, "rtt_max_ms": 250},
+        ],
+        wired={"rate_mbit": 10, "queue_pkts": 100},
+    )
     spec = topo.netspec()
     routers = {link.node2 for link in spec.links if link.node1 in ("r1", "r2", "r0")}
     assert routers == {"bs", "ap"}
@@ -65,16 +76,27 @@ def test_wireless_refusals_name_the_field_and_the_valid_values():
     with pytest.raises(ScenarioError, match=r"rtt_ms >= 40"):
         wireless([{"cc": "reno", "path": "mobile", "rtt_ms": 30}])
     with pytest.raises(ScenarioError, match="wireless link needs rate_mbit"):
-        resolve({"topology": {"name": "wireless", "wired": {}, "wireless": {"delay_ms": 1}},
-                 "flows": [{"cc": "reno", "path": "mobile", "rtt_ms": 10}]})  # fmt: skip
+        resolve(
+            {
+                "topology": {"name": "wireless", "wired": {}, "wireless": {"delay_ms": 1}},
+                "flows": [{"cc": "reno", "path": "mobile", "rtt_ms": 10}],
+            }
+        )
     with pytest.raises(ScenarioError, match="loss_pct"):
         wireless([{"cc": "reno", "path": "mobile", "rtt_ms": 250}], loss_pct=120)
 
 
 def geo(flows, **satellite):
-    return resolve({"topology": {"name": "geo", "ground_rtt_ms": 40,
-                                 "satellite": {"rate_mbit": 10, "delay_ms": 275, "queue_bdp": 1, **satellite}},
-                    "flows": flows})  # fmt: skip
+    return resolve(
+        {
+            "topology": {
+                "name": "geo",
+                "ground_rtt_ms": 40,
+                "satellite": {"rate_mbit": 10, "delay_ms": 275, "queue_bdp": 1, **satellite},
+            },
+            "flows": flows,
+        }
+    )
 
 
 def test_geo_flows_share_one_channel_per_direction_on_the_satellite_node():

@@ -23,8 +23,12 @@ def plan():
 def test_every_flow_replica_and_period_is_a_connection():
     conns = plan()
     assert [(c.flow, c.replica, c.period, c.pair) for c in conns] == [
-        (0, 0, 0, 0), (1, 0, 0, 1), (1, 0, 1, 1), (1, 1, 0, 2), (1, 1, 1, 2),
-    ]  # fmt: skip
+        (0, 0, 0, 0),
+        (1, 0, 0, 1),
+        (1, 0, 1, 1),
+        (1, 1, 0, 2),
+        (1, 1, 1, 2),
+    ]
     assert [(c.start_s, c.stop_s) for c in conns[1:3]] == [(2, 4), (6, 8)]
     assert conns[0].stop_s == 8
 

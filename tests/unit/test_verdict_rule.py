@@ -24,8 +24,17 @@ MAX_FALSE = ALPHA + 3.1 * math.sqrt(ALPHA * (1 - ALPHA) / TRIALS)
 
 
 def _claim(expect: str, **fields) -> claims.Claim:
-    entry = {"id": "simulated", "experiment": "e", "source": "s", "quote": "q", "paper_numbers": "n",
-             "metric": "goodput", "expect": expect, "a": {"cc": "westwood"}, "b": {"cc": "reno"}} | fields  # fmt: skip
+    entry = {
+        "id": "simulated",
+        "experiment": "e",
+        "source": "s",
+        "quote": "q",
+        "paper_numbers": "n",
+        "metric": "goodput",
+        "expect": expect,
+        "a": {"cc": "westwood"},
+        "b": {"cc": "reno"},
+    } | fields
     if expect == "near":
         entry.pop("b")
     return claims.Claim.model_validate(entry)
@@ -41,8 +50,16 @@ def _rates(claim: claims.Claim, truths: list[float], runs: int, cv: float, seed:
         for truth in truths:
             if claim.expect == "near":
                 a = rng.normal(claim.value * (1 + truth), cv * claim.value * (1 + truth), runs)
-                results.append(claims.ConditionResult("c", list(a), [claim.value], stats.ratio_to_value(a, claim.value),
-                                                      "undecided", against_value=True))  # fmt: skip
+                results.append(
+                    claims.ConditionResult(
+                        "c",
+                        list(a),
+                        [claim.value],
+                        stats.ratio_to_value(a, claim.value),
+                        "undecided",
+                        against_value=True,
+                    )
+                )
                 continue
             a, b = rng.normal(1 + truth, cv * (1 + truth), runs), rng.normal(1.0, cv, runs)
             results.append(claims.ConditionResult("c", list(a), list(b), stats.ratio_effect(a, b), "undecided"))

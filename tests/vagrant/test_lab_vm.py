@@ -84,8 +84,13 @@ def test_vagrant_up_provisions_the_vm(lab_vm):
     assert up.returncode == 0, f"vagrant up failed:\n{up.stdout[-4000:]}\n{up.stderr[-2000:]}"
     recap = re.search(r"PLAY RECAP.*?\n(.*failed=\d+)", up.stdout, re.S)
     assert recap and "failed=0" in recap.group(1), up.stdout[-3000:]
-    out = vagrant("ssh", "-c", "cat /proc/sys/net/ipv4/tcp_available_congestion_control; uname -r; "
-                  "cat /etc/cc-testbed/box.json; cat /etc/cc-testbed/provisioned", timeout=300)  # fmt: skip
+    out = vagrant(
+        "ssh",
+        "-c",
+        "cat /proc/sys/net/ipv4/tcp_available_congestion_control; uname -r; "
+        "cat /etc/cc-testbed/box.json; cat /etc/cc-testbed/provisioned",
+        timeout=300,
+    )
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     algorithms = lines[0].split()
@@ -133,8 +138,9 @@ def test_the_shell_opens_in_the_vm_and_leaves_nothing_there(lab_vm, tmp_path):
         reachability_flow_and_exit(child, live=False)  # the VM's folder is not the host's
     log = (tmp_path / "shell.log").read_text()
     assert "backend: vagrant" in log and child.exitstatus == 0, log[-3000:]
-    out = vagrant("ssh", "-c", "pgrep -af '[t]estbed.guest.shell'; ip netns list; sudo ls /var/tmp/cc-testbed-shell",
-                  timeout=300)  # fmt: skip
+    out = vagrant(
+        "ssh", "-c", "pgrep -af '[t]estbed.guest.shell'; ip netns list; sudo ls /var/tmp/cc-testbed-shell", timeout=300
+    )
     assert out.stdout.strip() == "", f"left in the VM: {out.stdout}"
 
 
@@ -153,13 +159,34 @@ def test_a_vm_that_stops_answering_fails_its_run_within_the_deadline(lab_vm, tmp
     that says so, and the VM is left as it was (here: continued afterwards, for the next test)."""
     assert lab_vm["up"].returncode == 0, "vagrant up failed (first test)"
     scenario = tmp_path / "silent.yaml"
-    scenario.write_text(json.dumps({"topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
-                                    "flows": [{"cc": "reno", "rtt_ms": 20}], "duration_s": 30}))  # fmt: skip
+    scenario.write_text(
+        json.dumps(
+            {
+                "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_pkts": 50}},
+                "flows": [{"cc": "reno", "rtt_ms": 20}],
+                "duration_s": 30,
+            }
+        )
+    )
     log = tmp_path / "cli.log"
     with open(log, "wb") as out:
-        cli = subprocess.Popen([sys.executable, "-m", "testbed.cli", "run", str(scenario), "--backend", "vagrant",
-                                "--no-report", "--results", str(tmp_path / "results")],
-                               cwd=PROJECT, stdout=out, stderr=subprocess.STDOUT)  # fmt: skip
+        cli = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "testbed.cli",
+                "run",
+                str(scenario),
+                "--backend",
+                "vagrant",
+                "--no-report",
+                "--results",
+                str(tmp_path / "results"),
+            ],
+            cwd=PROJECT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     deadline = time.monotonic() + 600
     while "traffic window begins" not in log.read_text() and time.monotonic() < deadline and cli.poll() is None:
         time.sleep(0.5)
@@ -171,8 +198,10 @@ def test_a_vm_that_stops_answering_fails_its_run_within_the_deadline(lab_vm, tmp
     try:
         cli.wait(timeout=600)
         waited = time.monotonic() - stopped
-        state = virsh("domstate", next(d for d in virsh("list", "--all", "--name")
-                                       if d.startswith(lab_vm["env"]["TESTBED_VM_PREFIX"])))  # fmt: skip
+        state = virsh(
+            "domstate",
+            next(d for d in virsh("list", "--all", "--name") if d.startswith(lab_vm["env"]["TESTBED_VM_PREFIX"])),
+        )
     finally:
         os.kill(qemu, signal.SIGCONT)
     out = log.read_text()
@@ -209,6 +238,7 @@ def test_destroy_leaves_nothing_behind(lab_vm):
     else:
         # the test's `vagrant up` started libvirt; `vagrant destroy` stopped it again with its networks
         assert not libvirt_answers(), "libvirtd started for the test is still running"
-        leftover = subprocess.run(["pgrep", "-a", "-f", "libvirtd|virtlogd|qemu-system|dnsmasq"],
-                                  capture_output=True, text=True).stdout  # fmt: skip
+        leftover = subprocess.run(
+            ["pgrep", "-a", "-f", "libvirtd|virtlogd|qemu-system|dnsmasq"], capture_output=True, text=True
+        ).stdout
         assert not leftover.strip(), leftover

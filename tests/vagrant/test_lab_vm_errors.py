@@ -22,8 +22,13 @@ def _needs_vagrant():
 
 
 def test_a_bad_driver_setting_names_the_valid_ones():
-    out = subprocess.run(["vagrant", "status"], cwd=PROJECT, capture_output=True, text=True,
-                         env={**os.environ, "TESTBED_VM_DRIVER": "xen"})  # fmt: skip
+    out = subprocess.run(
+        ["vagrant", "status"],
+        cwd=PROJECT,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "TESTBED_VM_DRIVER": "xen"},
+    )
     assert out.returncode != 0
     assert "TESTBED_VM_DRIVER=xen" in out.stderr and "kvm, qemu" in out.stderr
 
@@ -40,8 +45,12 @@ def test_vagrant_backend_without_a_vm_says_how_to_start_one(tmp_path, capsys, mo
 def test_a_box_build_that_cannot_reach_the_mirror_fails_cleanly(tmp_path):
     require_root("the box build: loop devices, mount")
     loops_before = subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout
-    env = {**os.environ, "CC_TESTBED_DEBIAN_MIRROR": "http://127.0.0.1:9/debian",
-           "CC_TESTBED_BOX_NAME": "cc-testbed-test/unreachable", "XDG_CACHE_HOME": str(tmp_path)}  # fmt: skip
+    env = {
+        **os.environ,
+        "CC_TESTBED_DEBIAN_MIRROR": "http://127.0.0.1:9/debian",
+        "CC_TESTBED_BOX_NAME": "cc-testbed-test/unreachable",
+        "XDG_CACHE_HOME": str(tmp_path),
+    }
     out = subprocess.run(["scripts/build-box.sh"], cwd=PROJECT, capture_output=True, text=True, env=env, timeout=600)
     assert out.returncode != 0
     assert "mmdebstrap failed" in out.stderr and "127.0.0.1:9" in out.stderr
@@ -49,6 +58,8 @@ def test_a_box_build_that_cannot_reach_the_mirror_fails_cleanly(tmp_path):
     assert not [p for p in box_dir.iterdir() if p.is_dir()], "the work folder was removed (the log stays)"
     assert (box_dir / "build.log").exists()
     assert not list(box_dir.glob("*.box"))
-    assert "cc-testbed-test/unreachable" not in subprocess.run(["vagrant", "box", "list"], capture_output=True,
-                                                               text=True).stdout  # fmt: skip
+    assert (
+        "cc-testbed-test/unreachable"
+        not in subprocess.run(["vagrant", "box", "list"], capture_output=True, text=True).stdout
+    )
     assert subprocess.run(["losetup", "-a"], capture_output=True, text=True).stdout == loops_before
