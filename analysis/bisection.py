@@ -22,6 +22,13 @@ analysis/sequential.py (Pocock-type spending over the looks ``--repeat`` up to `
 so adding repetitions does not buy a decision. A comparison counts at its look's level and a change
 beyond 5 %. With N versions the search takes ceil(log2(N - 1)) steps after step 0.
 
+**A commit graph** (``parents``, a tree's commits with their merges: testbed/host/kernelsource.py) is
+searched as ``git bisect`` searches it: the candidates are the versions the current bad one descends
+from that no good one does; the step's version is the candidate whose ancestors among them come nearest
+half of them (on a line: the middle); a good version makes its every ancestor good, a bad one becomes the
+first bad. So a change on a merged branch is found on that branch, and a merge is named only when both
+its parents are good. Without ``parents`` the versions are a line (Debian's kernels).
+
 **A version that cannot be run** (it does not build, boot or complete the suite: ``measure`` raises
 :class:`Skip`) is skipped, as ``git bisect skip``: the search tries the untried version nearest the
 middle of what is left, and when only skipped versions lie between the last good and the first bad,
@@ -49,6 +56,9 @@ from analysis import regression, sequential, stats
 Key = tuple[str, str, str]
 #: measure(kernel, seeds) -> run_metrics rows (point, seed, cc, metric, value) of those seeds on that kernel
 Measure = Callable[[str, list[int]], pd.DataFrame]
+#: version -> its parents (a commit graph). A parent that is not one of the versions is older than the good
+#: one's line, so good; None: the versions are a line, each one's parent the one before it
+Parents = dict[str, list[str]]
 
 
 class NothingToBisect(ValueError):
@@ -85,7 +95,8 @@ class Evidence:
 
 @dataclass
 class Bisection:
-    versions: list[str]
+    versions: list[str]  # oldest first (a graph's: every parent before its children); the good one, ..., the bad
+    parents: Parents | None = None
     key: Key | None = None
     alpha: float = regression.ALPHA
     steps: list[Evidence] = field(default_factory=list)
@@ -218,15 +229,21 @@ def judge_version(runs: Runs, result: Bisection, kernel: str, n: int, repeat: in
 
 
 def bisect(
-    versions: list[str], measure: Measure, wanted: dict | None = None, repeat: int = 3, max_repeat: int = 9
+    versions: list[str],
+    measure: Measure,
+    wanted: dict | None = None,
+    repeat: int = 3,
+    max_repeat: int = 9,
+    parents: Parents | None = None,
 ) -> Bisection:
-    """Binary search of ``versions`` (oldest first: the good kernel, ..., the bad one) for the first
-    version whose metric moved (module doc)."""
+    """Binary search of ``versions`` (oldest first: the good kernel, ..., the bad one; a commit graph when
+    ``parents`` is given) for the first version whose metric moved (module doc)."""
     if len(versions) < 2:
         raise NothingToBisect(f"bisection needs a good and a bad kernel; got {versions}")
     if repeat < 2 or max_repeat < repeat:
         raise NothingToBisect(f"--repeat {repeat} / --max-repeat {max_repeat}: at least 2, and max at least repeat")
-    result = Bisection(list(versions))
+    result = Bisection(list(versions), parents)
+    graph = Graph(versions, parents)
     runs = Runs(measure)
     try:
         n = confirm(runs, result, wanted or {}, repeat, max_repeat)
@@ -234,23 +251,73 @@ def bisect(
         raise NothingToBisect(
             f"an end of the range cannot be run ({err}): choose ends that build, boot and run the suite"
         ) from err
-    lo, hi, skipped = 0, len(versions) - 1, set()
-    while (mid := _untried(lo, hi, skipped)) is not None:
+    good, bad, skipped = graph.ancestry(versions[0]), versions[-1], set()
+    while (mid := graph.next_step(bad, good, skipped)) is not None:
         try:
-            evidence = judge_version(runs, result, versions[mid], n, repeat, max_repeat)
+            evidence = judge_version(runs, result, mid, n, repeat, max_repeat)
         except Skip as err:
-            if err.kernel != versions[mid]:  # an end that ran before fails now: no answer can be trusted
+            if err.kernel != mid:  # an end that ran before fails now: no answer can be trusted
                 raise NothingToBisect(f"an end of the range stopped running ({err})") from err
             skipped.add(mid)
             result.skipped.append((err.kernel, err.why))
             continue
         result.steps.append(evidence)
-        lo, hi = (mid, hi) if evidence.side == "good" else (lo, mid)
-    result.first_bad, result.last_good = versions[hi], versions[lo]
-    result.between = [versions[i] for i in range(lo + 1, hi)]  # all skipped
+        if evidence.side == "good":
+            good |= graph.ancestry(mid)
+        else:
+            bad = mid
+    result.first_bad = bad
+    result.between = graph.names(graph.ancestry(bad) & ~good & ~graph.bit(bad))  # all skipped
+    ran_good = [versions[0], *(e.kernel for e in result.steps[1:] if e.side == "good")]
+    result.last_good = max(
+        (v for v in ran_good if graph.ancestry(bad) & graph.bit(v)), key=versions.index
+    )  # the newest good version that ran, and that the first bad descends from
     if not result.between:
         confirm_answer(runs, result, repeat)
     return result
+
+
+class Graph:
+    """The versions' ancestry as bit sets (bit i: ``versions[i]``): Python's integers do the set
+    arithmetic in C, so a step over a tree's thousands of commits (a merge window) counts at once."""
+
+    def __init__(self, versions: list[str], parents: Parents | None):
+        self.versions, self.index = versions, {v: i for i, v in enumerate(versions)}
+        self.masks: list[int] = []
+        for i, version in enumerate(versions):
+            above = [versions[i - 1]] if parents is None and i else (parents or {}).get(version, [])
+            mask = 1 << i
+            for parent in above:
+                if parent in self.index:
+                    if self.index[parent] >= i:
+                        raise NothingToBisect(f"{parent} comes after its child {version}: give parents first")
+                    mask |= self.masks[self.index[parent]]
+            self.masks.append(mask)
+
+    def bit(self, version: str) -> int:
+        return 1 << self.index[version]
+
+    def ancestry(self, version: str) -> int:
+        """``version`` and every version it descends from."""
+        return self.masks[self.index[version]]
+
+    def names(self, mask: int) -> list[str]:
+        return [v for i, v in enumerate(self.versions) if mask >> i & 1]
+
+    def next_step(self, bad: str, good: int, skipped: set[str]) -> str | None:
+        """The candidate to run next (module doc): among the versions ``bad`` descends from that are not
+        known good (``bad`` counted), the one whose ancestors there come nearest half of them; on a tie
+        the older. None when every candidate but ``bad`` was skipped."""
+        candidates = self.ancestry(bad) & ~good
+        total = candidates.bit_count()
+        best, best_score = None, -1
+        for version in self.names(candidates & ~self.bit(bad)):
+            if version in skipped:
+                continue
+            below = (self.ancestry(version) & candidates).bit_count()
+            if min(below, total - below) > best_score:
+                best, best_score = version, min(below, total - below)
+        return best
 
 
 def confirm_answer(runs: Runs, result: Bisection, repeat: int) -> None:
@@ -270,14 +337,6 @@ def confirm_answer(runs: Runs, result: Bisection, repeat: int) -> None:
         counts(result.confirmation, regression.ALPHA / result.planned_steps)
         and math.copysign(1, result.confirmation.change) == direction
     )
-
-
-def _untried(lo: int, hi: int, skipped: set[int]) -> int | None:
-    """The version strictly between ``lo`` and ``hi`` nearest their middle that was not skipped (the lower
-    of two as near), None when every one was."""
-    middle = (lo + hi) / 2
-    left = sorted((i for i in range(lo + 1, hi) if i not in skipped), key=lambda i: (abs(i - middle), i))
-    return left[0] if left else None
 
 
 def measured(result: Bisection, kernel: str) -> dict[int, float]:

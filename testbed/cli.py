@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
-import os
 import signal
 import sys
 import time
@@ -33,7 +32,7 @@ def _where(args: argparse.Namespace):
 
     return Where(
         backend=getattr(args, "backend", "guest"),
-        kernel=getattr(args, "kernel", None),
+        kernel=_kernel(args),
         cpus=args.cpus,
         cluster=args.cluster,
         results=args.results,
@@ -42,7 +41,19 @@ def _where(args: argparse.Namespace):
         fresh_networks=getattr(args, "fresh_networks", False),
         queue_hz=getattr(args, "queue_hz", 10.0),
         clock=getattr(args, "clock", "auto"),
+        allow_dirty=getattr(args, "allow_dirty", False),
     )
+
+
+def _kernel(args: argparse.Namespace) -> str | None:
+    """``--kernel``; with ``--allow-dirty``, a tree's uncommitted diff read now and pinned by its sha256
+    (testbed.host.kernels.pinned), so the command builds what the tree held when it started."""
+    kernel = getattr(args, "kernel", None)
+    if kernel and getattr(args, "allow_dirty", False):
+        from testbed.host import kernels
+
+        return kernels.pinned(kernel, allow_dirty=True)
+    return kernel
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -161,6 +172,7 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
         yes=args.yes,
         tree=args.tree,
         clock=args.clock,
+        first_parent=args.first_parent,
     )
     sessions.update_catalog(args.results)
     return code
@@ -183,7 +195,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
     from testbed.host import kernels
 
     if args.fetch:
-        kernel = kernels.fetch(args.fetch, log=lambda line: print(line, flush=True))
+        kernel = kernels.fetch(args.fetch, log=lambda line: print(line, flush=True), allow_dirty=args.allow_dirty)
         print(f"{kernel.release}: {kernel.vmlinuz}")
         return 0
     if args.prune is not None:
@@ -206,21 +218,21 @@ def _cmd_cleanup(args: argparse.Namespace) -> int:
 def _cmd_bench(args: argparse.Namespace) -> int:
     from testbed.workflows.bench import bench, bench_pcap, bench_scale
 
-    statuses = []
+    statuses, kernel = [], _kernel(args)
     if args.part in ("basic", "all"):
-        statuses.append(bench(kernel_version=args.kernel)["status"])
+        statuses.append(bench(kernel_version=kernel)["status"])
     if args.part in ("scale", "all"):
-        statuses.append(bench_scale(kernel_version=args.kernel)["status"])
+        statuses.append(bench_scale(kernel_version=kernel)["status"])
     if args.part in ("pcap", "all"):
         statuses.append(bench_pcap()["status"])
     if args.part in ("experiment", "all"):
         from testbed.workflows.experiment_bench import bench_experiment
 
-        statuses.append(bench_experiment(kernel_version=args.kernel)["status"])
+        statuses.append(bench_experiment(kernel_version=kernel)["status"])
     if args.part in ("clock", "all"):
         from testbed.workflows.clock_bench import bench_clock
 
-        statuses.append(bench_clock(kernel_version=args.kernel)["status"])
+        statuses.append(bench_clock(kernel_version=kernel)["status"])
     if args.part in ("cluster", "all"):
         from testbed.workflows.cluster_bench import bench_cluster
 
@@ -252,7 +264,7 @@ def _hidden_runner(args: argparse.Namespace):
     from testbed.workflows.sessions import update_catalog
 
     def run(scenario, results: Path) -> list:
-        result = run_session(scenario, backend=args.backend, kernel_version=args.kernel, results_root=results)
+        result = run_session(scenario, backend=args.backend, kernel_version=_kernel(args), results_root=results)
         update_catalog(results)
         return result.failed
 
@@ -404,7 +416,7 @@ def _cmd_shell(args: argparse.Namespace) -> int:
     scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)
     scenario = scenario.select(args.only or (), args.seed or ())
     return open_shell(
-        scenario, backend=args.backend, kernel_version=args.kernel, vcpus=args.cpus, log=log, page=shell_page
+        scenario, backend=args.backend, kernel_version=_kernel(args), vcpus=args.cpus, log=log, page=shell_page
     )
 
 
@@ -627,7 +639,8 @@ def _add_bisect(sub) -> None:
         "a metric",
         description="Binary search of the installable versions (or, with --tree, the tree's commits) from --good to "
         "--bad: step 0 confirms that they "
-        "differ (and picks the metric unless given), each later step runs the version halfway with the same seeds "
+        "differ (and picks the metric unless given), each later step runs the version halfway (in a tree's commit "
+        "graph, as git bisect picks it) with the same seeds "
         "and compares it, paired by seed, with both ends, adding repetitions while undecided. Writes bisect.txt, "
         "bisect.json and bisect.png under results/bisect/. A version that does not build, boot or run is skipped. "
         "The answer is confirmed on fresh seeds. Exit 0: the first bad version named and confirmed; 2: unconfirmed, "
@@ -640,8 +653,13 @@ def _add_bisect(sub) -> None:
     bisect.add_argument(
         "--tree",
         type=Path,
-        help="bisect the commits of this git source tree from --good to --bad (first-parent line), "
-        "each built here (docs/regression.md)",
+        help="bisect the commits of this git source tree from --good to --bad, merged branches included "
+        "(as git bisect), each built here (docs/regression.md)",
+    )
+    bisect.add_argument(
+        "--first-parent",
+        action="store_true",
+        help="with --tree: only the first-parent line (a merge is one step; its branch is not entered)",
     )
     bisect.add_argument("--suite", default="regression", help="suite in scenarios/suites/ (default: regression)")
     bisect.add_argument("--point", help="only this point of the suite (e.g. upload.default): faster")
@@ -886,7 +904,6 @@ def main(argv: list[str] | None = None) -> int:
     from testbed.guest.modules import ModuleBuildError
     from testbed.host.clusterspec import ClusterError
     from testbed.host.kernels import KernelError
-    from testbed.host.kernelsource import ALLOW_DIRTY
     from testbed.host.vagrant import VagrantError
     from testbed.host.virtme import GuestError
     from testbed.labs.labkit import LabError
@@ -895,8 +912,6 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     progress.configure_logging()
-    if getattr(args, "allow_dirty", False):  # read where a source kernel is resolved, in any process
-        os.environ[ALLOW_DIRTY] = "1"
     # a SIGTERM (a CI job cancelled, `kill`) tears the run down like Ctrl-C: without this Python would
     # die at once and leave the guest, its namespaces and iperf3 processes behind
     signal.signal(signal.SIGTERM, _terminate)

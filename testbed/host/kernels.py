@@ -118,10 +118,11 @@ def _unpack(deb: Path, dest: Path) -> None:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def fetch(version: str | None = None, log=print) -> Kernel:
-    """The kernel named by ``version`` (see the module docstring), fetched into the cache if needed."""
+def fetch(version: str | None = None, log=print, allow_dirty: bool = False) -> Kernel:
+    """The kernel named by ``version`` (see the module docstring), fetched into the cache if needed;
+    ``allow_dirty``: a tree's uncommitted changes built as a patch (testbed.host.kernelsource.resolve)."""
     if kernelsource.is_source(version):
-        return _from_source(version, log)
+        return _from_source(version, log, allow_dirty)
     if version and (version.endswith(".deb") or "/" in version):
         return _from_path(Path(version), log)
     package = default_package() if version in (None, "", "default") else package_name(version)
@@ -147,11 +148,11 @@ def fetch(version: str | None = None, log=print) -> Kernel:
     return Kernel(root / "boot" / f"vmlinuz-{release}", release, package)
 
 
-def _from_source(name: str, log) -> Kernel:
+def _from_source(name: str, log, allow_dirty: bool = False) -> Kernel:
     """A kernel built here from its source (built now unless this source and config already were)."""
     try:
         cache_root().mkdir(parents=True, exist_ok=True)
-        source = kernelsource.resolve(name, log)
+        source = kernelsource.resolve(name, log, allow_dirty)
         root = kernelbuild.build(source, cache_root(), log)
     except kernelsource.SourceError as err:
         raise KernelError(str(err)) from err
@@ -160,13 +161,13 @@ def _from_source(name: str, log) -> Kernel:
     return Kernel(root / "boot" / f"vmlinuz-{record['release']}", record["release"], name, build=record)
 
 
-def pinned(name: str) -> str:
+def pinned(name: str, allow_dirty: bool = False) -> str:
     """A source name as a comparison keeps it (:func:`kernelsource.pin`): a tree at the commit it stands for
     now (``tree:PATH@<sha>``), each patch and a dirty tree's diff read now and named by its sha256, so that
     every session of a comparison of hours builds the same bytes whatever is committed or edited meanwhile;
     other names as they are."""
     try:
-        return kernelsource.pin(name) if kernelsource.is_source(name) else name
+        return kernelsource.pin(name, allow_dirty) if kernelsource.is_source(name) else name
     except kernelsource.SourceError as err:
         raise KernelError(str(err)) from err
 

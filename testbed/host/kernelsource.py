@@ -12,8 +12,9 @@
 A name resolves to a git repository, a commit and the patches' bytes; with the config's digest they
 make the build's key (:mod:`testbed.host.kernelbuild`). Debian's source is fetched once with
 ``apt-get download`` and kept as a one-commit git repository, so both kinds build the same way.
-A tree with uncommitted changes is refused unless allowed (``--allow-dirty``, which sets
-``TESTBED_ALLOW_DIRTY=1``): then its diff is built as a patch and recorded as such.
+A tree with uncommitted changes is refused unless allowed (``allow_dirty``: the commands' ``--allow-dirty``,
+which pins the diff when the command starts, so nothing later reads the tree's state again): then its
+diff is built as a patch and recorded as such.
 
 A comparison reads its inputs once (:func:`pin`): each patch file, and a dirty tree's diff, is copied
 into a store named by its sha256 and the name rewritten to ``patch:FILE@sha256:HEX``, which every later
@@ -35,7 +36,6 @@ from pathlib import Path
 from testbed.guest import build as build_cache
 
 TREE, DEBIAN = "tree:", "debian"
-ALLOW_DIRTY = "TESTBED_ALLOW_DIRTY"
 
 
 class SourceError(ValueError):
@@ -156,8 +156,9 @@ def label(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_+.-]", "-", text)
 
 
-def resolve(name: str, log=print) -> Source:
-    """The source ``name`` stands for (Debian's fetched once); bad paths, revisions or patches say why."""
+def resolve(name: str, log=print, allow_dirty: bool = False) -> Source:
+    """The source ``name`` stands for (Debian's fetched once); bad paths, revisions or patches say why.
+    ``allow_dirty``: a tree's uncommitted changes are built as a patch, not refused."""
     parsed = parse(name)
     pins = parsed.pins or (None,) * len(parsed.patches)
     patches = tuple(_read_patch(path, pin) for path, pin in zip(parsed.patches, pins, strict=True))
@@ -180,7 +181,7 @@ def resolve(name: str, log=print) -> Source:
     commit = _commit(repo, parsed.rev, name)
     dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") else None
     if dirty is not None:
-        if os.environ.get(ALLOW_DIRTY) != "1":
+        if not allow_dirty:
             raise SourceError(
                 f"{repo} has uncommitted changes ({dirty.name}): commit them, name a "
                 f"revision (tree:{repo}@REV), or pass --allow-dirty to build the diff"
@@ -209,6 +210,27 @@ def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
     return [f"{TREE}{repo}@{commit[:12]}" for commit in [first, *between]]
 
 
+def tree_graph(tree: Path, good: str, bad: str, first_parent: bool = False) -> tuple[list[str], dict[str, list[str]]]:
+    """The kernels of a tree for ``testbed bisect``, as ``git bisect`` sees them: ``good``, then every commit
+    ``bad`` descends from that ``good`` does not (merged branches too), parents before children (``git
+    rev-list --topo-order``), each named ``tree:PATH@<12 hex digits>``; and each one's parents (a parent
+    outside the range is older than ``good``'s line). ``first_parent``: the first-parent line only."""
+    repo = _tree(tree)
+    first, last = _commit(repo, good, f"tree:{repo}@{good}"), _commit(repo, bad, f"tree:{repo}@{bad}")
+    if not _is_ancestor(repo, first, last):
+        raise SourceError(_not_ancestor(repo, good, bad, first, last))
+    walk = ["--first-parent", "--ancestry-path"] if first_parent else []
+    lines = _git(repo, "rev-list", "--topo-order", "--reverse", "--parents", *walk, f"{first}..{last}").splitlines()
+    name = {first: f"{TREE}{repo}@{first[:12]}"}
+    parents: dict[str, list[str]] = {name[first]: []}
+    for line in lines:
+        commit, *above = line.split()
+        name[commit] = f"{TREE}{repo}@{commit[:12]}"
+        shown = above[:1] if first_parent else above
+        parents[name[commit]] = [name.get(p, f"{TREE}{repo}@{p[:12]}") for p in shown]
+    return list(parents), parents
+
+
 def _is_ancestor(repo: Path, first: str, last: str) -> bool:
     return subprocess.run(["git", "-C", str(repo), "merge-base", "--is-ancestor", first, last]).returncode == 0
 
@@ -233,13 +255,13 @@ def pins_root() -> Path:
     return build_cache.cache_base() / "pinned-inputs"
 
 
-def pin(name: str) -> str:
+def pin(name: str, allow_dirty: bool = False) -> str:
     """``name`` with each patch read now and named by its sha256 (``patch:FILE@sha256:HEX``), its bytes
     kept in :func:`pins_root`; a dirty tree's diff (``--allow-dirty``) kept the same way, the tree named at
     its commit with the diff as a patch. Other names as they are."""
     if not is_source(name) or name.endswith("+source"):
         return name
-    source = resolve(name, log=lambda _line: None)
+    source = resolve(name, log=lambda _line: None, allow_dirty=allow_dirty)
     for patch in (*source.patches, *([source.config] if source.config else [])):
         _store(patch)
     parsed = parse(name)

@@ -59,15 +59,19 @@ def versions_between(good: str, bad: str, available: list[str] | None = None) ->
     return versions
 
 
-def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
-    """``--tree``: the tree's commits from ``good`` to ``bad`` as kernels built here (testbed.host.kernelsource)."""
+def tree_versions(
+    tree: Path, good: str, bad: str, first_parent: bool = False
+) -> tuple[list[str], dict[str, list[str]]]:
+    """``--tree``: the tree's commits from ``good`` to ``bad`` as kernels built here, and their parents: the
+    commit graph as ``git bisect`` walks it, merged branches included, or its first-parent line
+    (testbed.host.kernelsource.tree_graph)."""
     try:
-        versions = kernelsource.tree_versions(tree, good, bad)
+        versions, parents = kernelsource.tree_graph(tree, good, bad, first_parent)
     except kernelsource.SourceError as err:
         raise BisectError(str(err)) from err
     if len(versions) < 3:
         raise BisectError(f"--good {good} and --bad {bad} are adjacent commits of {tree}: nothing between them")
-    return versions
+    return versions, parents
 
 
 def only_points(suite: ScenarioFile, point: str | None) -> ScenarioFile:
@@ -158,7 +162,7 @@ class Measurer:
             return every[kernel, tuple(seeds)]
 
         try:
-            again = bisection.bisect(result.versions, replayed, wanted, repeat, max_repeat)
+            again = bisection.bisect(result.versions, replayed, wanted, repeat, max_repeat, result.parents)
         except (BisectError, bisection.NothingToBisect) as err:
             return [f"with the untrustworthy runs the search would have gone elsewhere ({err}): not known"]
         if again.first_bad == result.first_bad:
@@ -187,9 +191,12 @@ def run_bisect(
     yes: bool = False,
     tree: Path | None = None,
     clock: str = "auto",
+    first_parent: bool = False,
 ) -> tuple[bisection.Bisection | None, Path, int]:
     """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
-    versions = tree_versions(tree, good, bad) if tree else versions_between(good, bad)
+    if first_parent and not tree:
+        raise BisectError("--first-parent: only with --tree (Debian's versions are one line already)")
+    versions, parents = tree_versions(tree, good, bad, first_parent) if tree else (versions_between(good, bad), None)
     good, bad = versions[0], versions[-1]
     compare.check_injection(inject, inject_from, versions)
     chosen = only_points(suite, point)
@@ -211,6 +218,7 @@ def run_bisect(
         "inject_from": inject_from,
         "cluster": cluster,
         "clock": clock,
+        "first_parent": first_parent,
     }
     # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
     # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
@@ -219,7 +227,8 @@ def run_bisect(
     measure = Measurer(chosen, versions, directory, inject, inject_from, vcpus, cluster, clock)
     log(f"bisect: {len(versions)} versions, {bisection.planned_steps(len(versions))} steps planned")
     try:
-        result = bisection.bisect(versions, measure, {"point": point, "cc": cc, "metric": metric}, repeat, max_repeat)
+        wanted = {"point": point, "cc": cc, "metric": metric}
+        result = bisection.bisect(versions, measure, wanted, repeat, max_repeat, parents)
     except (bisection.NothingToBisect, BisectError) as err:
         (directory / "bisect.txt").write_text(f"{err}\n")
         print(err)
@@ -259,6 +268,7 @@ def reproduce_lines(
         ("--clock", spec["clock"] if spec["clock"] != "auto" else None),
     ]
     given = "".join(f" {flag} {value}" for flag, value in options if value is not None)
+    given += " --first-parent" if spec.get("first_parent") else ""
     ends = (versions[0], versions[-1])
     good, bad = (kernelsource.parse(v).rev for v in ends) if tree else ends  # --tree takes commits
     lines = [f"reproduce the bisection: testbed bisect --good {good} --bad {bad}{given}"]
@@ -343,6 +353,7 @@ def _write(
         directory / "bisect.json",
         {
             "versions": result.versions,
+            "parents": result.parents,  # null: the versions are one line
             "key": list(result.key),
             "first_bad": result.first_bad,
             "last_good": result.last_good,

@@ -361,10 +361,12 @@ def command(
         "yes": where.yes,
         "clock": where.clock,
     }
+    if where.allow_dirty:  # a dirty tree's diff read once, now (kernels.pinned); later steps build those bytes
+        baseline, candidate = (kernels.pinned(k, allow_dirty=True) if k else k for k in (baseline, candidate))
     if series_spec:
         if baseline:
             raise ValueError("--series names every kernel: leave --baseline out")
-        chosen = kernels.expand_series(series_spec)
+        chosen = [kernels.pinned(k, where.allow_dirty) for k in kernels.expand_series(series_spec)]
         return series.run_series(chosen, suite, repeat, inject=inject, inject_from=inject_from, **common).exit_code
     if latest:
         candidate = kernels.newest(latest)

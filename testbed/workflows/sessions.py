@@ -38,6 +38,7 @@ class Where:
     fresh_networks: bool = False
     queue_hz: float = 10.0
     clock: str = "auto"  # a guest's: real, virtual (QEMU's icount) or auto (testbed.host.timebase)
+    allow_dirty: bool = False  # a tree:PATH kernel with uncommitted changes: its diff built as a patch
 
 
 def refuse_runaway(runs: list, where: Where) -> None:

@@ -170,3 +170,55 @@ def test_the_answer_is_confirmed_on_fresh_seeds_or_said_unconfirmed():
     assert fleeting.first_bad == "6.1.0-52" and fleeting.confirmed is False
     skipped = bisection.bisect(VERSIONS, Skipping("6.1.0-52", {"6.1.0-51"}))  # only a range: nothing to confirm
     assert skipped.between and skipped.confirmed is None
+
+
+# a merge window in small: the good end G, a main line a1 a2, a branch b1 b2 b3 from G merged at M, then a3
+# (the bad end); parents before children, as git rev-list --topo-order --reverse gives them
+GRAPH = {"G": [], "a1": ["G"], "b1": ["G"], "a2": ["a1"], "b2": ["b1"], "b3": ["b2"], "M": ["a2", "b3"], "a3": ["M"]}
+
+
+def _ancestry(kernel: str) -> set[str]:
+    return {kernel}.union(*(_ancestry(p) for p in GRAPH[kernel]))
+
+
+class OnGraph(Simulated):
+    """Simulated on GRAPH: point1's goodput falls in every version that holds the ``planted`` commit."""
+
+    def __init__(self, planted: str, cannot: frozenset[str] = frozenset()):
+        super().__init__(None)
+        self.planted, self.cannot = planted, cannot
+
+    def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+        if kernel in self.cannot:
+            raise bisection.Skip(kernel, "does not build")
+        frame = super().__call__(kernel, seeds)
+        if self.planted in _ancestry(kernel):
+            frame.loc[(frame["point"] == "point1") & (frame["metric"] == "goodput"), "value"] *= self.factor
+        return frame
+
+
+@pytest.mark.parametrize("planted", ["a1", "a2", "b1", "b2", "b3", "M", "a3"])
+def test_a_commit_graph_is_searched_as_git_bisect_does_entering_the_merged_branch(planted):
+    """A change on the merged branch is found on it; a merge is named only when its parents are both good."""
+    result = bisection.bisect(list(GRAPH), OnGraph(planted), parents=GRAPH)
+    assert result.first_bad == planted and result.between == [] and result.confirmed
+    assert result.last_good in _ancestry(planted) - {planted}
+    assert result.last_good in ["G", *(e.kernel for e in result.steps if e.side == "good")]  # one that ran good
+    assert len(result.steps) <= result.planned_steps + 1
+
+
+def test_the_first_parent_line_names_the_merge_that_brought_a_branchs_change():
+    line = ["G", "a1", "a2", "M", "a3"]
+    result = bisection.bisect(line, OnGraph("b2"), parents={v: GRAPH[v][:1] for v in line})
+    assert result.first_bad == "M" and result.last_good == "a2"
+
+
+def test_on_a_graph_a_skipped_commit_leaves_the_answer_between_its_good_parent_and_bad_child():
+    result = bisection.bisect(list(GRAPH), OnGraph("b2", frozenset({"b2"})), parents=GRAPH)
+    assert (result.first_bad, result.between) == ("b3", ["b2"]) and result.last_good in ("b1", "G")
+    assert result.skipped == [("b2", "does not build")]
+
+
+def test_a_graph_whose_child_comes_before_its_parent_is_refused():
+    with pytest.raises(bisection.NothingToBisect, match="a2 comes after its child M: give parents first"):
+        bisection.bisect(["G", "a1", "M", "a2", "a3"], OnGraph("a1"), parents=GRAPH)

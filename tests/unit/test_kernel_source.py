@@ -70,7 +70,6 @@ def _commit(tree: Path, text: str, message: str) -> str:
 def tree(tmp_path, monkeypatch):
     """A simulated kernel tree with one commit; the caches in tmp_path."""
     monkeypatch.setenv("CC_TESTBED_CACHE", str(tmp_path / "cache"))
-    monkeypatch.delenv(kernelsource.ALLOW_DIRTY, raising=False)
     root = tmp_path / "linux"
     (root / "net" / "ipv4").mkdir(parents=True)
     (root / "scripts" / "kconfig").mkdir(parents=True)
@@ -136,8 +135,7 @@ def test_a_dirty_tree_is_refused_unless_allowed_and_its_diff_is_then_built_and_r
         r"net/ipv4/tcp.c\)\).*--allow-dirty",
     ):
         _fetch(f"tree:{tree}")
-    monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
-    kernel, _ = _fetch(f"tree:{tree}")
+    kernel = kernels.fetch(f"tree:{tree}", log=lambda line: None, allow_dirty=True)
     assert kernel.build["dirty"] and kernel.build["patches"][0]["name"].startswith("working tree diff")
     assert b"= 4;" in kernel.vmlinuz.read_bytes()
     clean, _ = _fetch(f"tree:{tree}@HEAD~0")  # a named revision is built as committed, dirty or not
@@ -209,7 +207,7 @@ def test_a_tree_range_is_its_first_parent_commits_and_bad_ranges_say_why(tree):
     with pytest.raises(kernelsource.SourceError, match=rf"lines diverged at {base} .*--good {base}"):
         kernelsource.tree_versions(tree, side, "HEAD")
     with pytest.raises(bisect_workflow.BisectError, match="adjacent commits"):
-        bisect_workflow.tree_versions(tree, "HEAD~1", "HEAD")
+        bisect_workflow.tree_versions(tree, "HEAD~1", "HEAD", first_parent=True)
 
 
 class BuiltKernels:
@@ -245,9 +243,9 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
         text = f"int tcp_init_cwnd = 10; /* {n} */\n" + ("/* PLANTED */\n" if n >= 5 else "")
         _commit(tree, text, f"commit {n}" + (" (the planted change)" if n == 5 else ""))
     planted = _git(tree, "rev-parse", "HEAD~2")
-    versions = bisect_workflow.tree_versions(tree, "HEAD~7", "HEAD")
+    versions, parents = bisect_workflow.tree_versions(tree, "HEAD~7", "HEAD")
     measure = BuiltKernels()
-    result = bisection.bisect(versions, measure)
+    result = bisection.bisect(versions, measure, parents=parents)
     assert result.first_bad == f"tree:{tree}@{planted[:12]}" and result.last_good == versions[4]
     built = list((kernelbuild.build_cache.cache_base() / "kernels").glob("build-*"))
     assert len(built) == len(set(measure.calls)) < len(versions)  # each step built once; not every commit
@@ -330,8 +328,9 @@ def test_a_comparisons_inputs_are_pinned_when_it_starts_a_tree_at_its_commit_a_p
     assert b"= 6;" in kernel.vmlinuz.read_bytes() and kernel.build["patches"][0]["name"] == str(patch)
     # a dirty tree's diff (--allow-dirty) the same way: the tree at its commit, the diff a pinned patch
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 4;\n")
-    monkeypatch.setenv(kernelsource.ALLOW_DIRTY, "1")
-    dirty = kernels.pinned(f"tree:{tree}")
+    with pytest.raises(kernels.KernelError, match="uncommitted changes"):
+        kernels.pinned(f"tree:{tree}")
+    dirty = kernels.pinned(f"tree:{tree}", allow_dirty=True)
     assert dirty.startswith(f"tree:{tree}@{head}+patch:{kernelsource.WORKING_TREE}@sha256:")
     _git(tree, "checkout", "-q", "--", ".")  # the tree cleaned during the comparison
     kernel, _ = _fetch(dirty)
@@ -427,11 +426,50 @@ def test_a_bisection_goes_round_a_commit_that_does_not_build_and_still_names_the
         text = f"int tcp_init_cwnd = 10; /* {n} */\n" + ("/* PLANTED */\n" if n >= 5 else "")
         _commit(tree, text + ("BREAK\n" if n == 3 else ""), f"commit {n}")  # commit 3 does not build
     planted, broken = _git(tree, "rev-parse", "HEAD~2"), _git(tree, "rev-parse", "HEAD~4")
-    versions = bisect_workflow.tree_versions(tree, "HEAD~7", "HEAD")
-    result = bisection.bisect(versions, SkippingBuilt())
+    versions, parents = bisect_workflow.tree_versions(tree, "HEAD~7", "HEAD")
+    result = bisection.bisect(versions, SkippingBuilt(), parents=parents)
     assert result.first_bad == f"tree:{tree}@{planted[:12]}" and result.between == []
     [(skipped, why)] = result.skipped
     assert skipped == f"tree:{tree}@{broken[:12]}" and "a planted syntax error" in why
+
+
+def _side_commit(tree: Path, text: str, message: str) -> str:
+    (tree / "net" / "ipv4" / "side.c").write_text(text)
+    _git(tree, "add", "net/ipv4/side.c")
+    return _commit(tree, (tree / "net" / "ipv4" / "tcp.c").read_text(), message)
+
+
+def test_a_bisection_enters_a_merged_branch_goes_round_a_commit_that_does_not_build_and_names_the_planted_one(tree):
+    """The planted change on a branch merged into the line (a net-next base), a commit of the line that does
+    not build: the commit graph is walked as git bisect walks it, the branch entered, the broken commit
+    skipped. On the first-parent line the answer is the merge that brought the change."""
+    good = _git(tree, "rev-parse", "HEAD")
+    _git(tree, "checkout", "-q", "-b", "side")
+    side = [
+        _side_commit(tree, f"int side = {n};\n" + ("/* PLANTED */\n" if n >= 2 else ""), f"side {n}") for n in (1, 2, 3)
+    ]
+    _git(tree, "checkout", "-q", "-")
+    line = [
+        _commit(tree, f"int tcp_init_cwnd = {n};\n" + ("BREAK\n" if n == 2 else ""), f"line {n}") for n in (1, 2, 3)
+    ]
+    _git(tree, "merge", "-q", "--no-ff", "-m", "merge side", "side")
+    merge = _git(tree, "rev-parse", "HEAD")
+    last = _commit(tree, "int tcp_init_cwnd = 4;\n", "line 4")
+    versions, parents = bisect_workflow.tree_versions(tree, good, "HEAD")
+    assert len(versions) == 9 and parents[f"tree:{tree}@{merge[:12]}"] == [
+        f"tree:{tree}@{line[-1][:12]}",
+        f"tree:{tree}@{side[-1][:12]}",
+    ]
+    result = bisection.bisect(versions, SkippingBuilt(), parents=parents)
+    assert result.first_bad == f"tree:{tree}@{side[1][:12]}" and result.between == [] and result.confirmed
+    assert result.last_good in (f"tree:{tree}@{side[0][:12]}", f"tree:{tree}@{good[:12]}")
+    assert all(kernel == f"tree:{tree}@{line[1][:12]}" for kernel, _ in result.skipped)
+    line_only, first_parents = bisect_workflow.tree_versions(tree, good, last, first_parent=True)
+    assert line_only == [f"tree:{tree}@{c[:12]}" for c in (good, *line, merge, last)]
+    on_line = bisection.bisect(line_only, SkippingBuilt(), parents=first_parents)
+    assert on_line.first_bad == f"tree:{tree}@{merge[:12]}"
+    # the good end reached only through the merge's second parent: the whole graph still has a range
+    assert len(bisect_workflow.tree_versions(tree, side[0], "HEAD")[0]) > 3
 
 
 NEW_OPTION = """diff --git a/net/ipv4/Kconfig b/net/ipv4/Kconfig
@@ -503,3 +541,22 @@ def test_a_comparison_counts_the_kernels_it_builds_into_its_estimate(tree, monke
     _commit(tree, "int tcp_init_cwnd = 11;\n", "another")
     with pytest.raises(ValueError, match="--yes"):
         compare.refuse_runaway([], None, False, [f"tree:{tree}"])
+
+
+def test_allow_dirty_travels_as_an_argument_and_pins_the_diff_when_the_command_starts(tree):
+    """--allow-dirty is no environment variable: the command reads the diff once (kernels.pinned) and every
+    later step builds those bytes, whatever the tree holds by then."""
+    from testbed import cli
+
+    (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 5;\n")
+    args = cli.build_parser().parse_args(["run", "default", "--kernel", f"tree:{tree}", "--allow-dirty"])
+    where = cli._where(args)
+    assert where.allow_dirty and where.kernel.startswith(f"tree:{tree}@")
+    assert f"+patch:{kernelsource.WORKING_TREE}@sha256:" in where.kernel and "TESTBED_ALLOW_DIRTY" not in os.environ
+    _git(tree, "checkout", "-q", "--", ".")
+    kernel, _ = _fetch(where.kernel)
+    assert b"= 5;" in kernel.vmlinuz.read_bytes() and kernel.build["dirty"]
+    refused = cli.build_parser().parse_args(["run", "default", "--kernel", f"tree:{tree}"])
+    (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 5;\n")
+    with pytest.raises(kernels.KernelError, match="uncommitted changes .*--allow-dirty"):
+        _fetch(cli._where(refused).kernel)
