@@ -161,6 +161,20 @@ def _from_source(name: str, log, allow_dirty: bool = False) -> Kernel:
     return Kernel(root / "boot" / f"vmlinuz-{record['release']}", record["release"], name, build=record)
 
 
+def settle(name: str, log=print) -> None:
+    """A kernel made as ready as it can be before its turn: a package downloaded (or refused with the
+    versions there are), a source name resolved (its tree, revision and patches checked) and its build left
+    to the first session that runs it, so a series of commits starts at once and a commit that does not
+    build is that side's failure, not the series' (testbed/workflows/series.py)."""
+    if not kernelsource.is_source(name):
+        fetch(name, log=log)
+        return
+    try:
+        kernelsource.resolve(name, log)
+    except kernelsource.SourceError as err:
+        raise KernelError(str(err)) from err
+
+
 def pinned(name: str, allow_dirty: bool = False) -> str:
     """A source name as a comparison keeps it (:func:`kernelsource.pin`): a tree at the commit it stands for
     now (``tree:PATH@<sha>``), each patch and a dirty tree's diff read now and named by its sha256, so that

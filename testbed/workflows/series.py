@@ -5,8 +5,10 @@ The suite runs on every kernel, repetition by repetition: kernel 1, kernel 2, ..
 1, then all of them with seed 2, ..., so that whatever drifts on the machine during the hours of a
 series hits every kernel alike, and repetition r shares seed r (and its seeded losses) on every
 kernel. A kernel that cannot be had stops the series before anything runs (with the versions that
-can be had); a kernel on which no run of its first repetition completes (it does not boot) is
-reported and the series goes on without it. The suite's positive controls run on the last kernel
+can be had; a source name, its tree, revision or patches); one built from source is built when its
+first session starts, so a series of a tree's commits starts at once; a kernel that does not build,
+or on which no run of its first repetition completes (it does not boot), is reported and the series
+goes on without it. The suite's positive controls run on the last kernel
 (its flows harmed) and are compared with that kernel's own runs of their point.
 
 Then analysis/series.py compares each kernel with the one before (and the first with the last),
@@ -119,9 +121,9 @@ def run_series(
     compare.check_injection(inject, inject_from, kernel_list)
     every_seed = compare.variant(suite, list(range(1, repeat + 1)), candidate=True).runs()
     compare.refuse_runaway(every_seed * len(kernel_list), cluster, yes, kernel_list)
-    for n, kernel in enumerate(kernel_list, 1):  # every kernel settled (downloaded, built or refused) before runs
+    for n, kernel in enumerate(kernel_list, 1):  # every kernel downloaded or refused before runs; builds when reached
         log(f"series: kernel {n} of {len(kernel_list)}: {kernel}")
-        kernels.fetch(kernel, log=log)
+        kernels.settle(kernel, log=log)
     spec = {
         "kernels": list(kernel_list),
         "suite": suite.name,

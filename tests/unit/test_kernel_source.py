@@ -560,3 +560,41 @@ def test_allow_dirty_travels_as_an_argument_and_pins_the_diff_when_the_command_s
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 5;\n")
     with pytest.raises(kernels.KernelError, match="uncommitted changes .*--allow-dirty"):
         _fetch(cli._where(refused).kernel)
+
+
+def test_a_series_of_commits_builds_each_when_reached_and_goes_on_without_one_that_does_not_build(
+    tree, tmp_path, monkeypatch
+):
+    """regress --series tree:PATH@A..B: nothing is built before the first session; the commit that does not
+    build is dropped with the compiler's words and the others run every repetition (run_session replaced
+    by one that builds its kernel, as the guest backend does, and runs nothing)."""
+    from testbed.scenario.suite import load_suite
+    from testbed.workflows import compare
+    from testbed.workflows import series as series_workflow
+    from tests.conftest import PROJECT
+
+    first = _git(tree, "rev-parse", "HEAD")
+    commits = [_commit(tree, f"int tcp_init_cwnd = {n};\n" + ("BREAK\n" if n == 2 else ""), f"c{n}") for n in (1, 2, 3)]
+    suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
+    built_before_runs, ran = [], []
+
+    def run_session(scenario, kernel_version, results_root, **_):
+        if not ran and not built_before_runs:
+            built_before_runs.append(len(list((kernels.cache_root()).glob("build-*"))))
+        kernels.fetch(kernel_version, log=lambda line: None)  # the guest backend's first step
+        ran.append(kernel_version)
+        folder = results_root / f"session{len(ran)}"
+        folder.mkdir(parents=True)
+        return type("Result", (), {"directory": folder})()
+
+    monkeypatch.setattr(compare, "run_session", run_session)
+    monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
+    monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: result)
+    chosen = kernels.expand_series(f"tree:{tree}@{first}..HEAD")
+    result = series_workflow.run_series(chosen, suite, 2, results_root=tmp_path / "results")
+    assert built_before_runs == [0], "a commit was built before the series' first session"
+    broken = f"tree:{tree}@{commits[1][:12]}"
+    assert broken not in ran and len(ran) == 6  # the other three, two repetitions each
+    [failure] = result.failures
+    assert failure.startswith(f"{broken}: it refused the suite before any run (the kernel did not build")
+    assert "a planted syntax error" in failure and failure.endswith("the series goes on without it")

@@ -167,7 +167,7 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
         folder.mkdir(parents=True)
         return type("Result", (), {"directory": folder})()
 
-    monkeypatch.setattr(series_workflow.kernels, "fetch", lambda kernel, log: None)
+    monkeypatch.setattr(series_workflow.kernels, "settle", lambda kernel, log: None)
     monkeypatch.setattr(compare, "run_session", run_session)
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
     monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: judged.update(kept=kept) or result)
