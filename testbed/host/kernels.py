@@ -122,7 +122,7 @@ def fetch(version: str | None = None, log=print, allow_dirty: bool = False) -> K
     """The kernel named by ``version`` (see the module docstring), fetched into the cache if needed;
     ``allow_dirty``: a tree's uncommitted changes built as a patch (testbed.host.kernelsource.resolve)."""
     if kernelsource.is_source(version):
-        return _from_source(version, log, allow_dirty)
+        return _from_source(debian_config(version, log), log, allow_dirty)
     if version and (version.endswith(".deb") or "/" in version):
         return _from_path(Path(version), log)
     package = default_package() if version in (None, "", "default") else package_name(version)
@@ -170,7 +170,7 @@ def settle(name: str, log=print) -> None:
         fetch(name, log=log)
         return
     try:
-        kernelsource.resolve(name, log)
+        kernelsource.resolve(debian_config(name, log), log)
     except kernelsource.SourceError as err:
         raise KernelError(str(err)) from err
 
@@ -181,9 +181,31 @@ def pinned(name: str, allow_dirty: bool = False) -> str:
     every session of a comparison of hours builds the same bytes whatever is committed or edited meanwhile;
     other names as they are."""
     try:
-        return kernelsource.pin(name, allow_dirty) if kernelsource.is_source(name) else name
+        if not kernelsource.is_source(name):
+            return name
+        return kernelsource.pin(debian_config(name, lambda _line: None), allow_dirty)
     except kernelsource.SourceError as err:
         raise KernelError(str(err)) from err
+
+
+def debian_config(name: str, log=print) -> str:
+    """``...+config:config-RELEASE`` where no such file is here: Debian's config of that kernel (its
+    package's ``boot/config-RELEASE``, the package downloaded once as ``--kernel`` does), the name then
+    pointing at it in the kernel cache; other names as they are."""
+    try:
+        parsed = kernelsource.parse(name)
+    except kernelsource.SourceError as err:
+        raise KernelError(str(err)) from err
+    wanted = parsed.config
+    if wanted is None or parsed.config_pin or wanted.is_file() or len(wanted.parts) > 1:
+        return name
+    if not wanted.name.startswith("config-"):
+        return name  # _read_patch says there is no such file, and what a config may be
+    release = wanted.name.removeprefix("config-")
+    path = fetch(f"linux-image-{release}", log).vmlinuz.parent / wanted.name
+    if not path.is_file():
+        raise KernelError(f"+config:{wanted}: the package linux-image-{release} has no boot/{wanted.name}")
+    return name.replace(f"+config:{wanted}", f"+config:{path}", 1)
 
 
 def _from_path(path: Path, log) -> Kernel:

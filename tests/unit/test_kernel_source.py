@@ -598,3 +598,23 @@ def test_a_series_of_commits_builds_each_when_reached_and_goes_on_without_one_th
     [failure] = result.failures
     assert failure.startswith(f"{broken}: it refused the suite before any run (the kernel did not build")
     assert "a planted syntax error" in failure and failure.endswith("the series goes on without it")
+
+
+def test_debians_config_is_named_by_its_release_and_read_from_its_package(tree):
+    """+config:config-RELEASE with no such file here: the config of Debian's linux-image-RELEASE (the package
+    as kernels.fetch keeps it: here one put in the cache by hand, as a download would unpack it)."""
+    release = "6.1.0-99-amd64"
+    package = kernels.cache_root() / f"linux-image-{release}"
+    (package / "boot").mkdir(parents=True)
+    (package / "boot" / f"vmlinuz-{release}").write_bytes(b"image")
+    (package / "boot" / f"config-{release}").write_text("CONFIG_FROM_DEBIAN=y\n")
+    (package / ".complete").write_text("by hand\n")
+    kernel, _ = _fetch(f"tree:{tree}+config:config-{release}")
+    text = next((kernel.vmlinuz.parents[1] / "boot").glob("config-*")).read_text()
+    assert "CONFIG_FROM_DEBIAN=y" in text and kernel.build["config"]["name"] == str(
+        package / "boot" / f"config-{release}"
+    )
+    named, found = f"tree:{tree}+config:config-{release}", kernels.debian_config(f"tree:{tree}+config:config-{release}")
+    assert found == f"tree:{tree}+config:{package / 'boot' / f'config-{release}'}" and label(named) == label(found)
+    with pytest.raises(kernels.KernelError, match=r"config nosuch\.config: no such file"):
+        _fetch(f"tree:{tree}+config:nosuch.config")
