@@ -38,7 +38,7 @@ from testbed.guest import capture, fidelity
 from testbed.labs import labels
 from testbed.results import rundir
 
-#: flows.csv's columns that grading reads (testbed/labs/labresults.py, analysis/metrics.group_metric)
+#: flows.csv's columns that grading reads (testbed/labs/labresults.py; group_metric in analysis/metrics.py)
 FLOW_COLUMNS = ("cc", "direction", "goodput_mbit", "recv_goodput_mbit", "sent_bytes", "retrans_bytes")
 #: how far a recomputed number may sit from the file's: the file holds 10 significant digits
 RELATIVE_TOLERANCE = 1e-6
