@@ -96,3 +96,18 @@ def test_no_table_cell_of_the_docs_is_prose():
                 if max(widths) > MAX_CELL:
                     long.append(f"{path.relative_to(PROJECT)}:{number} ({max(widths)} characters)")
     assert not long, "table cells over 200 characters: " + ", ".join(long)
+
+
+def test_the_commands_page_gives_each_commands_synopsis_as_its_parser_has_it(monkeypatch):
+    """docs/commands.md's synopses are argparse's own usage (scripts/synopses.py writes them): an option
+    added, renamed or removed in testbed/cli.py and not on the page fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("synopses", PROJECT / "scripts" / "synopses.py")
+    synopses = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(synopses)
+    monkeypatch.setenv("COLUMNS", synopses.WIDTH)
+    page = synopses.PAGE.read_text()
+    assert page == synopses.rewritten(page, synopses.synopses()), (
+        "docs/commands.md's synopses differ from the parser: run .venv/bin/python scripts/synopses.py"
+    )

@@ -1,0 +1,47 @@
+"""docs/commands.md's synopses, one per ``testbed`` command, written from the argument parser itself
+(``testbed/cli.py``), so the page never lists an option the command lacks or misses one it has.
+
+    .venv/bin/python scripts/synopses.py    # rewrites each "### testbed NAME" section's first code block
+
+tests/unit/test_layout.py fails when the page and the parser differ. argparse's own usage line is the
+synopsis (``-h`` left out), at a fixed width so the page does not depend on the terminal.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from pathlib import Path
+
+PROJECT = Path(__file__).resolve().parents[1]
+PAGE = PROJECT / "docs" / "commands.md"
+WIDTH = "110"
+
+
+def synopses() -> dict[str, str]:
+    """Each subcommand's usage as the page shows it (with COLUMNS set to WIDTH: argparse wraps usage at
+    the terminal's width)."""
+    from testbed.cli import build_parser
+
+    (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    found = {}
+    for name, parser in commands.choices.items():
+        usage = parser.format_usage().removeprefix("usage: ").replace(" [-h]", "", 1).rstrip()
+        found[name] = re.sub(r"\n +", "\n    ", usage)  # continuation lines indented by four
+    return found
+
+
+def rewritten(page: str, found: dict[str, str]) -> str:
+    """``page`` with the code block right under each ``### testbed NAME`` replaced by NAME's synopsis."""
+    for name, usage in found.items():
+        pattern = rf"(### testbed {re.escape(name)}\n\n```\n).*?(\n```)"
+        page = re.sub(pattern, lambda m, usage=usage: m.group(1) + usage + m.group(2), page, count=1, flags=re.S)
+    return page
+
+
+if __name__ == "__main__":
+    os.environ["COLUMNS"] = WIDTH
+    sys.path.insert(0, str(PROJECT))
+    PAGE.write_text(rewritten(PAGE.read_text(), synopses()))
