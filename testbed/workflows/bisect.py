@@ -26,13 +26,13 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import bisection, kernel_plots
-from testbed import PROJECT
 from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
 from testbed.workflows.compare import KERNEL_REFUSALS, label, options_text
+from testbed.workflows.sessions import Where
 
 
 class BisectError(ValueError):
@@ -177,23 +177,20 @@ def run_bisect(
     good: str,
     bad: str,
     suite: ScenarioFile,
+    where: Where,
     point: str | None = None,
     cc: str | None = None,
     metric: str | None = None,
     repeat: int = 3,
     max_repeat: int = 9,
-    results_root: Path = PROJECT / "results",
     inject: dict | None = None,
     inject_from: str | None = None,
-    vcpus: int | None = None,
-    cluster: str | None = None,
-    force: bool = False,
-    yes: bool = False,
     tree: Path | None = None,
-    clock: str = "auto",
     first_parent: bool = False,
 ) -> tuple[bisection.Bisection | None, Path, int]:
-    """Bisect (module doc): (the bisection or None, its folder, the exit status)."""
+    """Bisect (module doc) where ``where`` says (its results root, vCPUs, cluster, clock, --force, --yes):
+    (the bisection or None, its folder, the exit status)."""
+    cluster, clock = where.cluster, where.clock
     if first_parent and not tree:
         raise BisectError("--first-parent: only with --tree (Debian's versions are one line already)")
     versions, parents = tree_versions(tree, good, bad, first_parent) if tree else (versions_between(good, bad), None)
@@ -203,7 +200,7 @@ def run_bisect(
     # the planned steps and both ends, each with the most seeds a step may take
     planned = compare.variant(chosen, list(range(1, max_repeat + 1))).runs()
     steps = bisection.planned_steps(len(versions)) + 2
-    compare.refuse_runaway(planned * steps, cluster, yes, versions, builds_at_most=steps)
+    compare.refuse_runaway(planned * steps, cluster, where.yes, versions, builds_at_most=steps)
     for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
         kernels.fetch(kernel, log=log)
     spec = {
@@ -222,9 +219,11 @@ def run_bisect(
     }
     # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
     # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
-    comparison = compare.Comparison.open(results_root, "bisect", f"{label(good)}..{label(bad)}", spec, force=force)
+    comparison = compare.Comparison.open(
+        where.results, "bisect", f"{label(good)}..{label(bad)}", spec, force=where.force
+    )
     directory = comparison.directory
-    measure = Measurer(chosen, versions, directory, inject, inject_from, vcpus, cluster, clock)
+    measure = Measurer(chosen, versions, directory, inject, inject_from, where.cpus, cluster, clock)
     log(f"bisect: {len(versions)} versions, {bisection.planned_steps(len(versions))} steps planned")
     try:
         wanted = {"point": point, "cc": cc, "metric": metric}
