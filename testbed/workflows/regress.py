@@ -38,7 +38,6 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import kernel_plots, regression
-from testbed import PROJECT
 from testbed.host import kernels
 from testbed.host.session import log
 from testbed.report import junit
@@ -48,6 +47,7 @@ from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
 from testbed.workflows.compare import control_base, detectable_text, fmt_value, options_text, variant
+from testbed.workflows.sessions import Where
 
 SIDES = ("baseline", "candidate")
 
@@ -71,20 +71,18 @@ def regress(
     candidate: str,
     suite: ScenarioFile,
     repeat: int,
-    results_root: Path = PROJECT / "results",
+    where: Where | None = None,
     candidate_flow_options: dict | None = None,
-    vcpus: int | None = None,
-    cluster: str | None = None,
-    force: bool = False,
-    yes: bool = False,
-    clock: str = "auto",
 ) -> RegressResult:
     """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc). An unfinished
     comparison of the same kernels, suite and options resumes (``force``: a new one). With ``cluster``,
-    each session's runs spread over its workers, a point's run on the same host on both kernels."""
+    each session's runs spread over its workers, a point's run on the same host on both kernels. ``where``:
+    its results root, vCPUs, cluster, clock, --force and --yes (testbed.workflows.sessions.Where)."""
+    where = where or Where()
+    cluster, clock = where.cluster, where.clock
     compare.check_repeat(repeat)
     compare.refuse_runaway(
-        variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, yes, [baseline, candidate]
+        variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, where.yes, [baseline, candidate]
     )
     # both kernels are settled (downloaded, or refused with the list of versions) before anything runs
     baseline, candidate = kernels.pinned(baseline), kernels.pinned(candidate)  # a tree at its commit now
@@ -101,7 +99,7 @@ def regress(
         "clock": clock,
     }
     name = f"{compare.label(baseline)}-vs-{compare.label(candidate)}"
-    comparison = compare.Comparison.open(results_root, "regress", name, spec, force=force)
+    comparison = compare.Comparison.open(where.results, "regress", name, spec, force=where.force)
 
     def scenario_for(side: compare.Side, rep: int) -> ScenarioFile:
         harmed = side.name == "candidate"
@@ -109,7 +107,7 @@ def regress(
 
     sides = [compare.Side("baseline", baseline), compare.Side("candidate", candidate)]
     sessions = compare.run_interleaved(
-        comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster, clock=clock
+        comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
     )
     bases = {control: control_base(suite, control) for control in suite.controls}
     result = judge(
@@ -353,21 +351,13 @@ def command(
             "testbed regress: give one of --baseline/--candidate (a pair), --series (a kernel series) "
             f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}"
         )
-    common = {
-        "results_root": where.results,
-        "vcpus": where.cpus,
-        "cluster": where.cluster,
-        "force": where.force,
-        "yes": where.yes,
-        "clock": where.clock,
-    }
     if where.allow_dirty:  # a dirty tree's diff read once, now (kernels.pinned); later steps build those bytes
         baseline, candidate = (kernels.pinned(k, allow_dirty=True) if k else k for k in (baseline, candidate))
     if series_spec:
         if baseline:
             raise ValueError("--series names every kernel: leave --baseline out")
         chosen = [kernels.pinned(k, where.allow_dirty) for k in kernels.expand_series(series_spec)]
-        return series.run_series(chosen, suite, repeat, inject=inject, inject_from=inject_from, **common).exit_code
+        return series.run_series(chosen, suite, repeat, where, inject=inject, inject_from=inject_from).exit_code
     if latest:
         candidate = kernels.newest(latest)
         baseline = baseline or series.baseline_from_history(where.results, latest, candidate)
@@ -380,4 +370,4 @@ def command(
         print(f"regress --latest {latest}: candidate {candidate} (newest installable), baseline {baseline}")
     elif not baseline:
         raise ValueError("--candidate needs --baseline (the kernel to compare with)")
-    return regress(baseline, candidate, suite, repeat, candidate_flow_options=flow_options, **common).exit_code
+    return regress(baseline, candidate, suite, repeat, where, candidate_flow_options=flow_options).exit_code

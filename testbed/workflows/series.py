@@ -32,7 +32,6 @@ from pathlib import Path
 import pandas as pd
 
 from analysis import kernel_plots, regression, series
-from testbed import PROJECT
 from testbed.host import kernels
 from testbed.host.session import log
 from testbed.report import junit
@@ -42,6 +41,7 @@ from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
 from testbed.workflows.compare import label, options_text
+from testbed.workflows.sessions import Where
 
 
 @dataclass
@@ -103,24 +103,22 @@ def run_series(
     kernel_list: list[str],
     suite: ScenarioFile,
     repeat: int,
-    results_root: Path = PROJECT / "results",
-    vcpus: int | None = None,
-    cluster: str | None = None,
+    where: Where | None = None,
     inject: dict | None = None,
     inject_from: str | None = None,
-    force: bool = False,
-    yes: bool = False,
-    clock: str = "auto",
 ) -> SeriesResult:
-    """Run the suite ``repeat`` times on every kernel, interleaved, and judge (module doc). An unfinished
-    series of the same kernels, suite and options resumes in its folder (``force``: a new one)."""
+    """Run the suite ``repeat`` times on every kernel, interleaved, and judge (module doc), where ``where``
+    says (testbed.workflows.sessions.Where). An unfinished series of the same kernels, suite and options
+    resumes in its folder (``where.force``: a new one)."""
+    where = where or Where()
+    cluster, clock = where.cluster, where.clock
     compare.check_repeat(repeat)
     kernel_list = [kernels.pinned(k) for k in kernel_list]  # a tree at its commit now
     compare.check_labels(kernel_list)
     inject_from = kernels.pinned(inject_from) if inject_from else None
     compare.check_injection(inject, inject_from, kernel_list)
     every_seed = compare.variant(suite, list(range(1, repeat + 1)), candidate=True).runs()
-    compare.refuse_runaway(every_seed * len(kernel_list), cluster, yes, kernel_list)
+    compare.refuse_runaway(every_seed * len(kernel_list), cluster, where.yes, kernel_list)
     for n, kernel in enumerate(kernel_list, 1):  # every kernel downloaded or refused before runs; builds when reached
         log(f"series: kernel {n} of {len(kernel_list)}: {kernel}")
         kernels.settle(kernel, log=log)
@@ -135,7 +133,7 @@ def run_series(
         "clock": clock,
     }
     name = f"series-{label(kernel_list[0])}..{label(kernel_list[-1])}"
-    comparison = compare.Comparison.open(results_root, "series", name, spec, force=force, folder="regress")
+    comparison = compare.Comparison.open(where.results, "series", name, spec, force=where.force, folder="regress")
     by_name = {label(k): k for k in kernel_list}
 
     def scenario_for(side: compare.Side, rep: int) -> ScenarioFile:
@@ -144,7 +142,7 @@ def run_series(
 
     sides = [compare.Side(name, kernel) for name, kernel in by_name.items()]
     sessions = compare.run_interleaved(
-        comparison, sides, repeat, scenario_for, vcpus=vcpus, cluster=cluster, clock=clock
+        comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
     )
     result = SeriesResult(comparison.directory, list(kernel_list))
     for side, why in comparison.dropped.items():

@@ -17,6 +17,7 @@ import pytest
 from testbed.results import rundir
 from testbed.scenario.suite import load_suite
 from testbed.workflows import compare, regress, series
+from testbed.workflows.sessions import Where
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNELS = ["6.1.0-54", "6.1.0-55", "6.1.0-56"]
@@ -29,7 +30,7 @@ def suite():
 
 @pytest.fixture(scope="module")
 def result(suite, tmp_path_factory):
-    return series.run_series(KERNELS, suite, 3, results_root=tmp_path_factory.mktemp("results"))
+    return series.run_series(KERNELS, suite, 3, Where(results=tmp_path_factory.mktemp("results")))
 
 
 def _manifests(folder: Path) -> list[dict]:

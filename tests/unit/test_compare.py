@@ -12,6 +12,7 @@ from testbed.results import rundir
 from testbed.scenario.suite import load_suite
 from testbed.workflows import compare
 from testbed.workflows import series as series_workflow
+from testbed.workflows.sessions import Where
 from tests.conftest import PROJECT
 
 KERNELS = ["6.1.0-54", "6.1.0-55", "6.1.0-56"]
@@ -52,21 +53,21 @@ def test_a_killed_series_resumes_without_running_its_complete_sessions_again(tmp
     ran, state = sessions
     state["kill_at"] = 5  # killed during repetition 2 of the second kernel
     with pytest.raises(Killed):
-        series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
+        series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))
     assert ran == [("6.1.0-54", 1), ("6.1.0-55", 1), ("6.1.0-56", 1), ("6.1.0-54", 2)]
     [folder] = (tmp_path / "regress").iterdir()
     assert not rundir.read_json(folder / compare.STATE_FILE)["finished"]
 
     state["kill_at"] = None
     ran.clear()
-    result = series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
+    result = series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))
     assert result.directory == folder  # the same folder, going on
     assert ran == [("6.1.0-55", 2), ("6.1.0-56", 2)] + [(k, 3) for k in KERNELS]  # only what was not complete
     state_file = rundir.read_json(folder / compare.STATE_FILE)
     assert state_file["finished"] and all(len(reps) == 3 for reps in state_file["sessions"].values())
 
     ran.clear()  # finished: the same arguments start a new series
-    again = series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
+    again = series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))
     assert again.directory != folder and len(ran) == 9
 
 
@@ -74,10 +75,10 @@ def test_force_or_other_arguments_start_a_new_comparison(tmp_path, suite, sessio
     ran, state = sessions
     state["kill_at"] = 3
     with pytest.raises(Killed):
-        series_workflow.run_series(KERNELS, suite, 2, results_root=tmp_path)
+        series_workflow.run_series(KERNELS, suite, 2, Where(results=tmp_path))
     state["kill_at"] = None
-    other = series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)  # another --repeat
-    forced = series_workflow.run_series(KERNELS, suite, 2, results_root=tmp_path, force=True)
+    other = series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))  # another --repeat
+    forced = series_workflow.run_series(KERNELS, suite, 2, Where(results=tmp_path, force=True))
     assert len({p.parent for p in (tmp_path / "regress").glob(f"*/{compare.STATE_FILE}")}) == 3
     assert other.directory != forced.directory
 
@@ -94,10 +95,10 @@ def test_a_kernel_dropped_stays_dropped_when_the_series_resumes(tmp_path, suite,
     monkeypatch.setattr(compare, "run_session", refusing)
     state["kill_at"] = 4
     with pytest.raises(Killed):
-        series_workflow.run_series(KERNELS, suite, 2, results_root=tmp_path)
+        series_workflow.run_series(KERNELS, suite, 2, Where(results=tmp_path))
     state["kill_at"] = None
     ran.clear()
-    result = series_workflow.run_series(KERNELS, suite, 2, results_root=tmp_path)
+    result = series_workflow.run_series(KERNELS, suite, 2, Where(results=tmp_path))
     assert ran == [("6.1.0-56", 2)]  # 6.1.0-54's second repetition ran before the kill
     assert result.failures == [
         "6.1.0-55: it refused the suite before any run (the guest did not boot); the series goes on without it"
@@ -114,7 +115,7 @@ def test_the_schedule_stops_when_fewer_than_two_sides_are_left(tmp_path, suite, 
         return real(scenario, kernel_version, results_root, **kw)
 
     monkeypatch.setattr(compare, "run_session", refusing)
-    result = series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
+    result = series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))
     assert ran == [("6.1.0-54", 1)] and result.exit_code == 2 and len(result.failures) == 2
 
 
@@ -123,12 +124,12 @@ def test_a_session_with_a_failed_run_runs_again_on_resume_and_only_it(tmp_path, 
     state["fail"] = {("6.1.0-55", 2)}
     state["kill_at"] = 7  # after the second repetition, whose 6.1.0-55 session had a run fail
     with pytest.raises(Killed):
-        series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
+        series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))
     [folder] = (tmp_path / "regress").iterdir()
     assert rundir.read_json(folder / compare.STATE_FILE)["incomplete"] == ["6.1.0-55/2"]
     state["kill_at"], state["fail"] = None, set()
     ran.clear()
-    series_workflow.run_series(KERNELS, suite, 3, results_root=tmp_path)
+    series_workflow.run_series(KERNELS, suite, 3, Where(results=tmp_path))
     assert ran == [("6.1.0-55", 2)] + [(k, 3) for k in KERNELS]
     assert rundir.read_json(folder / compare.STATE_FILE)["incomplete"] == []
 

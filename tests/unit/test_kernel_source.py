@@ -23,6 +23,7 @@ from analysis import bisection
 from testbed.host import kernelbuild, kernels, kernelsource
 from testbed.workflows import bisect as bisect_workflow
 from testbed.workflows.compare import label
+from testbed.workflows.sessions import Where
 
 MAKEFILE = """\
 O ?= .
@@ -348,7 +349,7 @@ def test_two_patches_of_one_file_name_in_a_series_are_refused_before_anything_ru
     suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
     named = [f"6.1+patch:{tmp_path / 'a' / 'fix.patch'}", f"6.1+patch:{tmp_path / 'b' / 'fix.patch'}"]
     with pytest.raises(ValueError, match=r"would share the folder 6\.1\+patch-fix: give one of them another"):
-        series.run_series(["6.1+source", *named], suite, 2, results_root=tmp_path / "results")
+        series.run_series(["6.1+source", *named], suite, 2, Where(results=tmp_path / "results"))
     assert not (tmp_path / "results").exists()  # refused before anything ran or was built
 
 
@@ -591,7 +592,7 @@ def test_a_series_of_commits_builds_each_when_reached_and_goes_on_without_one_th
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
     monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: result)
     chosen = kernels.expand_series(f"tree:{tree}@{first}..HEAD")
-    result = series_workflow.run_series(chosen, suite, 2, results_root=tmp_path / "results")
+    result = series_workflow.run_series(chosen, suite, 2, Where(results=tmp_path / "results"))
     assert built_before_runs == [0], "a commit was built before the series' first session"
     broken = f"tree:{tree}@{commits[1][:12]}"
     assert broken not in ran and len(ran) == 6  # the other three, two repetitions each

@@ -13,6 +13,7 @@ from analysis import series
 from testbed.host import kernels
 from testbed.workflows import compare
 from testbed.workflows import series as series_workflow
+from testbed.workflows.sessions import Where
 
 AVAILABLE = ["6.1.0-47", "6.1.0-48", "6.1.0-49", "6.1.0-50", "6.1.0-55", "6.1.0-56", "6.12.115+deb12", "6.12.117+deb12"]
 POINTS = [f"point{i}" for i in range(5)]
@@ -171,7 +172,7 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
     monkeypatch.setattr(compare, "run_session", run_session)
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
     monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: judged.update(kept=kept) or result)
-    result = series_workflow.run_series(["6.1.0-47", "6.1.0-48", "6.1.0-49"], suite, 2, results_root=tmp_path)
+    result = series_workflow.run_series(["6.1.0-47", "6.1.0-48", "6.1.0-49"], suite, 2, Where(results=tmp_path))
     assert ran == ["6.1.0-47", "6.1.0-49"] * 2 and judged["kept"] == ["6.1.0-47", "6.1.0-49"]
     [failure] = result.failures
     assert failure.startswith("6.1.0-48: it refused the suite before any run (kernel headers missing")
