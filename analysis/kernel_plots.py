@@ -83,21 +83,30 @@ def trend_png(trend: pd.DataFrame, order: list[str], metric: str, points: list[s
     return figure_png(fig)
 
 
+#: a bisection over more versions than this (a tree's commit graph) shows only those it tried on its axis
+BISECT_AXIS_ALL = 30
+
+
 def bisect_png(result) -> bytes:
     """The followed metric of every version a bisection (analysis.bisection.Bisection) tried, each seed a
-    dot, coloured by the side it was put on; a dashed line before the first bad version."""
-    fig = Figure(figsize=(max(6, 0.8 * len(result.versions) + 2), 3.8))
-    ax = fig.add_subplot()
-    colours = {"good": "tab:green", "bad": "tab:red"}
+    dot, coloured by the side it was put on; a dashed line before the first bad version. Past
+    :data:`BISECT_AXIS_ALL` versions, the axis holds the tried ones only, in the versions' order."""
     first = result.steps[0].vs_good
     tried = [(result.versions[0], first.baseline, "good"), (result.versions[-1], first.candidate, "bad")]
     tried += [(e.kernel, e.vs_good.candidate, e.side) for e in result.steps[1:]]
+    shown = result.versions
+    if len(shown) > BISECT_AXIS_ALL:
+        named = {k for k, _, _ in tried} | {result.first_bad, result.last_good}
+        shown = [v for v in result.versions if v in named]
+    fig = Figure(figsize=(max(6, 0.8 * len(shown) + 2), 3.8))
+    ax = fig.add_subplot()
+    colours = {"good": "tab:green", "bad": "tab:red"}
     for kernel, values, side in tried:
-        x = result.versions.index(kernel)
+        x = shown.index(kernel)
         ax.scatter([x] * len(values), values, color=colours[side], alpha=0.8)
-    ax.set_xticks(range(len(result.versions)))
-    ax.set_xticklabels(result.versions, rotation=30, ha="right", fontsize=8)
-    ax.axvline(result.versions.index(result.first_bad) - 0.5, color="red", ls="--", lw=1)
+    ax.set_xticks(range(len(shown)))
+    ax.set_xticklabels(shown, rotation=30, ha="right", fontsize=8)
+    ax.axvline(shown.index(result.first_bad) - 0.5, color="red", ls="--", lw=1)
     ax.set_ylabel(result.key[2])
     ax.set_title(f"bisect: {' '.join(result.key)}; first bad {result.first_bad} (green good, red bad)", fontsize=10)
     ax.grid(alpha=0.3)

@@ -222,3 +222,16 @@ def test_on_a_graph_a_skipped_commit_leaves_the_answer_between_its_good_parent_a
 def test_a_graph_whose_child_comes_before_its_parent_is_refused():
     with pytest.raises(bisection.NothingToBisect, match="a2 comes after its child M: give parents first"):
         bisection.bisect(["G", "a1", "M", "a2", "a3"], OnGraph("a1"), parents=GRAPH)
+
+
+def test_the_bisection_figure_of_a_large_graph_shows_the_versions_it_tried(monkeypatch):
+    """Past BISECT_AXIS_ALL versions (a tree's thousands of commits) the axis holds the tried ones only."""
+    from analysis import kernel_plots
+
+    result = bisection.bisect(list(GRAPH), OnGraph("b2"), parents=GRAPH)
+    shown = []
+    monkeypatch.setattr(kernel_plots, "BISECT_AXIS_ALL", 3)
+    monkeypatch.setattr(kernel_plots, "figure_png", lambda fig: shown.extend(fig.axes[0].get_xticklabels()) or b"png")
+    assert kernel_plots.bisect_png(result) == b"png"
+    tried = {"G", "a3", *(e.kernel for e in result.steps)}
+    assert [t.get_text() for t in shown] == [v for v in GRAPH if v in tried]
