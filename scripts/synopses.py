@@ -1,5 +1,5 @@
 """docs/commands.md's synopses, one per ``testbed`` command, written from the argument parser itself
-(``testbed/cli.py``), so the page never lists an option the command lacks or misses one it has.
+(``testbed/cli/``), so the page never lists an option the command lacks or misses one it has.
 
     .venv/bin/python scripts/synopses.py    # rewrites each "### testbed NAME" section's first code block
 

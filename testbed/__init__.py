@@ -10,7 +10,7 @@ Rooms (each a subpackage; imports run one way, enforced by import-linter in ``ma
     report/     reports over the analysis (the top-level ``analysis`` package), its cache, the live page
     labs/       the course labs: a lab, a student's runs, grading and its evidence, the autograder
     workflows/  what is built from sessions: compare, regress, series, bisect, explain, decide, bench
-    cli.py      the ``testbed`` command
+    cli/        the ``testbed`` command: its parser, one module per group of commands
 
 docs/layout.md names every module of every room.
 """

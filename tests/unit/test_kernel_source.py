@@ -551,7 +551,7 @@ def test_allow_dirty_travels_as_an_argument_and_pins_the_diff_when_the_command_s
 
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 5;\n")
     args = cli.build_parser().parse_args(["run", "default", "--kernel", f"tree:{tree}", "--allow-dirty"])
-    where = cli._where(args)
+    where = cli.options.where(args)
     assert where.allow_dirty and where.kernel.startswith(f"tree:{tree}@")
     assert f"+patch:{kernelsource.WORKING_TREE}@sha256:" in where.kernel and "TESTBED_ALLOW_DIRTY" not in os.environ
     _git(tree, "checkout", "-q", "--", ".")
@@ -560,7 +560,7 @@ def test_allow_dirty_travels_as_an_argument_and_pins_the_diff_when_the_command_s
     refused = cli.build_parser().parse_args(["run", "default", "--kernel", f"tree:{tree}"])
     (tree / "net" / "ipv4" / "tcp.c").write_text("int tcp_init_cwnd = 5;\n")
     with pytest.raises(kernels.KernelError, match="uncommitted changes .*--allow-dirty"):
-        _fetch(cli._where(refused).kernel)
+        _fetch(cli.options.where(refused).kernel)
 
 
 def test_a_series_of_commits_builds_each_when_reached_and_goes_on_without_one_that_does_not_build(

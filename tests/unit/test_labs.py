@@ -568,7 +568,7 @@ def test_the_gradescope_autograder_grades_an_upload_laid_out_as_gradescope_lays_
         "setup.sh",
         "run_autograder",
         "cc-testbed/labs/wireless/lab.yaml",
-        "cc-testbed/testbed/cli.py",
+        "cc-testbed/testbed/cli/__init__.py",
         "cc-testbed/requirements.lock",
     } <= set(names)
     assert not [n for n in names if "/solution/" in n or n.endswith("hidden.yaml") or "__pycache__" in n]

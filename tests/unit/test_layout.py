@@ -18,6 +18,7 @@ ROOMS = [
     "testbed/report",
     "testbed/labs",
     "testbed/workflows",
+    "testbed/cli",
     "analysis",
 ]
 
@@ -100,7 +101,7 @@ def test_no_table_cell_of_the_docs_is_prose():
 
 def test_the_commands_page_gives_each_commands_synopsis_as_its_parser_has_it(monkeypatch):
     """docs/commands.md's synopses are argparse's own usage (scripts/synopses.py writes them): an option
-    added, renamed or removed in testbed/cli.py and not on the page fails here."""
+    added, renamed or removed in testbed/cli/ and not on the page fails here."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("synopses", PROJECT / "scripts" / "synopses.py")
