@@ -269,9 +269,11 @@ def bisect(
     result.first_bad = bad
     result.between = graph.names(graph.ancestry(bad) & ~good & ~graph.bit(bad))  # all skipped
     ran_good = [versions[0], *(e.kernel for e in result.steps[1:] if e.side == "good")]
+    # the newest good version that ran, and that the first bad descends from; none when the first bad's
+    # branch left the line before the good end (its parent outside the versions): the good end then
     result.last_good = max(
-        (v for v in ran_good if graph.ancestry(bad) & graph.bit(v)), key=versions.index
-    )  # the newest good version that ran, and that the first bad descends from
+        (v for v in ran_good if graph.ancestry(bad) & graph.bit(v)), key=versions.index, default=versions[0]
+    )
     if not result.between:
         confirm_answer(runs, result, repeat)
     return result

@@ -31,8 +31,10 @@ def _hidden_runner(args: argparse.Namespace):
     from testbed.host.session import run_session
     from testbed.workflows.sessions import update_catalog
 
+    kernel = options.kernel(args)  # a dirty tree's diff read once, for every variant
+
     def run(scenario, results: Path) -> list:
-        result = run_session(scenario, backend=args.backend, kernel_version=options.kernel(args), results_root=results)
+        result = run_session(scenario, backend=args.backend, kernel_version=kernel, results_root=results)
         update_catalog(results)
         return result.failed
 

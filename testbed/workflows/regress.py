@@ -352,7 +352,9 @@ def command(
             f"or --latest SERIES (the newest kernel of a series); got {', '.join(modes) or 'none'}"
         )
     if where.allow_dirty:  # a dirty tree's diff read once, now (kernels.pinned); later steps build those bytes
-        baseline, candidate = (kernels.pinned(k, allow_dirty=True) if k else k for k in (baseline, candidate))
+        baseline, candidate, inject_from = (
+            kernels.pinned(k, allow_dirty=True) if k else k for k in (baseline, candidate, inject_from)
+        )
     if series_spec:
         if baseline:
             raise ValueError("--series names every kernel: leave --baseline out")

@@ -235,3 +235,19 @@ def test_the_bisection_figure_of_a_large_graph_shows_the_versions_it_tried(monke
     assert kernel_plots.bisect_png(result) == b"png"
     tried = {"G", "a3", *(e.kernel for e in result.steps)}
     assert [t.get_text() for t in shown] == [v for v in GRAPH if v in tried]
+
+
+def test_a_first_bad_commit_on_a_branch_older_than_the_good_end_is_named_against_the_good_end():
+    """git's good..bad holds a merged branch that left the line before the good end (its first commit's
+    parent is no version here): when that commit is the first bad one, the last good is the good end."""
+    graph = {"G": [], "x1": ["old"], "x2": ["x1"], "a1": ["G"], "M": ["a1", "x2"], "a2": ["M"]}
+
+    class Old(OnGraph):
+        def __call__(self, kernel: str, seeds: list[int]) -> pd.DataFrame:
+            frame = Simulated.__call__(self, kernel, seeds)
+            if kernel in ("x1", "x2", "M", "a2"):  # everything that holds x1
+                frame.loc[(frame["point"] == "point1") & (frame["metric"] == "goodput"), "value"] *= self.factor
+            return frame
+
+    result = bisection.bisect(list(graph), Old("x1"), parents=graph)
+    assert (result.first_bad, result.last_good, result.between) == ("x1", "G", [])

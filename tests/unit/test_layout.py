@@ -75,7 +75,12 @@ def test_every_path_the_docs_and_the_code_cite_exists():
         for number, line in enumerate(path.read_text().splitlines(), 1):
             for match in CITED.finditer(line):
                 cited, after = match.group(1).rstrip("."), line[match.end() : match.end() + 2]
-                if re.search(r"[A-Z]{3,}", cited) or after[:1] in "*{<" or after == "-*" or cited in NOT_HERE:
+                if (
+                    re.search(r"[A-Z]{3,}", cited)
+                    or (after[:1] and after[:1] in "*{<")
+                    or after == "-*"
+                    or cited in NOT_HERE
+                ):
                     continue
                 if not (PROJECT / cited).exists():
                     missing.append(f"{path.relative_to(PROJECT)}:{number}: {cited}")
