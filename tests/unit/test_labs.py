@@ -640,19 +640,6 @@ def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
     ) in gradereport.text(graded)
 
 
-def test_a_verdict_answer_is_held_to_the_effect_and_p_its_runs_give(tmp_path):
-    """The right verdict word with another session's numbers fails: "+44 %" and "p = 0.0053" are what the
-    student's runs give; "+84 %" or "p = 0.4" are not (statements.verdict_number_problems)."""
-    work = _reproduce(tmp_path)
-    answer = answerfile.sections(work / "answers.md")["Q2"].replace("than the paper's", "than claimed")
-    _answer(work, "Q2", answer)
-    assert _grade_reproduce(work).tasks[1].score == 3, gradereport.text(_grade_reproduce(work))
-    for wrong, said in (("+44 %", "+84 % is not what your runs give"), ("p = 0.0053", "p = 0.4 is not your runs")):
-        _answer(work, "Q2", answer.replace(wrong, "+84 %" if wrong.startswith("+") else "p = 0.4"))
-        graded = _grade_reproduce(work)
-        assert graded.tasks[1].score == 0 and said in gradereport.text(graded), gradereport.text(graded)
-
-
 def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
     work = _reproduce(tmp_path)
     text = (work / "answers.md").read_text().replace("mobile-westwood-beats-reno-bernoulli", "the claim I chose")
