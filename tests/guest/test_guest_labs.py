@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from testbed.labs import answerfile, labkit, labresults, statements
-from tests.guest import hoststeal
+from tests import hoststeal
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
 COMMANDS = {

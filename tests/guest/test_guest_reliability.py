@@ -18,8 +18,8 @@ from testbed.host import hostload
 from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 from testbed.results.manifest import run_status
+from tests import hoststeal
 from tests.conftest import PROJECT, guest_processes
-from tests.guest import hoststeal
 
 SCENARIO = {
     "description": "two seeds of one short flow",

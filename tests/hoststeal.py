@@ -1,7 +1,7 @@
-"""A guest run that failed only because the host's own hypervisor stole CPU time from this machine (a cloud
-VM's neighbours): no run made here then could be trustworthy, whatever the code does. The guest tests that
-need a trustworthy run skip on it, saying so, instead of failing: the fidelity check did its job, and the
-machine, not the testbed, was at fault (their other assertions still hold first)."""
+"""A run (in a guest or on this host) that failed only because the host's own hypervisor stole CPU time
+from this machine (a cloud VM's neighbours): no run made here then could be trustworthy, whatever the
+code does. The tests that need a trustworthy run skip on it, or leave that one assertion out, saying
+so: the fidelity check did its job, and the machine, not the testbed, was at fault."""
 
 from __future__ import annotations
 
