@@ -573,22 +573,19 @@ def test_a_series_of_commits_builds_each_when_reached_and_goes_on_without_one_th
     from testbed.workflows import compare
     from testbed.workflows import series as series_workflow
     from tests.conftest import PROJECT
+    from tests.unit.test_series import recording_session
 
     first = _git(tree, "rev-parse", "HEAD")
     commits = [_commit(tree, f"int tcp_init_cwnd = {n};\n" + ("BREAK\n" if n == 2 else ""), f"c{n}") for n in (1, 2, 3)]
     suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
     built_before_runs, ran = [], []
 
-    def run_session(scenario, kernel_version, results_root, **_):
+    def builds(kernel: str) -> None:
         if not ran and not built_before_runs:
             built_before_runs.append(len(list((kernels.cache_root()).glob("build-*"))))
-        kernels.fetch(kernel_version, log=lambda line: None)  # the guest backend's first step
-        ran.append(kernel_version)
-        folder = results_root / f"session{len(ran)}"
-        folder.mkdir(parents=True)
-        return type("Result", (), {"directory": folder})()
+        kernels.fetch(kernel, log=lambda line: None)  # the guest backend's first step
 
-    monkeypatch.setattr(compare, "run_session", run_session)
+    monkeypatch.setattr(compare, "run_session", recording_session(ran, builds))
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
     monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: result)
     chosen = kernels.expand_series(f"tree:{tree}@{first}..HEAD")

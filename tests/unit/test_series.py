@@ -150,6 +150,20 @@ def test_latest_finds_a_pair_already_compared_but_not_a_failed_one(tmp_path):
     assert series_workflow.already_compared(tmp_path, "6.1.0-54", "6.1.0-56") is None
 
 
+def recording_session(ran: list, before=lambda kernel: None):
+    """run_session replaced: ``before(kernel)`` first (it may raise, as a kernel that refuses the suite does),
+    then the kernel recorded in ``ran`` and an empty session folder made; nothing runs."""
+
+    def run_session(scenario, kernel_version, results_root, **_):
+        before(kernel_version)
+        ran.append(kernel_version)
+        folder = results_root / f"session{len(ran)}"
+        folder.mkdir(parents=True)
+        return type("Result", (), {"directory": folder})()
+
+    return run_session
+
+
 def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_path, monkeypatch):
     """run_session replaced: 6.1.0-48 refuses (its module cannot be built, as 6.12.100's headers were not
     in apt here); the other two run every repetition and are compared; the series exits 2 naming it."""
@@ -160,16 +174,12 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
     suite = load_suite(PROJECT / "scenarios" / "suites" / "regression-check.yaml", PROJECT / "scenarios")
     ran, judged = [], {}
 
-    def run_session(scenario, kernel_version, results_root, **_):
-        if kernel_version == "6.1.0-48":
+    def refuses(kernel: str) -> None:
+        if kernel == "6.1.0-48":
             raise ModuleBuildError("kernel headers missing for 6.1.0-48")
-        ran.append(kernel_version)
-        folder = results_root / f"session{len(ran)}"
-        folder.mkdir(parents=True)
-        return type("Result", (), {"directory": folder})()
 
     monkeypatch.setattr(series_workflow.kernels, "settle", lambda kernel, log: None)
-    monkeypatch.setattr(compare, "run_session", run_session)
+    monkeypatch.setattr(compare, "run_session", recording_session(ran, refuses))
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
     monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: judged.update(kept=kept) or result)
     result = series_workflow.run_series(["6.1.0-47", "6.1.0-48", "6.1.0-49"], suite, 2, Where(results=tmp_path))
