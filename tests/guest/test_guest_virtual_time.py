@@ -48,6 +48,7 @@ def test_a_run_in_virtual_time_records_its_clock_and_is_judged_by_the_guests_che
     assert (backend["clock"], backend["icount_shift"], backend["vcpus"], backend["accel"]) == ("virtual", 0, 1, "tcg")
     console = next(tmp_path.glob("mobile-bernoulli/*/guest-console.log")).read_text(errors="replace")
     assert "--qemu-opts=-icount shift=0,sleep=off" in console.splitlines()[0]
+    assert "nohz=off" in console.splitlines()[0] and backend["append"] == "nohz=off"
     assert manifest["host"]["clock"] == "virtual"
     assert manifest["host"]["guest_traffic_s"] == manifest["resolved"]["duration_s"]
     (host_check,) = [c for c in manifest["fidelity"]["checks"] if c["name"] == "host contention"]

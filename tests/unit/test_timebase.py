@@ -36,6 +36,7 @@ def test_virtual_time_reaches_qemu_with_one_vcpu_and_no_kvm_probe(monkeypatch):
     argv = virtme.vng_argv(KERNEL, config, [Path("/tmp/s")], "true")
     assert "--qemu-opts=-icount shift=0,sleep=off" in argv and "--disable-kvm" in argv
     assert argv[argv.index("--cpus") + 1] == "1"
+    assert argv[argv.index("--append") + 1] == "nohz=off"  # an idle jump bounded by one tick
     real = virtme.vng_argv(KERNEL, virtme.GuestConfig("tcg", 2, "2G", "tsc=reliable"), [Path("/tmp/s")], "true")
     assert not any("icount" in arg for arg in real)
     with pytest.raises(virtme.GuestError, match="--cpus 2 cannot run in virtual time.*--cpus 1 or --clock real"):
