@@ -99,7 +99,7 @@ def guest_config(
                 f"--cpus {vcpus} cannot run in virtual time: QEMU's icount runs one vCPU (with two "
                 "the guest hung at SMP bring-up); give --cpus 1 or --clock real"
             )
-        return GuestConfig("tcg", 1, memory, VIRTUAL_APPEND, clock, ICOUNT_SHIFT)
+        return GuestConfig("tcg", 1, memory, VIRTUAL_APPEND, clock, icount_shift())
     if kvm_usable(kernel, log):
         return GuestConfig("kvm", vcpus or 2, memory, "")
     vcpus = vcpus or min(2, os.cpu_count() or 1)
@@ -135,6 +135,20 @@ def vng_argv(
         # no qemu monitor on the console: Ctrl-A and Ctrl-C reach the guest
         return argv + ["--disable-monitor", "--shell", str(shell)]
     return argv + ["--exec", command]
+
+
+def icount_shift() -> int:
+    """The shift virtual time runs at: :data:`ICOUNT_SHIFT`, or ``CC_TESTBED_ICOUNT_SHIFT`` (0-10) for
+    measuring another (a slower guest CPU per virtual second: docs/results.md, "Virtual time")."""
+    given = os.environ.get("CC_TESTBED_ICOUNT_SHIFT", "").strip()
+    if not given:
+        return ICOUNT_SHIFT
+    if not given.isdigit() or int(given) > 10:
+        raise GuestError(
+            f"CC_TESTBED_ICOUNT_SHIFT={given!r}: give a whole number from 0 to 10 (2**shift ns of virtual time "
+            "per guest instruction), or unset it for the default 0"
+        )
+    return int(given)
 
 
 def icount_option(shift: int | None) -> str:

@@ -34,6 +34,7 @@ class Side:
     clock: str
     wall_s: float
     traffic_s: float
+    guest: dict = field(default_factory=dict)  # how a virtual-time guest ran (timebase.GUEST_KEYS)
     metrics: dict[str, pd.DataFrame] = field(default_factory=dict)
     untrustworthy: dict[str, int] = field(default_factory=dict)
     verdicts: dict[str, dict[str, str]] = field(default_factory=dict)  # experiment -> claim -> verdict
@@ -48,11 +49,13 @@ def load_side(session: Path) -> Side:
     report = write_session_report(session)
     info = rundir.read_json(session / rundir.SESSION)
     timing = info.get("timing") or {}
+    backend = info.get("backend") or {}
     side = Side(
         session,
-        (info.get("backend") or {}).get("clock", "real"),
+        backend.get("clock", "real"),
         float(timing.get("runs_wall_s") or 0),
         sum(float((a.manifest.get("resolved") or {}).get("duration_s") or 0) for a in report.runs),
+        {key: backend.get(key) for key in timebase.GUEST_KEYS},
     )
     by_experiment: dict[str, list] = {}
     for analysis in report.runs:
@@ -153,6 +156,7 @@ def record(
             "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
             "seeds": sorted({int(seed) for seed in candidate.metrics.get(result.experiment, {"seed": []})["seed"]}),
             "sessions": [reference.directory.name, candidate.directory.name],
+            "guest": candidate.guest,
         }
     path.parent.mkdir(parents=True, exist_ok=True)
     # the file's own comments (its header) are kept above the data

@@ -22,7 +22,11 @@ from testbed.scenario.load import load_scenario
 from testbed.workflows import equivalence as equivalence_workflow
 
 KERNEL = kernels.Kernel(release="6.1.0-57-amd64", vmlinuz=Path("/boot/vmlinuz-test"), source="test")
-SHOWN = {"mobile-bernoulli": {"equivalent": True}, "rtt-fairness": {"equivalent": False, "why": "jain"}}
+GUEST = {"icount_shift": 0, "append": "nohz=off"}
+SHOWN = {
+    "mobile-bernoulli": {"equivalent": True, "guest": GUEST},
+    "rtt-fairness": {"equivalent": False, "why": "jain", "guest": GUEST},
+}
 
 
 def never(*_args):
@@ -41,6 +45,11 @@ def test_virtual_time_reaches_qemu_with_one_vcpu_and_no_kvm_probe(monkeypatch):
     assert not any("icount" in arg for arg in real)
     with pytest.raises(virtme.GuestError, match="--cpus 2 cannot run in virtual time.*--cpus 1 or --clock real"):
         virtme.guest_config(KERNEL, vcpus=2, clock="virtual")
+    monkeypatch.setenv("CC_TESTBED_ICOUNT_SHIFT", "2")  # a slower guest CPU per virtual second, measured
+    assert virtme.guest_config(KERNEL, clock="virtual").icount_shift == 2
+    monkeypatch.setenv("CC_TESTBED_ICOUNT_SHIFT", "fast")
+    with pytest.raises(virtme.GuestError, match="CC_TESTBED_ICOUNT_SHIFT='fast': give a whole number from 0 to 10"):
+        virtme.guest_config(KERNEL, clock="virtual")
 
 
 def test_auto_runs_virtual_time_only_where_every_experiment_was_shown_equivalent_and_kvm_fails():
@@ -52,7 +61,12 @@ def test_auto_runs_virtual_time_only_where_every_experiment_was_shown_equivalent
     clock, why = timebase.choose("auto", {"parking-lot"}, never, SHOWN)
     assert clock == "real" and "parking-lot not yet measured" in why
     assert timebase.choose("auto", set(), never, SHOWN)[0] == "real"  # a shell: nothing shown
-    held = {"mobile-bernoulli": {"equivalent": True, "held_back": "runs hung"}}
+    tickless = {"mobile-bernoulli": {"equivalent": True, "guest": {"icount_shift": 0, "append": ""}}}
+    clock, why = timebase.choose("auto", {"mobile-bernoulli"}, never, tickless)
+    assert clock == "real" and "mobile-bernoulli measured in virtual time on another guest" in why
+    clock, why = timebase.choose("auto", {"mobile-bernoulli"}, never, SHOWN, {"icount_shift": 2, "append": "nohz=off"})
+    assert clock == "real" and "another guest" in why  # a shift of its own is measured on its own
+    held = {"mobile-bernoulli": {"equivalent": True, "held_back": "runs hung", "guest": GUEST}}
     clock, why = timebase.choose("auto", {"mobile-bernoulli"}, never, held)
     assert clock == "real" and "held back from virtual time: mobile-bernoulli (runs hung)" in why
     assert timebase.choose("virtual", {"rtt-fairness"}, never, SHOWN) == ("virtual", "--clock virtual")
@@ -206,7 +220,7 @@ def test_recording_a_result_is_what_auto_then_reads(tmp_path):
     ]
     sides = [
         equivalence_workflow.Side(Path("r"), "real", 100.0, 50.0),
-        equivalence_workflow.Side(Path("v"), "virtual", 25.0, 50.0),
+        equivalence_workflow.Side(Path("v"), "virtual", 25.0, 50.0, GUEST),
     ]
     equivalence_workflow.record(*sides, results, path)
     table = timebase.equivalence(path)
@@ -214,6 +228,8 @@ def test_recording_a_result_is_what_auto_then_reads(tmp_path):
     assert table["mobile-bernoulli"]["equivalent"] is True and table["rtt-fairness"]["equivalent"] is False
     assert table["mobile-bernoulli"]["speed"] == {"reference": 0.5, "candidate": 2.0}
     assert timebase.choose("auto", {"rtt-fairness"}, never, table)[0] == "real"
+    assert table["mobile-bernoulli"]["guest"] == GUEST  # the guest it holds for, read back by auto
+    assert timebase.choose("auto", {"mobile-bernoulli"}, lambda: False, table, GUEST)[0] == "virtual"
     with pytest.raises(ValueError, match="--record keeps virtual time against real time"):
         equivalence_workflow.record(sides[1], sides[0], results, path)
 
