@@ -34,7 +34,9 @@ def _hidden_runner(args: argparse.Namespace):
     kernel = options.kernel(args)  # a dirty tree's diff read once, for every variant
 
     def run(scenario, results: Path) -> list:
-        result = run_session(scenario, backend=args.backend, kernel_version=kernel, results_root=results)
+        result = run_session(
+            scenario, backend=args.backend, kernel_version=kernel, results_root=results, clock=args.clock
+        )
         update_catalog(results)
         return result.failed
 
@@ -86,6 +88,7 @@ def add_lab(sub) -> None:
         "check: where the hidden variants run (as for testbed run)",
         "check: the guest kernel of the hidden variants (as for testbed run)",
     )
+    options.clock_option(lab)  # check: the hidden variants' clock
     lab.add_argument("--how", help="bands: how the reference runs (the results folder given) were made")
     lab.add_argument(
         "--no-student-check",
