@@ -2,10 +2,11 @@
 TCP code is the same) with the suite ``regression-check``, 3 interleaved repetitions each. No change
 point may be found (nor a drift from first to last), the positive control (the last kernel's socket
 buffers cut to 32 KiB) must be, with its metric and size; and the pair judge of ``testbed regress``
-on the last two kernels' runs gives its own verdicts, control found, exit 0. Nine guest boots, in QEMU's
-virtual time (the series path of ``--clock virtual``; the host's load slows a virtual-time run without
-reaching its clock, so the machine's CPU steal cannot make a run untrustworthy here). A first run also
-downloads the kernels."""
+on the last two kernels' runs gives its own verdicts, control found, exit 0. Nine guest boots, about
+6 min under TCG (a first run also downloads the kernels). In real time: in virtual time (the guest's
+tick kept) the short upload's outcome came out two-valued at 2026-12-02 (8.9 Mbit/s and no retransmission,
+or 6.5-7.4 and 19 % retransmitted, by run), so the control's window cut, 3 repetitions a kernel, was missed
+(77.6 % detectable); before that, a run there hit the guest's watchdog."""
 
 from __future__ import annotations
 
@@ -31,7 +32,7 @@ def suite():
 
 @pytest.fixture(scope="module")
 def result(suite, tmp_path_factory):
-    return series.run_series(KERNELS, suite, 3, Where(results=tmp_path_factory.mktemp("results"), clock="virtual"))
+    return series.run_series(KERNELS, suite, 3, Where(results=tmp_path_factory.mktemp("results")))
 
 
 def _manifests(folder: Path) -> list[dict]:
@@ -49,7 +50,6 @@ def test_every_kernel_ran_every_repetition_in_turn(result):
         assert len(manifests) == 3 * points, kernel
         assert {m["status"] for m in manifests} == {"complete"}, [m.get("reason") for m in manifests]
         assert {m["kernel"]["release"] for m in manifests} == {f"{kernel}-amd64"}
-        assert {(m["backend"]["clock"], m["backend"]["append"]) for m in manifests} == {("virtual", "nohz=off")}
         assert sorted(m["seed"] for m in manifests) == sorted([1, 2, 3] * points)
         started += [
             (rundir.read_json(path)["seed"], path.parents[2].name, kernel)
