@@ -32,7 +32,7 @@ from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
 from testbed.workflows.compare import KERNEL_REFUSALS, label, options_text
-from testbed.workflows.sessions import Where
+from testbed.workflows.sessions import Where, refuse_runaway
 
 
 class BisectError(ValueError):
@@ -200,7 +200,7 @@ def run_bisect(
     # the planned steps and both ends, each with the most seeds a step may take
     planned = compare.variant(chosen, list(range(1, max_repeat + 1))).runs()
     steps = bisection.planned_steps(len(versions)) + 2
-    compare.refuse_runaway(planned * steps, cluster, where.yes, versions, builds_at_most=steps)
+    refuse_runaway(planned * steps, where, versions, builds_at_most=steps)
     for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
         kernels.fetch(kernel, log=log)
     spec = {

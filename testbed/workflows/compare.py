@@ -42,11 +42,10 @@ from analysis import claims, regression
 from analysis.flowrows import untrusted_because
 from testbed.guest.lossbpf import LossChannelError
 from testbed.guest.modules import ModuleBuildError
-from testbed.host import kernelbuild, kernels, kernelsource
-from testbed.host.clusterspec import host_count
+from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
 from testbed.host.virtme import GuestError
-from testbed.plan.estimate import GUEST_BOOT_S, check_runaway, estimate_s
+from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
 from testbed.report.session import write_session_report
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
@@ -261,24 +260,6 @@ class Comparison:
 class Side:
     name: str  # its folder in the comparison: "baseline", "candidate" or the kernel's label
     kernel: str
-
-
-def refuse_runaway(
-    runs: list, cluster: str | None, yes: bool, kernel_names: list[str] = (), builds_at_most: int | None = None
-) -> None:
-    """A comparison estimated beyond a day starts only with ``yes`` (testbed.plan.estimate.runaway), the
-    kernels it builds here first counted in (``kernel_names``; at most ``builds_at_most`` of them, a
-    bisection building only those it reaches)."""
-    builds = kernelbuild.unbuilt([k for k in kernel_names if kernelsource.is_source(k)], kernels.cache_root())
-    count = len(builds) if builds_at_most is None else min(len(builds), builds_at_most)
-    extra_s = count * kernelbuild.build_estimate_s()
-    if count:
-        log(
-            f"builds: {count} kernel(s) to build here first, about {extra_s / 60:.0f} min "
-            f"({kernelbuild.estimate_text(None)})"
-        )
-    if note := check_runaway(runs, host_count(cluster), yes, extra_s):
-        log(note)
 
 
 def run_interleaved(

@@ -47,7 +47,7 @@ from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
 from testbed.workflows.compare import control_base, detectable_text, fmt_value, options_text, variant
-from testbed.workflows.sessions import Where
+from testbed.workflows.sessions import Where, refuse_runaway
 
 SIDES = ("baseline", "candidate")
 
@@ -81,9 +81,7 @@ def regress(
     where = where or Where()
     cluster, clock = where.cluster, where.clock
     compare.check_repeat(repeat)
-    compare.refuse_runaway(
-        variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, cluster, where.yes, [baseline, candidate]
-    )
+    refuse_runaway(variant(suite, list(range(1, repeat + 1)), candidate=True).runs() * 2, where, [baseline, candidate])
     # both kernels are settled (downloaded, or refused with the list of versions) before anything runs
     baseline, candidate = kernels.pinned(baseline), kernels.pinned(candidate)  # a tree at its commit now
     for kernel in (baseline, candidate):

@@ -41,7 +41,7 @@ from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
 from testbed.workflows.compare import label, options_text
-from testbed.workflows.sessions import Where
+from testbed.workflows.sessions import Where, refuse_runaway
 
 
 @dataclass
@@ -118,7 +118,7 @@ def run_series(
     inject_from = kernels.pinned(inject_from) if inject_from else None
     compare.check_injection(inject, inject_from, kernel_list)
     every_seed = compare.variant(suite, list(range(1, repeat + 1)), candidate=True).runs()
-    compare.refuse_runaway(every_seed * len(kernel_list), cluster, where.yes, kernel_list)
+    refuse_runaway(every_seed * len(kernel_list), where, kernel_list)
     for n, kernel in enumerate(kernel_list, 1):  # every kernel downloaded or refused before runs; builds when reached
         log(f"series: kernel {n} of {len(kernel_list)}: {kernel}")
         kernels.settle(kernel, log=log)

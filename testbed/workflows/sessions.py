@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from testbed import PROJECT
+from testbed.host import kernelbuild, kernels, kernelsource
 from testbed.host import session as host_session
 from testbed.host.clusterspec import host_count
-from testbed.host.session import SessionResult
+from testbed.host.session import SessionResult, log
 from testbed.plan import estimate, progress
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
@@ -41,10 +43,23 @@ class Where:
     allow_dirty: bool = False  # a tree:PATH kernel with uncommitted changes: its diff built as a patch
 
 
-def refuse_runaway(runs: list, where: Where) -> None:
-    """A session estimated beyond a day starts only with ``where.yes`` (testbed.plan.estimate.runaway)."""
-    if note := estimate.check_runaway(runs, host_count(where.cluster), where.yes):
-        print(f"testbed: {note}", file=sys.stderr)
+def refuse_runaway(
+    runs: list, where: Where, kernel_names: Sequence[str] = (), builds_at_most: int | None = None
+) -> None:
+    """Work estimated beyond a day starts only with ``where.yes`` (testbed.plan.estimate.runaway): a session,
+    or a comparison with the kernels it builds here first counted in (``kernel_names``; at most
+    ``builds_at_most`` of them, a bisection building only those it reaches)."""
+    sources = [k for k in kernel_names if kernelsource.is_source(k)]
+    builds = kernelbuild.unbuilt(sources, kernels.cache_root()) if sources else []
+    count = len(builds) if builds_at_most is None else min(len(builds), builds_at_most)
+    extra_s = count * kernelbuild.build_estimate_s()
+    if count:
+        log(
+            f"builds: {count} kernel(s) to build here first, about {extra_s / 60:.0f} min "
+            f"({kernelbuild.estimate_text(None)})"
+        )
+    if note := estimate.check_runaway(runs, host_count(where.cluster), where.yes, extra_s):
+        log(note)
 
 
 def update_catalog(results_root: Path) -> None:

@@ -528,20 +528,20 @@ def test_prune_removes_the_builds_unused_for_days_and_the_checkouts_they_leave(t
 
 
 def test_a_comparison_counts_the_kernels_it_builds_into_its_estimate(tree, monkeypatch):
-    from testbed.workflows import compare
+    from testbed.workflows import sessions
 
     said: list[str] = []
-    monkeypatch.setattr(compare, "log", said.append)
-    compare.refuse_runaway([], None, False, [f"tree:{tree}", "6.1.0-56"])  # a package is downloaded, not built
+    monkeypatch.setattr(sessions, "log", said.append)
+    sessions.refuse_runaway([], sessions.Where(), [f"tree:{tree}", "6.1.0-56"])  # a package is downloaded, not built
     assert [line for line in said if line.startswith("builds: 1 kernel(s) to build here first, about ")], said
     _fetch(f"tree:{tree}")
     said.clear()
-    compare.refuse_runaway([], None, False, [f"tree:{tree}"])
+    sessions.refuse_runaway([], sessions.Where(), [f"tree:{tree}"])
     assert not [line for line in said if line.startswith("builds:")]
     monkeypatch.setattr(kernelbuild, "build_estimate_s", lambda: 2 * 86400.0)  # two days of builds: refused
     _commit(tree, "int tcp_init_cwnd = 11;\n", "another")
     with pytest.raises(ValueError, match="--yes"):
-        compare.refuse_runaway([], None, False, [f"tree:{tree}"])
+        sessions.refuse_runaway([], sessions.Where(), [f"tree:{tree}"])
 
 
 def test_allow_dirty_travels_as_an_argument_and_pins_the_diff_when_the_command_starts(tree):
