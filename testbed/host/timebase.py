@@ -91,4 +91,5 @@ def choose(
 
 def virtual_guest() -> dict:
     """How a virtual-time guest boots now (:data:`GUEST_KEYS`), as its session records it."""
-    return {"icount_shift": virtme.icount_shift(), "append": virtme.VIRTUAL_APPEND}
+    config = virtme.virtual_config().to_dict()
+    return {key: config[key] for key in GUEST_KEYS}

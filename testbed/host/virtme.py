@@ -99,7 +99,7 @@ def guest_config(
                 f"--cpus {vcpus} cannot run in virtual time: QEMU's icount runs one vCPU (with two "
                 "the guest hung at SMP bring-up); give --cpus 1 or --clock real"
             )
-        return GuestConfig("tcg", 1, memory, VIRTUAL_APPEND, clock, icount_shift())
+        return virtual_config(memory)
     if kvm_usable(kernel, log):
         return GuestConfig("kvm", vcpus or 2, memory, "")
     vcpus = vcpus or min(2, os.cpu_count() or 1)
@@ -135,6 +135,11 @@ def vng_argv(
         # no qemu monitor on the console: Ctrl-A and Ctrl-C reach the guest
         return argv + ["--disable-monitor", "--shell", str(shell)]
     return argv + ["--exec", command]
+
+
+def virtual_config(memory: str = "2G") -> GuestConfig:
+    """How a guest boots in virtual time: TCG, one vCPU, the tick kept, icount at :func:`icount_shift`."""
+    return GuestConfig("tcg", 1, memory, VIRTUAL_APPEND, "virtual", icount_shift())
 
 
 def icount_shift() -> int:
