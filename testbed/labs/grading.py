@@ -360,6 +360,8 @@ def verdict_check(answer: str, all_answers: str, results: Results) -> Check:
             f"your runs give {named[0]}: {verdict.verdict}, which the answer does not "
             f"say{f' (it says {said[0]})' if said else ''}",
         )
+    if problems := statements.verdict_number_problems(answer, verdict):
+        return Check("verdict", False, "; ".join(problems))
     return Check("verdict", True, f"states the verdict your runs give on {named[0]}: {verdict.verdict}")
 
 

@@ -19,7 +19,7 @@ import yaml
 
 from analysis import catalog, claims, metrics
 from testbed import PROJECT
-from testbed.labs import labkit
+from testbed.labs import evidence, labkit
 from testbed.labs.labkit import LATENCY_METRICS, Band, Lab, Measured
 from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
@@ -223,6 +223,15 @@ def claim_flows(results: Results) -> pd.DataFrame:
 
 
 def decided_claims(results: Results) -> dict[str, claims.Verdict]:
-    """Claim id -> its verdict on the student's graded runs, for the claims those runs decide."""
-    judged = claims.verdicts(None, flows=claim_flows(results))
+    """Claim id -> its verdict on the student's graded runs, for the claims those runs decide: judged as
+    the student's report judges them, a claim with a warm-up on the goodput after it (from the runs'
+    analyses, testbed/labs/evidence.py), so that the numbers the report prints are the grader's."""
+    flows = claim_flows(results)
+    ran = set(flows["experiment"]) if not flows.empty else set()
+    windowed = any(c.warmup_s is not None for c in claims.load_claims() if c.experiment in ran)
+    graded = graded_run_ids(results)
+    analyses = (
+        [evidence.analysed(Path(r.path)) for r in results.runs.itertuples() if r.run_id in graded] if windowed else None
+    )
+    judged = claims.verdicts(analyses, flows=flows)
     return {v.claim.id: v for v in judged if v.verdict != "no data"}

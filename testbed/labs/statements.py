@@ -22,7 +22,11 @@
   ("not congestion"), and a concept stated by a negation (``negative`` in lab.yaml: "three runs
   cannot detect it"), are read as written.
 * **Verdicts.** A verdict question states exactly one verdict (:func:`verdicts_stated`): an answer
-  hedged over several earns none.
+  hedged over several earns none. The p-values and signed effects its sentences quote ("+21 %",
+  "p = 0.002") are held to the verdict on the student's runs (:func:`verdict_number_problems`): an
+  effect within the comparisons' slack of a condition's effect (or its means' ratio), or within
+  :data:`ROUNDING_PP` of a number the report prints (an interval's bound, the threshold, the paper's
+  effect); a p-value within a factor of :data:`P_FACTOR` of a condition's (or a bound it keeps).
 
 Why by hand, not a parser: spaCy's or Stanza's dependency parse would tell a negation's scope and a
 comparison's sides better, but needs models downloaded that Gradescope's image and offline lab
@@ -76,6 +80,16 @@ SIZE_SLACK_SHARE = 0.35
 NEGATIONS = r"not|no|never|n't|neither|nor|without|cannot|hardly"
 #: a negation reaches this many words after it, within its clause (clauses end at ; : ( ) but while ...)
 NEGATION_REACH = 6
+#: a quoted p-value may be this many times off the verdict's (rounding: 0.0025 written as 0.003, 0.002)
+P_FACTOR = 2.0
+#: "p = 0.002", "p < 0.05", "p ≈ 0.01" in a verdict answer
+P_STATED = re.compile(rf"\bp\s*(=|<|≤|<=|≈|~)\s*(0?\.\d+|{NUMBER}(?:e-\d+)?)")
+#: a sentence that quotes other results than the student's runs: the paper's, a report's, another session's
+OTHER_RESULTS = r"\bpaper|\breport|\bsession|\bmake reproduce\b|\b[0-9a-f]{7,40}\b"
+#: a signed percentage, "+21 %", "-4%", "−3.5 %": an effect as the report writes it
+SIGNED_PCT = re.compile(rf"(?<![\w.])(?<!\d\s)([+\-−])\s?({NUMBER})\s*%")
+#: a number the report prints as it is (an interval's bound, a threshold) may be off by its rounding
+ROUNDING_PP = 1.0
 
 
 def in_mbit(prose: str) -> str:
@@ -207,6 +221,55 @@ def significance_problems(sentences: list[str], p_values: list[float]) -> list[s
             word = "significant" if said else "not significant"
             problems.append(f'"{_short(sentence)}" calls the difference {word}; your runs\' tests give p = {tests}')
     return problems
+
+
+def verdict_number_problems(answer: str, verdict: claims.Verdict) -> list[str]:
+    """The p-values and signed effects a verdict answer quotes that the claim's verdict on the student's
+    runs does not give (module doc); sentences about a paper, a report or another session quote other
+    results. An effect may miss a condition's effect (or the ratio of its means) by the comparisons'
+    slack; a number the report prints as it is (an interval's bound, the threshold, the paper's effect)
+    only by its rounding."""
+    effects, printed, p_values = [], [], []
+    bounds = claims.bounds(verdict.claim)
+    printed += [100 * x for x in bounds.values() if not math.isnan(x)]
+    for condition in verdict.conditions:
+        means = (sum(condition.a) / len(condition.a), sum(condition.b) / len(condition.b)) if condition.a else ()
+        effects += [100 * condition.difference] if not math.isnan(condition.difference) else []
+        effects += [100 * (means[0] / means[1] - 1)] if means and means[1] else []
+        for confidence in (1 - condition.alpha, 0.95):
+            printed += [100 * x for x in condition.interval(confidence) if not math.isnan(x)]
+        # the findings' one-sided p (the report's), and the two-sided tests: the design's and Welch's
+        welch = stats.ratio_effect(condition.a, condition.b) if min(len(condition.a), len(condition.b)) > 1 else None
+        tests = [e.p_two_sided() for e in (condition.effect, welch) if e is not None]
+        p_values += [p for p in (*condition.p_values.values(), *tests) if not math.isnan(p)]
+    problems = []
+    for sentence in answerfile.sentences(answer):
+        if re.search(OTHER_RESULTS, sentence.lower()):
+            continue
+        for sign, size in SIGNED_PCT.findall(sentence):
+            stated = float(size) * (-1 if sign in "-−" else 1)
+            near = any(abs(stated - e) <= max(SIZE_SLACK_PP, SIZE_SLACK_SHARE * abs(e)) for e in effects)
+            if (effects or printed) and not near and not any(abs(stated - x) <= ROUNDING_PP for x in printed):
+                problems.append(
+                    f'"{_short(sentence)}": {stated:+g} % is not what your runs give on {verdict.claim.id} '
+                    f"(effect {', '.join(f'{c.difference:+.1%}' for c in verdict.conditions)})"
+                )
+        for relation, number in P_STATED.findall(sentence.lower()):
+            stated = float(number)
+            if p_values and not any(_p_agrees(relation, stated, p) for p in p_values):
+                problems.append(
+                    f'"{_short(sentence)}": p {relation} {number} is not your runs\' test on '
+                    f"{verdict.claim.id} (p = {', '.join(f'{p:.2g}' for p in p_values)})"
+                )
+    return list(dict.fromkeys(problems))
+
+
+def _p_agrees(relation: str, stated: float, actual: float) -> bool:
+    if relation in ("<", "≤", "<="):
+        return actual <= stated
+    if stated == 0:  # "p = 0.000": a p below the last digit written
+        return actual < 0.0005
+    return actual > 0 and 1 / P_FACTOR <= stated / actual <= P_FACTOR
 
 
 def _short(sentence: str, limit: int = 90) -> str:

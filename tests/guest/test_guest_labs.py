@@ -97,15 +97,26 @@ def _quote_the_runs(name: str, work: Path) -> None:
     for question in (q for t in lab_.tasks for q in t.questions if q.verdict):
         decided = labresults.decided_claims(found)
         said = "; ".join(f"{claim}: {v.verdict}" for claim, v in decided.items())
-        # the solution leads with the committed runs' verdict ("Undecided: ..."): this test's runs lead instead
-        first = next(iter(decided.values())).verdict.capitalize() if decided else "Undecided"
-        text = re.sub(
-            r"^\s*(?:Reproduced|Undecided|Not reproduced|Opposite|Short of the paper)\b",
-            first,
-            given[question.id].strip(),
-        )
-        given[question.id] = f"{text}\nThe verdict my runs give: {said}.\n"
+        # the solution's verdict, means, effect and p are the committed runs'; the grader holds them to the
+        # student's runs (statements.verdict_number_problems), so this answer gives this test's own
+        given[question.id] = _verdict_answer(next(iter(decided.values()), None), said)
     (work / lab_.answers).write_text("".join(f"## {q}\n{a.strip()}\n\n" for q, a in given.items()))
+
+
+def _verdict_answer(verdict, said: str) -> str:
+    """The verdict answer a student writes from the report of their runs: the verdict first, then the
+    means, the effect with its interval and the claim's p, as the report's condition line gives them."""
+    if verdict is None:
+        return "Undecided: my runs decide no claim yet, so the report gives no verdict to quote here.\n"
+    condition = verdict.conditions[0]
+    low, high = condition.interval()
+    p_value = min(condition.p_values.values(), default=float("nan"))
+    mean_a, mean_b = sum(condition.a) / len(condition.a), sum(condition.b) / len(condition.b)
+    return (
+        f"{verdict.verdict.capitalize()}: the mean goodput was {mean_a:.3g} against {mean_b:.3g} Mbit/s, an effect "
+        f"of {condition.difference:+.0%} with a 95 % interval from {low:+.0%} to {high:+.0%} (p = {p_value:.2g}). "
+        f"The verdict my runs give: {said}.\n"
+    )
 
 
 def _untrustworthy_runs(results: Path) -> list[str]:

@@ -24,7 +24,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import plots
+from analysis import claims, plots
+from analysis import run as run_analysis
 from testbed import PROJECT
 from testbed.cli import main
 from testbed.labs import answerfile, autograder, gradereport, grading, lab, labkit, labresults, submission
@@ -619,14 +620,32 @@ def test_a_students_reproduce_lab_passes_with_the_verdict_its_runs_give(tmp_path
     assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in gradereport.text(graded)
 
 
+def test_the_grader_judges_a_claim_as_the_students_report_does(tmp_path):
+    """The grader's verdict on the graded runs is the report's: the same effect, interval and p, the
+    claim's goodput after its warm-up (a whole-run judgement gave +20.8 % where the report gives +44 %)."""
+    work = _reproduce(tmp_path)
+    grader = labresults.decided_claims(
+        labresults.load_results(work, labkit.load_lab(LABS / "reproduce"), work / "results")
+    )
+    runs = sorted(p.parent for p in (work / "results").rglob(rundir.MANIFEST))
+    report = {v.claim.id: v for v in claims.verdicts([run_analysis.analyze_run(r, write=False) for r in runs])}
+    claim = "mobile-westwood-beats-reno-bernoulli"
+    assert next(c for c in claims.load_claims() if c.id == claim).warmup_s, "the check needs a claim with a warm-up"
+    ours, theirs = grader[claim].conditions[0], report[claim].conditions[0]
+    assert ours.difference == pytest.approx(theirs.difference) and round(100 * ours.difference) == 44
+    assert ours.interval() == pytest.approx(theirs.interval())
+    assert ours.p_values == pytest.approx(theirs.p_values)
+
+
 def test_the_reproduce_lab_asks_for_three_seeds_a_point(tmp_path):
     work = _reproduce(tmp_path)
     (work / "claim.yaml").write_text((work / "claim.yaml").read_text().replace("seeds: [1, 2, 3]", "seeds: [1, 2]"))
     graded = _grade_reproduce(work)
-    # the runs task fails; the verdict is judged on the runs graded (seeds 1 and 2), which decide it here
-    assert [t.score for t in graded.tasks] == [0, 3, 3], gradereport.text(graded)
+    # the runs task fails; the verdict is judged on the runs graded (seeds 1 and 2), which decide it here,
+    # so the interval the answer quotes from three seeds (+25 % to +66 %) is not theirs (+40 % on two)
+    assert [t.score for t in graded.tasks] == [0, 0, 3], gradereport.text(graded)
     assert "the lab asks for at least 3 seeds a point; the file asks for fewer at" in gradereport.text(graded)
-    assert "the verdict your runs give on mobile-westwood-beats-reno-bernoulli: reproduced" in gradereport.text(graded)
+    assert "+66 % is not what your runs give on mobile-westwood-beats-reno-bernoulli" in gradereport.text(graded)
 
 
 def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
@@ -638,6 +657,19 @@ def test_an_answer_with_another_verdict_than_the_runs_give_fails(tmp_path):
         "your runs give mobile-westwood-beats-reno-bernoulli: reproduced, which the answer does not say "
         "(it says undecided)"
     ) in gradereport.text(graded)
+
+
+def test_a_verdict_answer_is_held_to_the_effect_and_p_its_runs_give(tmp_path):
+    """The right verdict word with another session's numbers fails: "+44 %" and "p = 0.0053" are what the
+    student's runs give; "+84 %" or "p = 0.4" are not (statements.verdict_number_problems)."""
+    work = _reproduce(tmp_path)
+    answer = answerfile.sections(work / "answers.md")["Q2"].replace("than the paper's", "than claimed")
+    _answer(work, "Q2", answer)
+    assert _grade_reproduce(work).tasks[1].score == 3, gradereport.text(_grade_reproduce(work))
+    for wrong, said in (("+44 %", "+84 % is not what your runs give"), ("p = 0.0053", "p = 0.4 is not your runs")):
+        _answer(work, "Q2", answer.replace(wrong, "+84 %" if wrong.startswith("+") else "p = 0.4"))
+        graded = _grade_reproduce(work)
+        assert graded.tasks[1].score == 0 and said in gradereport.text(graded), gradereport.text(graded)
 
 
 def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
