@@ -4,7 +4,6 @@ and ``kernels``."""
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
 from testbed import PROJECT
 from testbed.cli import options
@@ -135,9 +134,8 @@ def add_bisect(sub) -> None:
     bisect.add_argument("--bad", required=True, help="the newer kernel (with --tree: commit), where it moved")
     bisect.add_argument(
         "--tree",
-        type=Path,
-        help="bisect the commits of this git source tree from --good to --bad, merged branches included "
-        "(as git bisect), each built here (docs/regression.md)",
+        help="bisect the commits of this git source tree (a path, or a git URL this machine can reach) from "
+        "--good to --bad, merged branches included (as git bisect), each built here (docs/regression.md)",
     )
     bisect.add_argument(
         "--first-parent",

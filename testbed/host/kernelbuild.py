@@ -1,8 +1,8 @@
 """Kernels built here from a source name (issue 55; names: :mod:`testbed.host.kernelsource`).
 
-A build is keyed by the source's commit, its patches' sha256 and the config's digest (the fragment
-``kernel-patch/testbed-guest.config``, virtme-ng's version and the compiler's): the same key is built
-once and kept in the kernel cache as ``build-<key>/`` (``boot/vmlinuz-<release>``,
+A build is keyed by the source's tree, its patches' sha256 and the config's digest (the fragment
+``kernel-patch/testbed-guest.config``, virtme-ng's version, and the compiler's, assembler's and
+linker's): the same key is built once and kept in the kernel cache as ``build-<key>/`` (``boot/vmlinuz-<release>``,
 ``lib/modules/<release>/``, ``build.json``), the layout every kernel here has. Each source tree gets one
 checkout (a ``git clone --shared``) and one object folder in ``~/.cache/cc-testbed/kernel-worktrees``:
 going from one revision to the next, make rebuilds what changed, and ccache (when installed) keeps
@@ -113,15 +113,42 @@ def missing_tools() -> list[str]:
 
 
 def config_digest() -> str:
-    """The config's part of a build's key: the fragment, virtme-ng's version, the compiler's."""
+    """The config's part of a build's key: the fragment, virtme-ng's version, and the compiler's, the
+    assembler's and the linker's (:func:`toolchain_versions`: what the final ``.config`` records as
+    CONFIG_CC_VERSION_TEXT, CONFIG_AS_VERSION and CONFIG_LD_VERSION, known before configuring)."""
     digest = hashlib.sha256(FRAGMENT.read_bytes())
     digest.update(importlib.metadata.version("virtme-ng").encode())
-    try:
-        out = subprocess.run(["gcc", "--version"], capture_output=True, text=True)
-        digest.update(out.stdout.partition("\n")[0].encode())
-    except FileNotFoundError:
-        pass  # no compiler: the build refuses, naming it (missing_tools)
+    for tool, version in toolchain_versions().items():
+        digest.update(f"\0{tool}={version}".encode())
     return digest.hexdigest()[:12]
+
+
+def toolchain_tools() -> dict[str, str]:
+    """The compiler, assembler and linker kbuild runs in this environment (its top Makefile's choice:
+    ``$(CROSS_COMPILE)gcc``, ``as`` and ``ld``, or with ``LLVM=1`` clang, its integrated assembler and
+    ld.lld; ``LLVM=-15`` a suffix, ``LLVM=/opt/llvm/bin/`` a prefix)."""
+    variables = toolchain()
+    llvm = variables.get("LLVM")
+    if llvm:
+        prefix = llvm if llvm.endswith("/") else ""
+        suffix = llvm if llvm.startswith("-") else ""
+        assembler = "clang" if variables.get("LLVM_IAS", "1") != "0" else "as"
+        return {"CC": f"{prefix}clang{suffix}", "AS": f"{prefix}{assembler}{suffix}", "LD": f"{prefix}ld.lld{suffix}"}
+    cross = variables.get("CROSS_COMPILE", "")
+    return {"CC": f"{cross}gcc", "AS": f"{cross}as", "LD": f"{cross}ld"}
+
+
+def toolchain_versions() -> dict[str, str]:
+    """Each tool of :func:`toolchain_tools` with the first line of its ``--version`` ('absent' when it is
+    not there: the build then refuses, naming it); a binutils or compiler upgrade is another build."""
+    versions = {}
+    for role, tool in toolchain_tools().items():
+        try:
+            out = subprocess.run([tool, "--version"], capture_output=True, text=True, env=_make_env())
+            versions[role] = f"{tool}: {out.stdout.partition(chr(10))[0].strip()}"
+        except OSError:
+            versions[role] = f"{tool}: absent"
+    return versions
 
 
 def build_key(source: Source, config: str) -> str:
@@ -532,6 +559,7 @@ def _install_into(
         "key": key,
         "config_digest": config,
         "toolchain": toolchain(),
+        "toolchain_versions": toolchain_versions(),
         "release": release,
         "config_sha256": hashlib.sha256((obj / ".config").read_bytes()).hexdigest(),
         "build_seconds": round(seconds, 1),

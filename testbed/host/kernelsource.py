@@ -2,6 +2,9 @@
 
 - ``tree:PATH[@REV][+patch:FILE...]``: a git tree (a revision of it: a commit, tag or branch; its HEAD by
   default), with patches on top when named (a base and a series, as NIPA tests patches);
+- ``tree:URL[@REV]...``: a git URL this machine can reach (``https://``, ``http://``, ``git://``,
+  ``ssh://``, ``file://``), kept as a bare mirror in the cache and fetched again when a name is resolved
+  (:func:`mirror`); a comparison pins it to the mirror at its commit, so later sessions fetch nothing;
 - ``SERIES+patch:FILE[+patch:FILE2...]``: Debian's ``linux-source-SERIES`` with these patches;
 - ``...+config:FILE`` on either: the developer's own config, a full ``.config`` or a fragment, merged
   with what runs need (testbed/host/kernelbuild.py);
@@ -64,6 +67,7 @@ class SourceName:
     pins: tuple[str | None, ...] = ()  # each patch's sha256 when pinned (read from the store), else None
     config: Path | None = None  # the developer's config (+config:FILE)
     config_pin: str | None = None
+    url: str | None = None  # tree:URL: the git URL (``tree`` is None)
 
 
 @dataclass(frozen=True)
@@ -106,6 +110,9 @@ def parse(name: str) -> SourceName:
     )
     if name.startswith(TREE):
         head, *parts = re.split(r"\+(?=(?:patch|config):)", name[len(TREE) :])
+        if URL.match(head):
+            url, rev = _url_and_rev(head)
+            return SourceName(TREE, url=url, rev=rev, **_parts(name, parts, forms))
         path, _, rev = head.partition("@")
         if not path:
             raise SourceError(f"kernel {name!r}: no tree path; give {forms}")
@@ -119,6 +126,19 @@ def parse(name: str) -> SourceName:
         if any(p.startswith("patch:") for p in parts):
             raise SourceError(f"kernel {name!r}: 'source' takes no patches; give {forms}")
     return SourceName(DEBIAN, series=series, **_parts(name, parts, forms))
+
+
+#: a git URL as ``tree:`` takes it
+URL = re.compile(r"(?:https?|git|ssh|file)://")
+
+
+def _url_and_rev(text: str) -> tuple[str, str | None]:
+    """``URL[@REV]``: the revision is what follows the last ``@`` when a path comes before it
+    (``ssh://git@host/linux.git`` has no revision; ``https://host/linux.git@net/next`` has)."""
+    url, at, rev = text.rpartition("@")
+    if at and re.fullmatch(r"[a-z+]+://[^/]*/.+", url):
+        return url, rev or None
+    return text, None
 
 
 def _parts(name: str, parts: list[str], forms: str) -> dict:
@@ -149,7 +169,8 @@ def label(name: str) -> str:
     if parsed.kind == TREE:
         rev = parsed.rev[:12] if parsed.rev and re.fullmatch(r"[0-9a-f]{40}", parsed.rev) else parsed.rev
         patched = "".join(f"+patch-{p.stem}" for p in parsed.patches)
-        text = f"tree-{parsed.tree.name}" + (f"-{rev}" if rev else "") + patched
+        base = parsed.url.rstrip("/").rsplit("/", 1)[-1].removesuffix(".git") if parsed.url else parsed.tree.name
+        text = f"tree-{base.removesuffix('.git')}" + (f"-{rev}" if rev else "") + patched
     else:
         text = parsed.series + ("".join(f"+patch-{p.stem}" for p in parsed.patches) or "+source")
     text += f"+config-{parsed.config.stem}" if parsed.config else ""
@@ -177,9 +198,12 @@ def resolve(name: str, log=print, allow_dirty: bool = False) -> Source:
             config=config,
             tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"),
         )
-    repo = _tree(parsed.tree)
+    repo = mirror(parsed.url, log) if parsed.url else _tree(parsed.tree)
     commit = _commit(repo, parsed.rev, name)
-    dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") else None
+    bare = _is_bare(repo)
+    if bare:
+        _linux_at(repo, commit, parsed.url or str(repo))
+    dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") and not bare else None
     if dirty is not None:
         if not allow_dirty:
             raise SourceError(
@@ -192,17 +216,17 @@ def resolve(name: str, log=print, allow_dirty: bool = False) -> Source:
         repo,
         commit,
         patches,
-        str(repo),
+        parsed.url or _origin(repo),
         dirty=dirty is not None or pinned_dirty,
         config=config,
         tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"),
     )
 
 
-def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
+def tree_versions(tree: Path | str, good: str, bad: str) -> list[str]:
     """The kernels of a tree from ``good`` to ``bad`` (both included, oldest first): the commits on the
     first-parent line between them, each named ``tree:PATH@<12 hex digits>``."""
-    repo = _tree(tree)
+    repo = repository(tree)
     first, last = _commit(repo, good, f"tree:{repo}@{good}"), _commit(repo, bad, f"tree:{repo}@{bad}")
     if not _is_ancestor(repo, first, last):
         raise SourceError(_not_ancestor(repo, good, bad, first, last))
@@ -210,12 +234,14 @@ def tree_versions(tree: Path, good: str, bad: str) -> list[str]:
     return [f"{TREE}{repo}@{commit[:12]}" for commit in [first, *between]]
 
 
-def tree_graph(tree: Path, good: str, bad: str, first_parent: bool = False) -> tuple[list[str], dict[str, list[str]]]:
+def tree_graph(
+    tree: Path | str, good: str, bad: str, first_parent: bool = False
+) -> tuple[list[str], dict[str, list[str]]]:
     """The kernels of a tree for ``testbed bisect``, as ``git bisect`` sees them: ``good``, then every commit
     ``bad`` descends from that ``good`` does not (merged branches too), parents before children (``git
     rev-list --topo-order``), each named ``tree:PATH@<12 hex digits>``; and each one's parents (a parent
     outside the range is older than ``good``'s line). ``first_parent``: the first-parent line only."""
-    repo = _tree(tree)
+    repo = repository(tree)
     first, last = _commit(repo, good, f"tree:{repo}@{good}"), _commit(repo, bad, f"tree:{repo}@{bad}")
     if not _is_ancestor(repo, first, last):
         raise SourceError(_not_ancestor(repo, good, bad, first, last))
@@ -229,6 +255,11 @@ def tree_graph(tree: Path, good: str, bad: str, first_parent: bool = False) -> t
         shown = above[:1] if first_parent else above
         parents[name[commit]] = [name.get(p, f"{TREE}{repo}@{p[:12]}") for p in shown]
     return list(parents), parents
+
+
+def repository(tree: Path | str) -> Path:
+    """The git repository of a tree's path, or of a git URL (its mirror: :func:`mirror`)."""
+    return mirror(str(tree)) if URL.match(str(tree)) else _tree(Path(tree).expanduser())
 
 
 def _is_ancestor(repo: Path, first: str, last: str) -> bool:
@@ -312,8 +343,66 @@ def _git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
+def mirrors_root() -> Path:
+    return build_cache.cache_base() / "kernel-remotes"
+
+
+def mirror(url: str, log=print) -> Path:
+    """A bare mirror of the git repository at ``url`` in the cache (cloned once, its branches and tags
+    fetched again on each call: a branch name means what the remote says now), one process at a time."""
+    root = mirrors_root()
+    root.mkdir(parents=True, exist_ok=True)
+    repo = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '-', url.rstrip('/').rsplit('/', 1)[-1])[:40]}-{_short_hash(url)}"
+    with open(root / f".{repo.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # another process cloning or fetching it: wait for its copy
+        if not (repo / "HEAD").is_file():
+            log(f"cloning {url} (once, a bare mirror in {root}; a Linux tree is a few GB)")
+            shutil.rmtree(repo, ignore_errors=True)
+            argv = ["git", "clone", "--quiet", "--bare", url, str(repo)]
+        else:
+            refs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
+            argv = ["git", "-C", str(repo), "fetch", "--quiet", "--prune", url, *refs]
+        out = subprocess.run(argv, capture_output=True, text=True)
+        if out.returncode != 0:
+            if argv[1] == "clone":
+                shutil.rmtree(repo, ignore_errors=True)
+            raise SourceError(
+                f"tree:{url}: git {argv[1] if argv[1] == 'clone' else 'fetch'} failed "
+                f"({out.stderr.strip()[-300:] or 'no output'}); give a git URL this machine can reach "
+                "(git ls-remote URL tells), or clone it yourself and give tree:PATH"
+            )
+    return repo
+
+
+def _short_hash(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def _is_bare(repo: Path) -> bool:
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--is-bare-repository"], capture_output=True, text=True)
+    return out.stdout.strip() == "true"
+
+
+def _linux_at(repo: Path, commit: str, where: str) -> None:
+    """A bare repository's commit is a Linux tree (a Makefile and net/ipv4/ in it), as :func:`_tree` asks
+    of a checkout."""
+    for path in ("Makefile", "net/ipv4"):
+        if subprocess.run(["git", "-C", str(repo), "cat-file", "-e", f"{commit}:{path}"]).returncode != 0:
+            raise SourceError(f"tree:{where}: {commit[:12]} is not a Linux source tree (no {path} in it)")
+
+
+def _origin(repo: Path) -> str:
+    """Where a tree came from: the URL a mirror of the cache was cloned from, else its path."""
+    if repo.parent == mirrors_root() and _is_bare(repo):
+        out = subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url"], capture_output=True, text=True)
+        return out.stdout.strip() or str(repo)
+    return str(repo)
+
+
 def _tree(path: Path) -> Path:
     path = path.resolve()
+    if _is_bare(path):  # a mirror (tree:URL pinned to it): its commits are checked by _linux_at
+        return path
     if not (path / "Makefile").is_file() or not (path / "net" / "ipv4").is_dir():
         raise SourceError(f"tree:{path}: not a Linux source tree (no Makefile and net/ipv4/ there)")
     if subprocess.run(["git", "-C", str(path), "rev-parse", "--git-dir"], capture_output=True).returncode != 0:

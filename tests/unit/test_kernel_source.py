@@ -10,6 +10,7 @@ import json
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -410,6 +411,57 @@ def test_the_key_is_the_trees_files_and_the_toolchain_the_build_sees(tree, monke
     llvm, said = _fetch(f"tree:{tree}")
     assert llvm.vmlinuz != first.vmlinuz and b"built with: llvm=1 foo=\n" in llvm.vmlinuz.read_bytes()
     assert json.loads((llvm.vmlinuz.parents[1] / "build.json").read_text())["toolchain"] == {"LLVM": "1"}
+
+
+def test_a_binutils_or_compiler_upgrade_is_another_build_and_llvm_keys_clang_not_gcc(tree, tmp_path, monkeypatch):
+    """The key holds the versions the final .config records (CONFIG_CC_VERSION_TEXT, AS, LD), of the tools
+    kbuild would run here: a new ld on PATH is another build; LLVM=1 keys clang and ld.lld."""
+    first, _ = _fetch(f"tree:{tree}")
+    assert set(first.build["toolchain_versions"]) == {"CC", "AS", "LD"}
+    shadow = tmp_path / "bin"
+    shadow.mkdir()
+    (shadow / "ld").write_text("#!/bin/sh\necho 'GNU ld (GNU Binutils) 9.99'\n")
+    (shadow / "ld").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{shadow}:{os.environ['PATH']}")
+    upgraded, said = _fetch(f"tree:{tree}")
+    assert upgraded.vmlinuz != first.vmlinuz and any("kernel build-" in line for line in said)
+    assert upgraded.build["toolchain_versions"]["LD"] == "ld: GNU ld (GNU Binutils) 9.99"
+    monkeypatch.setenv("LLVM", "-15")
+    assert kernelbuild.toolchain_tools() == {"CC": "clang-15", "AS": "clang-15", "LD": "ld.lld-15"}
+    monkeypatch.setenv("CROSS_COMPILE", "aarch64-linux-gnu-")
+    monkeypatch.delenv("LLVM")
+    assert kernelbuild.toolchain_tools()["LD"] == "aarch64-linux-gnu-ld"
+
+
+def test_a_tree_at_a_git_url_is_mirrored_fetched_again_and_pinned_to_the_mirror(tree, tmp_path):
+    """tree:URL@REV (file:// here: any URL git reaches): built from a bare mirror in the cache, a branch
+    read again on each use, a comparison pinned to the mirror's commit (no fetch later); an unreachable
+    URL says what would do."""
+    url = f"file://{tree}"
+    kernel, said = _fetch(f"tree:{url}@HEAD")
+    assert any(line.startswith(f"cloning {url}") for line in said)
+    assert kernel.build["origin"] == url and kernel.build["commit"] == _git(tree, "rev-parse", "HEAD")
+    second = _commit(tree, "int tcp_init_cwnd = 5;\n", "halve the initial window")
+    branch = _git(tree, "rev-parse", "--abbrev-ref", "HEAD")
+    moved, _ = _fetch(f"tree:{url}@{branch}")  # the branch as the remote has it now
+    assert moved.build["commit"] == second and b"= 5;" in moved.vmlinuz.read_bytes()
+    pinned = kernelsource.pin(f"tree:{url}@{branch}")
+    assert pinned.startswith(f"tree:{kernelsource.mirrors_root()}/") and pinned.endswith(f"@{second}")
+    shutil.move(tree, tmp_path / "gone")  # the remote unreachable: the pinned name still resolves
+    source = kernelsource.resolve(pinned)
+    assert source.commit == second and source.origin == url
+    with pytest.raises(kernelsource.SourceError, match=r"(?s)git fetch failed .*git ls-remote URL"):
+        kernelsource.resolve(f"tree:{url}")
+    with pytest.raises(kernelsource.SourceError, match=r"git clone failed"):
+        kernelsource.resolve("tree:file:///nonexistent/linux.git@v6.1")
+    assert kernelsource.parse("tree:ssh://git@host/linux.git").url == "ssh://git@host/linux.git"
+    parsed = kernelsource.parse("tree:https://git.kernel.org/netdev/net-next.git@net/next+patch:a.patch")
+    assert (parsed.url, parsed.rev, parsed.patches) == (
+        "https://git.kernel.org/netdev/net-next.git",
+        "net/next",
+        (Path("a.patch"),),
+    )
+    assert label("tree:https://git.kernel.org/netdev/net-next.git@main") == "tree-net-next-main"
 
 
 class SkippingBuilt(BuiltKernels):
