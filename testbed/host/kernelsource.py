@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from testbed.guest import build as build_cache
+from testbed.host import gitmirror
 
 TREE, DEBIAN = "tree:", "debian"
 
@@ -198,9 +199,9 @@ def resolve(name: str, log=print, allow_dirty: bool = False) -> Source:
             config=config,
             tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"),
         )
-    repo = mirror(parsed.url, log) if parsed.url else _tree(parsed.tree)
+    repo = _mirror(parsed.url, log) if parsed.url else _tree(parsed.tree)
     commit = _commit(repo, parsed.rev, name)
-    bare = _is_bare(repo)
+    bare = gitmirror.is_bare(repo)
     if bare:
         _linux_at(repo, commit, parsed.url or str(repo))
     dirty = _dirty_patch(repo) if parsed.rev in (None, "HEAD") and not bare else None
@@ -216,7 +217,7 @@ def resolve(name: str, log=print, allow_dirty: bool = False) -> Source:
         repo,
         commit,
         patches,
-        parsed.url or _origin(repo),
+        parsed.url or gitmirror.origin(repo),
         dirty=dirty is not None or pinned_dirty,
         config=config,
         tree_id=_git(repo, "rev-parse", f"{commit}^{{tree}}"),
@@ -259,7 +260,7 @@ def tree_graph(
 
 def repository(tree: Path | str) -> Path:
     """The git repository of a tree's path, or of a git URL (its mirror: :func:`mirror`)."""
-    return mirror(str(tree)) if URL.match(str(tree)) else _tree(Path(tree).expanduser())
+    return _mirror(str(tree)) if URL.match(str(tree)) else _tree(Path(tree).expanduser())
 
 
 def _is_ancestor(repo: Path, first: str, last: str) -> bool:
@@ -343,44 +344,11 @@ def _git(repo: Path, *args: str) -> str:
     return out.stdout.strip()
 
 
-def mirrors_root() -> Path:
-    return build_cache.cache_base() / "kernel-remotes"
-
-
-def mirror(url: str, log=print) -> Path:
-    """A bare mirror of the git repository at ``url`` in the cache (cloned once, its branches and tags
-    fetched again on each call: a branch name means what the remote says now), one process at a time."""
-    root = mirrors_root()
-    root.mkdir(parents=True, exist_ok=True)
-    repo = root / f"{re.sub(r'[^A-Za-z0-9_.-]', '-', url.rstrip('/').rsplit('/', 1)[-1])[:40]}-{_short_hash(url)}"
-    with open(root / f".{repo.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # another process cloning or fetching it: wait for its copy
-        if not (repo / "HEAD").is_file():
-            log(f"cloning {url} (once, a bare mirror in {root}; a Linux tree is a few GB)")
-            shutil.rmtree(repo, ignore_errors=True)
-            argv = ["git", "clone", "--quiet", "--bare", url, str(repo)]
-        else:
-            refs = ["+refs/heads/*:refs/heads/*", "+refs/tags/*:refs/tags/*"]
-            argv = ["git", "-C", str(repo), "fetch", "--quiet", "--prune", url, *refs]
-        out = subprocess.run(argv, capture_output=True, text=True)
-        if out.returncode != 0:
-            if argv[1] == "clone":
-                shutil.rmtree(repo, ignore_errors=True)
-            raise SourceError(
-                f"tree:{url}: git {argv[1] if argv[1] == 'clone' else 'fetch'} failed "
-                f"({out.stderr.strip()[-300:] or 'no output'}); give a git URL this machine can reach "
-                "(git ls-remote URL tells), or clone it yourself and give tree:PATH"
-            )
-    return repo
-
-
-def _short_hash(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def _is_bare(repo: Path) -> bool:
-    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--is-bare-repository"], capture_output=True, text=True)
-    return out.stdout.strip() == "true"
+def _mirror(url: str, log) -> Path:
+    try:
+        return gitmirror.mirror(url, log)
+    except gitmirror.MirrorError as err:
+        raise SourceError(f"tree:{url}: {err}") from err
 
 
 def _linux_at(repo: Path, commit: str, where: str) -> None:
@@ -391,17 +359,9 @@ def _linux_at(repo: Path, commit: str, where: str) -> None:
             raise SourceError(f"tree:{where}: {commit[:12]} is not a Linux source tree (no {path} in it)")
 
 
-def _origin(repo: Path) -> str:
-    """Where a tree came from: the URL a mirror of the cache was cloned from, else its path."""
-    if repo.parent == mirrors_root() and _is_bare(repo):
-        out = subprocess.run(["git", "-C", str(repo), "config", "remote.origin.url"], capture_output=True, text=True)
-        return out.stdout.strip() or str(repo)
-    return str(repo)
-
-
 def _tree(path: Path) -> Path:
     path = path.resolve()
-    if _is_bare(path):  # a mirror (tree:URL pinned to it): its commits are checked by _linux_at
+    if gitmirror.is_bare(path):  # a mirror (tree:URL pinned to it): its commits are checked by _linux_at
         return path
     if not (path / "Makefile").is_file() or not (path / "net" / "ipv4").is_dir():
         raise SourceError(f"tree:{path}: not a Linux source tree (no Makefile and net/ipv4/ there)")

@@ -21,7 +21,7 @@ import pandas as pd
 import pytest
 
 from analysis import bisection
-from testbed.host import kernelbuild, kernels, kernelsource
+from testbed.host import gitmirror, kernelbuild, kernels, kernelsource
 from testbed.workflows import bisect as bisect_workflow
 from testbed.workflows.compare import label
 from testbed.workflows.sessions import Where
@@ -446,7 +446,7 @@ def test_a_tree_at_a_git_url_is_mirrored_fetched_again_and_pinned_to_the_mirror(
     moved, _ = _fetch(f"tree:{url}@{branch}")  # the branch as the remote has it now
     assert moved.build["commit"] == second and b"= 5;" in moved.vmlinuz.read_bytes()
     pinned = kernelsource.pin(f"tree:{url}@{branch}")
-    assert pinned.startswith(f"tree:{kernelsource.mirrors_root()}/") and pinned.endswith(f"@{second}")
+    assert pinned.startswith(f"tree:{gitmirror.mirrors_root()}/") and pinned.endswith(f"@{second}")
     shutil.move(tree, tmp_path / "gone")  # the remote unreachable: the pinned name still resolves
     source = kernelsource.resolve(pinned)
     assert source.commit == second and source.origin == url
