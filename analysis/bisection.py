@@ -79,13 +79,13 @@ class Evidence:
 
     kernel: str
     seeds: list[int]
-    vs_good: regression.Comparison
-    vs_bad: regression.Comparison | None  # None at step 0 (the bad kernel itself)
+    vs_good: regression.MetricChange
+    vs_bad: regression.MetricChange | None  # None at step 0 (the bad kernel itself)
     side: str  # "good", "bad"
     note: str = ""
 
     def line(self) -> str:
-        def said(c: regression.Comparison) -> str:
+        def said(c: regression.MetricChange) -> str:
             return f"{c.change:+.1%} (p = {c.p_value:.2g}, detectable {c.detectable:.1%})"
 
         against_bad = f", vs bad {said(self.vs_bad)}" if self.vs_bad else ""
@@ -107,7 +107,7 @@ class Bisection:
     #: skipped versions left between the last good and the first bad: the first bad is one of them or it
     between: list[str] = field(default_factory=list)
     #: the first bad against the last good version on fresh seeds (None: not run), and whether it held
-    confirmation: regression.Comparison | None = None
+    confirmation: regression.MetricChange | None = None
     confirmed: bool | None = None
     confirmation_seeds: list[int] = field(default_factory=list)
     confirmation_note: str = ""
@@ -127,7 +127,7 @@ def planned_steps(n_versions: int) -> int:
     return 1 + (math.ceil(math.log2(n_versions - 1)) if n_versions > 2 else 0)
 
 
-def counts(c: regression.Comparison, alpha: float) -> bool:
+def counts(c: regression.MetricChange, alpha: float) -> bool:
     return c.verdict != "too few runs" and c.p_value < alpha and abs(c.change) > regression.PRACTICAL
 
 
@@ -138,7 +138,7 @@ def _values(frame: pd.DataFrame, key: Key, seeds: list[int]) -> list[float]:
     return [float(by_seed.get(s, math.nan)) for s in seeds]
 
 
-def _pair(key: Key, a: pd.DataFrame, b: pd.DataFrame, seeds: list[int]) -> regression.Comparison:
+def _pair(key: Key, a: pd.DataFrame, b: pd.DataFrame, seeds: list[int]) -> regression.MetricChange:
     return regression.compare_one(*key, _values(a, key, seeds), _values(b, key, seeds), paired=True)
 
 
@@ -159,7 +159,7 @@ class Runs:
         return self.frames[kernel]
 
 
-def _choose(good: pd.DataFrame, bad: pd.DataFrame, wanted: dict, alpha: float) -> regression.Comparison | None:
+def _choose(good: pd.DataFrame, bad: pd.DataFrame, wanted: dict, alpha: float) -> regression.MetricChange | None:
     """The comparison of good vs bad to follow: the one that counts with the smallest Holm-adjusted p,
     among those matching ``wanted`` (point, cc, metric given on the command line)."""
     found = regression.compare(good, bad)

@@ -77,7 +77,7 @@ COLUMNS = ["run", "point", "seed", "cc", "metric", "value"]
 
 
 @dataclass
-class Comparison:
+class MetricChange:
     point: str
     cc: str
     metric: str
@@ -163,7 +163,7 @@ def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float
 
 def compare_one(
     point: str, cc: str, metric: str, baseline: list[float], candidate: list[float], paired: bool = False
-) -> Comparison:
+) -> MetricChange:
     """The verdict of one point x algorithm x metric (module doc). ``paired``: ``baseline[i]`` and
     ``candidate[i]`` are one repetition (same seed) on each kernel."""
     if paired:  # a pair with a value missing drops out whole
@@ -174,7 +174,7 @@ def compare_one(
         candidate = [v for v in candidate if not math.isnan(v)]
     test = "paired" if paired else "Welch"
     if len(baseline) < 2 or len(candidate) < 2:
-        return Comparison(
+        return MetricChange(
             point, cc, metric, baseline, candidate, math.nan, math.nan, math.nan, math.nan, "too few runs", test
         )
     mean_b, mean_c = sum(baseline) / len(baseline), sum(candidate) / len(candidate)
@@ -192,7 +192,7 @@ def compare_one(
     else:
         cohen_d = 0.0 if mean_c == mean_b else math.copysign(math.inf, mean_c - mean_b)
     verdict = _verdict(metric, change, p_value, mean_c - mean_b)
-    return Comparison(
+    return MetricChange(
         point, cc, metric, baseline, candidate, change, p_value, cohen_d, detectable, verdict, test, p_value
     )
 
@@ -208,7 +208,7 @@ def _verdict(metric: str, change: float, p_value: float, difference: float) -> s
     return "improvement" if better else "regression"
 
 
-def adjust(comparisons: list[Comparison]) -> list[Comparison]:
+def adjust(comparisons: list[MetricChange]) -> list[MetricChange]:
     """Holm's adjustment over one run's comparisons (module doc): each p becomes its Holm-adjusted p
     (``p_raw`` keeps the test's own), and its verdict is decided again on it."""
     adjusted = stats.holm([c.p_value for c in comparisons])
@@ -236,7 +236,7 @@ def _common_seeds(sides: list[pd.DataFrame]) -> list:
     return sorted(set(seeds[0]) & set(seeds[1]))
 
 
-def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = True) -> list[Comparison]:
+def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = True) -> list[MetricChange]:
     """Every point x algorithm x metric that either side measured (``run_metrics`` frames), their p-values
     Holm-adjusted over all of them (:func:`adjust`; ``adjusted=False`` leaves that to a caller whose family
     is larger, as a kernel series' is). The runs
@@ -258,5 +258,5 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = Tr
     return adjust(out) if adjusted else out
 
 
-def counts(comparisons: list[Comparison]) -> dict[str, int]:
+def counts(comparisons: list[MetricChange]) -> dict[str, int]:
     return {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS if any(c.verdict == v for c in comparisons)}

@@ -74,7 +74,7 @@ class Design:
             raise ValueError(f"look {look} is outside the design's {self.max_looks} planned looks")
         return self.spent(look) - self.spent(look - 1)
 
-    def describe(self) -> str:
+    def summary(self) -> str:
         """'4 planned looks at alpha 0.0179, 0.0131, 0.0104, 0.0086 (0.05 in all, Pocock-type spending)'."""
         if self.max_looks == 1:
             return f"one look at alpha {self.alpha:g}"

@@ -40,7 +40,7 @@ class Step:
     before: str
     after: str
     kind: str  # ADJACENT or OVERALL
-    comparison: regression.Comparison
+    comparison: regression.MetricChange
 
     @property
     def moved(self) -> bool:

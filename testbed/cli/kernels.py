@@ -177,7 +177,7 @@ def _cmd_kernels(args: argparse.Namespace) -> int:
         removed = kernelbuild.prune(kernels.cache_root(), args.prune)
         print(f"{len(removed)} kernel build(s) and checkout(s) unused for {args.prune:g} days removed")
         return 0
-    print("\n".join(kernels.describe()))
+    print("\n".join(kernels.available_lines()))
     return 0
 
 

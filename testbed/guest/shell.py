@@ -105,7 +105,7 @@ class ShellNetwork:
             return "waiting" if any(t.is_alive() and t.args[0] is c for t in self.timers) else "idle"
         return "running" if self.flows[c.id][1].poll() is None else "done"
 
-    def describe(self, c: Connection) -> str:
+    def connection_text(self, c: Connection) -> str:
         state = self.state(c)
         if state == "done":
             state = f"done: {_goodput(self._output(c, 'client'))}"
@@ -193,7 +193,7 @@ def make_cli(shell: ShellNetwork):
 
         def do_flows(self, _line: str) -> None:
             """List the scenario's connections and how each stands."""
-            output("".join(shell.describe(c) + "\n" for c in shell.connections))
+            output("".join(shell.connection_text(c) + "\n" for c in shell.connections))
 
         def do_start(self, line: str) -> None:
             """start [ID ...]: start the scenario's connections (all, or those named) at their offsets."""

@@ -4,7 +4,7 @@
 virtme-ng (:mod:`testbed.host.virtme`), ``vagrant`` runs it in the project's lab VM over ssh
 (:mod:`testbed.host.vagrant`). A session (:mod:`testbed.host.session`) asks its backend, in this
 order: :meth:`~Backend.prepare` (everything that can refuse: the kernel, the accelerator, the VM),
-:meth:`~Backend.describe` (what ``session.json`` and every manifest record as ``backend``),
+:meth:`~Backend.record` (what ``session.json`` and every manifest record as ``backend``),
 :meth:`~Backend.build` (what the runs need built on the host), :meth:`~Backend.execute` and
 :meth:`~Backend.close`. The two remote backends start the runner differently (``vng --exec``, ssh)
 and both follow it with :func:`testbed.host.remote.follow_plan`; each runner line goes to the host's
@@ -61,7 +61,7 @@ class Backend(Protocol):
     def prepare(self) -> str:
         """Settle everything that can refuse before the results folder exists; returns the kernel release."""
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         """The backend as ``session.json`` and every manifest record it (after :meth:`prepare`)."""
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
@@ -134,7 +134,7 @@ class LocalBackend:
         self.release = os.uname().release
         return self.release
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         return {"kind": self.name, "kernel_release": self.release}
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
@@ -190,7 +190,7 @@ class GuestBackend:
         )
         return self.kernel.release
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         # a kernel built here from source: its tree, commit, patches and config hash in every manifest
         built = {"kernel_build": self.kernel.build} if self.kernel.build else {}
         return {
@@ -258,7 +258,7 @@ class LabVMBackend:
         vagrant.sync_checkout()
         return self.release
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         return {"kind": self.name, "tool": "vagrant", "kernel_release": self.release, "vm_project": vagrant.VM_PROJECT}
 
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:

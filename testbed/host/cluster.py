@@ -91,7 +91,7 @@ class ClusterBackend:
         cores = sorted(os.sched_getaffinity(0))
         if isinstance(self.spec, LocalSpec) and self.inner == "guest":
             check_pinned_guests(self.spec.workers, cores)  # before any worker starts
-        self.log(f"cluster: starting {clusterspec.describe(self.spec)}")
+        self.log(f"cluster: starting {clusterspec.spec_text(self.spec)}")
         self.cluster, self.client = daskcluster.connect(self.spec, self.log)
         self.facts = self._ask_workers()
         if isinstance(self.spec, LocalSpec):
@@ -146,11 +146,11 @@ class ClusterBackend:
         )
         return release
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         backend, release = next((f["backend"], f["release"]) for f in self.facts.values())
         return {
             "kind": self.name,
-            "cluster": clusterspec.describe(self.spec),
+            "cluster": clusterspec.spec_text(self.spec),
             "spec": self.spec.model_dump(),
             "worker_backend": backend,
             "kernel_release": release,

@@ -212,7 +212,7 @@ def host_count(text: str | None) -> int:
     return {"local": lambda: spec.workers, "ssh": lambda: len(spec.hosts), "slurm": lambda: spec.jobs}[spec.kind]()
 
 
-def describe(spec: ClusterSpec) -> str:
+def spec_text(spec: ClusterSpec) -> str:
     """One line for the log and ``session.json``."""
     if isinstance(spec, LocalSpec):
         return f"local:{spec.workers} ({spec.workers} workers on this host)"

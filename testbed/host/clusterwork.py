@@ -323,7 +323,7 @@ def _run_request(request_path: Path) -> int:
         with host_lock(BUILD_LOCK):
             release = backend.prepare()
             artefacts = backend.build([request.run.spec()], release)
-        context = request.context.model_copy(update={"backend": backend.describe(), **artefacts._asdict()})
+        context = request.context.model_copy(update={"backend": backend.record(), **artefacts._asdict()})
         plan = Plan(context=context, runs=[request.run])
         plan.write(session / PLAN)
         try:

@@ -48,7 +48,7 @@ def connect(spec: ClusterSpec, log=print):
         disconnect(dask_cluster, client)
         raise ClusterError(
             f"cluster: {joined} of {wanted} workers joined within {JOIN_TIMEOUT_S} s "
-            f"({clusterspec.describe(spec)}); their logs say why (Slurm: the jobs' output in "
+            f"({clusterspec.spec_text(spec)}); their logs say why (Slurm: the jobs' output in "
             f"{slurm_logs()}; SSH: the lines above)"
         ) from None
     return dask_cluster, client

@@ -555,7 +555,7 @@ def _install_into(
     shutil.copy2(obj / "arch" / "x86" / "boot" / "bzImage", root / "boot" / f"vmlinuz-{release}")
     shutil.copy2(obj / ".config", root / "boot" / f"config-{release}")
     record = {
-        **source.describe(),
+        **source.record(),
         "key": key,
         "config_digest": config,
         "toolchain": toolchain(),

@@ -67,7 +67,7 @@ def default_package() -> str:
     return match.group(1)
 
 
-def describe() -> list[str]:
+def available_lines() -> list[str]:
     """``testbed kernels``: the default guest kernel, those in the cache and those apt can download."""
     cached = sorted(_cached_name(p) for p in cache_root().glob("*") if (p / ".complete").exists())
     return [
@@ -157,7 +157,7 @@ def _from_source(name: str, log, allow_dirty: bool = False) -> Kernel:
     except kernelsource.SourceError as err:
         raise KernelError(str(err)) from err
     # the build is the first name's that made it; the record is this name's (the same commit and patches)
-    record = {**json.loads((root / "build.json").read_text()), **source.describe()}
+    record = {**json.loads((root / "build.json").read_text()), **source.record()}
     return Kernel(root / "boot" / f"vmlinuz-{record['release']}", record["release"], name, build=record)
 
 

@@ -86,7 +86,7 @@ class Source:
     #: author or date (an amend that keeps the files, Debian's source fetched again)
     tree_id: str = ""
 
-    def describe(self) -> dict:
+    def record(self) -> dict:
         """What a run's manifest records of it."""
         return {
             "name": self.name,

@@ -75,7 +75,7 @@ class RunnerProgress:
     def overdue(self, now: float) -> bool:
         return now > self.expect_by
 
-    def describe(self, silent_s: float) -> str:
+    def status_text(self, silent_s: float) -> str:
         where = (
             f"run {self.current + 1}/{len(self.budgets_s)} (watchdog budget {self.budgets_s[self.current]:.0f} s)"
             if self.current is not None
@@ -144,7 +144,7 @@ def follow(
             done_at = now
         if ready_s is not None and done_at is None and progress.overdue(now):
             raise RunnerSilent(
-                f"{label} {progress.describe(now - last_output)}; stopped it after {elapsed:.0f} s; "
+                f"{label} {progress.status_text(now - last_output)}; stopped it after {elapsed:.0f} s; "
                 f"console log: {console}{console_tail(console)}"
             )
         if done_at is not None and now - done_at > shutdown_timeout_s:

@@ -86,7 +86,7 @@ def run_session(
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
         release = chosen.prepare()
-        backend_info = chosen.describe()
+        backend_info = chosen.record()
         previous, runs_to_do = _resumable(scenario, runs, results_root, release, git, backend_info, force)
         if previous is not None and not runs_to_do:
             return _result(previous, runs, backend_info)
@@ -104,7 +104,7 @@ def run_session(
             if lock.took_over:
                 log(
                     f"took over {session}: its last writer ended without releasing it "
-                    f"({folderlock.describe(lock.took_over)})"
+                    f"({folderlock.holder_text(lock.took_over)})"
                 )
             for r in runs_to_do:
                 resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)

@@ -68,7 +68,7 @@ def open_shell(
         artefacts = chosen.build([run], release)
         context = PlanContext(
             git=provenance.git_state(PROJECT),
-            backend=chosen.describe(),
+            backend=chosen.record(),
             project_modules=artefacts.project_modules,
             bpf_objects=artefacts.bpf_objects,
             hold_library=artefacts.hold_library,

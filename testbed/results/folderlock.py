@@ -65,7 +65,7 @@ def holder_pid(text: str) -> int | None:
     return pid if isinstance(pid, int) else None
 
 
-def describe(holder: dict | None) -> str:
+def holder_text(holder: dict | None) -> str:
     if not holder:
         return "another process (it wrote no details)"
     return (
@@ -85,7 +85,7 @@ def acquire(folder: Path) -> FolderLock:
         holder = _holder(lock_file.read())
         lock_file.close()
         raise FolderBusy(
-            f"the results folder {folder} is being written by {describe(holder)}: one writer per folder. "
+            f"the results folder {folder} is being written by {holder_text(holder)}: one writer per folder. "
             f"Wait for it to end, stop it, or run with --force to start a new folder"
         ) from None
     lock_file.seek(0)

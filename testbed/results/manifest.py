@@ -32,7 +32,7 @@ class _Open(BaseModel):
     model_config = ConfigDict(extra="allow")
 
 
-class Kernel(_Open):
+class KernelRecord(_Open):
     release: str | None = None
     version: str | None = None
 
@@ -42,7 +42,7 @@ class Git(_Open):
     dirty: bool | None = None
 
 
-class Backend(_Open):
+class BackendRecord(_Open):
     kind: str | None = None
     kernel_release: str | None = None
     accel: str | None = None
@@ -69,9 +69,9 @@ class Manifest(_Open):
     identity: str | None = None
     resolved: dict[str, Any] | None = None
     started_utc: str | None = None
-    backend: Backend = Field(default_factory=Backend)
+    backend: BackendRecord = Field(default_factory=BackendRecord)
     git: Git = Field(default_factory=Git)
-    kernel: Kernel = Field(default_factory=Kernel)
+    kernel: KernelRecord = Field(default_factory=KernelRecord)
     topology: dict[str, Any] | None = None
     connections: list[dict[str, Any]] | None = None
     timing: dict[str, Any] = Field(default_factory=dict)

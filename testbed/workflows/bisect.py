@@ -219,7 +219,7 @@ def run_bisect(
     }
     # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
     # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
-    comparison = compare.Comparison.open(
+    comparison = compare.ComparisonFolder.open(
         where.results, "bisect", f"{label(good)}..{label(bad)}", spec, force=where.force
     )
     directory = comparison.directory

@@ -41,7 +41,7 @@ def empty_task(i: int) -> int:
 
 def bench_cluster(spec_text: str = "local:2", out_dir: Path = PROJECT / "bench") -> dict:
     spec = clusterspec.parse(spec_text)
-    figures: dict = {"cluster": clusterspec.describe(spec)}
+    figures: dict = {"cluster": clusterspec.spec_text(spec)}
     with daskcluster.running(spec) as client:
         figures["workers"] = workers = len(client.scheduler_info()["workers"])
         figures["engine"] = _engine_overhead(client, workers)

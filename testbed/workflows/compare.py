@@ -13,7 +13,7 @@ judges them paired by seed. This module holds every step they have in common, in
    every side (host differences cancel in the pair). A side whose kernel refuses the suite, or on
    which nothing of its first repetition completes, is dropped with why; with fewer than two sides
    left nothing more runs.
-3. **Resuming** (:class:`Comparison`): the comparison's folder is a session of sessions;
+3. **Resuming** (:class:`ComparisonFolder`): the comparison's folder is a session of sessions;
    ``comparison.json`` records what is compared and each sub-session once it ends. Started again with
    the same kernels, suite and options, a killed comparison goes on in its folder: sub-sessions whose
    runs all completed are not run again, and the one that was killed (or one with failed runs)
@@ -160,7 +160,7 @@ def check_injection(inject: dict | None, inject_from: str | None, order: list[st
 
 
 @dataclass
-class Comparison:
+class ComparisonFolder:
     """A comparison's folder and ``comparison.json``: what it compares (``spec``), where its runs go on a
     cluster (``placement_seed``), each sub-session that ended (side -> repetition -> folder, relative),
     those of them with runs that did not complete (run again on resume: only those runs) and each side
@@ -178,7 +178,7 @@ class Comparison:
     @classmethod
     def open(
         cls, root: Path, kind: str, name: str, spec: dict, force: bool = False, folder: str | None = None
-    ) -> Comparison:
+    ) -> ComparisonFolder:
         """The newest unfinished comparison of this ``kind`` and ``spec`` under ``root/folder`` (``folder``
         defaults to the kind) resumed, said so; else a new folder ``root/folder/<UTC time>-<name>``;
         ``force``: always a new one."""
@@ -257,16 +257,16 @@ class Comparison:
 
 
 @dataclass(frozen=True)
-class Side:
+class KernelSide:
     name: str  # its folder in the comparison: "baseline", "candidate" or the kernel's label
     kernel: str
 
 
 def run_interleaved(
-    comparison: Comparison,
-    sides: list[Side],
+    comparison: ComparisonFolder,
+    sides: list[KernelSide],
     repeat: int,
-    scenario_for: Callable[[Side, int], ScenarioFile],
+    scenario_for: Callable[[KernelSide, int], ScenarioFile],
     vcpus: int | None = None,
     cluster: str | None = None,
     clock: str = "auto",

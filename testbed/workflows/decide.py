@@ -106,7 +106,7 @@ def decide(
     simulated session's to run this very loop on runs of known truth."""
     spent, rounds, last, complete = 0.0, 0, None, None
     record = planned_record(session_dir, looks)
-    log(f"decide: {record.design.describe()}; a claim decided at a look keeps its verdict")
+    log(f"decide: {record.design.summary()}; a claim decided at a look keeps its verdict")
     while record.left():
         alpha = record.alpha_now()
         judged, names = judge(session_dir, alpha)

@@ -27,7 +27,7 @@ from testbed.results import rundir
 
 
 @dataclass
-class Side:
+class AnalysedSession:
     """One session, analysed: its trustworthy runs' metrics, untrustworthy counts and verdicts by experiment."""
 
     directory: Path
@@ -45,12 +45,12 @@ class Side:
         return self.traffic_s / self.wall_s if self.wall_s else float("nan")
 
 
-def load_side(session: Path) -> Side:
+def load_side(session: Path) -> AnalysedSession:
     report = write_session_report(session)
     info = rundir.read_json(session / rundir.SESSION)
     timing = info.get("timing") or {}
     backend = info.get("backend") or {}
-    side = Side(
+    side = AnalysedSession(
         session,
         backend.get("clock", "real"),
         float(timing.get("runs_wall_s") or 0),
@@ -81,7 +81,7 @@ def _bare_point(point: str, experiment: str) -> str:
     return rest if dot and head.split("@")[0] == experiment else str(point)
 
 
-def judge(reference: Side, candidate: Side) -> list[equivalence.ExperimentEquivalence]:
+def judge(reference: AnalysedSession, candidate: AnalysedSession) -> list[equivalence.ExperimentEquivalence]:
     found = []
     for experiment in sorted(set(reference.untrustworthy) | set(candidate.untrustworthy)):
         empty = regression.run_metrics(pd.DataFrame())
@@ -98,7 +98,9 @@ def judge(reference: Side, candidate: Side) -> list[equivalence.ExperimentEquiva
     return found
 
 
-def text(reference: Side, candidate: Side, results: list[equivalence.ExperimentEquivalence]) -> str:
+def text(
+    reference: AnalysedSession, candidate: AnalysedSession, results: list[equivalence.ExperimentEquivalence]
+) -> str:
     """The answer first (each experiment equivalent or not, and why), then every test and the speeds."""
     lines = [f"# {candidate.clock} time against {reference.clock} time, twin runs at the same seeds", ""]
     for result in results:
@@ -132,8 +134,8 @@ def text(reference: Side, candidate: Side, results: list[equivalence.ExperimentE
 
 
 def record(
-    reference: Side,
-    candidate: Side,
+    reference: AnalysedSession,
+    candidate: AnalysedSession,
     results: list[equivalence.ExperimentEquivalence],
     path: Path = timebase.EQUIVALENCE,
 ) -> None:

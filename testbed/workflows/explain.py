@@ -180,7 +180,7 @@ def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Ex
     if look is None:
         raise ValueError(
             f"{session}: this session's {record.design.max_looks} looks are spent "
-            f"({record.design.describe()}); its explanation.md is the last look's. Start a new "
+            f"({record.design.summary()}); its explanation.md is the last look's. Start a new "
             "session (--force) to explain the claim anew"
         )
     rundir.write_json_atomic(session / sequential.RECORD_FILE, record.to_json())

@@ -97,13 +97,13 @@ def regress(
         "clock": clock,
     }
     name = f"{compare.label(baseline)}-vs-{compare.label(candidate)}"
-    comparison = compare.Comparison.open(where.results, "regress", name, spec, force=where.force)
+    comparison = compare.ComparisonFolder.open(where.results, "regress", name, spec, force=where.force)
 
-    def scenario_for(side: compare.Side, rep: int) -> ScenarioFile:
+    def scenario_for(side: compare.KernelSide, rep: int) -> ScenarioFile:
         harmed = side.name == "candidate"
         return variant(suite, rep, candidate_flow_options if harmed else None, candidate=harmed)
 
-    sides = [compare.Side("baseline", baseline), compare.Side("candidate", candidate)]
+    sides = [compare.KernelSide("baseline", baseline), compare.KernelSide("candidate", candidate)]
     sessions = compare.run_interleaved(
         comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
     )

@@ -133,14 +133,14 @@ def run_series(
         "clock": clock,
     }
     name = f"series-{label(kernel_list[0])}..{label(kernel_list[-1])}"
-    comparison = compare.Comparison.open(where.results, "series", name, spec, force=where.force, folder="regress")
+    comparison = compare.ComparisonFolder.open(where.results, "series", name, spec, force=where.force, folder="regress")
     by_name = {label(k): k for k in kernel_list}
 
-    def scenario_for(side: compare.Side, rep: int) -> ScenarioFile:
+    def scenario_for(side: compare.KernelSide, rep: int) -> ScenarioFile:
         harm = compare.injected(side.kernel, kernel_list, inject, inject_from)
         return compare.variant(suite, rep, harm, candidate=side.kernel == kernel_list[-1])
 
-    sides = [compare.Side(name, kernel) for name, kernel in by_name.items()]
+    sides = [compare.KernelSide(name, kernel) for name, kernel in by_name.items()]
     sessions = compare.run_interleaved(
         comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
     )

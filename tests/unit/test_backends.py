@@ -45,7 +45,7 @@ class FakeBackend:
     def prepare(self):
         return self.release
 
-    def describe(self):
+    def record(self):
         return {"kind": self.name, "kernel_release": self.release}
 
     def build(self, runs, release):

@@ -172,12 +172,12 @@ def test_the_sensitivity_line_names_each_verdict_the_left_out_runs_would_change(
 
 def test_a_comparison_resumed_with_an_edited_patch_is_refused_naming_it(tmp_path):
     before = {"kernels": ["6.1.0-56", f"6.1+patch:/w/fix.patch@sha256:{'a' * 64}"], "repeat": 3}
-    started = compare.Comparison.open(tmp_path, "series", "s", before)
-    again = compare.Comparison.open(tmp_path, "series", "s", before)  # the same inputs: resumed
+    started = compare.ComparisonFolder.open(tmp_path, "series", "s", before)
+    again = compare.ComparisonFolder.open(tmp_path, "series", "s", before)  # the same inputs: resumed
     assert again.directory == started.directory and again.resumed
     edited = {**before, "kernels": ["6.1.0-56", f"6.1+patch:/w/fix.patch@sha256:{'b' * 64}"]}
     with pytest.raises(ValueError, match=r"started with other contents of /w/fix.patch .*--force"):
-        compare.Comparison.open(tmp_path, "series", "s", edited)
-    assert compare.Comparison.open(tmp_path, "series", "s", edited, force=True).directory != started.directory
+        compare.ComparisonFolder.open(tmp_path, "series", "s", edited)
+    assert compare.ComparisonFolder.open(tmp_path, "series", "s", edited, force=True).directory != started.directory
     other = {**before, "repeat": 5}  # another comparison altogether: a new one, no refusal
-    assert compare.Comparison.open(tmp_path, "series", "s", other).directory != started.directory
+    assert compare.ComparisonFolder.open(tmp_path, "series", "s", other).directory != started.directory

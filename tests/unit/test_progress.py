@@ -130,7 +130,7 @@ def test_lines_from_a_runner_process_drive_the_hang_watch_and_the_host_watch(tmp
         )
     assert ready_s is not None and proc.returncode == 0, (tmp_path / "console.log").read_text()
     assert seen == run_lines
-    assert hang.current == 1 and "run 2/2" in hang.describe(1)
+    assert hang.current == 1 and "run 2/2" in hang.status_text(1)
     assert list(watch.summaries) == ["p/seed1"] and watch.summaries["p/seed1"].window_s == 10.0
     assert "Linux version" in (tmp_path / "console.log").read_text()
 

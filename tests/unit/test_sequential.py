@@ -30,7 +30,7 @@ def test_the_looks_spend_alpha_and_no_more():
         assert sum(levels) == pytest.approx(ALPHA)
         assert levels == sorted(levels, reverse=True)  # Pocock's type spends most at the first look
     assert sequential.Design(1).alpha_at(1) == pytest.approx(ALPHA)
-    assert sequential.Design(4).describe().startswith("4 planned looks at alpha 0.0179, 0.0131, 0.0104, 0.0086 ")
+    assert sequential.Design(4).summary().startswith("4 planned looks at alpha 0.0179, 0.0131, 0.0104, 0.0086 ")
     with pytest.raises(ValueError, match="outside the design's 4 planned looks"):
         sequential.Design(4).alpha_at(5)
 

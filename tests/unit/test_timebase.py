@@ -87,12 +87,12 @@ def test_the_guest_backend_records_its_clock_in_every_manifest(monkeypatch):
     monkeypatch.setattr(timebase, "equivalence", lambda: SHOWN)
     guest = backends.create("guest", experiments=frozenset({"mobile-bernoulli"}), log=lambda _m: None)
     guest.prepare()
-    described = guest.describe()
+    described = guest.record()
     assert (described["clock"], described["icount_shift"], described["vcpus"]) == ("virtual", 0, 1)
     # an explicit vCPU count above one asks for real time under auto
     guest = backends.create("guest", vcpus=2, experiments=frozenset({"mobile-bernoulli"}), log=lambda _m: None)
     guest.prepare()
-    assert guest.describe()["clock"] == "real"
+    assert guest.record()["clock"] == "real"
     with pytest.raises(ValueError, match="--clock virtual needs the guest backend"):
         backends.create("local", clock="virtual")
 
@@ -219,8 +219,8 @@ def test_recording_a_result_is_what_auto_then_reads(tmp_path):
         equivalence.compare(*twins(0.2, 0.001, 4, np.random.default_rng(5)), "rtt-fairness"),
     ]
     sides = [
-        equivalence_workflow.Side(Path("r"), "real", 100.0, 50.0),
-        equivalence_workflow.Side(Path("v"), "virtual", 25.0, 50.0, GUEST),
+        equivalence_workflow.AnalysedSession(Path("r"), "real", 100.0, 50.0),
+        equivalence_workflow.AnalysedSession(Path("v"), "virtual", 25.0, 50.0, GUEST),
     ]
     equivalence_workflow.record(*sides, results, path)
     table = timebase.equivalence(path)

@@ -121,9 +121,9 @@ def test_a_silent_guest_is_hung_only_past_the_current_runs_budget():
     progress.line("  traffic t= 9.0 s of 10 s, 1 connections active", now=60.0)  # not a run line
     assert not progress.overdue(50.0 + runner.run_budget_s(10.0) + remote.HANG_MARGIN_S - 1)
     assert progress.overdue(50.0 + runner.run_budget_s(10.0) + remote.HANG_MARGIN_S + 1)
-    assert "run 1/2" in progress.describe(400)
+    assert "run 1/2" in progress.status_text(400)
     progress.line("run 1/2 complete", now=100.0)  # between runs: the next must start soon
-    assert progress.overdue(100.0 + remote.HANG_MARGIN_S + 1) and "between runs" in progress.describe(1)
+    assert progress.overdue(100.0 + remote.HANG_MARGIN_S + 1) and "between runs" in progress.status_text(1)
     progress.line("run 2/2: p p seed=2 (ETA 1.0 min)", now=110.0)
     assert not progress.overdue(110.0 + budget + remote.HANG_MARGIN_S - 1)
     assert progress.overdue(110.0 + budget + remote.HANG_MARGIN_S + 1)
