@@ -28,9 +28,19 @@ def synopses() -> dict[str, str]:
     (commands,) = [a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
     found = {}
     for name, parser in commands.choices.items():
-        usage = parser.format_usage().removeprefix("usage: ").replace(" [-h]", "", 1).rstrip()
-        found[name] = re.sub(r"\n +", "\n    ", usage)  # continuation lines indented by four
+        found[name] = "\n".join(_usage(p) for p in _actions(parser))
     return found
+
+
+def _actions(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    """A command's parser, or each of its actions' (``testbed lab check``...) when it has them."""
+    nested = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return list(nested[0].choices.values()) if nested else [parser]
+
+
+def _usage(parser: argparse.ArgumentParser) -> str:
+    usage = parser.format_usage().removeprefix("usage: ").replace(" [-h]", "", 1).rstrip()
+    return re.sub(r"\n +", "\n    ", usage)  # continuation lines indented by four
 
 
 def rewritten(page: str, found: dict[str, str]) -> str:

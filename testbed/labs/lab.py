@@ -34,7 +34,7 @@ class LabCheck:
     gradescope: Path
 
 
-def describe(root: Path = labkit.LABS) -> str:
+def lab_list(root: Path = labkit.LABS) -> str:
     """The labs, one line each: name, title, time here and on a laptop with KVM."""
     lines = []
     for name in labkit.lab_names(root):
@@ -73,7 +73,7 @@ def check(
     results: Path,
     run: SessionRunner | None = None,
     student: str | None = None,
-    rerun: SessionRunner | None = None,
+    rerun: reruns.SessionRunner | None = None,
 ) -> LabCheck:
     """Grade the student's folder ``work`` (their scenario file, answers and figures) on ``results``
     with the lab ``master`` as installed: its tasks, bands and hidden variants (``run`` runs those;
@@ -317,12 +317,12 @@ def command(
     hidden_runner: SessionRunner | None = None,
     student: str | None = None,
     student_check: bool = True,
-    rerun_runner: SessionRunner | None = None,
+    rerun_runner: reruns.SessionRunner | None = None,
 ) -> int:
     """``testbed lab ACTION``: list, start, check, pack, bands, autograder, notebook or duplicates (docs/labs.md);
     returns the exit status. ``hidden_runner`` runs the hidden variants for ``check`` (None: not run)."""
     if action == "list":
-        print(describe())
+        print(lab_list())
         return 0
     if action == "duplicates":
         given = ([name] if name else []) + ([str(folder)] if folder else []) + (more or [])

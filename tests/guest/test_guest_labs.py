@@ -163,3 +163,15 @@ def test_the_solution_run_as_a_student_runs_it_passes_its_own_check(name, tmp_pa
         assert any("hidden variant" in t["output"] for t in graded["tests"]), "the hidden variants were not run"
     clocks = {json.loads(path.read_text())["backend"].get("clock") for path in work.rglob("manifest.json")}
     assert clocks == {"virtual"}, clocks  # the handout's runs and the hidden variants both
+    if name == "wireless":
+        _rerun_checked(name, work, log)
+
+
+def _rerun_checked(name: str, work: Path, log: Path) -> None:
+    """``lab check --rerun``: one graded run per point run again in a guest, on the clock the submitted run
+    ran on (virtual here), and compared. Whether an honest pair lands within the tolerance is chance (16 %
+    apart at most in 20 pairs, docs/labs.md), so this asserts the rerun ran and was compared, not its side."""
+    _testbed(["lab", "check", name, "--no-hidden", "--rerun", "--backend", "guest"], work, log)
+    graded = json.loads((work / "grade" / "results.json").read_text())
+    reruns = [line for t in graded["tests"] for line in t["output"].splitlines() if "rerun of" in line]
+    assert len(reruns) == 2 and all("(virtual time)" in line and " again (" in line for line in reruns), reruns

@@ -351,9 +351,9 @@ def _rerunner(source: Path, calls: list):
     """A stand-in for the grader's session runner: the honest run of the point and seed asked for (from the
     student's fixture, as the guest would make it again), copied into the grader's folder."""
 
-    def run(scenario, where):
+    def run(scenario, where, clock):
         [spec] = scenario.runs()
-        calls.append((spec.point_id, spec.seed, where))
+        calls.append((spec.point_id, spec.seed, where, clock))
         original = next(source.rglob(f"{spec.point_id}/seed={spec.seed}"))
         shutil.copytree(original, where / "session" / spec.point_id / f"seed={spec.seed}")
         return []
@@ -362,6 +362,8 @@ def _rerunner(source: Path, calls: list):
 
 
 def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading_by_hand(tmp_path):
+    """In real time one seed's repeats here differ by up to 38 %: the consistent +30 % forgery is within
+    what an honest rerun can give (the limit, stated), a +60 % one goes to grading by hand."""
     from testbed.labs import reruns
 
     honest_source = Path(__file__).parents[1] / "fixtures" / "lab-wireless-student" / "results"
@@ -371,16 +373,46 @@ def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading
     found = labresults.load_results(work, lab_, results)
     checks = reruns.rerun_checks(work, lab_, found, _rerunner(honest_source, calls), random.Random(1))
     assert [c.name.split(" seed ")[0] for c in checks] == ["rerun of cc=reno", "rerun of cc=westwood"]
-    assert all(c.ok and c.graded and "within 20%" in c.detail for c in checks), checks
-    assert all(not where.exists() for *_, where in calls)  # the grader's folder, removed after
+    assert all(c.ok and c.graded and "within 40%" in c.detail for c in checks), checks
+    assert [clock for *_, clock in calls] == ["real", "real"]  # the submitted runs' clock (their manifests')
+    assert all(not where.exists() for *_, where, _ in calls)  # the grader's folder, removed after
     forged, forged_results = _submission(tmp_path / "forged")
     _capture_clock_compressed(forged, forged_results)  # Westwood+'s goodput +30 %, consistent down to flows.csv
     found = labresults.load_results(forged, lab_, forged_results)
     checks = reruns.rerun_checks(forged, lab_, found, _rerunner(honest_source, []), random.Random(1))
     [westwood] = [c for c in checks if "westwood" in c.name]
-    assert not westwood.graded and "beyond 20% of what the grader's machine gives" in westwood.detail, westwood
-    failing = reruns.rerun_checks(work, lab_, labresults.load_results(work, lab_, results), lambda s, w: ["a run"])
+    assert westwood.graded and "(-23.1%): within 40%" in westwood.detail, westwood
+    found.flows.loc[found.flows["cc"] == "westwood", "goodput_mbit"] *= 1.6 / 1.3
+    [westwood] = [
+        c
+        for c in reruns.rerun_checks(forged, lab_, found, _rerunner(honest_source, []), random.Random(1))
+        if "westwood" in c.name
+    ]
+    assert not westwood.graded and "beyond 40% of what the grader's machine gives in real time" in westwood.detail
+    failing = reruns.rerun_checks(work, lab_, labresults.load_results(work, lab_, results), lambda *_: ["a run"])
     assert all(not c.graded and "did not complete on the grader's machine" in c.detail for c in failing)
+
+
+def test_a_run_made_in_virtual_time_is_run_again_in_virtual_time_and_held_closer(tmp_path):
+    """A submitted run's manifest says its clock; the rerun runs on it, and virtual time's repeats agree
+    closely enough that the +30 % forgery (within real time's 40 %) goes to grading by hand."""
+    from testbed.labs import reruns
+
+    lab_ = labkit.load_lab(LABS / "wireless")
+    work, results = _submission(tmp_path)
+    for manifest in results.rglob(rundir.MANIFEST):
+        data = json.loads(manifest.read_text())
+        data["backend"] = {**(data.get("backend") or {}), "clock": "virtual"}
+        manifest.write_text(json.dumps(data))
+    assert {reruns.run_clock(m.parent) for m in results.rglob(rundir.MANIFEST)} == {"virtual"}
+    found = labresults.load_results(work, lab_, results)
+    found.flows.loc[found.flows["cc"] == "westwood", "goodput_mbit"] *= 1.3
+    calls = []
+    checks = reruns.rerun_checks(work, lab_, found, _rerunner(results, calls), random.Random(1))
+    assert [clock for *_, clock in calls] == ["virtual", "virtual"]
+    [reno, westwood] = sorted(checks, key=lambda c: c.name)
+    assert reno.graded and "within 20%" in reno.detail, reno
+    assert not westwood.graded and "beyond 20% of what the grader's machine gives in virtual time" in westwood.detail
 
 
 def test_a_course_keeps_its_own_hidden_variants_apart_from_the_public_examples(tmp_path, monkeypatch):

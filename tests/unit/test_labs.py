@@ -470,7 +470,9 @@ def test_testbed_lab_check_exits_0_on_a_passing_folder_and_1_on_a_failing_one(tm
     (work / "answers.md").write_text("## Q1\nshort\n")
     assert main(["lab", "check", "wireless", "--no-hidden"]) == 1
     assert main(["lab", "list"]) == 0 and "wireless" in capsys.readouterr().out
-    assert main(["lab", "start"]) == 2
+    with pytest.raises(SystemExit) as stopped:  # argparse: each action's own arguments, named
+        main(["lab", "start"])
+    assert stopped.value.code == 2 and "the following arguments are required: NAME" in capsys.readouterr().err
 
 
 #: the figures each lab's notebook draws into figures/
