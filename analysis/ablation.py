@@ -112,7 +112,7 @@ def target_effect(claim: Claim) -> float:
 Runs = list[tuple[object, float]]  # (seed, value) of one side at one setting
 
 
-def judge(
+def judge_settings(
     claim: Claim,
     samples: dict[str, tuple[Runs, Runs]],
     factors: dict[str, Factor],

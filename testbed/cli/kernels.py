@@ -15,7 +15,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
     from testbed.workflows.compare import parse_flow_options
 
     suite = load_suite(find_suite(args.suite, options.SUITES), PROJECT / "scenarios")
-    code = regress.command(
+    code = regress.regress_or_series(
         suite,
         args.repeat,
         options.where(args),

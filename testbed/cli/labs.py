@@ -16,7 +16,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     action = given["action"]
     wanted = action == "check" and not (given["no_hidden"] and not given["rerun"])
     runner = _hidden_runner(args) if wanted else None
-    return lab.command(
+    return lab.run_action(
         action,
         given["name"],
         given["dir"],

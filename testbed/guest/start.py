@@ -1,5 +1,5 @@
 """The runner as a virtme-ng guest starts it: ``python -S -m testbed.guest.start PLAN.json`` (see
-:func:`command`), the same as ``python -m testbed.guest.runner PLAN.json`` with less to import first
+:func:`runner_command_line`), the same as ``python -m testbed.guest.runner PLAN.json`` with less to import first
 (``testbed shell`` starts :mod:`testbed.guest.shell` the same way: ``--module testbed.guest.shell``).
 
 Under TCG the guest's Python runs about 20 times slower than the host's: importing the runner took
@@ -25,7 +25,7 @@ import runpy
 import sys
 import types
 
-#: the environment :func:`command` sets beside PYTHONPATH
+#: the environment :func:`runner_command_line` sets beside PYTHONPATH
 ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYDANTIC_DISABLE_PLUGINS": "1"}
 
 
@@ -33,7 +33,7 @@ ENVIRONMENT = {"PYTHONDONTWRITEBYTECODE": "1", "PYDANTIC_DISABLE_PLUGINS": "1"}
 RUNNER = "testbed.guest.runner"
 
 
-def command(python: str, plan: str, module: str = RUNNER) -> str:
+def runner_command_line(python: str, plan: str, module: str = RUNNER) -> str:
     """The shell command that runs ``plan`` with ``python`` in a guest sharing this host's files (run
     from the project's root); ``module``: what runs it (the runner, or the shell)."""
     site_dirs = ":".join(p for p in sys.path if p.endswith(("site-packages", "dist-packages")))

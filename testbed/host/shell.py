@@ -112,7 +112,7 @@ def _in_guest(guest: backends.GuestBackend, plan_path: Path) -> int:
     login = plan_path.with_name("login.sh")
     login.write_text(
         f"#!/bin/sh\ncd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin "
-        f"{start.command(sys.executable, str(plan_path), module='testbed.guest.shell')}\n"
+        f"{start.runner_command_line(sys.executable, str(plan_path), module='testbed.guest.shell')}\n"
     )
     login.chmod(0o755)
     argv = virtme.vng_argv(guest.kernel, guest.config, [plan_path.parent], shell=login)

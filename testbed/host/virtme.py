@@ -230,7 +230,8 @@ _GUEST_ERRORS = {remote.RunnerNotStarted: GuestBootError, remote.RunnerSilent: G
 
 
 def _runner_command(plan_path: Path) -> str:
-    return f"cd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin {start.command(sys.executable, str(plan_path))}"
+    runner = start.runner_command_line(sys.executable, str(plan_path))
+    return f"cd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin {runner}"
 
 
 def _guest_env() -> dict[str, str]:

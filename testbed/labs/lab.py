@@ -307,7 +307,7 @@ def open_notebook(folder: Path) -> int:
     os.execv(jupyter, [jupyter, notebook.name, *(["--allow-root"] if os.geteuid() == 0 else [])])
 
 
-def command(
+def run_action(
     action: str,
     name: str | None,
     folder: Path | None = None,

@@ -35,7 +35,7 @@ def bench_clock(kernel_version: str | None = None, suite_name: str = SUITE, out_
         )
         sessions[clock], failed = equivalence.load_side(result.directory), failed + len(result.failed)
     real, virtual = sessions["real"], sessions["virtual"]
-    results = equivalence.judge(real, virtual)
+    results = equivalence.judge_twins(real, virtual)
     figures = {
         "suite": suite_name,
         "traffic_s_per_wall_s_real": round(real.speed, 3),

@@ -62,7 +62,7 @@ def grow(scenario: ScenarioFile, more: dict[str, int]) -> ScenarioFile:
     return dataclasses.replace(scenario, points=points)
 
 
-def judge(session_dir: Path, alpha: float = claims.ALPHA) -> tuple[list[claims.Verdict], list[str]]:
+def judge_session(session_dir: Path, alpha: float = claims.ALPHA) -> tuple[list[claims.Verdict], list[str]]:
     """The claims' verdicts on the session's runs as they are now (analyses from the report's cache), at
     ``alpha``, and the complete runs judged (as the record names them)."""
     try:
@@ -96,7 +96,7 @@ def decide(
     budget_s: float,
     run: Callable[[ScenarioFile], object],
     log: Callable[[str], object] = print,
-    judge: Callable = judge,
+    judge: Callable = judge_session,
     grow: Callable = grow,
     looks: int = sequential.DECIDE_LOOKS,
 ) -> object | None:

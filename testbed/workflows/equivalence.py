@@ -81,7 +81,7 @@ def _bare_point(point: str, experiment: str) -> str:
     return rest if dot and head.split("@")[0] == experiment else str(point)
 
 
-def judge(reference: AnalysedSession, candidate: AnalysedSession) -> list[equivalence.ExperimentEquivalence]:
+def judge_twins(reference: AnalysedSession, candidate: AnalysedSession) -> list[equivalence.ExperimentEquivalence]:
     found = []
     for experiment in sorted(set(reference.untrustworthy) | set(candidate.untrustworthy)):
         empty = regression.run_metrics(pd.DataFrame())
@@ -185,7 +185,7 @@ def _metric_record(m: equivalence.MetricEquivalence) -> dict:
 def run(reference_dir: Path, candidate_dir: Path, keep: bool = False) -> int:
     """Print and write the table; exit 0 when every experiment is equivalent, 1 otherwise."""
     reference, candidate = load_side(Path(reference_dir)), load_side(Path(candidate_dir))
-    results = judge(reference, candidate)
+    results = judge_twins(reference, candidate)
     table = text(reference, candidate, results)
     print(table, end="")
     (Path(candidate_dir) / "equivalence.md").write_text(table)

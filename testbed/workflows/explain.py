@@ -187,7 +187,7 @@ def explain_session(claim: claims.Claim, session: Path, analyses) -> ablation.Ex
     flows = claims.measured_flows(claim, claims.flow_rows(analyses), analyses)  # after its warm-up, if any
     samples, walls = ablation.samples_of(claim, flows, variant_of(claim)) if not flows.empty else ({}, {})
     factors = {name: f for name, f in claim.ablations.factors.items() if name in samples}
-    result = ablation.judge(claim, samples, factors, walls, alpha=record.design.alpha_at(look))
+    result = ablation.judge_settings(claim, samples, factors, walls, alpha=record.design.alpha_at(look))
     if look > 1:
         result.conclusion += f" (look {look} of {record.design.max_looks}, at alpha {record.design.alpha_at(look):.3g})"
     frame = ablation.table(result)

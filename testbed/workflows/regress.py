@@ -108,7 +108,7 @@ def regress(
         comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
     )
     bases = {control: control_base(suite, control) for control in suite.controls}
-    result = judge(
+    result = judge_comparison(
         comparison.directory,
         sessions,
         baseline,
@@ -133,7 +133,7 @@ def _check_controls(result: RegressResult, controls: dict) -> None:
             result.failures.append(line)
 
 
-def judge(
+def judge_comparison(
     directory: Path,
     sessions: dict,
     baseline: str,
@@ -325,7 +325,7 @@ def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, co
     path.write_text(page)
 
 
-def command(
+def regress_or_series(
     suite: ScenarioFile,
     repeat: int,
     where,

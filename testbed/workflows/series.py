@@ -152,7 +152,7 @@ def run_series(
         result.exit_code = 2
         _write(result, suite, repeat, {}, [], inject, inject_from)
     else:
-        judge(result, kept, {k: sessions[label(k)] for k in kept}, suite, repeat, inject, inject_from)
+        judge_series(result, kept, {k: sessions[label(k)] for k in kept}, suite, repeat, inject, inject_from)
     comparison.finish()
     return result
 
@@ -177,7 +177,7 @@ def _verdicts(steps: list) -> dict[str, str]:
     return {f"{s.before} -> {s.after}: {s.comparison.name}": s.comparison.verdict for s in steps if s.kind != "control"}
 
 
-def judge(
+def judge_series(
     result: SeriesResult,
     kept: list[str],
     sessions: dict,

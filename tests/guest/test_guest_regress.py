@@ -114,7 +114,9 @@ def test_the_pair_judge_on_the_last_two_kernels_finds_the_control_and_nothing_el
     assert all(len(found) == 3 for found in sessions.values()), sessions
     bases = {c: compare.control_base(suite, c) for c in suite.controls}
     (result.directory / "pair").mkdir()
-    pair = regress.judge(result.directory / "pair", sessions, KERNELS[1], KERNELS[2], 3, None, suite.controls, bases)
+    pair = regress.judge_comparison(
+        result.directory / "pair", sessions, KERNELS[1], KERNELS[2], 3, None, suite.controls, bases
+    )
     plain = [c for c in pair.comparisons if c.point == "upload.default"]
     assert plain and all(c.verdict == "no change" for c in plain), [(c.metric, c.change, c.p_value) for c in plain]
     [line] = pair.controls

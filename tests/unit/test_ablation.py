@@ -64,7 +64,7 @@ def _conclusions(truths: dict[str, float], runs: int, cv: float, trials: int, se
     rng = np.random.default_rng(seed)
     counts: dict[str, int] = {}
     for _ in range(trials):
-        kind = ablation.kind(ablation.judge(CLAIM, _samples(rng, truths, runs, cv), FACTORS).conclusion)
+        kind = ablation.kind(ablation.judge_settings(CLAIM, _samples(rng, truths, runs, cv), FACTORS).conclusion)
         counts[kind] = counts.get(kind, 0) + 1
     return {k: n / trials for k, n in counts.items()}
 
@@ -84,7 +84,7 @@ def test_a_factor_that_moves_the_effect_to_the_papers_explains_it():
     found = 0
     for _ in range(200):
         truths = {"baseline": -0.2, "sack": 0.6, "rack": -0.2, "tlp": -0.2, "all": 0.6}
-        result = ablation.judge(CLAIM, _samples(rng, truths, 5, 0.1), FACTORS)
+        result = ablation.judge_settings(CLAIM, _samples(rng, truths, 5, 0.1), FACTORS)
         found += result.conclusion.startswith("explained by sack:")
     assert found >= 180, found
 
@@ -92,7 +92,7 @@ def test_a_factor_that_moves_the_effect_to_the_papers_explains_it():
 def test_one_simulated_explanation_reads_as_a_finding():
     rng = np.random.default_rng(11)
     truths = {"baseline": -0.2, "sack": 0.6, "rack": -0.2, "tlp": 0.0, "all": 0.6}
-    result = ablation.judge(CLAIM, _samples(rng, truths, 5, 0.05), FACTORS)
+    result = ablation.judge_settings(CLAIM, _samples(rng, truths, 5, 0.05), FACTORS)
     assert result.conclusion.startswith("explained by sack: set as the paper had it, the claim holds"), (
         result.conclusion
     )
@@ -110,11 +110,11 @@ def test_one_simulated_explanation_reads_as_a_finding():
 def test_a_move_part_of_the_way_is_partly_and_a_holding_baseline_needs_nothing():
     rng = np.random.default_rng(3)
     truths = {"baseline": -0.3, "sack": 0.0, "rack": -0.3, "tlp": -0.3}
-    partly = ablation.judge(CLAIM, _samples(rng, truths, 5, 0.05), FACTORS)
+    partly = ablation.judge_settings(CLAIM, _samples(rng, truths, 5, 0.05), FACTORS)
     assert partly.conclusion.startswith("partly explained by sack: the effect moves towards the paper's")
-    holding = ablation.judge(CLAIM, _samples(rng, {"baseline": 0.6, "sack": 0.6}, 5, 0.05), FACTORS)
+    holding = ablation.judge_settings(CLAIM, _samples(rng, {"baseline": 0.6, "sack": 0.6}, 5, 0.05), FACTORS)
     assert holding.conclusion == "nothing to explain: the claim holds at the baseline"
-    empty = ablation.judge(CLAIM, {"sack": ([(1, 1.0), (2, 1.1)], [(1, 1.0), (2, 0.9)])}, FACTORS)
+    empty = ablation.judge_settings(CLAIM, {"sack": ([(1, 1.0), (2, 1.1)], [(1, 1.0), (2, 0.9)])}, FACTORS)
     assert empty.conclusion.startswith("not judged")
 
 
@@ -148,7 +148,7 @@ def _moves_claimed(truths: dict[str, float], runs: int, cv: float, rho: float, t
     rng = np.random.default_rng(seed)
     moved = 0
     for _ in range(trials):
-        result = ablation.judge(CLAIM, _samples(rng, truths, runs, cv, rho), FACTORS)
+        result = ablation.judge_settings(CLAIM, _samples(rng, truths, runs, cv, rho), FACTORS)
         moved += any(s.outcome.startswith(("to the", "towards", "away")) for s in result.settings[1:])
     return moved / trials
 

@@ -45,7 +45,7 @@ def sessions(monkeypatch):
 
     monkeypatch.setattr(compare, "run_session", run_session)
     monkeypatch.setattr(series_workflow.kernels, "fetch", lambda kernel, log: None)
-    monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: result)
+    monkeypatch.setattr(series_workflow, "judge_series", lambda result, kept, *a, **k: result)
     return ran, state
 
 

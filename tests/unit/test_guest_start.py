@@ -20,7 +20,7 @@ PROBE = (
 
 
 def test_command_skips_site_and_plugins_and_names_the_site_directories():
-    command = start.command("/venv/bin/python", "/s/plan.json")
+    command = start.runner_command_line("/venv/bin/python", "/s/plan.json")
     words = shlex.split(command)
     assert words[-5:] == ["/venv/bin/python", "-S", "-m", "testbed.guest.start", "/s/plan.json"]
     env = dict(word.split("=", 1) for word in words[:-5])
@@ -31,7 +31,7 @@ def test_command_skips_site_and_plugins_and_names_the_site_directories():
 
 
 def test_runner_imports_without_site_and_without_pyroute2_init():
-    command = start.command(sys.executable, "unused")
+    command = start.runner_command_line(sys.executable, "unused")
     env_words = shlex.split(command)[:-5]
     env = dict(word.split("=", 1) for word in env_words)
     out = subprocess.run(
@@ -45,7 +45,7 @@ def test_runner_imports_without_site_and_without_pyroute2_init():
 
 
 def test_the_shell_starts_the_same_way_with_its_own_module():
-    words = shlex.split(start.command("/venv/bin/python", "/s/plan.json", module="testbed.guest.shell"))
+    words = shlex.split(start.runner_command_line("/venv/bin/python", "/s/plan.json", module="testbed.guest.shell"))
     assert words[-7:] == [
         "/venv/bin/python",
         "-S",

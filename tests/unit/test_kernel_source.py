@@ -639,7 +639,7 @@ def test_a_series_of_commits_builds_each_when_reached_and_goes_on_without_one_th
 
     monkeypatch.setattr(compare, "run_session", recording_session(ran, builds))
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
-    monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: result)
+    monkeypatch.setattr(series_workflow, "judge_series", lambda result, kept, *a, **k: result)
     chosen = kernels.expand_series(f"tree:{tree}@{first}..HEAD")
     result = series_workflow.run_series(chosen, suite, 2, Where(results=tmp_path / "results"))
     assert built_before_runs == [0], "a commit was built before the series' first session"

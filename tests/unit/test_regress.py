@@ -90,7 +90,7 @@ def _judge_real(tmp_path, monkeypatch, candidate_runs: list[Path], goodput_facto
     sides = {"baseline": _real_side(REAL_RUNS), "candidate": _real_side(candidate_runs, goodput_factor)}
     statuses = {"wireless.cc=reno": [("complete", None)] * 3}
     monkeypatch.setattr(compare, "side_metrics", lambda sessions: (sides[next(iter(sessions)).name], statuses))
-    return regress.judge(
+    return regress.judge_comparison(
         tmp_path,
         {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
         "6.1.0-55",
@@ -136,7 +136,7 @@ def test_a_regression_fails_its_junit_case_and_exits_1(tmp_path, monkeypatch):
         ), {}
 
     monkeypatch.setattr(compare, "side_metrics", fake)
-    result = regress.judge(
+    result = regress.judge_comparison(
         tmp_path,
         {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
         "6.1.0-55",
@@ -154,7 +154,7 @@ def test_runs_failing_on_one_kernel_only_are_reported_as_such_and_exit_2(tmp_pat
         "baseline": {_session(tmp_path, "baseline", [1, 2])},
         "candidate": {_session(tmp_path, "candidate", [1, 2], status="failed")},
     }
-    result = regress.judge(tmp_path, sessions, "6.1.0-56", "6.12.117+deb12", 2)
+    result = regress.judge_comparison(tmp_path, sessions, "6.1.0-56", "6.12.117+deb12", 2)
     assert result.exit_code == 2
     [failure] = result.failures
     assert "lab.cc=westwood: 0 baseline and 2 candidate runs did not complete (on the candidate only)" in failure
@@ -199,7 +199,7 @@ def _judge_with_a_control(tmp_path, monkeypatch, control_factor: float):
     times the baseline's."""
     fake = _fake_sides({"upload.default": 1.0, "upload.default.control": control_factor})
     monkeypatch.setattr(compare, "side_metrics", fake)
-    return regress.judge(
+    return regress.judge_comparison(
         tmp_path,
         {"baseline": {tmp_path / "baseline"}, "candidate": {tmp_path / "candidate"}},
         "6.1.0-55",

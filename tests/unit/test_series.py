@@ -181,7 +181,9 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
     monkeypatch.setattr(series_workflow.kernels, "settle", lambda kernel, log: None)
     monkeypatch.setattr(compare, "run_session", recording_session(ran, refuses))
     monkeypatch.setattr(compare, "completed_runs", lambda session: (1, []))
-    monkeypatch.setattr(series_workflow, "judge", lambda result, kept, *a, **k: judged.update(kept=kept) or result)
+    monkeypatch.setattr(
+        series_workflow, "judge_series", lambda result, kept, *a, **k: judged.update(kept=kept) or result
+    )
     result = series_workflow.run_series(["6.1.0-47", "6.1.0-48", "6.1.0-49"], suite, 2, Where(results=tmp_path))
     assert ran == ["6.1.0-47", "6.1.0-49"] * 2 and judged["kept"] == ["6.1.0-47", "6.1.0-49"]
     [failure] = result.failures
