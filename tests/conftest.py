@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - the tests' tcptrace reader
+from analysis.raw.pcap import TCPTRACE_LABELS, tcptrace_connection  # noqa: F401 - the tests' tcptrace reader
 from testbed.guest import launch
 from testbed.guest.capture import INSTANCES, TRACEFS
 from testbed.guest.network import INTF_PATTERN, _marked_pids

@@ -32,6 +32,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
+from topologies.flowrules import Problem, by_flow, no_path, rtt_given
 from topologies.lossmodel import probe_loss_pct
 from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec, Probe
 from topologies.params import LinkParams, StrictModel, queue_packets
@@ -52,16 +53,14 @@ class DumbbellParams(StrictModel):
             raise ValueError("the dumbbell's bottleneck needs rate_mbit")
         return self
 
-    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
+    def check_flows(self, flows) -> list[Problem]:
         """Every dumbbell flow has its own base RTT and no path choice."""
-        problems = []
-        for i, flow in enumerate(flows):
-            if flow.rtt_ms is None:
-                message = "required field 'rtt_ms' is missing: the dumbbell needs each flow's base RTT (milliseconds)"
-                problems.append((i, ("rtt_ms",), message))
-            if flow.path is not None:
-                problems.append((i, ("path",), "the dumbbell has one path; leave path out"))
-        return problems
+        return by_flow(
+            rtt_given(
+                flows, "required field 'rtt_ms' is missing: the dumbbell needs each flow's base RTT (milliseconds)"
+            ),
+            no_path(flows, "the dumbbell has one path; leave path out"),
+        )
 
 
 class Dumbbell:

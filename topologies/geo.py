@@ -32,6 +32,7 @@ from pydantic import Field, model_validator
 
 from topologies.base import StrictModel
 from topologies.dumbbell import Dumbbell
+from topologies.flowrules import Problem, no_path
 from topologies.netspec import LinkSpec, NetSpec
 from topologies.params import LinkParams
 from topologies.shaping import EgressPlan
@@ -63,12 +64,8 @@ class GeoParams(StrictModel):
     def default_rtt_ms(self) -> float:
         return 2 * self.satellite.delay_ms + self.ground_rtt_ms
 
-    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
-        return [
-            (i, ("path",), "the GEO topology has one path; leave path out")
-            for i, flow in enumerate(flows)
-            if flow.path is not None
-        ]
+    def check_flows(self, flows) -> list[Problem]:
+        return no_path(flows, "the GEO topology has one path; leave path out")
 
 
 class Geo(Dumbbell):

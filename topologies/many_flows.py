@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Literal
 
 from topologies.dumbbell import Dumbbell, DumbbellParams
+from topologies.flowrules import Problem
 from topologies.netspec import Endpoint, LinkSpec, NetSpec
 from topologies.shaping import DelayClass, EgressPlan
 
@@ -43,7 +44,7 @@ class ManyFlowsParams(DumbbellParams):
 
     name: Literal["many_flows"] = "many_flows"
 
-    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
+    def check_flows(self, flows) -> list[Problem]:
         problems = super().check_flows(flows)
         for option in HOST_WIDE_OPTIONS:
             first = getattr(flows[0], option) if flows else None

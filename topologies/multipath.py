@@ -36,6 +36,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from topologies.base import StrictModel
+from topologies.flowrules import Problem, by_flow, no_path, rtt_from_links
 from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec, Probe, Sprayer
 from topologies.params import LinkParams, queue_packets
 from topologies.shaping import EgressPlan
@@ -83,15 +84,13 @@ class MultipathParams(StrictModel):
             )
         return self
 
-    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
-        problems = []
-        for i, flow in enumerate(flows):
-            if flow.rtt_ms is not None or flow.rtt_max_ms is not None:
-                message = "the multipath topology's paths set the RTT (link delays and path_links); leave rtt_ms out"
-                problems.append((i, ("rtt_ms",), message))
-            if flow.path is not None:
-                problems.append((i, ("path",), "every multipath flow is sprayed over all paths; leave path out"))
-        return problems
+    def check_flows(self, flows) -> list[Problem]:
+        return by_flow(
+            rtt_from_links(
+                flows, "the multipath topology's paths set the RTT (link delays and path_links); leave rtt_ms out"
+            ),
+            no_path(flows, "every multipath flow is sprayed over all paths; leave path out"),
+        )
 
 
 class Multipath:

@@ -34,12 +34,14 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from topologies.base import StrictModel
+from topologies.flowrules import Problem, by_flow, path_among, rtt_from_links
 from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec, Probe
 from topologies.params import LinkParams, queue_packets
 from topologies.shaping import EgressPlan
 
 MAX_HOPS = 10
-PATHS = ("through", "hop")
+#: path -> what it is (a flow's ``path``)
+PATHS = {"through": "every hop", "hop": "one flow per hop"}
 
 
 class AccessParams(StrictModel):
@@ -64,17 +66,11 @@ class ParkingLotParams(StrictModel):
             raise ValueError("loss on the parking lot's hops is not supported yet; leave loss_pct/loss out")
         return self
 
-    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
-        problems = []
-        for i, flow in enumerate(flows):
-            if flow.path not in PATHS:
-                shown = "missing" if flow.path is None else f"'{flow.path}' is not a path of the parking lot"
-                problems.append((i, ("path",), f"{shown}; valid: through (every hop), hop (one flow per hop)"))
-            if flow.rtt_ms is not None or flow.rtt_max_ms is not None:
-                problems.append(
-                    (i, ("rtt_ms",), "the parking lot's paths set the RTT (hop and access delays); leave rtt_ms out")
-                )
-        return problems
+    def check_flows(self, flows) -> list[Problem]:
+        return by_flow(
+            path_among(flows, PATHS, "the parking lot"),
+            rtt_from_links(flows, "the parking lot's paths set the RTT (hop and access delays); leave rtt_ms out"),
+        )
 
 
 class ParkingLot:

@@ -38,12 +38,14 @@ from pydantic import model_validator
 
 from topologies.base import StrictModel
 from topologies.dumbbell import MAX_PAIRS, Dumbbell
+from topologies.flowrules import Problem, by_flow, path_among
 from topologies.lossmodel import probe_loss_pct
 from topologies.netspec import Bottleneck, Endpoint, LinkSpec, NetSpec, Probe
 from topologies.params import LinkParams, queue_packets
 from topologies.shaping import EgressPlan
 
-PATHS = ("mobile", "wired")
+#: path -> what it is (a flow's ``path``)
+PATHS = {"mobile": "over the radio link", "wired": "ends at the base station"}
 
 
 class WirelessParams(StrictModel):
@@ -61,28 +63,22 @@ class WirelessParams(StrictModel):
             raise ValueError("loss on the wired link is not supported: the wireless topology loses on the radio link")
         return self
 
-    def check_flows(self, flows) -> list[tuple[int, tuple, str]]:
-        problems = []
+    def check_flows(self, flows) -> list[Problem]:
+        rtts = []
         for i, flow in enumerate(flows):
             if flow.path not in PATHS:
-                shown = "missing" if flow.path is None else f"'{flow.path}' is not a path of the wireless topology"
-                problems.append(
-                    (i, ("path",), f"{shown}; valid: mobile (over the radio link), wired (ends at the base station)")
-                )
-                continue
+                continue  # its RTT's minimum depends on the path: the path's problem first
             if flow.rtt_ms is None:
-                problems.append((i, ("rtt_ms",), "required field 'rtt_ms' is missing: each flow's base RTT (ms)"))
+                rtts.append((i, ("rtt_ms",), "required field 'rtt_ms' is missing: each flow's base RTT (ms)"))
                 continue
             minimum = 2 * (self.wired.delay_ms + (self.wireless.delay_ms if flow.path == "mobile" else 0))
             if flow.rtt_ms < minimum:
-                problems.append(
-                    (
-                        i,
-                        ("rtt_ms",),
-                        f"rtt_ms {flow.rtt_ms:g} is shorter than the {flow.path} path's own "
-                        f"round trip; valid: rtt_ms >= {minimum:g}",
-                    )
+                message = (
+                    f"rtt_ms {flow.rtt_ms:g} is shorter than the {flow.path} path's own round trip; "
+                    f"valid: rtt_ms >= {minimum:g}"
                 )
+                rtts.append((i, ("rtt_ms",), message))
+        problems = by_flow(path_among(flows, PATHS, "the wireless topology"), rtts)
         if flows and not any(flow.path == "mobile" for flow in flows):
             problems.append((0, ("path",), "no flow crosses the radio link: give at least one flow path: mobile"))
         return problems

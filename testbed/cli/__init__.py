@@ -69,7 +69,7 @@ def _live_page(args: argparse.Namespace) -> contextlib.AbstractContextManager:
     """With --live: the live page of the sessions the command makes under its results folder."""
     if not getattr(args, "live", False):
         return contextlib.nullcontext()
-    from testbed.report.liveserver import serving
+    from testbed.report.live.liveserver import serving
 
     return serving(args.results, since=time.time())
 
@@ -79,14 +79,14 @@ def _terminate(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from analysis.catalog import CatalogError
+    from analysis.runs.catalog import CatalogError
     from testbed.guest.lossbpf import LossChannelError
     from testbed.guest.modules import ModuleBuildError
     from testbed.host.clusterspec import ClusterError
     from testbed.host.kernels import KernelError
     from testbed.host.vagrant import VagrantError
     from testbed.host.virtme import GuestError
-    from testbed.labs.labkit import LabError
+    from testbed.labs.definition import LabError
     from testbed.results.folderlock import FolderBusy
     from testbed.scenario.errors import ScenarioError
 

@@ -32,7 +32,7 @@ def _cmd_regress(args: argparse.Namespace) -> int:
 
 
 def add_regress(sub) -> None:
-    from analysis.regression import DEFAULT_REPEAT
+    from analysis.kernels.regression import DEFAULT_REPEAT
 
     regress = sub.add_parser(
         "regress",
@@ -70,7 +70,7 @@ def add_regress(sub) -> None:
         type=int,
         default=DEFAULT_REPEAT,
         help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
-        "the noise measured here; analysis/regression.py says how)",
+        "the noise measured here; analysis/kernels/regression.py says how)",
     )
     options.where_options(regress, kernels=False)
     options.dirty_option(regress)
@@ -113,7 +113,7 @@ def _cmd_bisect(args: argparse.Namespace) -> int:
 
 
 def add_bisect(sub) -> None:
-    from analysis.regression import METRICS
+    from analysis.kernels.regression import METRICS
 
     bisect = sub.add_parser(
         "bisect",

@@ -20,7 +20,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
     if args.out is None:
         print("testbed: several sessions need --out DIR for their combined report", file=sys.stderr)
         return 2
-    from testbed.report.session import combine_sessions
+    from testbed.report.pages.sessionpage import combine_sessions
 
     write_report(combine_sessions(args.session, args.out))
     return 0
@@ -36,7 +36,7 @@ def add_report(sub) -> None:
 
 
 def _cmd_results(args: argparse.Namespace) -> int:
-    from analysis.catalog import FILTERS
+    from analysis.runs.catalog import FILTERS
     from testbed.workflows import results
 
     filters = {name: getattr(args, name) for name in [*FILTERS, "cc"]}
@@ -53,7 +53,7 @@ def add_results(sub) -> None:
         description="Update the catalog from the run folders, then list the runs (or their flows) that match "
         "every filter given. Filters: --scenario, --profile, --point (prefix), --seed, --status, --kernel (release "
         "prefix), --backend, --git (sha prefix), --cc (runs with a flow of that algorithm). Python: "
-        "analysis.catalog.runs(root, ...) and flows(root, ...) return DataFrames.",
+        "analysis.runs.catalog.runs(root, ...) and flows(root, ...) return DataFrames.",
     )
     results.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     for name, kind in [
@@ -145,7 +145,7 @@ def add_check(sub) -> None:
 
 
 def _cmd_watch(args: argparse.Namespace) -> int:
-    from testbed.report.liveserver import watch
+    from testbed.report.live.liveserver import watch
 
     return watch(args.folder, args.speed, args.port)
 

@@ -83,11 +83,11 @@ def add_explain(sub) -> None:
         help="run a claim's deciding condition with each factor set as the paper had it, and say which "
         "explains the claim (docs/explain.md)",
         description="Run the claim's deciding condition (from the reproduce suite) as one session: the baseline, "
-        "each ablation factor of analysis/claims.yaml alone at the paper's setting, and all of them "
+        "each ablation factor of analysis/verdicts/claims.yaml alone at the paper's setting, and all of them "
         "together, the same seeds each; then judge per factor whether the effect moves to the paper's "
-        "(analysis/ablation.py) and conclude: explained by X, partly, or not explained by these factors.",
+        "(analysis/verdicts/ablation.py) and conclude: explained by X, partly, or not explained by these factors.",
     )
-    explain.add_argument("claim", help="a claim id of analysis/claims.yaml that has ablations")
+    explain.add_argument("claim", help="a claim id of analysis/verdicts/claims.yaml that has ablations")
     explain.add_argument("--seeds", type=int, default=3, help="seeds per setting and side (default 3, at least 2)")
     explain.add_argument(
         "--factors",
@@ -102,7 +102,7 @@ def add_explain(sub) -> None:
 def _cmd_shell(args: argparse.Namespace) -> int:
     from testbed.host.session import log
     from testbed.host.shell import open_shell
-    from testbed.report.liveserver import shell_page
+    from testbed.report.live.liveserver import shell_page
     from testbed.scenario.load import find_scenario, load_scenario
 
     scenario = load_scenario(find_scenario(args.scenario, PROJECT / "scenarios"), profile=args.profile)

@@ -375,7 +375,7 @@ def _start_traffic(state: RunState, net: Network, endpoints: Endpoints, sprayers
     state.manifest["t0_monotonic"] = t0
     state.manifest["t0_unix_s"] = t0_unix
     # the running run's manifest with its time zero, connections and topology: what the live page
-    # (testbed/report/livefeed.py) puts the growing traces on; one small file, before the traffic
+    # (testbed/report/live/livefeed.py) puts the growing traces on; one small file, before the traffic
     write_manifest(state.directory, state.manifest)
     lossbpf.start(channels, round(t0 * 1e9))
     state.latency.release(t0)

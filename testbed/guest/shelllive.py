@@ -1,7 +1,7 @@
 """``live`` in ``testbed shell``: the shell's network recorded as a run records it, for the live page.
 
 The shell's plan folder is a session of one run (``plan.json``, run folder ``shell``). The host serves
-the live page on that folder from the shell's start (testbed.report.liveserver; a guest writes the
+the live page on that folder from the shell's start (testbed.report.live.liveserver; a guest writes the
 folder through virtme-ng's shared folder) and leaves the page's URL in it (:data:`URL_FILE`). ``live``
 then starts what a run starts for the page: the ``tcp:tcp_probe`` trace of the scenario's connections
 (``raw/tcp_probe.txt``), the bottlenecks' queue sampler (``raw/queues-live.csv``) and a running

@@ -6,7 +6,7 @@ lab VM when it is up, else a virtme-ng guest), resume an unfinished session of t
 execute the rest on that :class:`~testbed.host.backends.Backend`. Whatever the backend, a failure it
 names or Ctrl-C marks the runs it did not finish. The decision and the guest's accelerator are
 recorded in ``session.json`` and every run's manifest; the report is written from the run folders
-afterwards (:mod:`testbed.report.session`).
+afterwards (:mod:`testbed.report.pages.sessionpage`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import zipfile
 from pathlib import Path
 
 from testbed import PROJECT
-from testbed.labs import labkit, students
+from testbed.labs import definition, students
 
 #: the checkout's parts grading reads (testbed lab check): code, experiments, the package pins
 CODE = ("testbed", "analysis", "topologies", "scenarios")
@@ -94,11 +94,11 @@ WITHOUT_CHECK = (
 def build(name: str, out: Path, student_check: bool = True) -> Path:
     """Write the lab ``name``'s Gradescope autograder zip to ``out`` (a .zip path or a folder). Without the
     course's secret it is refused unless ``student_check`` is False (its README then says so)."""
-    master = labkit.lab_dir(name)
-    lab = labkit.load_lab(master)
+    master = definition.lab_dir(name)
+    lab = definition.load_lab(master)
     secret = students.course_secret()
     if secret is None and student_check:
-        raise labkit.LabError(
+        raise definition.LabError(
             f"{students.SECRET_ENV} is not set: without the course's secret the autograder "
             "cannot hold a submission to its submitter's own seeds, and another student's "
             "folder grades as well as their own. Set it, or build with "
@@ -127,7 +127,7 @@ def build(name: str, out: Path, student_check: bool = True) -> Path:
             zf.write(PROJECT / file, f"{SOURCE}/{file}")
         for folder in CODE:
             _tree(zf, PROJECT / folder, f"{SOURCE}/{folder}")
-        _tree(zf, master, f"{SOURCE}/labs/{master.name}", skip=labkit.INSTRUCTOR_ONLY)
+        _tree(zf, master, f"{SOURCE}/labs/{master.name}", skip=definition.INSTRUCTOR_ONLY)
     return path
 
 

@@ -8,7 +8,7 @@ edit. Grading (testbed/labs/grading.py) therefore asks of each graded run:
 1. its ``raw/`` files are those the guest wrote: each file the manifest lists, with that sha256
    (a capture edited, or left at home, fails naming the file);
 2. its ``flows.csv`` and ``latency.csv`` are what the analysis gives on those files: the run is
-   analysed again here, by the same code (``analysis.run.analyze_run``), and each graded column
+   analysed again here, by the same code (``analysis.runs.analyze.analyze_run``), and each graded column
    compared (``goodput_mbit`` edited x1.15 fails, naming the file, the column and both values);
 3. its manifest's fidelity verdict is that of its checks, and each check whose evidence is a raw
    file (the base RTT from ping, a capture's drops from tcpdump's log, a radio channel's loss from its
@@ -33,12 +33,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import run as run_analysis
+from analysis.runs import analyze as run_analysis
 from testbed.guest import capture, fidelity
 from testbed.labs import labels
 from testbed.results import rundir
 
-#: flows.csv's columns that grading reads (testbed/labs/labresults.py; group_metric in analysis/metrics.py)
+#: flows.csv's columns that grading reads (testbed/labs/studentruns.py; group_metric in analysis/runs/metrics.py)
 FLOW_COLUMNS = ("cc", "direction", "goodput_mbit", "recv_goodput_mbit", "sent_bytes", "retrans_bytes")
 #: how far a recomputed number may sit from the file's: the file holds 10 significant digits
 RELATIVE_TOLERANCE = 1e-6
@@ -103,8 +103,8 @@ def _recomputed(key: str, run_dir: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
     just checked against: a run is analysed once per process however often it is graded, wherever its
     folder is (the unit tier's cheats grade copies of one submission twenty times)."""
     if key not in _RECOMPUTED:
-        analysis = run_analysis.analyze_run(run_dir, write=False)
-        _RECOMPUTED[key] = (analysis, _as_written(analysis.flows), _as_written(analysis.latency))
+        recomputed = run_analysis.analyze_run(run_dir, write=False)
+        _RECOMPUTED[key] = (recomputed, _as_written(recomputed.flows), _as_written(recomputed.latency))
     _, flows, latency = _RECOMPUTED[key]
     return flows.copy(), latency.copy()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from testbed.labs.labkit import Lab, Task
-from testbed.report import junit
+from testbed.labs.definition import Lab, Task
+from testbed.report.pages import junit
 
 
 @dataclass

@@ -10,7 +10,7 @@ here can decide (no bands for the kernel, an answer the rubric cannot decide) le
 by hand, with no automatic points. The grade and its outputs (the terminal, JUnit XML,
 Gradescope's ``results.json``) are testbed/labs/gradereport.py.
 
-The student's runs are read by testbed/labs/labresults.py.
+The student's runs are read by testbed/labs/studentruns.py.
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from pathlib import Path
 
 from PIL import Image
 
-from testbed.labs import answerfile, evidence, labkit, labresults, statements
+from testbed.labs import answerfile, definition, evidence, statements, studentruns
+from testbed.labs.definition import Band, Concept, Expected, Lab, Measured, Question, Task
 from testbed.labs.gradereport import Check, Grade, TaskGrade
-from testbed.labs.labkit import Band, Concept, Expected, Lab, Measured, Question, Task
-from testbed.labs.labresults import Results, point_values
+from testbed.labs.studentruns import Results, point_values
 from testbed.results import rundir
 
 #: an answer shorter than this many words is not one (the starter file's "(your answer)" is 2)
@@ -45,7 +45,7 @@ def grade(
     first_runs = next((t.id for t in lab.tasks if t.runs), None)
     rules = _RunRules(
         copies=set(expected.reference.fingerprints) if expected and expected.reference else set(),
-        min_seeds=max(lab.min_seeds, len(labkit.lab_start(work).get("seeds") or [])),  # as many as lab start gave
+        min_seeds=max(lab.min_seeds, len(definition.lab_start(work).get("seeds") or [])),  # as many as lab start gave
         receiver_pct=lab.receiver_check_pct,
         fingerprints=_fingerprints(results),
     )
@@ -65,7 +65,7 @@ def _band_checks(bands: list[Band], results: Results) -> list[Check]:
     if not bands:
         return []
     runs = results.runs
-    series = sorted({labkit.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
+    series = sorted({definition.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
     if len(series) > 1:
         return [
             Check(
@@ -96,11 +96,11 @@ def variant_bands(bands: list[Band], value: float | None) -> tuple[list[Band], C
     values = sorted({b.variant for b in bands if b.variant is not None})
     if not values or value in values:
         return [b for b in bands if b.variant in (None, value)], None
-    have = ", ".join(labkit.number_text(v) for v in values)
+    have = ", ".join(definition.number_text(v) for v in values)
     return [], Check(
         "bands",
         False,
-        f"no bands for the value the scenario file sets ({labkit.number_text(value)}; "
+        f"no bands for the value the scenario file sets ({definition.number_text(value)}; "
         f"the lab has bands for {have}): set the one lab start gave",
     )
 
@@ -116,9 +116,9 @@ class _RunRules:
 
 
 def _fingerprints(results: Results) -> dict[str, set[str]]:
-    graded = labresults.graded_run_ids(results)
+    graded = studentruns.graded_run_ids(results)
     return {
-        f"{r.point_id} seed {r.seed}": labresults.run_fingerprints(Path(r.path))
+        f"{r.point_id} seed {r.seed}": studentruns.run_fingerprints(Path(r.path))
         for r in results.runs.itertuples()
         if r.run_id in graded
     }
@@ -299,7 +299,7 @@ def figure_problem(figure: Path, task: Task, results: Results) -> str | None:
 
 def _graded_run_ids(task: Task, results: Results) -> set[str]:
     """The run ids of the task's runs that are graded (all the student's when it names none)."""
-    return labresults.graded_run_ids(results, None if task.runs in ([], ["*"]) else set(task.runs))
+    return studentruns.graded_run_ids(results, None if task.runs in ([], ["*"]) else set(task.runs))
 
 
 #: a setting of a scenario file in each unit prose is held to: its key ends so (rate_mbit: 2, rtt_ms: 250)
@@ -334,9 +334,9 @@ def _answer_checks(
 
 
 def verdict_check(answer: str, all_answers: str, results: Results) -> Check:
-    """The answer states the verdict the student's runs give (analysis/claims.py's rule) on the claim the
+    """The answer states the verdict the student's runs give (analysis/verdicts/claims.py's rule) on the claim the
     answers name by its id."""
-    decided = labresults.decided_claims(results)
+    decided = studentruns.decided_claims(results)
     named = [claim_id for claim_id in decided if claim_id in all_answers]
     if not named:
         return Check(
@@ -479,7 +479,7 @@ def band_check(band: Band, results: Results, seeds: list[int] | None = None) -> 
     if band.min is None or band.max is None:
         return Check(name, False, "no band values yet (testbed lab bands): grade by hand", graded=False)
     runs = results.runs[results.runs["point_id"] == band.point] if not results.runs.empty else results.runs
-    kernels = sorted({labkit.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
+    kernels = sorted({definition.kernel_series(k) for k in runs["kernel_release"].dropna()}) if not runs.empty else []
     if kernels and kernels != [band.series]:
         return Check(
             name,

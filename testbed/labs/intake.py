@@ -25,7 +25,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from testbed.labs.labkit import LabError
+from testbed.labs.definition import LabError
 
 #: a submission of more files than this, or bytes, is refused (the wireless lab's: about 100 files, 10 MB)
 MAX_FILES = 20_000

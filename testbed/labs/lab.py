@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from testbed.labs import gradereport, grading, intake, labkit, labresults, reruns, students
+from testbed.labs import definition, gradereport, grading, intake, reruns, studentruns, students
 from testbed.results import rundir
 from testbed.scenario import variants
 from testbed.scenario.load import load_scenario
@@ -34,11 +34,11 @@ class LabCheck:
     gradescope: Path
 
 
-def lab_list(root: Path = labkit.LABS) -> str:
+def lab_list(root: Path = definition.LABS) -> str:
     """The labs, one line each: name, title, time here and on a laptop with KVM."""
     lines = []
-    for name in labkit.lab_names(root):
-        lab = labkit.load_lab(root / name)
+    for name in definition.lab_names(root):
+        lab = definition.load_lab(root / name)
         lines.append(
             f"{name:12} {lab.title} ({lab.minutes.tcg:g} min here under TCG, ~{lab.minutes.kvm:g} min "
             f"with KVM; papers: {lab.papers})"
@@ -47,16 +47,16 @@ def lab_list(root: Path = labkit.LABS) -> str:
 
 
 def hidden_scenarios(
-    work: Path, lab: labkit.Lab, hidden: labkit.Hidden, pool: list[int] | None = None
+    work: Path, lab: definition.Lab, hidden: definition.Hidden, pool: list[int] | None = None
 ) -> list[tuple[str, ScenarioFile]]:
     """Each hidden variant as the part of the student's scenario file it runs: the points its ``only``
     selects (all without), with its own seeds (the file's without). In a folder started with the
     student's own seeds, a variant's seeds are as many of ``pool`` (the lab's seed pool) the student did
     not get (testbed/labs/students.py): never one of theirs."""
     if lab.scenario is None:
-        raise labkit.LabError("the lab has no scenario file of its own: hidden variants need one")
+        raise definition.LabError("the lab has no scenario file of its own: hidden variants need one")
     scenario = load_scenario(work / lab.scenario)
-    mine = labkit.lab_start(work).get("seeds")
+    mine = definition.lab_start(work).get("seeds")
     found = []
     for variant in hidden.variants:
         chosen = scenario.select(variant.only)
@@ -82,13 +82,13 @@ def check(
     ``student``: whose work this is (their own seeds are then required: testbed/labs/students.py);
     ``rerun``: run one graded run per point again and hold the submitted ones to it (testbed/labs/reruns.py)."""
     intake.refuse_unsafe(work, results)  # before anything in them is read or written
-    lab = labkit.load_lab(master)
-    expected = labkit.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
+    lab = definition.load_lab(master)
+    expected = definition.load_expected(master, lab) if (master / "expected.yaml").is_file() else None
     ran = []
-    if run is not None and labkit.hidden_file(master).is_file():
-        hidden = labkit.load_hidden(labkit.hidden_file(master))
-        ran = _run_hidden(work, lab, hidden, results, run, labkit.seed_pool(master, lab))
-    found = labresults.load_results(work, lab, results)
+    if run is not None and definition.hidden_file(master).is_file():
+        hidden = definition.load_hidden(definition.hidden_file(master))
+        ran = _run_hidden(work, lab, hidden, results, run, definition.seed_pool(master, lab))
+    found = studentruns.load_results(work, lab, results)
     own = _student_checks(master, work, found, student)
     if all(c.ok for c in own):
         own += _variant_checks(master, lab, work, found, student)
@@ -114,7 +114,7 @@ class HiddenRun:
 
 
 def _run_hidden(
-    work: Path, lab: labkit.Lab, hidden: labkit.Hidden, results: Path, run: SessionRunner, pool: list[int]
+    work: Path, lab: definition.Lab, hidden: definition.Hidden, results: Path, run: SessionRunner, pool: list[int]
 ) -> list[HiddenRun]:
     from testbed.scenario.errors import ScenarioError
 
@@ -130,7 +130,7 @@ def _run_hidden(
 
 
 def _hidden_checks(
-    ran: list[HiddenRun], expected: labkit.Expected | None, found: labresults.Results
+    ran: list[HiddenRun], expected: definition.Expected | None, found: studentruns.Results
 ) -> list[gradereport.Check]:
     """Each hidden variant: its runs complete, and the bands of its points hold on its own runs (the
     student's runs are graded apart from them)."""
@@ -153,12 +153,12 @@ def _hidden_checks(
 
 
 def _student_checks(
-    master: Path, work: Path, found: labresults.Results, student: str | None
+    master: Path, work: Path, found: studentruns.Results, student: str | None
 ) -> list[gradereport.Check]:
     """Whose seeds the runs are: the folder started for ``student`` (when named), its scenario file running
     the seeds ``testbed lab start --student`` gave, and those seeds the student's by the course's secret
     (testbed/labs/students.py). Nothing to check in a folder started without a student, unless one is named."""
-    start = labkit.lab_start(work)
+    start = definition.lab_start(work)
     mine, started_for = start.get("seeds"), start.get("student")
     if student is None and mine is None:
         return []
@@ -208,7 +208,7 @@ def _student_checks(
                 graded=False,
             )
         ]
-    if labkit.student_seeds(master, student) != sorted(mine):
+    if definition.student_seeds(master, student) != sorted(mine):
         return [
             gradereport.Check(
                 name,
@@ -221,12 +221,12 @@ def _student_checks(
 
 
 def _variant_checks(
-    master: Path, lab: labkit.Lab, work: Path, found: labresults.Results, student: str | None
+    master: Path, lab: definition.Lab, work: Path, found: studentruns.Results, student: str | None
 ) -> list[gradereport.Check]:
     """Whose value of the lab's variant knob the runs are: the one ``testbed lab start --student`` gave,
     set in the scenario file and run by every graded run (their manifests), and the student's by the
     course's secret (as their seeds). A folder started for a student must say its value."""
-    start = labkit.lab_start(work)
+    start = definition.lab_start(work)
     if lab.variant is None or (student is None and "variant" not in start and "student" not in start):
         return []
     name, what, knob = f"the student's own {lab.variant.what}", lab.variant.what, lab.variant.knob
@@ -234,21 +234,21 @@ def _variant_checks(
     mine = given.get("value") if isinstance(given, dict) else None
     if not isinstance(mine, int | float) or isinstance(mine, bool):
         return [gradereport.Check(name, False, f"lab-start.json gives no {what}: start the lab again with --student")]
-    shown = labkit.number_text(mine)
+    shown = definition.number_text(mine)
     if found.variant != mine:
         return [
             gradereport.Check(
                 name,
                 False,
-                f"the scenario file sets {knob} to {labkit.number_text(found.variant)}; "
+                f"the scenario file sets {knob} to {definition.number_text(found.variant)}; "
                 f"testbed lab start gave {shown}: set it back and run again",
             )
         ]
-    graded = labresults.graded_run_ids(found)
+    graded = studentruns.graded_run_ids(found)
     ran = [
-        f"seed {r.seed} of {r.point_id} ran {labkit.number_text(v)}"
+        f"seed {r.seed} of {r.point_id} ran {definition.number_text(v)}"
         for r in found.runs.itertuples()
-        if r.run_id in graded and (v := labresults.run_knob(Path(r.path), knob)) != mine
+        if r.run_id in graded and (v := studentruns.run_knob(Path(r.path), knob)) != mine
     ]
     if ran:
         return [gradereport.Check(name, False, f"{'; '.join(ran[:3])}: testbed lab start gave {shown}: run again")]
@@ -261,7 +261,7 @@ def _variant_checks(
                 graded=False,
             )
         ]
-    if student is not None and labkit.student_value(master, student) != mine:
+    if student is not None and definition.student_value(master, student) != mine:
         return [
             gradereport.Check(
                 name,
@@ -277,11 +277,11 @@ def shared_runs(folders: list[Path]) -> dict[str, list[Path]]:
     """Runs that share a capture across the submissions ``folders`` (an instructor's check across a class):
     a fingerprint -> the run folders that have it, when they belong to two submissions or more. A run is
     found by its manifest (links not followed: testbed/labs/intake.py); its fingerprints
-    (labresults.run_fingerprints) are its captures' sha256s, which no two real runs share."""
+    (studentruns.run_fingerprints) are its captures' sha256s, which no two real runs share."""
     seen: dict[str, list[tuple[int, Path]]] = {}
     for index, folder in enumerate(folders):
         for manifest in intake.files_named(folder, rundir.MANIFEST):
-            for fingerprint in labresults.run_fingerprints(manifest.parent):
+            for fingerprint in studentruns.run_fingerprints(manifest.parent):
                 seen.setdefault(fingerprint, []).append((index, manifest.parent))
     shared: dict[tuple[Path, ...], str] = {}
     for fingerprint, found in sorted(seen.items()):
@@ -294,11 +294,11 @@ def open_notebook(folder: Path) -> int:
     """JupyterLab on the lab folder's analysis.ipynb (replaces this process; Ctrl-C in it stops it)."""
     notebook = folder / "analysis.ipynb"
     if not notebook.is_file():
-        raise labkit.LabError(f"{folder} has no analysis.ipynb")
+        raise definition.LabError(f"{folder} has no analysis.ipynb")
     # the virtualenv's own, even when its bin/ is not on PATH (.venv/bin/testbed run directly)
     jupyter = shutil.which("jupyter-lab", path=f"{Path(sys.executable).parent}:{os.environ.get('PATH', '')}")
     if jupyter is None:
-        raise labkit.LabError(
+        raise definition.LabError(
             "JupyterLab is not installed in the project's virtualenv: run 'make setup' "
             "(it installs requirements-labs.lock)"
         )
@@ -328,19 +328,19 @@ def run_action(
         given = ([name] if name else []) + ([str(folder)] if folder else []) + (more or [])
         return _duplicates([Path(f) for f in given])
     if not name:
-        raise labkit.LabError(f"lab {action} needs the lab's name: one of {', '.join(labkit.lab_names())}")
-    master = labkit.lab_dir(name)
+        raise definition.LabError(f"lab {action} needs the lab's name: one of {', '.join(definition.lab_names())}")
+    master = definition.lab_dir(name)
     if action == "start":
-        destination = labkit.start_lab(name, folder or Path(master.name), student=student)
+        destination = definition.start_lab(name, folder or Path(master.name), student=student)
         print(
             f"lab {master.name} copied to {destination}: read {destination / 'README.md'}, then run its "
-            f"scenario ({labkit.load_lab(master).scenario}) from there"
+            f"scenario ({definition.load_lab(master).scenario}) from there"
         )
         if student:
-            started = labkit.lab_start(destination)
+            started = definition.lab_start(destination)
             print(f"{student}'s own seeds: {', '.join(map(str, started['seeds']))}")
             if "variant" in started:
-                variant = labkit.load_lab(master).variant
+                variant = definition.load_lab(master).variant
                 print(
                     f"{student}'s own {variant.what}: {started['variant']['value']:g} ({variant.knob} in the "
                     "scenario file)"
@@ -386,7 +386,7 @@ def _duplicates(folders: list[Path]) -> int:
     missing = [str(f) for f in folders if not f.is_dir()]
     if len(folders) < 2 or missing:
         problem = f"; not folders: {', '.join(missing)}" if missing else ""
-        raise labkit.LabError(f"lab duplicates needs two submission folders or more{problem}")
+        raise definition.LabError(f"lab duplicates needs two submission folders or more{problem}")
     shared = shared_runs(folders)
     for runs in shared.values():
         print("the same run in " + " and ".join(str(r) for r in runs))
@@ -396,12 +396,12 @@ def _duplicates(folders: list[Path]) -> int:
 
 def _bands(master: Path, results: Path | None, how: str | None) -> int:
     from testbed import PROJECT
-    from testbed.labs import labbands
+    from testbed.labs import referencebands
     from testbed.results import provenance
 
     if not results or not how:
-        raise labkit.LabError("lab bands needs the reference runs' results folder and --how (how they were made)")
-    expected = labbands.make_bands(master, results, how, provenance.git_state(PROJECT).get("sha") or "unknown")
-    labbands.write_expected(master / "expected.yaml", expected)
+        raise definition.LabError("lab bands needs the reference runs' results folder and --how (how they were made)")
+    expected = referencebands.make_bands(master, results, how, provenance.git_state(PROJECT).get("sha") or "unknown")
+    referencebands.write_expected(master / "expected.yaml", expected)
     print(f"{master / 'expected.yaml'}: {len(expected.bands)} bands from {expected.reference.runs} reference runs")
     return 0

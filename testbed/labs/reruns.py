@@ -26,10 +26,10 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from analysis import run as run_analysis
+from analysis.runs import analyze as run_analysis
+from testbed.labs.definition import Lab
 from testbed.labs.gradereport import Check
-from testbed.labs.labkit import Lab
-from testbed.labs.labresults import Results, graded_run_ids
+from testbed.labs.studentruns import Results, graded_run_ids
 from testbed.results import rundir
 from testbed.scenario import variants
 from testbed.scenario.errors import ScenarioError

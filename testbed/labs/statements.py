@@ -41,11 +41,11 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from analysis import claims, stats
-from analysis.stats import ALPHA
-from testbed.labs import answerfile, labkit, labresults
-from testbed.labs.labkit import Lab, Measured, Question
-from testbed.labs.labresults import Results, point_values
+from analysis.verdicts import claims, stats
+from analysis.verdicts.stats import ALPHA
+from testbed.labs import answerfile, definition, studentruns
+from testbed.labs.definition import Lab, Measured, Question
+from testbed.labs.studentruns import Results, point_values
 
 #: the units of the numbers a prose answer is held to (a number with one of them is checked against the runs)
 PROSE_UNITS = ("Mbit/s", "ms")
@@ -133,7 +133,7 @@ VERDICT_PATTERNS = {
 
 
 def verdicts_stated(answer: str) -> list[str]:
-    """The verdicts of analysis/claims.py the answer states: those of its first sentence that names any
+    """The verdicts of analysis/verdicts/claims.py the answer states: those of its first sentence that names any
     (an answer leads with its verdict; a later sentence may quote another session's), each not negated
     ("neither reproduced nor refuted" states none)."""
     for sentence in answerfile.sentences(answer):
@@ -292,7 +292,7 @@ def compared_algorithms(lab: Lab, results: Results) -> Compared:
     asked = [n for t in lab.tasks for q in t.questions for n in q.numbers if n.cc and n.unit == "Mbit/s"]
     if any(len({(n.point, n.metric) for n in asked if n.cc == cc}) > 1 for cc in {n.cc for n in asked}):
         return Compared()  # an algorithm at several points or metrics: "higher" would not say which
-    runs = {n.cc: labresults.seeded_values(n.point, n, results) for n in asked}
+    runs = {n.cc: studentruns.seeded_values(n.point, n, results) for n in asked}
     runs = {cc: values for cc, values in runs.items() if values}
     means = {cc: sum(v for _, v in values) / len(values) for cc, values in runs.items()}
     if len(runs) != 2:
@@ -329,7 +329,7 @@ def _evidence(asked: list[Measured], results: Results) -> list[float]:
     of that unit, each metric's mean, range and spread, and the differences of the means."""
     means, found = [], []
     for n in asked:
-        for metric in labkit.metrics_in(n.unit):
+        for metric in definition.metrics_in(n.unit):
             values = [v * n.scale for v in point_values(n.point, n.model_copy(update={"metric": metric}), results)]
             if values:
                 mean = sum(values) / len(values)

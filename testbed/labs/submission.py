@@ -15,7 +15,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from testbed.labs.labkit import LabError
+from testbed.labs.definition import LabError
 from testbed.results import rundir
 
 #: a run folder's files grading reads, besides raw/

@@ -2,7 +2,7 @@
 
 A run's captures are read twice: by the runner in the guest, to check when each flow's data really
 began (:func:`first_bulk_times`, reading only as far as it must), and by the analysis, to count
-every segment (``analysis.pcap``). Both read through this module, which needs only the standard
+every segment (``analysis.raw.pcap``). Both read through this module, which needs only the standard
 library (numpy cannot run in every guest). Hand-written rather than dpkt or scapy: those decode
 every layer into objects, ten times slower on a million records, and the analysis needs only the
 IP and TCP header fields.

@@ -4,13 +4,13 @@
 
     results/<scenario>/<UTC time>-<git sha7>/            a sweep ("session")
         session.json                                     what was asked, on which kernel and backend
-        report.html, summary.md                          the sweep report (testbed.report.session)
+        report.html, summary.md                          the sweep report (testbed.report.pages.sessionpage)
         figures/*.png, figures/drawn.json                its figures, and the sha256 of each as drawn
         <point>/seed=<n>/                                one run
             manifest.json                                provenance, status, fidelity, sha256 of every file
             raw/                                         iperf3 JSON, tcp_probe trace, pcaps, tc -s, ping
-            flows.csv, series.csv                        analysis.run
-            report.html                                  testbed.report.run
+            flows.csv, series.csv                        analysis.runs.analyze
+            report.html                                  testbed.report.pages.runpage
 
 A run's manifest (its model: :mod:`testbed.results.manifest`) is written first with ``status: running``;
 a run that is killed keeps that status and the next look at it reads "incomplete". This module holds

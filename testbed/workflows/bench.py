@@ -34,12 +34,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from analysis.loaders import load_tc_stats
-from analysis.pcap import TCPTRACE_FIELDS, tcptrace_connection
+from analysis.raw.loaders import load_tc_stats
+from analysis.raw.pcap import TCPTRACE_FIELDS, tcptrace_connection
 from testbed import PROJECT
 from testbed.host.session import run_session
 from testbed.plan.estimate import netspec as _netspec
-from testbed.report.session import write_session_report
+from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest
 from testbed.scenario.load import scenario_from_dict
@@ -310,8 +310,8 @@ PCAP_REPEATS = 3
 _TIMED_ANALYSIS = """
 import json, resource, sys, time
 from pathlib import Path
-from analysis.pcap import account_pcap
-from analysis.pcapfast import account_pcap_fast
+from analysis.raw.pcap import account_pcap
+from analysis.raw.pcapfast import account_pcap_fast
 accounting = account_pcap_fast if sys.argv[1] == "fast" else account_pcap
 started = time.perf_counter()
 result = accounting(Path(sys.argv[2]))

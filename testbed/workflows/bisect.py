@@ -1,7 +1,7 @@
 """``testbed bisect``: which Debian kernel version between a good and a bad one first moved a metric
 (issue 40), or with ``--tree PATH`` which commit of a source tree (issue 55: each commit reached is
 built here, testbed.host.kernelbuild; builds are kept by commit, so a step is built once). The
-search and its statistics are analysis/bisection.py's; this runs its measurements:
+search and its statistics are analysis/kernels/bisection.py's; this runs its measurements:
 each time a kernel needs more seeds, one guest session on that kernel runs the suite's points (or
 the one asked for) with those seeds, and its runs' metrics come back.
 
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import bisection, kernel_plots
+from analysis.figures import kernel_plots
+from analysis.kernels import bisection
 from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
 from testbed.results import rundir
@@ -88,7 +89,7 @@ def only_points(suite: ScenarioFile, point: str | None) -> ScenarioFile:
 
 
 class Measurer:
-    """analysis.bisection's ``measure``: one guest session per call, on that kernel, with those seeds."""
+    """analysis.kernels.bisection's ``measure``: one guest session per call, on that kernel, with those seeds."""
 
     def __init__(
         self,
@@ -286,7 +287,7 @@ def reproduce_lines(
 
 
 def _confirmation(result: bisection.Bisection) -> list[str]:
-    """The answer's confirmation on fresh seeds (analysis/bisection.py), one line."""
+    """The answer's confirmation on fresh seeds (analysis/kernels/bisection.py), one line."""
     if result.confirmed is None:
         return []
     seeds = f"{result.confirmation_seeds[0]}-{result.confirmation_seeds[-1]}"

@@ -3,7 +3,7 @@
 Runs a suite (the default suite unless told another) twice in new sessions on a guest, alone in real time
 and then in virtual time (QEMU's icount), at the same seeds, and prints per experiment the seconds of
 traffic per second of wall clock each way (boot included) and the twin-by-twin equivalence of
-:mod:`analysis.equivalence` (paired TOST per metric, the claims' verdicts). Numbers, not assertions:
+:mod:`analysis.verdicts.equivalence` (paired TOST per metric, the claims' verdicts). Numbers, not assertions:
 printed and written to ``bench/clock-<UTC time>.json``; nothing is recorded for ``--clock auto`` (that is
 ``testbed equivalence --record``'s, on sessions a person chose to decide by).
 """

@@ -22,7 +22,7 @@ judges them paired by seed. This module holds every step they have in common, in
    the parts here: the sides' metrics (:func:`side_metrics`), the runs that failed
    (:func:`failed_runs`), the positive controls (:func:`control_line`), the exit status
    (:func:`exit_code`) and the text of numbers (:func:`fmt_value`, :func:`detectable_text`); JUnit in
-   testbed.report.junit and figures in analysis.plots.
+   testbed.report.pages.junit and figures in analysis.figures.plots.
 """
 
 from __future__ import annotations
@@ -38,15 +38,16 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import claims, regression
-from analysis.flowrows import untrusted_because
+from analysis.kernels import regression
+from analysis.verdicts import claims
+from analysis.verdicts.flowrows import untrusted_because
 from testbed.guest.lossbpf import LossChannelError
 from testbed.guest.modules import ModuleBuildError
 from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
 from testbed.host.virtme import GuestError
 from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
-from testbed.report.session import write_session_report
+from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.scenario.suite import FlowHarm
@@ -362,12 +363,12 @@ def side_metrics(
     for session in sorted(session_dirs):
         report = write_session_report(session)
         measured = []
-        for analysis in report.runs:
-            point = analysis.manifest.get("point_id") or analysis.run_dir.parent.name
-            why = untrusted_because(analysis.manifest) if analysis.status == "complete" else ""
-            statuses.setdefault(point, []).append(("untrustworthy", why) if why else (analysis.status, analysis.reason))
+        for analysed in report.runs:
+            point = analysed.manifest.get("point_id") or analysed.run_dir.parent.name
+            why = untrusted_because(analysed.manifest) if analysed.status == "complete" else ""
+            statuses.setdefault(point, []).append(("untrustworthy", why) if why else (analysed.status, analysed.reason))
             if not why or untrusted:
-                measured.append(analysis)
+                measured.append(analysed)
         flows = claims.flow_rows(measured)
         if not flows.empty:
             frames.append(regression.run_metrics(flows))

@@ -1,7 +1,7 @@
 """Seeds where they decide something: ``testbed suite NAME --decide [--budget 60m]`` (and
 ``make reproduce BUDGET=60m``).
 
-After the suite's own runs, the session's claims are judged (analysis/claims.py); while some are
+After the suite's own runs, the session's claims are judged (analysis/verdicts/claims.py); while some are
 undecided and the budget lasts, more seeds are run for the points of the claims that cost least to
 decide here (``seedplan.seed_plan``: half way to the runs per side that would decide each, so that the
 estimate is made again from the new runs), then the claims are judged again. The new seeds follow the
@@ -9,7 +9,7 @@ point's highest; the runs grow the same session folder (resume keeps every run d
 interrupted ``--decide`` run again continues where it stopped. It stops when nothing undecided can
 be decided within the budget left, or after the design's last look, and says what stayed undecided and why.
 
-Every judgement is a look of one group-sequential design (analysis/sequential.py): at most
+Every judgement is a look of one group-sequential design (analysis/verdicts/sequential.py): at most
 ``sequential.DECIDE_LOOKS`` looks, the suite's own runs the first, each at its share of the 5 %; a claim
 decided at a look keeps that verdict and gets no more runs. The design and what each look decided are
 written to ``sequential.json`` in the session folder, and the session's report judges each claim at the
@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from analysis import claims, seedplan, sequential
-from analysis.loaders import LoadError, load_session
+from analysis.raw.loaders import LoadError, load_session
+from analysis.verdicts import claims, seedplan, sequential
 from testbed.plan import estimate
-from testbed.report.analyses import analyze_runs, session_run_dirs
+from testbed.report.pages.analyses import analyze_runs, session_run_dirs
 from testbed.results import rundir
 from testbed.scenario import variants
 from testbed.scenario.points import ScenarioFile

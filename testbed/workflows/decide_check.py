@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from analysis import claims, sequential, stats
+from analysis.verdicts import claims, sequential, stats
 from testbed.workflows import decide as decide_workflow
 
 CLAIM = claims.Claim.model_validate(

@@ -2,7 +2,7 @@
 
 The reference is a session alone in real time; the candidate the same experiments at the same seeds run
 the faster way (``--clock virtual``, side by side). Each experiment is judged by
-:mod:`analysis.equivalence` (paired TOST per metric, the claims' verdicts on both, untrustworthy runs);
+:mod:`analysis.verdicts.equivalence` (paired TOST per metric, the claims' verdicts on both, untrustworthy runs);
 the table is printed and written beside the candidate (``equivalence.md``), with each side's speed
 (seconds of traffic per second of wall clock). ``--record`` writes the result into
 ``scenarios/timebase/equivalence.yaml``, which ``--clock auto`` reads (:mod:`testbed.host.timebase`):
@@ -19,10 +19,11 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from analysis import equivalence, regression
-from analysis.flowrows import flow_rows
+from analysis.kernels import regression
+from analysis.verdicts import equivalence
+from analysis.verdicts.flowrows import flow_rows
 from testbed.host import timebase
-from testbed.report.session import write_session_report
+from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 
 
@@ -58,12 +59,12 @@ def load_side(session: Path) -> AnalysedSession:
         {key: backend.get(key) for key in timebase.GUEST_KEYS},
     )
     by_experiment: dict[str, list] = {}
-    for analysis in report.runs:
-        experiment = analysis.manifest.get("scenario") or "?"
-        trusted = ((analysis.manifest.get("fidelity") or {}).get("trustworthy")) is True
+    for analysed in report.runs:
+        experiment = analysed.manifest.get("scenario") or "?"
+        trusted = ((analysed.manifest.get("fidelity") or {}).get("trustworthy")) is True
         side.untrustworthy[experiment] = side.untrustworthy.get(experiment, 0) + (not trusted)
         if trusted:
-            by_experiment.setdefault(experiment, []).append(analysis)
+            by_experiment.setdefault(experiment, []).append(analysed)
     for experiment, analyses in by_experiment.items():
         metrics = regression.run_metrics(flow_rows(analyses))
         latency = regression.latency_metrics(analyses)

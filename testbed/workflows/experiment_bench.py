@@ -1,7 +1,7 @@
 """``testbed bench --part experiment``: where ``make experiment``'s time goes, and how much of it is trusted.
 
 Runs the default suite as ``make experiment`` does (a new session, the same backend choice, the runs
-analysed while it runs: testbed/report/ahead.py), writes its report, then reads every run's manifest:
+analysed while it runs: testbed/report/live/ahead.py), writes its report, then reads every run's manifest:
 
 * the session's wall time, the guest's boot to the runner's first line, the report's time (from the
   last run's end: what the analysis ahead had left, then the report);
@@ -25,8 +25,8 @@ from pathlib import Path
 
 from testbed import PROJECT
 from testbed.host.session import SessionResult, run_session
-from testbed.report.ahead import AheadAnalysis
-from testbed.report.session import SessionReport, write_session_report
+from testbed.report.live.ahead import AheadAnalysis
+from testbed.report.pages.sessionpage import SessionReport, write_session_report
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest
 from testbed.results.rundir import LoadError

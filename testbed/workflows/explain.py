@@ -1,8 +1,8 @@
 """``testbed explain CLAIM``: which difference between the paper's setup and today's Linux moves a claim,
-by experiment (issue 43; the rule is analysis/ablation.py's).
+by experiment (issue 43; the rule is analysis/verdicts/ablation.py's).
 
 The claim's deciding condition is taken from the suite ``make reproduce`` runs (its points of the claim's
-experiment at the claim's condition, ``ablations.at`` in analysis/claims.yaml where it has several), and
+experiment at the claim's condition, ``ablations.at`` in analysis/verdicts/claims.yaml where it has several), and
 run as one session under each *setting*: the baseline (today's defaults), each factor alone at the
 paper's setting, and all of them together; each setting is a point of its own (parameter ``ablate``), the
 same seeds in each, so that a setting's runs pair with the baseline's. The session lands in
@@ -15,7 +15,7 @@ and next to it:
   (the paper's effect marked, the claim's threshold or margin shaded) and as a table.
 
 ``make reproduce``'s report shows, beside each claim not reproduced or opposite, the conclusion of the
-claim's latest explanation here (analysis/ablation.py ``latest``).
+claim's latest explanation here (analysis/verdicts/ablation.py ``latest``).
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-from analysis import ablation, claims, sequential
-from analysis.ablation import ABLATE_PARAM, ALL, BASELINE, EXPLANATION, ExplanationRecord, SettingRecord
-from analysis.factors import Factor
-from analysis.plots import forest_png
+from analysis.figures.plots import forest_png
+from analysis.verdicts import ablation, claims, sequential
+from analysis.verdicts.ablation import ABLATE_PARAM, ALL, BASELINE, EXPLANATION, ExplanationRecord, SettingRecord
+from analysis.verdicts.factors import Factor
 from testbed import PROJECT
 from testbed.results import rundir
 from testbed.scenario import variants
@@ -54,13 +54,13 @@ def find_claim(claim_id: str) -> claims.Claim:
     by_id = {c.id: c for c in known}
     if claim_id not in by_id:
         raise ValueError(
-            f"no claim {claim_id!r} in analysis/claims.yaml; with ablations: "
+            f"no claim {claim_id!r} in analysis/verdicts/claims.yaml; with ablations: "
             f"{', '.join(c.id for c in known if c.ablations)}"
         )
     claim = by_id[claim_id]
     if claim.ablations is None:
         raise ValueError(
-            f"claim {claim_id!r} has no ablations in analysis/claims.yaml (add its factors there); "
+            f"claim {claim_id!r} has no ablations in analysis/verdicts/claims.yaml (add its factors there); "
             f"claims with them: {', '.join(c.id for c in known if c.ablations)}"
         )
     if claim.b is None:
@@ -99,7 +99,7 @@ def deciding_points(claim: claims.Claim, suite: ScenarioFile) -> list[Point]:
         found = "; ".join(claims._condition_text(c) for c in chosen) or "none"
         raise ValueError(
             f"claim {claim.id}: {len(chosen)} conditions in {REPRODUCE_SUITE.name} ({found}); set "
-            "ablations.at in analysis/claims.yaml to the parameters of the one to explain"
+            "ablations.at in analysis/verdicts/claims.yaml to the parameters of the one to explain"
         )
     return next(iter(chosen.values()))
 
@@ -248,6 +248,6 @@ def _markdown(claim: claims.Claim, result: ablation.Explanation, frame, figure: 
         "",
         *[f"    {line}" for line in result.lines()],
         "",
-        f"The rule: analysis/ablation.py (module doc); the claims' tests: {claims.RULE}",
+        f"The rule: analysis/verdicts/ablation.py (module doc); the claims' tests: {claims.RULE}",
     ]
     return "\n".join(lines) + "\n"

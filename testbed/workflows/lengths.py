@@ -1,5 +1,5 @@
 """``testbed lengths SESSION``: a session's goodput claims judged over windows of its runs (the first T
-seconds, and the run with a warm-up left out: analysis/lengths.py), to see where each effect settles before
+seconds, and the run with a warm-up left out: analysis/verdicts/lengths.py), to see where each effect settles before
 choosing a claim's run length. Writes ``lengths.csv``, ``lengths.md`` and ``figures/lengths.png`` in the
 session folder; runs nothing.
 """
@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from analysis import claims, lengths, plots
-from analysis.loaders import LoadError, load_session
-from testbed.report.analyses import analyze_runs, session_run_dirs
-from testbed.report.pages import fmt
-from testbed.report.points import text_table
+from analysis.figures import plots
+from analysis.raw.loaders import LoadError, load_session
+from analysis.verdicts import claims, lengths
+from testbed.report.pages.analyses import analyze_runs, session_run_dirs
+from testbed.report.pages.points import text_table
+from testbed.report.pages.templating import fmt
 from testbed.results import rundir
 
 
@@ -44,7 +45,7 @@ def run(session_dir: Path) -> tuple[Path, list[str]]:
     alpha = table["alpha"].iloc[0] if len(table) else claims.ALPHA
     lines = [
         f"{session_dir.name}: the goodput claims of {complete} complete runs, judged per window "
-        f"(analysis/lengths.py); {fmt(len(table))} rows",
+        f"(analysis/verdicts/lengths.py); {fmt(len(table))} rows",
         f"exploratory: each window judged at alpha {alpha:.3g} (0.05 shared by the windows tried); a window "
         "chosen here decides nothing until confirmed on seeds that took no part in choosing it "
         "(claims.yaml: warmup_confirmed)",

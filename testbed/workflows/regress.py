@@ -10,7 +10,7 @@ Every run lands in ``results/regress/<UTC time>-<baseline>-vs-<candidate>/{basel
 (and in the results catalog). How the runs are scheduled, resumed after a kill (started again with the
 same kernels, suite and options, the comparison goes on in its folder; ``--force`` starts a new one) and
 how its parts are judged is testbed/workflows/compare.py, shared with ``--series`` and ``bisect``.
-Then analysis/regression.py compares, per point x algorithm x metric, the candidate's repetitions with
+Then analysis/kernels/regression.py compares, per point x algorithm x metric, the candidate's repetitions with
 the baseline's, and this writes next to them:
 
 * ``regress.txt``: the terminal table (also printed);
@@ -37,12 +37,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import kernel_plots, regression
+from analysis.figures import kernel_plots
+from analysis.kernels import regression
 from testbed.host import kernels
 from testbed.host.session import log
-from testbed.report import junit
-from testbed.report.pages import Badge, render, table
-from testbed.report.points import text_table
+from testbed.report.pages import junit
+from testbed.report.pages.points import text_table
+from testbed.report.pages.templating import Badge, render, table
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
@@ -302,7 +303,7 @@ def _junit_suites(result: RegressResult, controls: dict) -> dict[str, list[junit
 
 
 def _html(path: Path, result: RegressResult, header: str, side_metrics: dict, controls: dict) -> None:
-    """report.html (testbed/report/templates/regress.html.j2): failures, controls, the comparisons, the spreads."""
+    """report.html (testbed/report/pages/templates/regress.html.j2): failures, controls, comparisons, spreads."""
     css = {"regression": "bad", "improvement": "good", "no change": "", "too few runs": "warn"}
     rows = _rows(result.comparisons, controls)
     for row in rows:

@@ -1,5 +1,5 @@
 """``testbed results``: every run under a results folder, listed and filtered through its catalog
-(analysis/catalog.py), as runs, flows or latency rows; optionally written to CSV or made into a report
+(analysis/runs/catalog.py), as runs, flows or latency rows; optionally written to CSV or made into a report
 of the matching runs (from the stored runs: nothing runs again)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from typing import Literal
 
 import pandas as pd
 
-from analysis import catalog
+from analysis.runs import catalog
 
 View = Literal["runs", "flows", "latency"]
 RUN_COLUMNS = {
@@ -84,7 +84,7 @@ def _rows(results_root: Path, filters: dict, view: View, runs: pd.DataFrame) -> 
 
 
 def _report(results_root: Path, runs: pd.DataFrame, out: Path, filters: dict) -> int:
-    from testbed.report.session import write_selection
+    from testbed.report.pages.sessionpage import write_selection
     from testbed.workflows.sessions import write_report
 
     if runs.empty:

@@ -11,7 +11,7 @@ or on which no run of its first repetition completes (it does not boot), is repo
 goes on without it. The suite's positive controls run on the last kernel
 (its flows harmed) and are compared with that kernel's own runs of their point.
 
-Then analysis/series.py compares each kernel with the one before (and the first with the last),
+Then analysis/kernels/series.py compares each kernel with the one before (and the first with the last),
 paired by seed, Holm over the whole series, and this writes in
 ``results/regress/<UTC time>-series-<first>..<last>/``: ``series.txt`` (also printed), ``report.html``
 (the change points first, then one figure per metric across the versions with 95 % intervals,
@@ -31,12 +31,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import kernel_plots, regression, series
+from analysis.figures import kernel_plots
+from analysis.kernels import regression, series
 from testbed.host import kernels
 from testbed.host.session import log
-from testbed.report import junit
-from testbed.report.pages import Badge, render, table
-from testbed.report.points import text_table
+from testbed.report.pages import junit
+from testbed.report.pages.points import text_table
+from testbed.report.pages.templating import Badge, render, table
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
@@ -70,7 +71,7 @@ def _version_of(release: str) -> str:
 def baseline_from_history(results_root: Path, series_name: str, candidate: str) -> str:
     """The newest kernel of ``series_name`` older than ``candidate`` with a complete run in the results
     catalog: what ``regress --latest`` compares the newest installable kernel with."""
-    from analysis.catalog import ingest, runs
+    from analysis.runs.catalog import ingest, runs
 
     ingest(results_root)
     history = runs(results_root, status="complete")
@@ -186,7 +187,7 @@ def judge_series(
     inject: dict | None = None,
     inject_from: str | None = None,
 ) -> SeriesResult:
-    """Compare the kernels' runs (analysis/series.py) and write the outputs (module doc)."""
+    """Compare the kernels' runs (analysis/kernels/series.py) and write the outputs (module doc)."""
     frames, statuses = {}, {}
     for kernel in kept:
         frames[kernel], statuses[kernel] = compare.side_metrics(sessions[kernel])

@@ -1,7 +1,7 @@
 """What ``testbed run``, ``suite``, ``explain`` and ``check`` do: a session run, its report, the catalog.
 
 A session runs where :class:`Where` says (testbed/host/session.py chooses and resumes), its runs are
-analysed while it runs (testbed/report/ahead.py), then its report is written and printed, and the
+analysed while it runs (testbed/report/live/ahead.py), then its report is written and printed, and the
 results folder's catalog is brought up to date. ``suite --decide`` adds seeds where they decide
 claims (testbed/workflows/decide.py); ``explain`` judges the session's ablations. The CLI only parses
 its options into these calls.
@@ -63,8 +63,9 @@ def refuse_runaway(
 
 
 def update_catalog(results_root: Path) -> None:
-    """Bring the results folder's catalog up to date after runs (analysis/catalog.py), saying what did not go in."""
-    from analysis.catalog import update
+    """Bring the results folder's catalog up to date after runs (analysis/runs/catalog.py), saying what did not
+    go in."""
+    from analysis.runs.catalog import update
 
     for line in update(results_root):
         print(line, file=sys.stderr)
@@ -72,7 +73,7 @@ def update_catalog(results_root: Path) -> None:
 
 def write_report(session: Path, ahead=None) -> Path:
     """The session's report written and its summary printed (after the analysis ahead, if any, ended)."""
-    from testbed.report.session import write_session_report
+    from testbed.report.pages.sessionpage import write_session_report
 
     if ahead is not None:
         ahead.finish()  # its runs are then in the report's cache
@@ -118,7 +119,7 @@ def run_scenario(
 def explain_claim(claim_id: str, seeds: int, factors: list[str], where: Where) -> int:
     """``testbed explain``: the claim's deciding condition with each factor set as the paper had it, run as
     one session, then judged (testbed/workflows/explain.py)."""
-    from testbed.report.session import write_session_report
+    from testbed.report.pages.sessionpage import write_session_report
     from testbed.workflows import explain
 
     claim = explain.find_claim(claim_id)
@@ -154,10 +155,10 @@ def _session(scenario: ScenarioFile, where: Where, force: bool, ahead) -> Sessio
 
 
 def _ahead(wanted: bool) -> contextlib.AbstractContextManager:
-    """The runs analysed while the session runs (testbed/report/ahead.py), for the report after it."""
+    """The runs analysed while the session runs (testbed/report/live/ahead.py), for the report after it."""
     if not wanted:
         return contextlib.nullcontext(None)
-    from testbed.report.ahead import AheadAnalysis
+    from testbed.report.live.ahead import AheadAnalysis
 
     return AheadAnalysis()
 

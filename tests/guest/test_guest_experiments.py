@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loaders import load_tc_stats
-from analysis.run import analyze_run
+from analysis.raw.loaders import load_tc_stats
+from analysis.runs.analyze import analyze_run
 from testbed.guest import fidelity
 from testbed.guest.fidelity import UDP_PAYLOAD_BYTES
 from testbed.guest.probes import UDP_PROBE_S

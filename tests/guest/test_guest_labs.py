@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from testbed.labs import answerfile, labkit, labresults, statements
+from testbed.labs import answerfile, definition, statements, studentruns
 from tests import hoststeal
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
@@ -46,12 +46,12 @@ CLOCK = ("--clock", "virtual")
 
 def _as_a_student(name: str, work: Path) -> Path:
     """The lab started in ``work`` with the solution's files in place, its seeds cut to the first."""
-    labkit.start_lab(name, work)
-    for path in (labkit.LABS / name / "solution").iterdir():
+    definition.start_lab(name, work)
+    for path in (definition.LABS / name / "solution").iterdir():
         shutil.copy(path, work / path.name)
-    scenario = work / (labkit.load_lab(labkit.LABS / name).scenario or "claim.yaml")
+    scenario = work / (definition.load_lab(definition.LABS / name).scenario or "claim.yaml")
     data = yaml.safe_load(scenario.read_text())
-    data["seeds"] = data["seeds"][: labkit.load_lab(labkit.LABS / name).min_seeds]
+    data["seeds"] = data["seeds"][: definition.load_lab(definition.LABS / name).min_seeds]
     scenario.write_text(yaml.safe_dump(data, sort_keys=False))
     return scenario
 
@@ -73,12 +73,12 @@ def _quote_the_runs(name: str, work: Path) -> None:
     """The numbers the solution's answers give came from the committed runs; a student gives their own.
     Each question that asks for numbers gets its numbers block from this test's runs, read as the grader
     reads them (tests/unit/test_labs.py checks that reading against the committed runs' own numbers)."""
-    lab_ = labkit.load_lab(labkit.LABS / name)
-    found = labresults.load_results(work, lab_, work / "results")
+    lab_ = definition.load_lab(definition.LABS / name)
+    found = studentruns.load_results(work, lab_, work / "results")
     given = answerfile.sections(work / lab_.answers)
     for question in (q for t in lab_.tasks for q in t.questions if q.numbers):
         means = {
-            n.key: (v := labresults.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
+            n.key: (v := studentruns.point_values(n.point, n, found)) and sum(v) / len(v) * n.scale
             for n in question.numbers
         }
         block = "```numbers\n" + "".join(f"{key}: {mean:.4g}\n" for key, mean in means.items() if mean) + "```\n"
@@ -95,7 +95,7 @@ def _quote_the_runs(name: str, work: Path) -> None:
                 text,
             )
     for question in (q for t in lab_.tasks for q in t.questions if q.verdict):
-        decided = labresults.decided_claims(found)
+        decided = studentruns.decided_claims(found)
         said = "; ".join(f"{claim}: {v.verdict}" for claim, v in decided.items())
         # the solution's verdict, means, effect and p are the committed runs'; the grader holds them to the
         # student's runs (statements.verdict_number_problems), so this answer gives this test's own
@@ -143,7 +143,7 @@ def test_the_solution_run_as_a_student_runs_it_passes_its_own_check(name, tmp_pa
     _as_a_student(name, work)
     _run_the_handout(name, work, log, *CLOCK)
     _quote_the_runs(name, work)
-    hidden = ["--backend", "guest", *CLOCK] if (labkit.LABS / name / "hidden.yaml").is_file() else ["--no-hidden"]
+    hidden = ["--backend", "guest", *CLOCK] if (definition.LABS / name / "hidden.yaml").is_file() else ["--no-hidden"]
     status = _testbed(["lab", "check", name, *hidden], work, log)
     graded = json.loads((work / "grade" / "results.json").read_text())
     # a run its fidelity checks judged untrustworthy is a failure here, never run again: a rerun would hide

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.latency import latency_frames
+from analysis.runs.latency import latency_frames
 from testbed.results import rundir
 from tests.guest import tierpoints
 

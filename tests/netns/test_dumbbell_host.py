@@ -8,8 +8,8 @@ import subprocess
 
 import pytest
 
-from analysis.loaders import load_tc_stats
-from analysis.pcap import account_pcap
+from analysis.raw.loaders import load_tc_stats
+from analysis.raw.pcap import account_pcap
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import textwrap
 
-from analysis import ablation, claims
+from analysis.verdicts import ablation, claims
 from testbed.host.session import run_session
-from testbed.report.session import write_session_report
+from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 from testbed.workflows import explain
 

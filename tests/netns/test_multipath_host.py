@@ -5,7 +5,7 @@ the kept network, its sprayers still attached, and counts only its own packets."
 
 from __future__ import annotations
 
-from analysis.run import analyze_run
+from analysis.runs.analyze import analyze_run
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from analysis.run import analyze_run
+from analysis.runs.analyze import analyze_run
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict

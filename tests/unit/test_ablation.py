@@ -1,4 +1,4 @@
-"""``testbed explain``'s rule and plan, no kernel (analysis/ablation.py, testbed/workflows/explain.py).
+"""``testbed explain``'s rule and plan, no kernel (analysis/verdicts/ablation.py, testbed/workflows/explain.py).
 
 The rule is tested as the claims' rule is (tests/unit/test_verdict_rule.py): on simulated runs of known
 truth. A factor whose true effect is the baseline's must not be said to explain the claim more often than
@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import ablation, claims, stats
-from analysis.factors import Ablations, Factor
-from testbed.report.verdicts import terminal_lines
+from analysis.verdicts import ablation, claims, stats
+from analysis.verdicts.factors import Ablations, Factor
+from testbed.report.pages.verdicts import terminal_lines
 from testbed.scenario.points import RunSpec
 from testbed.workflows import explain
 

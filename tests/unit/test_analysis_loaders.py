@@ -1,4 +1,4 @@
-"""analysis.loaders on the real fixture and on broken files: every problem names its file."""
+"""analysis.raw.loaders on the real fixture and on broken files: every problem names its file."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis.loaders import (
+from analysis.raw.loaders import (
     INFINITE_SSTHRESH,
     LoadError,
     leaf_qdiscs,

@@ -1,4 +1,4 @@
-"""analysis.metrics on hand-computed cases."""
+"""analysis.runs.metrics on hand-computed cases."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis.metrics import (
+from analysis.runs.metrics import (
     flow_totals,
     goodput_mbit,
     interval_boundaries,
@@ -17,7 +17,7 @@ from analysis.metrics import (
     retransmission_ratio,
     split_into_intervals,
 )
-from analysis.stats import seed_stats, student_t_cdf, student_t_quantile
+from analysis.verdicts.stats import seed_stats, student_t_cdf, student_t_quantile
 
 
 def test_goodput_takes_retransmissions_off():

@@ -1,4 +1,4 @@
-"""analysis.pcap: per-connection data-segment accounting, on synthetic captures and on the real fixture."""
+"""analysis.raw.pcap: per-connection data-segment accounting, on synthetic captures and on the real fixture."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pathlib import Path
 import dpkt
 import pytest
 
-from analysis.pcap import SeqSpace
-from analysis.pcap import account_pcap as streaming_account_pcap
-from analysis.pcapfast import account_pcap_fast
+from analysis.raw.pcap import SeqSpace
+from analysis.raw.pcap import account_pcap as streaming_account_pcap
+from analysis.raw.pcapfast import account_pcap_fast
 from testbed.results.pcapfile import (
     LINKTYPE_ETHERNET,
     LINKTYPE_LINUX_SLL,
@@ -30,7 +30,7 @@ ACK, SYN, PSH, FIN = dpkt.tcp.TH_ACK, dpkt.tcp.TH_SYN, dpkt.tcp.TH_PUSH, dpkt.tc
 
 
 def account_pcap(path, **kw):
-    """Both accountings, the record-by-record one and the columnar fast path (analysis/pcapfast.py):
+    """Both accountings, the record-by-record one and the columnar fast path (analysis/raw/pcapfast.py):
     they must agree exactly on every capture these tests make."""
     slow = streaming_account_pcap(path)
     fast = account_pcap_fast(path, **kw)

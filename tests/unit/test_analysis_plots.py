@@ -1,4 +1,5 @@
-"""analysis.plots: figures render to PNG, take their colours from scenario/algorithms.py and survive missing data."""
+"""analysis.figures.plots: figures render to PNG, take their colours from testbed/scenario/algorithms.py and
+survive missing data."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import matplotlib.image
 import numpy as np
 import pandas as pd
 
-from analysis import plots
+from analysis.figures import plots
 from testbed.scenario.algorithms import REGISTRY
 
 

@@ -1,4 +1,4 @@
-"""testbed.report.session.write_session_report on sessions built from copies of the real fixture."""
+"""testbed.report.pages.sessionpage.write_session_report on sessions built from copies of the real fixture."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from analysis import claims
-from analysis.metrics import jain_index
-from analysis.stats import student_t_quantile
-from testbed.report.points import text_table
-from testbed.report.session import write_session_report
+from analysis.runs.metrics import jain_index
+from analysis.verdicts import claims
+from analysis.verdicts.stats import student_t_quantile
+from testbed.report.pages.points import text_table
+from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -371,7 +371,7 @@ def test_the_summary_leads_with_the_verdicts(tmp_path):
 
 
 def test_a_second_report_reuses_unchanged_runs_and_redoes_changed_ones(tmp_path, monkeypatch):
-    from testbed.report import analyses as session_module
+    from testbed.report.pages import analyses as session_module
 
     session = tmp_path / "cached"
     session.mkdir()
@@ -401,7 +401,7 @@ def test_a_second_report_reuses_unchanged_runs_and_redoes_changed_ones(tmp_path,
 def test_a_session_figure_is_drawn_again_exactly_when_its_data_change(tmp_path):
     import pandas as pd
 
-    from testbed.report import cache
+    from testbed.report.cache import entries
 
     calls = []
 
@@ -409,10 +409,10 @@ def test_a_session_figure_is_drawn_again_exactly_when_its_data_change(tmp_path):
         return lambda: calls.append(tag) or tag.encode()
 
     table = pd.DataFrame({"x": [1, 2], "v": [2.0, 3.0]})
-    assert cache.figure(tmp_path, draw("a"), "bars", table, "title") == b"a"
-    assert cache.figure(tmp_path, draw("b"), "bars", table.copy(), "title") == b"a"  # same data: the stored one
-    assert cache.figure(tmp_path, draw("c"), "bars", table.assign(v=[2.0, 3.5]), "title") == b"c"
-    assert cache.figure(tmp_path, draw("d"), "bars", table, "another title") == b"d"
+    assert entries.figure(tmp_path, draw("a"), "bars", table, "title") == b"a"
+    assert entries.figure(tmp_path, draw("b"), "bars", table.copy(), "title") == b"a"  # same data: the stored one
+    assert entries.figure(tmp_path, draw("c"), "bars", table.assign(v=[2.0, 3.5]), "title") == b"c"
+    assert entries.figure(tmp_path, draw("d"), "bars", table, "another title") == b"d"
     assert calls == ["a", "c", "d"]
 
 
@@ -445,7 +445,7 @@ def _lab_session(tmp_path, seeds=(1, 2, 3), name="s") -> tuple[Path, list[str]]:
 
 
 def test_a_plain_sessions_report_is_its_one_look_and_judges_every_claim_at_the_designs_level(tmp_path, monkeypatch):
-    from analysis import sequential
+    from analysis.verdicts import sequential
     from testbed.workflows import decide
 
     seen: list[float] = []
@@ -481,7 +481,7 @@ def test_a_plain_sessions_report_is_its_one_look_and_judges_every_claim_at_the_d
 
 
 def test_a_claim_decided_at_an_earlier_look_is_reported_on_that_looks_runs_and_level(tmp_path, monkeypatch):
-    from analysis import sequential
+    from analysis.verdicts import sequential
 
     session, runs = _lab_session(tmp_path, seeds=(1, 2, 3, 4))
     record = sequential.Record(sequential.Design(4))
@@ -506,7 +506,7 @@ def test_a_claim_decided_at_an_earlier_look_is_reported_on_that_looks_runs_and_l
 
 
 def test_a_report_over_two_sessions_takes_each_claims_session_or_says_the_pooled_look_is_exploratory(tmp_path):
-    from testbed.report.session import write_run_list
+    from testbed.report.pages.sessionpage import write_run_list
 
     one, runs_one = _lab_session(tmp_path, name="one")
     two, runs_two = _lab_session(tmp_path, name="two")  # the same seeds again: one replicate per seed

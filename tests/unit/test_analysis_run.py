@@ -1,4 +1,4 @@
-"""analysis.run.analyze_run on a copy of the real fixture, whole and with broken or missing files."""
+"""analysis.runs.analyze.analyze_run on a copy of the real fixture, whole and with broken or missing files."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis.run import capture_node
-from testbed.report.run import fmt, report_run
+from analysis.runs.analyze import capture_node
+from testbed.report.pages.runpage import fmt, report_run
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"
 T0 = 63.290864951

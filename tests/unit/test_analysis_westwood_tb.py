@@ -14,10 +14,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import metrics, plots
-from analysis.loaders import WESTWOOD_CONG_FIELDS, WESTWOOD_SAMPLE_FIELDS, LoadError, load_westwood_tb
-from analysis.run import FLOW_COLUMNS, analyze_run
-from testbed.report.run import report_run
+from analysis.figures import plots
+from analysis.raw.loaders import WESTWOOD_CONG_FIELDS, WESTWOOD_SAMPLE_FIELDS, LoadError, load_westwood_tb
+from analysis.runs import metrics
+from analysis.runs.analyze import FLOW_COLUMNS, analyze_run
+from testbed.report.pages.runpage import report_run
 from testbed.scenario.algorithms import REGISTRY
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -1,4 +1,4 @@
-"""The bisection's search (analysis/bisection.py) on simulated kernels of known truth: a metric that moves
+"""The bisection's search (analysis/kernels/bisection.py) on simulated kernels of known truth: a metric that moves
 at a chosen version, seeded per-run noise, no kernel involved."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import pandas as pd
 import pytest
 
-from analysis import bisection
+from analysis.kernels import bisection
 
 VERSIONS = [f"6.1.0-{n}" for n in range(47, 57)]  # ten, as Debian's 6.1 series here
 
@@ -226,7 +226,7 @@ def test_a_graph_whose_child_comes_before_its_parent_is_refused():
 
 def test_the_bisection_figure_of_a_large_graph_shows_the_versions_it_tried(monkeypatch):
     """Past BISECT_AXIS_ALL versions (a tree's thousands of commits) the axis holds the tried ones only."""
-    from analysis import kernel_plots
+    from analysis.figures import kernel_plots
 
     result = bisection.bisect(list(GRAPH), OnGraph("b2"), parents=GRAPH)
     shown = []

@@ -123,7 +123,7 @@ def test_runs_a_backend_did_not_finish_are_marked_through_the_model(tmp_path):
 
 
 def test_a_session_made_before_the_models_still_analyses_and_reports(tmp_path):
-    from testbed.report.session import write_session_report
+    from testbed.report.pages.sessionpage import write_session_report
 
     session = tmp_path / "short" / "20261121T074018Z-nogit"
     shutil.copytree(FIXTURES / "run-westwood", session / "default" / "seed=1")

@@ -1,4 +1,4 @@
-"""The results catalog (analysis/catalog.py) over copies of the committed real run (tests/fixtures)."""
+"""The results catalog (analysis/runs/catalog.py) over copies of the committed real run (tests/fixtures)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from analysis import catalog
+from analysis.runs import catalog
 from testbed.cli import main
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "run-westwood"
@@ -101,7 +101,7 @@ def test_cli_lists_filters_and_regenerates_a_report_from_stored_runs(results, tm
 
 
 def test_a_runs_latency_flows_are_catalogued(results):
-    """latency.csv (ping and requests flows' percentiles, analysis.latency) is the catalog's latency table."""
+    """latency.csv (ping and requests flows' percentiles, analysis.runs.latency) is the catalog's latency table."""
     run = next(results.glob("lab/*/lab.cc=westwood/seed=1"))
     (run / "latency.csv").write_text(
         "id,kind,flow,direction,samples,lost,p50_ms,p90_ms,p99_ms,mean_ms\n"

@@ -1,4 +1,4 @@
-"""The verdict rule of analysis/claims.py on synthetic flow tables, and the shipped claims file."""
+"""The verdict rule of analysis/verdicts/claims.py on synthetic flow tables, and the shipped claims file."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pandas as pd
 import pytest
 
-from analysis import claims
+from analysis.verdicts import claims
 
 
 def _claim(**changes) -> claims.Claim:

@@ -1,4 +1,4 @@
-"""Seeds where they decide something (testbed/workflows/decide.py, analysis/seedplan.py): the plan on judged
+"""Seeds where they decide something (testbed/workflows/decide.py, analysis/verdicts/seedplan.py): the plan on judged
 flows of known spread, the budget, and the suite grown by new seeds without losing the runs made."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import claims, seedplan
+from analysis.verdicts import claims, seedplan
 from testbed.scenario.suite import find_suite, load_suite
 from testbed.workflows.decide import grow, parse_budget
 

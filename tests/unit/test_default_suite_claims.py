@@ -1,6 +1,6 @@
-"""The default and headline suites are designed to decide claims: every claim of analysis/claims.yaml
+"""The default and headline suites are designed to decide claims: every claim of analysis/verdicts/claims.yaml
 about a point they run, with both sides' algorithms in it, gets both sides at one condition (judged by
-analysis/claims.py's own pairing on the flows the suite's runs would give), and the claims each is built
+analysis/verdicts/claims.py's own pairing on the flows the suite's runs would give), and the claims each is built
 for get 3 runs per side."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import claims
+from analysis.verdicts import claims
 from testbed.scenario.algorithms import algorithm_of
 from testbed.scenario.points import ScenarioFile
 from testbed.scenario.suite import find_suite, load_suite

@@ -20,7 +20,7 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from analysis import bisection
+from analysis.kernels import bisection
 from testbed.host import gitmirror, kernelbuild, kernels, kernelsource
 from testbed.workflows import bisect as bisect_workflow
 from testbed.workflows.compare import label

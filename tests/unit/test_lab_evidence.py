@@ -25,8 +25,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import run as run_analysis
-from testbed.labs import answerfile, autograder, gradereport, intake, lab, labkit, labresults, students
+from analysis.runs import analyze as run_analysis
+from testbed.labs import answerfile, autograder, definition, gradereport, intake, lab, studentruns, students
 from testbed.results import rundir
 from tests.unit.test_labs import (
     LABS,
@@ -49,7 +49,7 @@ def _made_consistent(work: Path, run: Path) -> None:
     manifest = rundir.read_json(run / rundir.MANIFEST)
     manifest["files"] = {name: rundir.sha256_file(run / name) for name in manifest["files"] if (run / name).is_file()}
     (run / rundir.MANIFEST).write_text(json.dumps(manifest))
-    planned = labresults.load_results(work, labkit.load_lab(LABS / "wireless"), work / "results").identities
+    planned = studentruns.load_results(work, definition.load_lab(LABS / "wireless"), work / "results").identities
     manifest["identity"] = planned[(manifest["point_id"], manifest["seed"])]
     (run / rundir.MANIFEST).write_text(json.dumps(manifest))
     flows = run_analysis.analyze_run(run, write=False).flows
@@ -168,7 +168,9 @@ def _evidence_removed(work: Path, results: Path) -> None:
 
 def _start_times_moved(work: Path, results: Path) -> None:
     # runs made before lab start: lab start moved after them, the runs' start and end moved after it
-    (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2026-11-30T00:00:00+00:00"}))
+    (work / definition.LAB_START).write_text(
+        json.dumps({"lab": "wireless", "started_utc": "2026-11-30T00:00:00+00:00"})
+    )
     for run in sorted(p.parent for p in results.rglob(rundir.MANIFEST)):
         manifest = rundir.read_json(run / rundir.MANIFEST)
         _edit_manifest(
@@ -316,7 +318,7 @@ def test_lab_duplicates_finds_a_shared_capture_under_a_dummy_file(tmp_path):
 
 def test_the_autograder_is_not_built_without_the_course_secret_unless_told(tmp_path, monkeypatch):
     monkeypatch.delenv(students.SECRET_ENV, raising=False)
-    with pytest.raises(labkit.LabError, match=f"{students.SECRET_ENV}.*--no-student-check"):
+    with pytest.raises(definition.LabError, match=f"{students.SECRET_ENV}.*--no-student-check"):
         autograder.build("wireless", tmp_path)
     assert not list(tmp_path.iterdir())
     path = autograder.build("wireless", tmp_path, student_check=False)
@@ -367,10 +369,10 @@ def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading
     from testbed.labs import reruns
 
     honest_source = Path(__file__).parents[1] / "fixtures" / "lab-wireless-student" / "results"
-    lab_ = labkit.load_lab(LABS / "wireless")
+    lab_ = definition.load_lab(LABS / "wireless")
     work, results = _submission(tmp_path / "honest")
     calls = []
-    found = labresults.load_results(work, lab_, results)
+    found = studentruns.load_results(work, lab_, results)
     checks = reruns.rerun_checks(work, lab_, found, _rerunner(honest_source, calls), random.Random(1))
     assert [c.name.split(" seed ")[0] for c in checks] == ["rerun of cc=reno", "rerun of cc=westwood"]
     assert all(c.ok and c.graded and "within 40%" in c.detail for c in checks), checks
@@ -378,7 +380,7 @@ def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading
     assert all(not where.exists() for *_, where, _ in calls)  # the grader's folder, removed after
     forged, forged_results = _submission(tmp_path / "forged")
     _capture_clock_compressed(forged, forged_results)  # Westwood+'s goodput +30 %, consistent down to flows.csv
-    found = labresults.load_results(forged, lab_, forged_results)
+    found = studentruns.load_results(forged, lab_, forged_results)
     checks = reruns.rerun_checks(forged, lab_, found, _rerunner(honest_source, []), random.Random(1))
     [westwood] = [c for c in checks if "westwood" in c.name]
     assert westwood.graded and "(-23.1%): within 40%" in westwood.detail, westwood
@@ -389,7 +391,7 @@ def test_the_grader_runs_a_graded_run_again_and_a_forged_goodput_goes_to_grading
         if "westwood" in c.name
     ]
     assert not westwood.graded and "beyond 40% of what the grader's machine gives in real time" in westwood.detail
-    failing = reruns.rerun_checks(work, lab_, labresults.load_results(work, lab_, results), lambda *_: ["a run"])
+    failing = reruns.rerun_checks(work, lab_, studentruns.load_results(work, lab_, results), lambda *_: ["a run"])
     assert all(not c.graded and "did not complete on the grader's machine" in c.detail for c in failing)
 
 
@@ -398,14 +400,14 @@ def test_a_run_made_in_virtual_time_is_run_again_in_virtual_time_and_held_closer
     closely enough that the +30 % forgery (within real time's 40 %) goes to grading by hand."""
     from testbed.labs import reruns
 
-    lab_ = labkit.load_lab(LABS / "wireless")
+    lab_ = definition.load_lab(LABS / "wireless")
     work, results = _submission(tmp_path)
     for manifest in results.rglob(rundir.MANIFEST):
         data = json.loads(manifest.read_text())
         data["backend"] = {**(data.get("backend") or {}), "clock": "virtual"}
         manifest.write_text(json.dumps(data))
     assert {reruns.run_clock(m.parent) for m in results.rglob(rundir.MANIFEST)} == {"virtual"}
-    found = labresults.load_results(work, lab_, results)
+    found = studentruns.load_results(work, lab_, results)
     found.flows.loc[found.flows["cc"] == "westwood", "goodput_mbit"] *= 1.3
     calls = []
     checks = reruns.rerun_checks(work, lab_, found, _rerunner(results, calls), random.Random(1))
@@ -421,7 +423,7 @@ def test_a_course_keeps_its_own_hidden_variants_apart_from_the_public_examples(t
     (own / "hidden.yaml").write_text(
         (LABS / "wireless" / "hidden.yaml").read_text().replace("seeds: [4, 5]", "seeds: [6, 7]")
     )
-    monkeypatch.setenv(labkit.INSTRUCTOR_ENV, str(tmp_path / "instructor"))
+    monkeypatch.setenv(definition.INSTRUCTOR_ENV, str(tmp_path / "instructor"))
     work, results = _submission(tmp_path)
     asked = []
     lab.check(LABS / "wireless", work, results, lambda scenario, where: asked.append(scenario.runs()) or ["x"])

@@ -17,7 +17,7 @@ import pandas as pd
 import pytest
 
 from testbed.cli import main
-from testbed.labs import autograder, gradereport, grading, lab, labbands, labkit, labresults, students
+from testbed.labs import autograder, definition, gradereport, grading, lab, referencebands, studentruns, students
 from tests.unit.test_labs import FIXTURE, LABS, _analysed, _gradescope_run, _submission
 
 SECRET = "a course's secret, for the tests"
@@ -32,10 +32,10 @@ def secret(monkeypatch):
 def _pool() -> list[int]:
     """The wireless lab's pool: the seeds its bands were made from."""
     wireless = LABS / "wireless"
-    return labkit.load_expected(wireless, labkit.load_lab(wireless)).reference.seeds
+    return definition.load_expected(wireless, definition.load_lab(wireless)).reference.seeds
 
 
-VALUES = labkit.load_lab(LABS / "wireless").variant.values  # the radio rates a student may get
+VALUES = definition.load_lab(LABS / "wireless").variant.values  # the radio rates a student may get
 KNOB = "topology.wireless.rate_mbit"
 WHAT = "radio link's rate (Mbit/s)"
 
@@ -53,9 +53,11 @@ def _student_with(seeds: list[int], secret: bytes, avoid: str | None = None, rat
 
 
 def _started_for(work: Path, student: str, seeds: list[int], rate: float = 2) -> None:
-    start = labkit.lab_start(work)
+    start = definition.lab_start(work)
     variant = {"knob": KNOB, "value": rate}
-    (work / labkit.LAB_START).write_text(json.dumps({**start, "student": student, "seeds": seeds, "variant": variant}))
+    (work / definition.LAB_START).write_text(
+        json.dumps({**start, "student": student, "seeds": seeds, "variant": variant})
+    )
 
 
 def test_a_draw_is_the_secrets_and_the_students_and_reaches_every_set(secret):
@@ -81,8 +83,8 @@ def test_a_students_value_of_the_variant_is_the_secrets_and_reaches_every_value(
 
 def test_lab_start_for_a_student_needs_the_secret_and_writes_their_seeds(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv(students.SECRET_ENV, raising=False)
-    with pytest.raises(labkit.LabError, match=f"--student needs the course's secret in {students.SECRET_ENV}"):
-        labkit.start_lab("wireless", tmp_path / "none", student="ada")
+    with pytest.raises(definition.LabError, match=f"--student needs the course's secret in {students.SECRET_ENV}"):
+        definition.start_lab("wireless", tmp_path / "none", student="ada")
     assert not (tmp_path / "none").exists()  # nothing copied
     monkeypatch.setenv(students.SECRET_ENV, SECRET)
     assert main(["lab", "start", "wireless", str(tmp_path / "ada"), "--student", "ada"]) == 0
@@ -91,12 +93,12 @@ def test_lab_start_for_a_student_needs_the_secret_and_writes_their_seeds(tmp_pat
     out = capsys.readouterr().out
     assert f"ada's own seeds: {', '.join(map(str, seeds))}" in out
     assert f"ada's own {WHAT}: {rate:g} ({KNOB} in the scenario file)" in out
-    started = labkit.lab_start(tmp_path / "ada")
+    started = definition.lab_start(tmp_path / "ada")
     assert started["seeds"] == seeds and started["student"] == "ada" and started["variant"]["value"] == rate
     text = (tmp_path / "ada" / "wireless.yaml").read_text()
     assert f"seeds: [{', '.join(map(str, seeds))}]" in text
     assert f"rate_mbit: {rate:g}  # your own" in text
-    assert labkit.file_knob(tmp_path / "ada" / "wireless.yaml", KNOB) == rate
+    assert definition.file_knob(tmp_path / "ada" / "wireless.yaml", KNOB) == rate
     assert "TODO(task 1" in text  # the rest as the starter has it
 
 
@@ -147,13 +149,13 @@ def test_a_folder_not_started_for_the_student_named_fails(tmp_path, secret):
 
 
 def test_a_students_hidden_variants_run_pool_seeds_that_are_not_theirs(tmp_path, secret):
-    work = labkit.start_lab("wireless", tmp_path / "w", student="ada")
+    work = definition.start_lab("wireless", tmp_path / "w", student="ada")
     (work / "wireless.yaml").write_text((LABS / "wireless" / "solution" / "wireless.yaml").read_text())
-    labkit._set_seeds(work / "wireless.yaml", labkit.lab_start(work)["seeds"])
-    lab_ = labkit.load_lab(LABS / "wireless")
-    hidden = labkit.load_hidden(LABS / "wireless" / "hidden.yaml")
-    [(_, scenario)] = lab.hidden_scenarios(work, lab_, hidden, labkit.seed_pool(LABS / "wireless", lab_))
-    mine = set(labkit.lab_start(work)["seeds"])
+    definition._set_seeds(work / "wireless.yaml", definition.lab_start(work)["seeds"])
+    lab_ = definition.load_lab(LABS / "wireless")
+    hidden = definition.load_hidden(LABS / "wireless" / "hidden.yaml")
+    [(_, scenario)] = lab.hidden_scenarios(work, lab_, hidden, definition.seed_pool(LABS / "wireless", lab_))
+    mine = set(definition.lab_start(work)["seeds"])
     hidden_seeds = {r.seed for r in scenario.runs()}
     assert len(hidden_seeds) == 2 and hidden_seeds <= set(_pool()) - mine  # the pool's, never the student's
 
@@ -202,8 +204,8 @@ def test_the_variant_set_back_or_lab_start_edited_to_it_fails_with_why(tmp_path,
 
 def test_a_students_runs_are_held_to_the_bands_of_their_own_value(tmp_path):
     work, results = _submission(tmp_path)
-    found = labresults.load_results(work, labkit.load_lab(LABS / "wireless"), results)
-    bands = labkit.load_expected(LABS / "wireless", labkit.load_lab(LABS / "wireless")).bands
+    found = studentruns.load_results(work, definition.load_lab(LABS / "wireless"), results)
+    bands = definition.load_expected(LABS / "wireless", definition.load_lab(LABS / "wireless")).bands
     assert {b.variant for b in bands} == set(VALUES)  # every value has its bands
     checks = grading._band_checks([b for b in bands if b.task == "t1"], found)
     assert len(checks) == 4 and all(c.ok for c in checks)  # goodput and retransmissions of each, at 2 Mbit/s
@@ -228,11 +230,11 @@ def test_bands_are_made_for_each_value_from_the_reference_runs_at_it(tmp_path):
     shutil.copytree(session, results / "wireless" / session.name)
     _analysed(results)  # a clone's checkout may leave flows.csv older than its manifest: stale to the catalog
     with pytest.raises(
-        labkit.LabError,
+        definition.LabError,
         match=r"no reference value of goodput at cc=reno with 1 \(the lab's "
         r"variant\): its runs are missing",
     ):
-        labbands.make_bands(LABS / "wireless", results, "how", "commit")
+        referencebands.make_bands(LABS / "wireless", results, "how", "commit")
     for rate, scale, stamp in ((1, 0.5, "20261129T070000Z"), (4, 2.0, "20261129T080000Z")):
         copy = shutil.copytree(session, results / "wireless" / f"{stamp}-{session.name.split('-')[1]}")
         for manifest in copy.rglob("manifest.json"):
@@ -243,7 +245,7 @@ def test_bands_are_made_for_each_value_from_the_reference_runs_at_it(tmp_path):
             flows["goodput_mbit"] *= scale
             flows.to_csv(manifest.with_name("flows.csv"), index=False)
     _analysed(results)
-    made = labbands.make_bands(LABS / "wireless", results, "how", "commit")
+    made = referencebands.make_bands(LABS / "wireless", results, "how", "commit")
     goodput = {(b.variant, b.cc): b.reference for b in made.bands if b.metric == "goodput"}
     for cc in ("reno", "westwood"):
         assert goodput[1, cc] == pytest.approx(0.5 * goodput[2, cc], rel=1e-3)
@@ -256,9 +258,9 @@ def test_a_students_lab_start_without_a_value_fails_and_never_crashes(tmp_path, 
     work, results = _submission(tmp_path)
     own = _student_with([1, 2, 3], secret)
     _started_for(work, own, [1, 2, 3])
-    start = labkit.lab_start(work)
+    start = definition.lab_start(work)
     start.pop("variant") if variant is None else start.update(variant=variant)
-    (work / labkit.LAB_START).write_text(json.dumps(start))
+    (work / definition.LAB_START).write_text(json.dumps(start))
     for student in (own, None):  # named, or graded without --student (Gradescope without metadata)
         checked = lab.check(LABS / "wireless", work, results, student=student)
         assert checked.grade.tasks[0].score == 0

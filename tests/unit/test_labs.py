@@ -24,11 +24,12 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import claims, plots
-from analysis import run as run_analysis
+from analysis.figures import plots
+from analysis.runs import analyze as run_analysis
+from analysis.verdicts import claims
 from testbed import PROJECT
 from testbed.cli import main
-from testbed.labs import answerfile, autograder, gradereport, grading, lab, labkit, labresults, submission
+from testbed.labs import answerfile, autograder, definition, gradereport, grading, lab, studentruns, submission
 from testbed.results import rundir
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.load import load_scenario
@@ -41,7 +42,7 @@ STUDENT = FIXTURE.with_name("lab-wireless-student")
 
 
 def _starter_and_solution(name: str) -> tuple[Path, Path]:
-    lab_ = labkit.load_lab(LABS / name)
+    lab_ = definition.load_lab(LABS / name)
     file = lab_.scenario or "claim.yaml"
     return LABS / name / file, LABS / name / "solution" / file
 
@@ -54,10 +55,10 @@ def _load(path: Path, profile: str | None = None):
 
 @pytest.mark.parametrize("name", ["cwnd", "wireless", "fairness", "bufferbloat", "reproduce"])
 def test_every_lab_reads_and_its_starter_names_each_knob_and_the_task_that_sets_it(name):
-    lab_ = labkit.load_lab(LABS / name)
+    lab_ = definition.load_lab(LABS / name)
     assert lab_.tasks and lab_.minutes.tcg > 0 and (LABS / name / "README.md").is_file()
     if (LABS / name / "expected.yaml").is_file():
-        labkit.load_expected(LABS / name, lab_)
+        definition.load_expected(LABS / name, lab_)
     starter, solution = _starter_and_solution(name)
     with pytest.raises(ScenarioError) as err:
         _load(starter)
@@ -76,13 +77,13 @@ def test_a_knob_left_in_a_profile_is_named_only_when_that_profile_runs():
 
 
 def test_lab_start_copies_the_students_part_and_never_into_a_folder_in_use(tmp_path):
-    copied = labkit.start_lab("wireless", tmp_path / "w")
+    copied = definition.start_lab("wireless", tmp_path / "w")
     assert (copied / "README.md").is_file() and (copied / "wireless.yaml").is_file()
     assert not (copied / "solution").exists() and not (copied / "hidden.yaml").exists()
-    with pytest.raises(labkit.LabError, match="not empty"):
-        labkit.start_lab("wireless", copied)
-    with pytest.raises(labkit.LabError, match="no lab named 'wirless'.*wireless"):
-        labkit.lab_dir("wirless")
+    with pytest.raises(definition.LabError, match="not empty"):
+        definition.start_lab("wireless", copied)
+    with pytest.raises(definition.LabError, match="no lab named 'wirless'.*wireless"):
+        definition.lab_dir("wirless")
 
 
 def _submission(tmp_path: Path, answered: bool = True) -> tuple[Path, Path]:
@@ -275,7 +276,9 @@ def _reference_runs_copied(work: Path, results: Path) -> None:
     _analysed(results)
     _draw_goodput_bars(next((results / "wireless").iterdir()))
     shutil.copy(LABS / "wireless" / "solution" / "answers.md", work / "answers.md")
-    (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2026-11-27T06:00:00+00:00"}))
+    (work / definition.LAB_START).write_text(
+        json.dumps({"lab": "wireless", "started_utc": "2026-11-27T06:00:00+00:00"})
+    )
 
 
 def _scaled(flows: Path, column: str, factor: float) -> None:
@@ -329,11 +332,13 @@ def _edited_after_the_runs(work: Path, results: Path) -> None:
 
 
 def _runs_before_lab_start(work: Path, results: Path) -> None:
-    (work / labkit.LAB_START).write_text(json.dumps({"lab": "wireless", "started_utc": "2099-01-01T00:00:00+00:00"}))
+    (work / definition.LAB_START).write_text(
+        json.dumps({"lab": "wireless", "started_utc": "2099-01-01T00:00:00+00:00"})
+    )
 
 
 def _not_made_by_lab_start(work: Path, results: Path) -> None:
-    (work / labkit.LAB_START).unlink()
+    (work / definition.LAB_START).unlink()
 
 
 #: cheat -> (the points each task keeps, what the grade says about it)
@@ -417,13 +422,13 @@ def test_a_knob_left_todo_fails_the_runs_task_with_the_files_own_message(tmp_pat
 
 def test_a_band_for_another_kernel_series_grades_nothing_and_says_so(tmp_path):
     work, results = _submission(tmp_path)
-    found = labresults.load_results(work, labkit.load_lab(LABS / "wireless"), results)
-    band = labkit.Band(
+    found = studentruns.load_results(work, definition.load_lab(LABS / "wireless"), results)
+    band = definition.Band(
         task="t1", point="cc=reno", cc="reno", metric="goodput", series="6.12", min=0, max=1, reference=0.5
     )
     check = grading.band_check(band, found)
     assert not check.graded and "for kernel 6.12" in check.detail and "grade by hand" in check.detail
-    assert labkit.kernel_series("6.12.117+deb12-amd64") == "6.12" != labkit.kernel_series("6.1.0-56-amd64")
+    assert definition.kernel_series("6.12.117+deb12-amd64") == "6.12" != definition.kernel_series("6.1.0-56-amd64")
 
 
 def test_hidden_variants_run_on_the_students_file_with_their_own_seeds_and_are_graded_apart(tmp_path):
@@ -626,8 +631,8 @@ def test_the_grader_judges_a_claim_as_the_students_report_does(tmp_path):
     """The grader's verdict on the graded runs is the report's: the same effect, interval and p, the
     claim's goodput after its warm-up (a whole-run judgement gave +20.8 % where the report gives +44 %)."""
     work = _reproduce(tmp_path)
-    grader = labresults.decided_claims(
-        labresults.load_results(work, labkit.load_lab(LABS / "reproduce"), work / "results")
+    grader = studentruns.decided_claims(
+        studentruns.load_results(work, definition.load_lab(LABS / "reproduce"), work / "results")
     )
     runs = sorted(p.parent for p in (work / "results").rglob(rundir.MANIFEST))
     report = {v.claim.id: v for v in claims.verdicts([run_analysis.analyze_run(r, write=False) for r in runs])}
@@ -690,11 +695,11 @@ def test_answers_that_name_no_claim_the_runs_decide_fail_the_verdict(tmp_path):
 def test_a_labs_hidden_variants_run_seeds_its_bands_were_made_from(name, tmp_path):
     """A hidden variant is graded by the lab's bands on its own runs: the reference runs those bands came
     from must include its seeds, or a correct solution fails there (the wireless lab's seeds 4-5 did)."""
-    work = labkit.start_lab(name, tmp_path / name)
+    work = definition.start_lab(name, tmp_path / name)
     shutil.copy(LABS / name / "solution" / f"{name}.yaml", work / f"{name}.yaml")
-    lab_ = labkit.load_lab(LABS / name)
-    expected = labkit.load_expected(LABS / name, lab_)
-    variants = lab.hidden_scenarios(work, lab_, labkit.load_hidden(LABS / name / "hidden.yaml"))
+    lab_ = definition.load_lab(LABS / name)
+    expected = definition.load_expected(LABS / name, lab_)
+    variants = lab.hidden_scenarios(work, lab_, definition.load_hidden(LABS / name / "hidden.yaml"))
     asked = {(r.point_id, r.seed) for _, scenario in variants for r in scenario.runs()}
     assert asked, "the variants run nothing"
     assert {seed for _, seed in asked} <= set(expected.reference.seeds), expected.reference.how

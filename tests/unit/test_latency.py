@@ -1,5 +1,5 @@
 """Latency traffic: ping and requests flows in a scenario (their fields and errors), their plan, the
-parsing of their output and the queue's delay (analysis.latency), and the requests program on real
+parsing of their output and the queue's delay (analysis.runs.latency), and the requests program on real
 sockets of this machine (testbed/guest/shortflows.py)."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 import pandas as pd
 import pytest
 
-from analysis.latency import latency_frames, ping_samples, queue_delays, request_samples
+from analysis.runs.latency import latency_frames, ping_samples, queue_delays, request_samples
 from testbed.guest.clients import listening, process_state
 from testbed.plan.connections import plan_connections
 from testbed.plan.latency import SHORTFLOWS, ping_argv, plan_latency, requests_client_argv

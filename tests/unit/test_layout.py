@@ -15,12 +15,20 @@ ROOMS = [
     "testbed/results",
     "testbed/guest",
     "testbed/host",
-    "testbed/report",
+    "testbed/report/cache",
+    "testbed/report/pages",
+    "testbed/report/live",
     "testbed/labs",
     "testbed/workflows",
     "testbed/cli",
-    "analysis",
+    "analysis/raw",
+    "analysis/runs",
+    "analysis/verdicts",
+    "analysis/kernels",
+    "analysis/figures",
 ]
+#: packages that hold rooms and no modules of their own
+HALLS = {"testbed", "testbed/report", "analysis"}
 
 
 def test_the_import_contracts_hold(capsys):
@@ -34,6 +42,19 @@ def test_the_import_contracts_hold(capsys):
     assert code == 0, capsys.readouterr().out
 
 
+def test_every_package_is_a_room_the_layout_test_knows():
+    """A package added or moved (a new room, a room split) without docs/layout.md and this list fails here."""
+    packages = {
+        str(init.parent.relative_to(PROJECT))
+        for top in ("testbed", "analysis")
+        for init in (PROJECT / top).rglob("__init__.py")
+    }
+    assert packages == set(ROOMS) | HALLS, f"rooms not listed: {packages - set(ROOMS) - HALLS}"
+    for hall in HALLS:
+        modules = {p.name for p in (PROJECT / hall).glob("*.py")} - {"__init__.py"}
+        assert not modules, f"{hall}/ holds rooms, not modules: {sorted(modules)}"
+
+
 def test_docs_layout_names_every_module_of_every_room():
     page = (PROJECT / "docs" / "layout.md").read_text()
     for room in ROOMS:
@@ -43,10 +64,31 @@ def test_docs_layout_names_every_module_of_every_room():
         assert on_disk == named, f"docs/layout.md, {room}/: missing {on_disk - named}, gone {named - on_disk}"
 
 
+def test_a_file_name_repeats_only_where_docs_layout_says_why():
+    """One name per thing: a module's name found in two rooms is one concept at two stages, and docs/layout.md's
+    "Names that repeat" says which; a new repeat (two different things with one name) fails here."""
+    from collections import Counter
+
+    names = Counter(
+        p.name
+        for top in ("testbed", "analysis", "topologies")
+        for p in (PROJECT / top).rglob("*.py")
+        if p.name not in ("__init__.py", "__main__.py")
+    )
+    repeated = {name for name, count in names.items() if count > 1}
+    section = (PROJECT / "docs" / "layout.md").read_text().split("## Names that repeat", 1)[1].split("\n## ", 1)[0]
+    explained = {
+        name for name in re.findall(r"^- (.*?):", section, re.M) for name in re.findall(r"`([a-z_]+\.py)`", name)
+    }
+    assert repeated == explained, (
+        f"repeated but not explained: {repeated - explained}; explained, not repeated: {explained - repeated}"
+    )
+
+
 def test_no_module_is_longer_than_500_lines_without_saying_why():
     """A module past 500 lines says why in its docstring (a line with "500 lines")."""
     long = []
-    for path in [*(PROJECT / "testbed").rglob("*.py"), *(PROJECT / "analysis").glob("*.py")]:
+    for path in [*(PROJECT / "testbed").rglob("*.py"), *(PROJECT / "analysis").rglob("*.py")]:
         text = path.read_text()
         if text.count("\n") > 500 and "500 lines" not in text.split('"""', 2)[1]:
             long.append(f"{path.relative_to(PROJECT)} ({text.count(chr(10))} lines)")

@@ -1,4 +1,4 @@
-"""A claim's effect over windows of its runs (analysis/lengths.py), on synthetic runs whose truth is known:
+"""A claim's effect over windows of its runs (analysis/verdicts/lengths.py), on synthetic runs whose truth is known:
 Westwood+ slow for its first 10 s and faster than New Reno after, so the first window and the rest disagree."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import claims, flowrows, lengths
-from analysis.run import RunAnalysis
+from analysis.runs.analyze import RunAnalysis
+from analysis.verdicts import claims, flowrows, lengths
 
 CLAIM = claims.Claim.model_validate(
     {
@@ -118,7 +118,7 @@ def test_a_claim_with_a_warm_up_is_judged_on_its_runs_after_it():
 
 
 def test_the_figure_draws_one_panel_per_claim_and_point():
-    from analysis import plots
+    from analysis.figures import plots
 
     runs = []
     for seed in (1, 2, 3):

@@ -1,4 +1,4 @@
-"""The live page's records (testbed/report/livefeed.py) from a real session's files: the same numbers the
+"""The live page's records (testbed/report/live/livefeed.py) from a real session's files: the same numbers the
 analysis reads from them, whether the files are read whole (a replay) or as they grow (a live run)."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from analysis import claims
-from analysis import run as run_analysis
-from analysis.loaders import load_tcp_probe
-from testbed.report import livefeed
+from analysis.raw.loaders import load_tcp_probe
+from analysis.runs import analyze as run_analysis
+from analysis.verdicts import claims
+from testbed.report.live import livefeed
 
 STUDENT = Path(__file__).resolve().parents[1] / "fixtures" / "lab-wireless-student"
 
@@ -98,7 +98,7 @@ def test_the_expectations_are_the_papers_lines():
 
 def test_a_suite_of_the_papers_experiments_gets_its_claims_as_the_report_judges_them(tmp_path):
     """The reproduce lab's student session (6 real runs of mobile-bernoulli): the claim's verdict, effect
-    and interval on the page are those analysis.claims gives on the same runs."""
+    and interval on the page are those analysis.verdicts.claims gives on the same runs."""
     source = next((STUDENT.with_name("lab-reproduce-student") / "results" / "suite-claim").iterdir())
     folder = tmp_path / source.name
     shutil.copytree(source, folder)
@@ -119,7 +119,7 @@ def test_a_suite_of_the_papers_experiments_gets_its_claims_as_the_report_judges_
 def test_a_number_that_is_not_one_goes_to_the_page_as_null():
     """JSON has no NaN (a browser's JSON.parse rejects the whole record): an interval from one run a
     side, seen live in a suite's first runs, is sent as null."""
-    from testbed.report import liveserver
+    from testbed.report.live import liveserver
 
     sent = liveserver._json({"a": float("nan"), "b": [float("inf"), 1.5], "c": "x"})
     assert sent == '{"a":null,"b":[null,1.5],"c":"x"}'

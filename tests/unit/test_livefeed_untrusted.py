@@ -1,4 +1,4 @@
-"""The live feed reads run folders the guest writes while it reads them (testbed/report/livefeed.py): a
+"""The live feed reads run folders the guest writes while it reads them (testbed/report/live/livefeed.py): a
 symbolic link is not followed, a FIFO not waited on (either counts as not there yet), and a long trace is
 read a bounded piece at a time without losing a record."""
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from testbed.report import livefeed
+from testbed.report.live import livefeed
 from tests.unit.test_livefeed import student_session
 
 RUN = "cc=reno/seed=1"

@@ -1,4 +1,4 @@
-"""The live page's server (testbed/report/liveserver.py) shares the measuring process's file descriptors with
+"""The live page's server (testbed/report/live/liveserver.py) shares the measuring process's file descriptors with
 any local user who connects: connections past its cap are closed at once, an idle one after its timeout,
 and a viewer's stream of events, a request being answered, is not idle however quiet it is."""
 
@@ -11,7 +11,7 @@ import urllib.request
 
 import pytest
 
-from testbed.report.liveserver import LiveServer
+from testbed.report.live.liveserver import LiveServer
 
 CAP = 4
 TIMEOUT_S = 0.5

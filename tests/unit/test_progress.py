@@ -169,7 +169,7 @@ def test_the_bar_counts_runs_done_across_a_second_boot():
 def test_run_writes_the_session_folder_and_report_for_scripts(tmp_path, monkeypatch, capsys):
     from testbed.cli import main
     from testbed.host import session
-    from testbed.report import session as session_report
+    from testbed.report.pages import sessionpage as session_report
 
     scenario = tmp_path / "s.yaml"
     scenario.write_text(

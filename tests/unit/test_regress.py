@@ -13,7 +13,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from analysis import regression
+from analysis.kernels import regression
 from testbed.scenario.errors import ScenarioError
 from testbed.scenario.suite import load_suite
 from testbed.workflows import compare, regress

@@ -1,4 +1,4 @@
-"""The verdict logic of testbed regress (analysis/regression.py) on synthetic samples."""
+"""The verdict logic of testbed regress (analysis/kernels/regression.py) on synthetic samples."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ from types import SimpleNamespace
 import pandas as pd
 import pytest
 
-from analysis import regression, stats
+from analysis.kernels import regression
+from analysis.verdicts import stats
 
 
 def test_no_difference_is_no_change():
@@ -191,7 +192,7 @@ def test_paired_noise_at_the_default_repetitions_gives_no_false_alarms_and_resol
 
 
 def test_latency_percentiles_are_metrics_where_lower_is_better():
-    """A run's ping and requests samples become p50 and p99 metrics (analysis.regression.LATENCY_METRICS);
+    """A run's ping and requests samples become p50 and p99 metrics (analysis.kernels.regression.LATENCY_METRICS);
     a slower ping is a regression."""
 
     def run(seed: int, ping_ms: float):

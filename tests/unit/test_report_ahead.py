@@ -1,4 +1,4 @@
-"""testbed.report.ahead: runs analysed while the session runs, stopped in traffic windows, nothing left behind.
+"""testbed.report.live.ahead: runs analysed while the session runs, stopped in traffic windows, nothing left behind.
 
 The sessions are copies of the real fixture run (as in test_analysis_report.py); the progress lines are
 the runner's own (testbed.plan.progress), fed by hand as a backend would."""
@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 
 from testbed.plan import progress
-from testbed.report import ahead, analyses, cache
-from testbed.report import session as session_report
-from testbed.report.ahead import AheadAnalysis
+from testbed.report.cache import entries
+from testbed.report.live import ahead
+from testbed.report.live.ahead import AheadAnalysis
+from testbed.report.pages import analyses
+from testbed.report.pages import sessionpage as session_report
 from tests.unit.test_analysis_report import add_run, write_session
 
 
@@ -75,7 +77,7 @@ def test_an_ended_run_is_analysed_ahead_and_the_report_finds_it_the_same(tmp_pat
         assert early.submitted == [session / r for r in runs]
         assert early.finish()
     for run in runs:
-        assert cache.load(session, session / run) is not None and (session / run / "report.html").exists()
+        assert entries.load(session, session / run) is not None and (session / run / "report.html").exists()
     expected = session_report.write_session_report(cold)
 
     def no_work(*args):
@@ -87,7 +89,7 @@ def test_an_ended_run_is_analysed_ahead_and_the_report_finds_it_the_same(tmp_pat
     assert report.summary_text == expected.summary_text
     assert report.html_path.read_text() == expected.html_path.read_text()
     for run in runs:
-        for name in cache.OUTPUTS:
+        for name in entries.OUTPUTS:
             assert (session / run / name).read_text() == (cold / run / name).read_text()
 
 
@@ -107,7 +109,7 @@ def test_the_worker_is_stopped_for_a_traffic_window_and_continued_after(tmp_path
         follow(BEGINS, 0.0)
         assert wait_for(lambda: state(pid) == "T")
         assert early.finish()  # the session's end continues it: it empties its queue and ends
-    assert cache.load(session, session / runs[0]) is not None
+    assert entries.load(session, session / runs[0]) is not None
 
 
 def test_runs_not_finished_here_are_left_to_the_report(tmp_path):

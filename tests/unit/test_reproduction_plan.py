@@ -1,7 +1,7 @@
 """`make reproduce` decides every claim: the suite scenarios/suites/reproduce.yaml has, for each claim of
-analysis/claims.yaml, a condition where both sides run with 3 seeds, unless the claim says why it
+analysis/verdicts/claims.yaml, a condition where both sides run with 3 seeds, unless the claim says why it
 cannot be decided on a machine like ours (``not_here``). Judged by the verdict code itself
-(analysis.claims.judge) on the flows the plan would make, each with a made-up goodput of 1: what
+(analysis.verdicts.claims.judge) on the flows the plan would make, each with a made-up goodput of 1: what
 counts is which flows run where, not what they measure."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from analysis import claims
+from analysis.verdicts import claims
 from testbed import PROJECT
 from testbed.plan.connections import plan_connections
 from testbed.scenario.suite import load_suite
@@ -21,7 +21,7 @@ SEEDS = 3
 
 @pytest.fixture(scope="module")
 def planned_flows() -> pd.DataFrame:
-    """One row per connection of every run of the suite, as analysis.claims.flow_rows would give them."""
+    """One row per connection of every run of the suite, as analysis.verdicts.claims.flow_rows would give them."""
     suite = load_suite(SUITE, PROJECT / "scenarios")
     rows = []
     for run in suite.runs():

@@ -1,4 +1,4 @@
-"""The sequential design (analysis/sequential.py) and the loop that adds runs, simulated whole on runs of
+"""The sequential design (analysis/verdicts/sequential.py) and the loop that adds runs, simulated whole on runs of
 known truth: testbed/workflows/decide.py's own ``decide`` driven by testbed/workflows/decide_check.py's
 simulated session. No kernel. A rate's bound allows for the simulation's own
 chance: over ``TRIALS`` claims a true 5 % is measured above ``MAX_FALSE`` less than once in a thousand
@@ -14,7 +14,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis import claims, sequential
+from analysis.verdicts import claims, sequential
 from testbed.workflows import decide as decide_workflow
 from testbed.workflows import decide_check as sim
 

@@ -1,4 +1,4 @@
-"""A kernel series' change points (analysis/series.py) and its kernels (testbed.host.kernels.expand_series,
+"""A kernel series' change points (analysis/kernels/series.py) and its kernels (testbed.host.kernels.expand_series,
 newest) on simulated runs of known truth: no kernel involved."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import random
 import pandas as pd
 import pytest
 
-from analysis import series
+from analysis.kernels import series
 from testbed.host import kernels
 from testbed.workflows import compare
 from testbed.workflows import series as series_workflow
@@ -192,11 +192,11 @@ def test_a_kernel_that_refuses_the_suite_is_dropped_and_the_series_goes_on(tmp_p
 
 
 def test_latest_compares_with_the_newest_older_kernel_of_its_series_in_the_catalog(tmp_path, monkeypatch):
-    import analysis.catalog
+    import analysis.runs.catalog
 
     history = pd.DataFrame({"kernel_release": ["6.1.0-47-amd64", "6.1.0-55-amd64", "6.12.117+deb12-amd64"]})
-    monkeypatch.setattr(analysis.catalog, "ingest", lambda root: None)
-    monkeypatch.setattr(analysis.catalog, "runs", lambda root, **filters: history)
+    monkeypatch.setattr(analysis.runs.catalog, "ingest", lambda root: None)
+    monkeypatch.setattr(analysis.runs.catalog, "runs", lambda root, **filters: history)
     monkeypatch.setattr(kernels, "available_versions", lambda: AVAILABLE)
     assert series_workflow.baseline_from_history(tmp_path, "6.1", "6.1.0-56") == "6.1.0-55"
     assert series_workflow.baseline_from_history(tmp_path, "6.1", "6.1.0-50") == "6.1.0-47"

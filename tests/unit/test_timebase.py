@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from scipy import stats as scipy_stats
 
-from analysis import equivalence, stats
+from analysis.verdicts import equivalence, stats
 from testbed.guest import fidelity
 from testbed.host import backends, hostload, kernels, timebase, virtme
 from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS

@@ -1,4 +1,4 @@
-"""The claims' verdict rule (analysis/claims.py) tested as a statistician would: on simulated samples of
+"""The claims' verdict rule (analysis/verdicts/claims.py) tested as a statistician would: on simulated samples of
 known truth, no kernel. Each test draws many claims' runs from a known effect with normal run-to-run
 noise (coefficient of variation ``CV``), judges them by the rule, and compares how often each verdict
 comes out with the error rate the rule states (alpha = 0.05, one-sided tests, Holm over conditions).
@@ -16,7 +16,7 @@ import math
 import numpy as np
 import pytest
 
-from analysis import claims, stats
+from analysis.verdicts import claims, stats
 
 TRIALS = 4000
 ALPHA = 0.05

@@ -23,7 +23,7 @@ import pytest
 
 from testbed.host import vagrant as vagrant_backend
 from testbed.host.session import run_session
-from testbed.report.session import write_session_report
+from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
 from tests.prerequisites import require_root, require_tools

@@ -1,0 +1,1 @@
+"""Kernel comparisons: two kernels (regress), a series and its change points, a bisection (docs/layout.md)."""

@@ -1,0 +1,1 @@
+"""A run's raw files read into frames and dicts: the loaders and the captures' accounting (docs/layout.md)."""
