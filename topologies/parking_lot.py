@@ -136,8 +136,7 @@ class ParkingLot:
         return [Probe(direction, 0, rate, self.queue_pkts) for direction in ("forward", "reverse")]
 
     def netspec(self) -> NetSpec:
-        n, hop, access = self.hops, self.params.hop, self.params.access
-        queue = self.queue_pkts
+        n = self.hops
         spec = NetSpec(routers=[f"p{i}" for i in range(n + 1)] + [f"k{i}" for i in range(1, n + 1)])
         # router i's interface counter: eth0 toward k{i+1} (forward), eth1 toward k{i} (backward), then hosts
         next_intf = {f"p{i}": 0 for i in range(n + 1)}
@@ -147,30 +146,45 @@ class ParkingLot:
             next_intf[router] += 1
             return name
 
-        subnets_at: dict[int, list[str]] = {i: [] for i in range(n + 1)}  # router index -> host subnets
         for i in range(1, n + 1):
-            left, right, link = f"p{i - 1}", f"p{i}", f"k{i}"
-            left_intf, right_intf = intf(left), intf(right)
-            spec.links += [
-                LinkSpec(left, left_intf, link, f"{link}-eth0"),
-                LinkSpec(link, f"{link}-eth1", right, right_intf),
-            ]
-            spec.addresses.update(
-                {
-                    (left, left_intf): f"10.3.{i}.1/30",
-                    (link, f"{link}-eth0"): f"10.3.{i}.2/30",
-                    (link, f"{link}-eth1"): f"10.4.{i}.1/30",
-                    (right, right_intf): f"10.4.{i}.2/30",
-                }
-            )
-            for node, node_intf, direction in ((left, left_intf, "forward"), (right, right_intf, "reverse")):
-                spec.egress[(node, node_intf)] = EgressPlan(
-                    rate_mbit=hop.rate_mbit, queue_pkts=queue, discipline=hop.queue
-                )
-                spec.bottlenecks.append(Bottleneck(node, node_intf, hop.rate_mbit, queue, direction))
-            for link_intf in ("eth0", "eth1"):
-                spec.egress[(link, f"{link}-{link_intf}")] = EgressPlan(delay_ms=hop.delay_ms)
-        for pair in range(n + 1):
+            self._add_hop(spec, i, intf(f"p{i - 1}"), intf(f"p{i}"))
+        subnets_at = self._add_hosts(spec, intf)
+        _add_routes(spec, n, subnets_at)
+        # each router captures what its own hosts send (transit traffic is captured where it entered)
+        spec.capture_nodes = [f"p{i}" for i in range(n + 1)]
+        spec.capture_filters = {
+            f"p{i}": "tcp and (" + " or ".join(f"src net {s}" for s in subnets_at[i]) + ")" for i in range(n + 1)
+        }
+        spec.hosts.sort(key=lambda h: (h[0], int(h[1:])))
+        return spec
+
+    def _add_hop(self, spec: NetSpec, i: int, left_intf: str, right_intf: str) -> None:
+        """Hop i: routers p{i-1} and p{i} through the link node k{i}, shaped both ways, its delay on k{i}."""
+        hop, queue = self.params.hop, self.queue_pkts
+        left, right, link = f"p{i - 1}", f"p{i}", f"k{i}"
+        spec.links += [
+            LinkSpec(left, left_intf, link, f"{link}-eth0"),
+            LinkSpec(link, f"{link}-eth1", right, right_intf),
+        ]
+        spec.addresses.update(
+            {
+                (left, left_intf): f"10.3.{i}.1/30",
+                (link, f"{link}-eth0"): f"10.3.{i}.2/30",
+                (link, f"{link}-eth1"): f"10.4.{i}.1/30",
+                (right, right_intf): f"10.4.{i}.2/30",
+            }
+        )
+        for node, node_intf, direction in ((left, left_intf, "forward"), (right, right_intf, "reverse")):
+            spec.egress[(node, node_intf)] = EgressPlan(rate_mbit=hop.rate_mbit, queue_pkts=queue, discipline=hop.queue)
+            spec.bottlenecks.append(Bottleneck(node, node_intf, hop.rate_mbit, queue, direction))
+        for link_intf in ("eth0", "eth1"):
+            spec.egress[(link, f"{link}-{link_intf}")] = EgressPlan(delay_ms=hop.delay_ms)
+
+    def _add_hosts(self, spec: NetSpec, intf) -> dict[int, list[str]]:
+        """Every pair's two hosts on their routers, with the access delay; returns router index -> host subnets."""
+        access = self.params.access
+        subnets_at: dict[int, list[str]] = {i: [] for i in range(self.hops + 1)}
+        for pair in range(self.hops + 1):
             left, right, left_router, right_router = self.hosts_of(pair)
             for host, router_index, net in ((left, left_router, "10.1"), (right, right_router, "10.2")):
                 router = f"p{router_index}"
@@ -183,23 +197,21 @@ class ParkingLot:
                 spec.egress[(host, f"{host}-eth0")] = EgressPlan(delay_ms=access.delay_ms)
                 spec.egress[(router, router_intf)] = EgressPlan(delay_ms=access.delay_ms)
                 subnets_at[router_index].append(f"{net}.{pair}.0/24")
-        for i in range(n + 1):
-            routes = []
-            for j, subnets in subnets_at.items():
-                if j > i:
-                    routes += [(subnet, f"10.3.{i + 1}.2") for subnet in subnets]
-                elif j < i:
-                    routes += [(subnet, f"10.4.{i}.1") for subnet in subnets]
-            spec.routes[f"p{i}"] = routes
-        for i in range(1, n + 1):
-            routes = []
-            for j, subnets in subnets_at.items():
-                routes += [(subnet, f"10.4.{i}.2" if j >= i else f"10.3.{i}.1") for subnet in subnets]
-            spec.routes[f"k{i}"] = routes
-        # each router captures what its own hosts send (transit traffic is captured where it entered)
-        spec.capture_nodes = [f"p{i}" for i in range(n + 1)]
-        spec.capture_filters = {
-            f"p{i}": "tcp and (" + " or ".join(f"src net {s}" for s in subnets_at[i]) + ")" for i in range(n + 1)
-        }
-        spec.hosts.sort(key=lambda h: (h[0], int(h[1:])))
-        return spec
+        return subnets_at
+
+
+def _add_routes(spec: NetSpec, n: int, subnets_at: dict[int, list[str]]) -> None:
+    """Each router's and link node's routes to every host subnet: forward toward higher routers, else back."""
+    for i in range(n + 1):
+        routes = []
+        for j, subnets in subnets_at.items():
+            if j > i:
+                routes += [(subnet, f"10.3.{i + 1}.2") for subnet in subnets]
+            elif j < i:
+                routes += [(subnet, f"10.4.{i}.1") for subnet in subnets]
+        spec.routes[f"p{i}"] = routes
+    for i in range(1, n + 1):
+        routes = []
+        for j, subnets in subnets_at.items():
+            routes += [(subnet, f"10.4.{i}.2" if j >= i else f"10.3.{i}.1") for subnet in subnets]
+        spec.routes[f"k{i}"] = routes

@@ -182,22 +182,8 @@ class Wireless:
             spec.bottlenecks.append(Bottleneck(router, intf, wireless.rate_mbit, radio_queue, direction))
         for intf in ("air-eth0", "air-eth1"):
             spec.egress[("air", intf)] = EgressPlan.with_loss(wireless.loss_model, delay_ms=wireless.delay_ms)
-        mobile_nets = []
-        next_intf = {"ra": 1, "bs": 2, "ap": 1}
-        for i in range(len(self.pair_rtts_ms)):
-            one_way = self.one_way_delay_ms(i)
-            right_router = "ap" if self.is_mobile(i) else "bs"
-            for host, router, net in ((f"l{i}", "ra", "10.1"), (f"r{i}", right_router, "10.2")):
-                router_intf = f"{router}-eth{next_intf[router]}"
-                next_intf[router] += 1
-                spec.hosts.append(host)
-                spec.links.append(LinkSpec(host, f"{host}-eth0", router, router_intf))
-                spec.addresses[(host, f"{host}-eth0")] = f"{net}.{i}.1/24"
-                spec.addresses[(router, router_intf)] = f"{net}.{i}.254/24"
-                spec.routes[host] = [("default", f"{net}.{i}.254")]
-                spec.egress[(host, f"{host}-eth0")] = EgressPlan(delay_ms=one_way)
-            if self.is_mobile(i):
-                mobile_nets.append(f"10.2.{i}.0/24")
+        self._add_hosts(spec)
+        mobile_nets = [f"10.2.{i}.0/24" for i in range(len(self.pair_rtts_ms)) if self.is_mobile(i)]
         spec.routes["ra"] = [("10.2.0.0/16", "10.0.0.2")]
         spec.routes["bs"] = [("10.1.0.0/16", "10.0.0.1")] + [(net, "10.0.1.2") for net in mobile_nets]
         spec.routes["air"] = [("10.1.0.0/16", "10.0.1.1")] + [(net, "10.0.2.2") for net in mobile_nets]
@@ -213,3 +199,20 @@ class Wireless:
             spec.capture_filters["bs"] = "tcp and (" + " or ".join(f"src net {n}" for n in wired_nets) + ")"
         spec.hosts.sort(key=lambda h: (h[0], int(h[1:])))
         return spec
+
+    def _add_hosts(self, spec: NetSpec) -> None:
+        """Pair i's hosts: l{i} on ``ra``, r{i} on the access point (a mobile pair) or the base station, each
+        host's link delayed by the pair's one-way delay."""
+        next_intf = {"ra": 1, "bs": 2, "ap": 1}
+        for i in range(len(self.pair_rtts_ms)):
+            one_way = self.one_way_delay_ms(i)
+            right_router = "ap" if self.is_mobile(i) else "bs"
+            for host, router, net in ((f"l{i}", "ra", "10.1"), (f"r{i}", right_router, "10.2")):
+                router_intf = f"{router}-eth{next_intf[router]}"
+                next_intf[router] += 1
+                spec.hosts.append(host)
+                spec.links.append(LinkSpec(host, f"{host}-eth0", router, router_intf))
+                spec.addresses[(host, f"{host}-eth0")] = f"{net}.{i}.1/24"
+                spec.addresses[(router, router_intf)] = f"{net}.{i}.254/24"
+                spec.routes[host] = [("default", f"{net}.{i}.254")]
+                spec.egress[(host, f"{host}-eth0")] = EgressPlan(delay_ms=one_way)

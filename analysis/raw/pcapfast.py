@@ -160,7 +160,8 @@ def _scan(
     ``pcap.parse_segment`` keeps) are written from row ``segments`` on. Returns (records, rows written
     so far, offset of the first record not complete in ``buf``, status, directions): status _NOT_FAST
     for IPv6, VLAN tags or too many directions, _CORRUPT for an implausible record length (the offset
-    is that record's)."""
+    is that record's). Over 60 lines because it is one compiled loop over every record: numba inlines
+    nothing across the per-record work a split would put behind a call."""
     n = len(buf)
     slots = len(table) - 1
     at = 0
@@ -381,6 +382,8 @@ def _read(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes
     capacity = 0 if account else (size - position) // 56 + 1
     columns = {name: np.empty(capacity, dtype=dtype) for name, dtype in _COLUMNS}
     keep = np.zeros(0, np.uint8) if keep is None else keep
+    # what _scan reads the records with, and the directions' table and keys it fills
+    link = (little, net_offset, -1 if proto_at is None else proto_at, resolution, table, keys)
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         whole = np.frombuffer(mapped, dtype=np.uint8)
         buf = whole[:0]  # the window: a view, dropped before the mapping closes
@@ -389,23 +392,8 @@ def _read(path: Path, endian: str, resolution: float, linktype: int, chunk_bytes
             # a window of the mapped file, from the first record not read (no copy)
             end = min(position + span, size)
             buf = whole[position:end]
-            counted, segments, next_start, status, directions = _scan(
-                buf,
-                little,
-                net_offset,
-                -1 if proto_at is None else proto_at,
-                resolution,
-                table,
-                keys,
-                directions,
-                account,
-                acc,
-                times,
-                *holes,
-                keep,
-                segments,
-                *columns.values(),
-            )
+            found = (directions, account, acc, times, *holes, keep, segments, *columns.values())
+            counted, segments, next_start, status, directions = _scan(buf, *link, *found)
             if status == _NOT_FAST:
                 raise _NotFast("IPv6, VLAN tags or too many connections")
             records += counted

@@ -664,7 +664,34 @@ def _judge(claim: Claim, flows: pd.DataFrame, alpha: float) -> Verdict:
     result = Verdict(claim=claim, verdict="no data")
     if flows.empty:
         return result
-    own = flows[flows["experiment"] == claim.experiment]
+    sides, points, kernels, profiles = _gather(claim, flows[flows["experiment"] == claim.experiment])
+    several_kernels = len({c[5] for c in sides}) > 1
+    for condition in sorted(sides, key=lambda c: ([(k, _num(v)) for k, v in c[2]], c[5])):
+        a_runs, b_runs, walls = sides[condition]
+        text = _condition_text(condition) + (f", kernel {condition[5]}" if several_kernels else "")
+        a, b = [v for _, v in a_runs], [v for _, v in b_runs]
+        wall = sum(walls) / len(walls) if walls else math.nan
+        counted = points.get(condition, {})
+        if claim.expect == "near" and a:
+            effect = stats.ratio_to_value(a, claim.value)
+            result.conditions.append(
+                ConditionResult(
+                    text, a, [claim.value], effect, "undecided", wall_s=wall, against_value=True, points=counted
+                )
+            )
+        elif a and b:
+            effect = stats.seeded_effect(a_runs, b_runs)
+            result.conditions.append(ConditionResult(text, a, b, effect, "undecided", wall_s=wall, points=counted))
+    result.kernels, result.profiles = sorted(kernels), sorted(profiles)
+    if result.conditions:
+        result.verdict = decide(claim, result.conditions, alpha)
+        result.alpha = alpha
+    return result
+
+
+def _gather(claim: Claim, own: pd.DataFrame) -> tuple[dict, dict, set, set]:
+    """The claim's runs by condition: per condition its sides' (seed, value) and its runs' wall times, the
+    runs per point, and the kernels and profiles that gave a value."""
     sides: dict[tuple, tuple[list[tuple], list[tuple], list[float]]] = {}  # (seed, value) per side, walls
     points: dict[tuple, dict[str, int]] = {}
     kernels, profiles = set(), set()
@@ -674,13 +701,7 @@ def _judge(claim: Claim, flows: pd.DataFrame, alpha: float) -> Verdict:
             continue
         if first["params"].get(ABLATE_PARAM, BASELINE_SETTING) != BASELINE_SETTING:
             continue  # a `testbed explain` run with a factor set as the paper had it: not today's setup
-        condition = condition_of(first["experiment"], first["profile"], first["params"], claim.pair_ignoring)
-        # runs of another length are another experiment (the effect moves with it: docs/experiments.md)
-        duration = metrics.number_or_nan(first.get("duration_s"))
-        start = metrics.number_or_nan(first.get("window_from_s"))
-        # None and 0, not NaN: NaN != NaN as a key
-        condition += (None if math.isnan(duration) else duration, 0.0 if math.isnan(start) else start)
-        condition += (str(first["kernel"]),)  # two kernels' runs are never paired nor pooled
+        condition = _run_condition(claim, first)
         a_value = side_value(run_flows, claim.a, claim.metric)
         b_value = side_value(run_flows, claim.b, claim.metric) if claim.b is not None else math.nan
         slot = sides.setdefault(condition, ([], [], []))
@@ -695,35 +716,18 @@ def _judge(claim: Claim, flows: pd.DataFrame, alpha: float) -> Verdict:
             slot[2].append(float(first.get("wall_s", math.nan)))
             counted = points.setdefault(condition, {})
             counted[str(first.get("point"))] = counted.get(str(first.get("point")), 0) + 1
-    several_kernels = len({c[5] for c in sides}) > 1
-    for condition in sorted(sides, key=lambda c: ([(k, _num(v)) for k, v in c[2]], c[5])):
-        a_runs, b_runs, walls = sides[condition]
-        text = _condition_text(condition) + (f", kernel {condition[5]}" if several_kernels else "")
-        a, b = [v for _, v in a_runs], [v for _, v in b_runs]
-        wall = sum(walls) / len(walls) if walls else math.nan
-        if claim.expect == "near" and a:
-            result.conditions.append(
-                ConditionResult(
-                    text,
-                    a,
-                    [claim.value],
-                    stats.ratio_to_value(a, claim.value),
-                    "undecided",
-                    wall_s=wall,
-                    against_value=True,
-                    points=points.get(condition, {}),
-                )
-            )
-        elif a and b:
-            effect = stats.seeded_effect(a_runs, b_runs)
-            result.conditions.append(
-                ConditionResult(text, a, b, effect, "undecided", wall_s=wall, points=points.get(condition, {}))
-            )
-    result.kernels, result.profiles = sorted(kernels), sorted(profiles)
-    if result.conditions:
-        result.verdict = decide(claim, result.conditions, alpha)
-        result.alpha = alpha
-    return result
+    return sides, points, kernels, profiles
+
+
+def _run_condition(claim: Claim, first: pd.Series) -> tuple:
+    """A run's condition, its window and its kernel: runs that share it are pooled (and paired by seed)."""
+    condition = condition_of(first["experiment"], first["profile"], first["params"], claim.pair_ignoring)
+    # runs of another length are another experiment (the effect moves with it: docs/experiments.md)
+    duration = metrics.number_or_nan(first.get("duration_s"))
+    start = metrics.number_or_nan(first.get("window_from_s"))
+    # None and 0, not NaN: NaN != NaN as a key
+    condition += (None if math.isnan(duration) else duration, 0.0 if math.isnan(start) else start)
+    return condition + (str(first["kernel"]),)  # two kernels' runs are never paired nor pooled
 
 
 def _num(text: str):

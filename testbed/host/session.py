@@ -92,22 +92,13 @@ def run_session(
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
         total = chosen.wall_s([estimate.estimate_s(r) for r in runs_to_do])
-        log(
-            progress.format_line(
-                progress.SessionPlanned(
-                    name=scenario.name, profile=scenario.profile, runs=len(runs_to_do), estimate_s=total
-                )
-            )
+        planned = progress.SessionPlanned(
+            name=scenario.name, profile=scenario.profile, runs=len(runs_to_do), estimate_s=total
         )
+        log(progress.format_line(planned))
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
         with folderlock.acquire(session) as lock:
-            if lock.took_over:
-                log(
-                    f"took over {session}: its last writer ended without releasing it "
-                    f"({folderlock.holder_text(lock.took_over)})"
-                )
-            for r in runs_to_do:
-                resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
+            _make_room(session, lock, runs_to_do)
             context = PlanContext(
                 git=git,
                 backend=backend_info,
@@ -126,6 +117,16 @@ def run_session(
         f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete"
     )
     return result
+
+
+def _make_room(session: Path, lock, runs_to_do: list[RunSpec]) -> None:
+    """The locked session folder made ready: a dead writer's lock taken over (said), and whatever an earlier
+    attempt left of the runs to do set aside (testbed.plan.resume)."""
+    if lock.took_over:
+        why = f"its last writer ended without releasing it ({folderlock.holder_text(lock.took_over)})"
+        log(f"took over {session}: {why}")
+    for r in runs_to_do:
+        resume.set_aside(rundir.run_dir(session, r.point_id, r.seed), session)
 
 
 def _open_backend(

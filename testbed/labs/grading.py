@@ -150,69 +150,18 @@ def _run_checks(task: Task, results: Results, rules: _RunRules) -> list[Check]:
 def _point_check(point: str, results: Results, rules: _RunRules) -> Check:
     """The point's runs: one complete and trustworthy run per seed the scenario file asks for, made
     from the file as it is now, after ``testbed lab start``, none a copy of the reference runs, and each
-    what its captures give (testbed/labs/evidence.py)."""
+    what its captures give (testbed/labs/evidence.py). The first rule a run breaks is the check's answer."""
     name = f"runs of {point}"
-    runs = results.runs[results.runs["point_id"] == point] if not results.runs.empty else results.runs
     wanted = results.seeds.get(point, [])
     if not wanted:
         why = f": {results.problem}" if results.problem else ""
         return Check(name, False, f"the scenario file has no point {point!r}{why}")
-    missing = sorted(set(wanted) - set(runs["seed"] if not runs.empty else []))
-    if missing:
-        return Check(name, False, f"no run of seed {', '.join(map(str, missing))}: run the scenario")
-    bad = runs[(runs["status"] != "complete") | (runs["trustworthy"] != 1)]
-    bad = bad[bad["seed"].isin(wanted)]
-    if not bad.empty:
-        why = "; ".join(
-            f"seed {r.seed}: {r.status}{'' if r.trustworthy == 1 else ', untrustworthy'}"
-            f"{f' ({r.reason})' if r.reason else ''}"
-            for r in bad.itertuples()
-        )
-        return Check(name, False, f"{why}: see the run's report.html, then run it again (--force)")
-    runs = runs[runs["seed"].isin(wanted)]
-    fingerprints = {r.seed: rules.fingerprints.get(f"{point} seed {r.seed}", set()) for r in runs.itertuples()}
-    copied = [f"seed {seed}" for seed, found in fingerprints.items() if found & rules.copies]
-    if copied:
-        return Check(
-            name,
-            False,
-            f"{', '.join(copied)}: a copy of the lab's reference runs (the same captures, "
-            "byte for byte): run the scenario yourself",
-        )
-    twins = _shared(
-        fingerprints, {run: found for run, found in rules.fingerprints.items() if not run.startswith(f"{point} seed ")}
-    )
-    if twins:
-        return Check(
-            name,
-            False,
-            f"{twins}: the same capture as another run, byte for byte (a run copied under "
-            "another seed or point): run each seed yourself",
-        )
-    disagree = [
-        f"seed {r.seed}: {problem}"
-        for r in runs.itertuples()
-        for problem in evidence.run_problems(Path(r.path), rules.receiver_pct)
-    ]
-    if disagree:
-        return Check(
-            name,
-            False,
-            f"{'; '.join(disagree[:3])}{' ...' if len(disagree) > 3 else ''}: a run is graded "
-            "on what its captures give (hand in each run as the testbed left it)",
-        )
-    foreign = [
-        f"seed {r.seed}"
-        for r in runs.itertuples()
-        if results.identities and r.identity != results.identities.get((point, r.seed))
-    ]
-    if foreign:
-        return Check(
-            name,
-            False,
-            f"{', '.join(foreign)}: made with other settings than the scenario file has now "
-            "(edited after the run, or another file's run): run again (--force)",
-        )
+    runs = results.runs[results.runs["point_id"] == point] if not results.runs.empty else results.runs
+    runs = runs[runs["seed"].isin(wanted)] if not runs.empty else runs
+    for rule in (_every_seed_run, _complete_and_trustworthy, _not_copied, _as_captured, _from_the_file_now):
+        problem = rule(point, runs, wanted, results, rules)
+        if problem:
+            return Check(name, False, problem)
     if results.started_utc is None:
         why = "the folder was not made by 'testbed lab start' (no lab-start.json): when its runs were made"
         return Check(name, True, f"{why} cannot be told: grade by hand", graded=False)
@@ -222,17 +171,66 @@ def _point_check(point: str, results: Results, rules: _RunRules) -> Check:
         if r.started_utc and _utc(r.started_utc) < _utc(results.started_utc)
     ]
     if early:
-        return Check(
-            name,
-            False,
-            f"{', '.join(early)}: made before 'testbed lab start' made this folder "
-            f"({results.started_utc}): not this lab's run",
-        )
-    return Check(
-        name,
-        True,
-        f"{len(wanted)} run(s) complete and trustworthy, of the scenario file as it is, made after 'testbed lab start'",
+        why = f"made before 'testbed lab start' made this folder ({results.started_utc}): not this lab's run"
+        return Check(name, False, f"{', '.join(early)}: {why}")
+    why = "complete and trustworthy, of the scenario file as it is, made after 'testbed lab start'"
+    return Check(name, True, f"{len(wanted)} run(s) {why}")
+
+
+def _every_seed_run(point: str, runs, wanted: list[int], results: Results, rules: _RunRules) -> str | None:
+    missing = sorted(set(wanted) - set(runs["seed"] if not runs.empty else []))
+    return f"no run of seed {', '.join(map(str, missing))}: run the scenario" if missing else None
+
+
+def _complete_and_trustworthy(point: str, runs, wanted: list[int], results: Results, rules: _RunRules) -> str | None:
+    bad = runs[(runs["status"] != "complete") | (runs["trustworthy"] != 1)]
+    if bad.empty:
+        return None
+    why = "; ".join(
+        f"seed {r.seed}: {r.status}{'' if r.trustworthy == 1 else ', untrustworthy'}"
+        f"{f' ({r.reason})' if r.reason else ''}"
+        for r in bad.itertuples()
     )
+    return f"{why}: see the run's report.html, then run it again (--force)"
+
+
+def _not_copied(point: str, runs, wanted: list[int], results: Results, rules: _RunRules) -> str | None:
+    """No run is the lab's reference run, nor another run of this folder, byte for byte."""
+    fingerprints = {r.seed: rules.fingerprints.get(f"{point} seed {r.seed}", set()) for r in runs.itertuples()}
+    copied = [f"seed {seed}" for seed, found in fingerprints.items() if found & rules.copies]
+    if copied:
+        why = "a copy of the lab's reference runs (the same captures, byte for byte): run the scenario yourself"
+        return f"{', '.join(copied)}: {why}"
+    others = {run: found for run, found in rules.fingerprints.items() if not run.startswith(f"{point} seed ")}
+    twins = _shared(fingerprints, others)
+    if twins:
+        why = "the same capture as another run, byte for byte (a run copied under another seed or point)"
+        return f"{twins}: {why}: run each seed yourself"
+    return None
+
+
+def _as_captured(point: str, runs, wanted: list[int], results: Results, rules: _RunRules) -> str | None:
+    disagree = [
+        f"seed {r.seed}: {problem}"
+        for r in runs.itertuples()
+        for problem in evidence.run_problems(Path(r.path), rules.receiver_pct)
+    ]
+    if not disagree:
+        return None
+    shown = f"{'; '.join(disagree[:3])}{' ...' if len(disagree) > 3 else ''}"
+    return f"{shown}: a run is graded on what its captures give (hand in each run as the testbed left it)"
+
+
+def _from_the_file_now(point: str, runs, wanted: list[int], results: Results, rules: _RunRules) -> str | None:
+    foreign = [
+        f"seed {r.seed}"
+        for r in runs.itertuples()
+        if results.identities and r.identity != results.identities.get((point, r.seed))
+    ]
+    if not foreign:
+        return None
+    why = "made with other settings than the scenario file has now (edited after the run, or another file's run)"
+    return f"{', '.join(foreign)}: {why}: run again (--force)"
 
 
 def _shared(mine: dict[int, set[str]], others: dict[str, set[str]]) -> str | None:

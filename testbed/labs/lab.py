@@ -162,62 +162,33 @@ def _student_checks(
     mine, started_for = start.get("seeds"), start.get("student")
     if student is None and mine is None:
         return []
-    name = "the student's own seeds"
+    return [gradereport.Check("the student's own seeds", *_whose_seeds(master, found, student, mine, started_for))]
+
+
+def _whose_seeds(
+    master: Path, found: studentruns.Results, student: str | None, mine: list[int] | None, started_for: str | None
+) -> tuple[bool, str, bool]:
+    """:func:`_student_checks`' answer: (passed, why, graded), the first rule the folder breaks."""
     if student is not None and started_for is None:
-        return [
-            gradereport.Check(
-                name,
-                False,
-                f"the folder was not started for a student: testbed lab start "
-                f"{master.name} DIR --student {student}, then run its seeds",
-            )
-        ]
+        why = f"testbed lab start {master.name} DIR --student {student}, then run its seeds"
+        return False, f"the folder was not started for a student: {why}", True
     if student is not None and started_for != student:
-        return [
-            gradereport.Check(
-                name, False, f"the folder was started for {started_for}, not {student}: another student's work"
-            )
-        ]
+        return False, f"the folder was started for {started_for}, not {student}: another student's work", True
     ran = sorted({seed for seeds in found.seeds.values() for seed in seeds})
+    given = ", ".join(map(str, mine or []))
     if ran != sorted(mine or []):
-        return [
-            gradereport.Check(
-                name,
-                False,
-                f"the scenario file runs seeds {', '.join(map(str, ran)) or 'none'}; "
-                f"testbed lab start gave {started_for} seeds "
-                f"{', '.join(map(str, mine or []))}: set those and run them",
-            )
-        ]
+        shown = ", ".join(map(str, ran)) or "none"
+        why = f"testbed lab start gave {started_for} seeds {given}: set those and run them"
+        return False, f"the scenario file runs seeds {shown}; {why}", True
     if student is None:
-        return [
-            gradereport.Check(
-                name,
-                True,
-                f"seeds {', '.join(map(str, mine))}, as lab start gave {started_for} "
-                "(whose they are is checked with --student)",
-            )
-        ]
+        return True, f"seeds {given}, as lab start gave {started_for} (whose they are is checked with --student)", True
     if students.course_secret() is None:
-        return [
-            gradereport.Check(
-                name,
-                True,
-                f"seeds {', '.join(map(str, mine))}: whether they are {student}'s "
-                f"cannot be told without {students.SECRET_ENV}: grade by hand",
-                graded=False,
-            )
-        ]
-    if definition.student_seeds(master, student) != sorted(mine):
-        return [
-            gradereport.Check(
-                name,
-                False,
-                f"lab-start.json's seeds are not {student}'s (edited, or another "
-                "student's): start the lab again with --student",
-            )
-        ]
-    return [gradereport.Check(name, True, f"seeds {', '.join(map(str, mine))}: {student}'s own")]
+        why = f"whether they are {student}'s cannot be told without {students.SECRET_ENV}: grade by hand"
+        return True, f"seeds {given}: {why}", False
+    if definition.student_seeds(master, student) != sorted(mine or []):
+        why = "(edited, or another student's): start the lab again with --student"
+        return False, f"lab-start.json's seeds are not {student}'s {why}", True
+    return True, f"seeds {given}: {student}'s own", True
 
 
 def _variant_checks(

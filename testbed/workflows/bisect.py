@@ -204,20 +204,9 @@ def run_bisect(
     refuse_runaway(planned * steps, where, versions, builds_at_most=steps)
     for kernel in (good, bad):  # the ends settled before anything runs; the middle ones when reached
         kernels.fetch(kernel, log=log)
-    spec = {
-        "versions": versions,
-        "suite": suite.name,
-        "points": [p.point_id for p in chosen.points],
-        "cc": cc,
-        "metric": metric,
-        "repeat": repeat,
-        "max_repeat": max_repeat,
-        "inject": inject or {},
-        "inject_from": inject_from,
-        "cluster": cluster,
-        "clock": clock,
-        "first_parent": first_parent,
-    }
+    asked = {"cc": cc, "metric": metric, "repeat": repeat, "max_repeat": max_repeat, "inject": inject or {}}
+    asked |= {"inject_from": inject_from, "cluster": cluster, "clock": clock, "first_parent": first_parent}
+    spec = {"versions": versions, "suite": suite.name, "points": [p.point_id for p in chosen.points], **asked}
     # started again after a kill, the same bisection goes on in its folder: every session of a kernel and
     # seeds it already ran comes back from there (testbed.plan.resume) instead of running again
     comparison = compare.ComparisonFolder.open(
@@ -236,15 +225,8 @@ def run_bisect(
         return None, directory, 2
     wanted = dict(zip(("point", "cc", "metric"), result.key, strict=True))  # the metric step 0 chose, too
     again = [f"sensitivity: {line}" for line in measure.sensitivity(result, wanted, repeat, max_repeat)]
-    _write(
-        directory,
-        result,
-        measure,
-        inject,
-        inject_from,
-        suite.name.removeprefix("suite-"),
-        again + reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree),
-    )
+    reproduce = reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree)
+    _write(directory, result, measure, inject, inject_from, again + reproduce)
     comparison.finish()
     return result, directory, 2 if result.between or result.confirmed is False else 0
 
@@ -317,23 +299,35 @@ def _write(
     measure: Measurer,
     inject: dict | None,
     inject_from: str | None,
-    suite: str,
     reproduce: list[str],
 ) -> None:
+    """The bisection's answer: ``bisect.txt`` (also printed), ``bisect.json`` and ``bisect.png``."""
+    text = "\n".join(_summary_lines(result, measure, inject, inject_from) + reproduce)
+    print(text)
+    (directory / "bisect.txt").write_text(text + "\n")
+    rundir.write_json_atomic(directory / "bisect.json", _record(result, measure, inject, inject_from))
+    (directory / "bisect.png").write_bytes(kernel_plots.bisect_png(result))
+
+
+def _summary_lines(
+    result: bisection.Bisection, measure: Measurer, inject: dict | None, inject_from: str | None
+) -> list[str]:
+    """What was bisected, the answer, the test each step used and its error rate, the steps."""
     point, cc, metric = result.key
+    injected = f"; flows with {options_text(inject)} from {inject_from} on" if inject else ""
+    detours = (
+        ""
+        if result.decisions <= result.planned_steps
+        else f"; {result.decisions} steps were needed to go round skipped versions, so a wrong step is bounded "
+        f"by {result.decisions} x 0.05 / {result.planned_steps}, not 5 %"
+    )
     lines = [
         f"bisect {result.versions[0]}..{result.versions[-1]} ({len(result.versions)} versions): "
-        f"{point} {cc} {metric}" + (f"; flows with {options_text(inject)} from {inject_from} on" if inject else ""),
+        f"{point} {cc} {metric}{injected}",
         _answer(result) + f", {len(result.steps)} steps ({result.planned_steps} planned), {measure.sessions} "
         "guest sessions",
         f"each step: paired t-test by seed against both ends, p < 0.05 / {result.planned_steps} "
-        f"(Bonferroni over the planned steps) and a change beyond 5 %"
-        + (
-            ""
-            if result.decisions <= result.planned_steps
-            else f"; {result.decisions} steps were needed to go round skipped versions, so a wrong step is bounded "
-            f"by {result.decisions} x 0.05 / {result.planned_steps}, not 5 %"
-        ),
+        f"(Bonferroni over the planned steps) and a change beyond 5 %{detours}",
     ]
     lines += [f"skipped: {kernel}: {why}" for kernel, why in result.skipped]
     lines += _confirmation(result)
@@ -345,38 +339,35 @@ def _write(
             f"{result.first_bad} against {result.last_good}: {metric} {change.relative:+.1%} (95 % interval "
             f"{low:+.1%} to {high:+.1%}, {change.test})"
         )
-    lines += reproduce
-    text = "\n".join(lines)
-    print(text)
-    (directory / "bisect.txt").write_text(text + "\n")
-    rundir.write_json_atomic(
-        directory / "bisect.json",
-        {
-            "versions": result.versions,
-            "parents": result.parents,  # null: the versions are one line
-            "key": list(result.key),
-            "first_bad": result.first_bad,
-            "last_good": result.last_good,
-            "planned_steps": result.planned_steps,
-            "sessions": measure.sessions,
-            "inject": inject or {},
-            "inject_from": inject_from,
-            "skipped": [list(s) for s in result.skipped],
-            "between": result.between,
-            "confirmed": result.confirmed,
-            "confirmation_seeds": result.confirmation_seeds,
-            "confirmation": result.confirmation.__dict__ if result.confirmation else None,
-            "steps": [
-                {
-                    "kernel": e.kernel,
-                    "side": e.side,
-                    "note": e.note,
-                    "seeds": e.seeds,
-                    "vs_good": e.vs_good.__dict__,
-                    "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None,
-                }
-                for e in result.steps
-            ],
-        },
-    )
-    (directory / "bisect.png").write_bytes(kernel_plots.bisect_png(result))
+    return lines
+
+
+def _record(result: bisection.Bisection, measure: Measurer, inject: dict | None, inject_from: str | None) -> dict:
+    """bisect.json: the search, its steps and its confirmation, for a program to read."""
+    return {
+        "versions": result.versions,
+        "parents": result.parents,  # null: the versions are one line
+        "key": list(result.key),
+        "first_bad": result.first_bad,
+        "last_good": result.last_good,
+        "planned_steps": result.planned_steps,
+        "sessions": measure.sessions,
+        "inject": inject or {},
+        "inject_from": inject_from,
+        "skipped": [list(s) for s in result.skipped],
+        "between": result.between,
+        "confirmed": result.confirmed,
+        "confirmation_seeds": result.confirmation_seeds,
+        "confirmation": result.confirmation.__dict__ if result.confirmation else None,
+        "steps": [
+            {
+                "kernel": e.kernel,
+                "side": e.side,
+                "note": e.note,
+                "seeds": e.seeds,
+                "vs_good": e.vs_good.__dict__,
+                "vs_bad": e.vs_bad.__dict__ if e.vs_bad else None,
+            }
+            for e in result.steps
+        ],
+    }

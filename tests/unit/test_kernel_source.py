@@ -268,9 +268,7 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
         "clock": "auto",
     }
     again = bisect_workflow.reproduce_lines(spec, result, "regression-check", "upload.default", tree)
-    bisect_workflow._write(
-        folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, "regression-check", again
-    )
+    bisect_workflow._write(folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, again)
     text = (folder / "bisect.txt").read_text()
     assert f"first bad version: {result.first_bad} (last good: {versions[4]})" in text
     assert f"{result.first_bad} against {versions[4]}: goodput {change.relative:+.1%} (95 % interval" in text

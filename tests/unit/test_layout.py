@@ -95,6 +95,30 @@ def test_no_module_is_longer_than_500_lines_without_saying_why():
     assert not long, f"over 500 lines without a word on why: {', '.join(long)}"
 
 
+#: a function's body (its docstring aside) longer than this is not read at once
+MAX_FUNCTION_LINES = 60
+
+
+def test_no_function_is_longer_than_60_lines_without_saying_why():
+    """A function's body past MAX_FUNCTION_LINES (its docstring aside) says why in its docstring (a line
+    with "60 lines")."""
+    import ast
+
+    long = []
+    for top in ("testbed", "analysis", "topologies"):
+        for path in (PROJECT / top).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    continue
+                doc = ast.get_docstring(node) or ""
+                start = node.body[1].lineno if doc and len(node.body) > 1 else node.body[0].lineno
+                if node.end_lineno - start + 1 > MAX_FUNCTION_LINES and "60 lines" not in doc:
+                    long.append(
+                        f"{path.relative_to(PROJECT)}:{node.lineno} {node.name} ({node.end_lineno - start + 1})"
+                    )
+    assert not long, "functions over 60 lines without a word on why: " + ", ".join(long)
+
+
 #: a path of the project's top folders, as the docs and the code cite them
 CITED = re.compile(
     r"(?<![\w/.~-])((?:testbed|analysis|topologies|docs|scenarios|playbooks|kernel-patch|labs|tests|scripts)"
