@@ -7,7 +7,7 @@ Rooms (each a subpackage; imports run one way, enforced by import-linter in ``ma
     results/    one run folder: layout, provenance, the folder lock
     guest/      what runs where the experiment runs: network, shaping, traffic, capture, fidelity, runner
     host/       what runs on the controlling machine: kernels, builds, guests, the lab VM, sessions
-    report/     reports over the analysis (the top-level ``analysis`` package), its cache, the live page
+    report/     reports over the analysis (the top-level ``analysis`` package): live/, pages/, cache/
     labs/       the course labs: a lab, a student's runs, grading and its evidence, the autograder
     workflows/  what is built from sessions: compare, regress, series, bisect, explain, decide, bench
     cli/        the ``testbed`` command: its parser, one module per group of commands
