@@ -159,7 +159,7 @@ def record(
             "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
             "seeds": sorted({int(seed) for seed in candidate.metrics.get(result.experiment, {"seed": []})["seed"]}),
             "sessions": [reference.directory.name, candidate.directory.name],
-            "guest": candidate.guest,
+            "guest": dict(candidate.guest),  # a copy each: one dict shared would be written as a YAML alias
         }
     path.parent.mkdir(parents=True, exist_ok=True)
     # the file's own comments (its header) are kept above the data

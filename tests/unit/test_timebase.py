@@ -225,6 +225,7 @@ def test_recording_a_result_is_what_auto_then_reads(tmp_path):
     equivalence_workflow.record(*sides, results, path)
     table = timebase.equivalence(path)
     assert path.read_text().startswith("# header kept\n")
+    assert "&id" not in path.read_text()  # each experiment's guest written out, not as an alias of another's
     assert table["mobile-bernoulli"]["equivalent"] is True and table["rtt-fairness"]["equivalent"] is False
     assert table["mobile-bernoulli"]["speed"] == {"reference": 0.5, "candidate": 2.0}
     assert timebase.choose("auto", {"rtt-fairness"}, never, table)[0] == "real"
