@@ -26,6 +26,7 @@ def where(args: argparse.Namespace):
         fresh_networks=getattr(args, "fresh_networks", False),
         queue_hz=getattr(args, "queue_hz", 10.0),
         clock=getattr(args, "clock", "auto"),
+        guests=getattr(args, "guests", 1),
         allow_dirty=getattr(args, "allow_dirty", False),
     )
 
@@ -51,6 +52,16 @@ def queue_hz(text: str) -> float:
     if not 1 <= hz <= 1000:
         raise argparse.ArgumentTypeError(f"--queue-hz {text} is out of range: give 1 to 1000 samples per second")
     return hz
+
+
+def guest_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--guests {text!r} is not a whole number: give 1 to 16") from None
+    if not 1 <= count <= 16:
+        raise argparse.ArgumentTypeError(f"--guests {text} is out of range: give 1 to 16 (one guest per core)")
+    return count
 
 
 def run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
@@ -95,6 +106,14 @@ def where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> None
         backend_options(parser)
     parser.add_argument("--cpus", type=int, help="guest vCPUs (default 2; 1 on a single-core host under TCG)")
     clock_option(parser)
+    parser.add_argument(
+        "--guests",
+        type=guest_count,
+        default=1,
+        metavar="N",
+        help="in virtual time, split the session's runs over N guests at once, one per core; a run that fails "
+        "its checks packed runs again alone; in real time one guest runs (docs/results.md)",
+    )
     cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")
     parser.add_argument(

@@ -155,6 +155,12 @@ def _interrupt(signum, frame) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.guest.runner", description=__doc__.splitlines()[0])
     parser.add_argument("plan", type=Path, help="plan JSON written by `testbed run`")
+    parser.add_argument(
+        "--session",
+        type=Path,
+        help="the folder the plan's run folders are relative to (default: the plan's own folder; a packed "
+        "guest's plan lies in a folder of its own, testbed/host/packing.py)",
+    )
     args = parser.parse_args(argv)
     progress.configure_logging()
     signal.signal(signal.SIGTERM, _interrupt)
@@ -163,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     plan = Plan.read(args.plan)
     try:
-        failed = execute_plan(plan, args.plan.parent)
+        failed = execute_plan(plan, args.session or args.plan.parent)
     except KeyboardInterrupt:
         log("interrupted: the current run is marked incomplete; the topology was torn down")
         return 130

@@ -26,7 +26,7 @@ from typing import NamedTuple, Protocol
 from testbed import PROJECT
 from testbed.guest import console, launch, lossbpf, modules
 from testbed.guest.runner import execute_plan
-from testbed.host import guardian, hostload, kernels, timebase, vagrant, virtme
+from testbed.host import guardian, hostload, kernels, packing, timebase, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
 from testbed.plan import estimate, resume
 from testbed.plan.plan import Plan
@@ -84,13 +84,19 @@ def create(
     log=print,
     clock: str = "auto",
     experiments: frozenset[str] = frozenset(),
+    guests: int = 1,
 ) -> Backend:
     """The backend of this name; only the guest boots a kernel of the caller's choice, and only a guest
     runs in virtual time (``clock``, for the runs of ``experiments``: :func:`timebase.choose`)."""
     if name not in NAMES:
         raise ValueError(f"unknown backend {name!r}: one of {', '.join(NAMES)}")
     if name == GuestBackend.name:
-        return GuestBackend(kernel_version, vcpus, log, clock, experiments)
+        return GuestBackend(kernel_version, vcpus, log, clock, experiments, guests)
+    if guests > 1:
+        raise ValueError(
+            f"--guests {guests} packs virtme-ng guests (--backend guest, in virtual time): the {name} backend "
+            "runs one session at a time on its kernel"
+        )
     if clock == "virtual":
         raise ValueError(
             f"--clock virtual needs the guest backend (QEMU's icount): the {name} backend runs "
@@ -171,9 +177,12 @@ class GuestBackend:
         log=print,
         clock: str = "auto",
         experiments: frozenset[str] = frozenset(),
+        guests: int = 1,
     ) -> None:
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
         self.clock, self.experiments = clock, experiments
+        #: ``--guests``: asked for; then how many this session packs (testbed.host.packing.guests_for)
+        self.requested_guests, self.guests = guests, 1
         self.kernel: kernels.Kernel | None = None
         self.config: virtme.GuestConfig | None = None
 
@@ -188,6 +197,10 @@ class GuestBackend:
             f"guest: {self.kernel.release} under {self.config.accel.upper()} with {self.config.vcpus} vCPU(s)"
             f"{shown}: {why}"
         )
+        cores = len(os.sched_getaffinity(0))
+        self.guests, why = packing.guests_for(self.requested_guests, self.config.clock, cores)
+        if self.requested_guests > 1:
+            self.log(f"guests: {why}")
         return self.kernel.release
 
     def record(self) -> dict:
@@ -224,13 +237,29 @@ class GuestBackend:
             )
 
     def wall_s(self, estimates: list[float]) -> float:
-        return sum(estimates) + estimate.GUEST_BOOT_S
+        # packed: the longest guest's share (in virtual time a busy run's wall time is its own, not its traffic's)
+        return packing.makespan_s(estimates, self.guests) + estimate.GUEST_BOOT_S
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        timing = run_with_second_boot(
-            virtme, self.kernel, self.config, plan_path, session, total_s, log=self.log, observers=self.observers
+        boot = functools.partial(
+            run_with_second_boot,
+            virtme,
+            self.kernel,
+            self.config,
+            session=session,
+            log=self.log,
+            observers=packing.serialized(self.observers) if self.guests > 1 else self.observers,
         )
-        return {"guest": timing}
+        if self.guests > 1:
+            return {"guest": packing.run_packed(plan, session, self.guests, self._boot_one(boot), log=self.log)}
+        return {"guest": boot(plan_path=plan_path, total_s=total_s)}
+
+    @staticmethod
+    def _boot_one(boot) -> packing.BootOne:
+        def one(plan_path: Path, console: Path, budget_s: float) -> dict:
+            return boot(plan_path=plan_path, total_s=budget_s + estimate.GUEST_BOOT_S, console=console)
+
+        return one
 
     def close(self) -> None:
         pass
@@ -290,22 +319,24 @@ def run_with_second_boot(
     total_s: float,
     log=print,
     observers: tuple[Observer, ...] = (),
+    console: Path | None = None,
 ) -> dict:
     """The plan in a guest (``guest``: :mod:`testbed.host.virtme`), booted a second time for the runs
-    not finished when the first guest never reached the runner or stopped responding.
+    not finished when the first guest never reached the runner or stopped responding. Run folders are
+    relative to ``session``; ``console``: the guest's console log (``session/guest-console.log``).
 
     Under TCG a kernel can panic at random during boot (6.12.117+deb12 once hit an int3 oops in
     sched_clock_cpu while the kernel patched its own code, and booted on the next try), and a guest
     can stop altogether (once in CI: 6.1.0-56 fell silent in the middle of a run's traffic, with not
-    even the runner's watchdog printing). The first console log is kept as ``guest-console-boot1.log``;
+    even the runner's watchdog printing). The first console log is kept beside it, as ``guest-console-boot1.log``;
     the run that was going on is set aside under ``.attempts/`` and runs again; runs already complete
     or failed are kept. A second failure is reported."""
-    console = session / "guest-console.log"
-    boot = functools.partial(_boot, guest, kernel, config, session, log, observers)
+    console = console or session / "guest-console.log"
+    boot = functools.partial(_boot, guest, kernel, config, session, console, log, observers)
     try:
         return boot(plan_path, total_s)
     except (guest.GuestBootError, guest.GuestHungError) as err:
-        first = session / "guest-console-boot1.log"
+        first = console.with_name(f"{console.stem}-boot1.log")
         if console.exists():
             console.replace(first)
         what = "did not boot" if isinstance(err, guest.GuestBootError) else "stopped responding"
@@ -325,7 +356,15 @@ def run_with_second_boot(
 
 
 def _boot(
-    guest, kernel, config, session: Path, log, observers: tuple[Observer, ...], plan: Path, estimate_s: float
+    guest,
+    kernel,
+    config,
+    session: Path,
+    console: Path,
+    log,
+    observers: tuple[Observer, ...],
+    plan: Path,
+    estimate_s: float,
 ) -> dict:
     """One guest for one plan, with the host's contention watched by the processes this checkout marked."""
 
@@ -343,8 +382,10 @@ def _boot(
         config,
         plan,
         [session],
-        session / "guest-console.log",
+        console,
         timeout_s=estimate_s * factor + guest.BOOT_TIMEOUT_S,
         echo=log,
         on_line=with_observers(watch.on_line, observers, session, run_dirs),
+        # a packed guest's plan lies in a folder of its own (testbed.host.packing)
+        **({} if plan.parent == session else {"session": session}),
     )

@@ -24,7 +24,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from testbed.host import clusterspec, daskcluster, timebase
+from testbed.host import clusterspec, daskcluster, packing, timebase
 from testbed.host.backends import Artefacts
 from testbed.host.clusterspec import ClusterError, ClusterSpec, LocalSpec
 from testbed.host.clusterwork import (
@@ -352,10 +352,7 @@ def _worker_error(future) -> str:
 
 def spread_s(costs: list[float], workers: int) -> float:
     """The wall time of these run costs on ``workers`` workers: the longest first, each to the least loaded."""
-    loads = [0.0] * workers
-    for cost in sorted(costs, reverse=True):
-        loads[loads.index(min(loads))] += cost
-    return max(loads, default=0.0)
+    return packing.makespan_s(costs, workers)
 
 
 def check_pinned_guests(workers: int, cores: list[int]) -> None:

@@ -64,6 +64,7 @@ def run_session(
     cluster: str | None = None,
     placement_seed: int | None = None,
     clock: str = "auto",
+    guests: int = 1,
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
@@ -74,14 +75,15 @@ def run_session(
     ``queue_hz``: how often the bottleneck queues are sampled during traffic. ``cluster``: the runs go to
     the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``;
     ``placement_seed`` draws each run's host from its point and seed (the same draw in another session).
-    ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it."""
+    ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it.
+    ``guests``: in virtual time, that many guests at once, one per core (testbed.host.packing)."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
     results_root = Path(results_root).resolve()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
-    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed, clock)
+    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed, clock, guests)
     chosen.observers = tuple(observers)
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
@@ -137,6 +139,7 @@ def _open_backend(
     cluster: str | None = None,
     placement_seed: int | None = None,
     clock: str = "auto",
+    guests: int = 1,
 ) -> Backend:
     """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why),
     a guest when virtual time is asked for; with ``cluster``, the cluster's, whose workers each decide
@@ -149,6 +152,11 @@ def _open_backend(
             raise ValueError(
                 f"--cluster needs Dask ({', '.join(missing)} not installed: 'make setup-experiment' "
                 "leaves it out): run 'make setup', or .venv/bin/pip install -e '.[cluster]'"
+            )
+        if guests > 1:
+            raise ValueError(
+                f"--guests {guests} with --cluster: a cluster packs its own way (local:N, one guest per worker "
+                "and core): give one of them"
             )
         from testbed.host import cluster as dask_cluster
         from testbed.host import clusterspec
@@ -169,7 +177,7 @@ def _open_backend(
     elif choice == "auto":
         choice, why = choose_backend(runs, kernel_version)
         log(f"backend: {choice} ({why})")
-    return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments)
+    return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments, guests=guests)
 
 
 def _resumable(

@@ -18,6 +18,7 @@ bring-up here), and the guest keeps its periodic tick (``nohz=off``, :data:`VIRT
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -170,20 +171,22 @@ def run_in_guest(
     timeout_s: float,
     echo=print,
     on_line=None,
+    session: Path | None = None,
 ) -> dict:
     """Boot, run the runner on ``plan_path`` inside (:mod:`testbed.guest.start`), stream its progress lines.
 
     The guest ends with this process, however it ends (:mod:`testbed.host.guardian`). Returns timings
     (``ready_s``: command to the runner's first line, ``wall_s``) and the number of runs not complete
     as written to ``plan.done``; raises GuestError when the guest did not boot or did not finish in time.
-    ``on_line(text, now)`` sees every runner line too (the host's contention watch).
+    ``on_line(text, now)`` sees every runner line too (the host's contention watch). ``session``: the
+    folder the plan's run folders are relative to, when it is not the plan's own.
     """
     venv_bin = Path(sys.executable).parent
     if not shutil.which("vng", path=str(venv_bin)) and not shutil.which("vng"):
         raise GuestError("virtme-ng (vng) is not installed: run 'make setup'")
     done = plan_path.parent / "plan.done"
     done.unlink(missing_ok=True)
-    argv = vng_argv(kernel, config, rwdirs, _runner_command(plan_path))
+    argv = vng_argv(kernel, config, rwdirs, _runner_command(plan_path, session))
     started = time.monotonic()
     label = f"the guest ({kernel.release}, {config.accel})"
     with open(console_log, "wb") as log_file:
@@ -229,8 +232,10 @@ def run_in_guest(
 _GUEST_ERRORS = {remote.RunnerNotStarted: GuestBootError, remote.RunnerSilent: GuestHungError}
 
 
-def _runner_command(plan_path: Path) -> str:
+def _runner_command(plan_path: Path, session: Path | None = None) -> str:
     runner = start.runner_command_line(sys.executable, str(plan_path))
+    if session is not None:
+        runner += f" --session {shlex.quote(str(session))}"
     return f"cd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin {runner}"
 
 

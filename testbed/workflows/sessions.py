@@ -40,6 +40,7 @@ class Where:
     fresh_networks: bool = False
     queue_hz: float = 10.0
     clock: str = "auto"  # a guest's: real, virtual (QEMU's icount) or auto (testbed.host.timebase)
+    guests: int = 1  # virtual-time guests at once, one per core (testbed.host.packing)
     allow_dirty: bool = False  # a tree:PATH kernel with uncommitted changes: its diff built as a patch
 
 
@@ -151,6 +152,7 @@ def _session(scenario: ScenarioFile, where: Where, force: bool, ahead) -> Sessio
         observers=[ahead.observer] if ahead else [],
         cluster=where.cluster,
         clock=where.clock,
+        guests=where.guests,
     )
 
 

@@ -1,0 +1,192 @@
+"""Packed guests: a session's runs split over several virtual-time guests at once, one per core.
+
+In virtual time (QEMU's icount) a guest's clock advances with its own instructions, so the host's load
+slows a run without changing what it measures (docs/results.md): two guests on two cores give the runs
+each would give alone, in about half the wall time. In real time they would not (two TCG guests ruin
+each other's timing), so packing is for the virtual clock only (:func:`guests_for`).
+
+A packed session splits its plan into one shard per guest (:func:`shards`: the longest runs first, each
+to the guest with the least work, as :func:`makespan_s` counts it and the cluster spreads runs), writes each shard's
+plan into a folder of its own (``.guests/gK/``, where its runner writes ``plan.done``), and boots the
+guests at once from threads pinned to one core each: a guest inherits its thread's core, and the host's
+contention watch judges it on that core alone. Every run's manifest records the packing (``backend.packed``:
+how many guests, which one, its core, and the runs of the other guests, which ran beside it). A run that
+did not complete, or failed its fidelity checks, runs again alone afterwards (one guest, nothing beside
+it; its first attempt set aside under ``.attempts/``), as Mininet-HiFi trusts a run only when its monitor
+says it ran as it would alone. ``packing.json`` in the session folder says what ran where and what ran
+again.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+from testbed.host.remote import Observer
+from testbed.plan import resume
+from testbed.plan.plan import PLAN, Plan, PlanRun
+from testbed.results import rundir
+from testbed.results.manifest import Manifest, read_manifest, run_status
+
+#: the session's record of the packing
+PACKING_JSON = "packing.json"
+#: where each guest's plan (and its runner's ``plan.done``) lies, under the session folder
+GUESTS_DIR = ".guests"
+#: the most guests packed at once (one core each; more than this host has is refused anyway)
+MAX_GUESTS = 16
+
+#: one guest for one plan: (plan file, its console log, its time budget in s) -> the guest's timing
+BootOne = Callable[[Path, Path, float], dict]
+
+
+def guests_for(requested: int, clock: str, cores: int) -> tuple[int, str]:
+    """How many guests a session packs, and why: ``requested`` (``--guests``) on the virtual clock, at most
+    one per core this process may use; one in real time, where guests side by side distort each other."""
+    if requested <= 1:
+        return 1, "one guest"
+    if clock != "virtual":
+        return 1, (
+            f"--guests {requested} packs guests only in virtual time (in real time two TCG guests distort each "
+            "other's timing): this session runs in real time, in one guest"
+        )
+    if requested > cores:
+        raise ValueError(
+            f"--guests {requested}: each packed guest is pinned to a core of its own, and this process may use "
+            f"{cores} core(s): give --guests {cores} or fewer"
+        )
+    return requested, f"{requested} guests at once, one per core (virtual time)"
+
+
+def makespan_s(estimates: list[float], guests: int) -> float:
+    """The wall time of runs of these estimates split over ``guests`` as :func:`shards` splits them."""
+    loads = [0.0] * max(guests, 1)
+    for cost in sorted(estimates, reverse=True):
+        loads[loads.index(min(loads))] += cost
+    return max(loads, default=0.0)
+
+
+def shards(runs: list[PlanRun], guests: int) -> list[list[PlanRun]]:
+    """The runs split over ``guests``: the longest first, each to the guest with the least work so far;
+    each shard keeps the plan's order (a kept network serves the next run of the same scenario)."""
+    loads = [0.0] * guests
+    chosen: dict[int, int] = {}
+    for i in sorted(range(len(runs)), key=lambda i: -runs[i].estimate_s):
+        k = loads.index(min(loads))
+        loads[k] += runs[i].estimate_s
+        chosen[i] = k
+    return [[run for i, run in enumerate(runs) if chosen[i] == k] for k in range(guests)]
+
+
+def shard_plans(plan: Plan, session: Path, guests: int, cores: list[int]) -> list[tuple[Path, Plan]]:
+    """Each guest's plan, written into its own folder; its runs' manifests will name the other guests' runs
+    as those that ran beside them."""
+    split = [shard for shard in shards(plan.runs, guests) if shard]
+    written = []
+    for k, shard in enumerate(split):
+        beside = sorted(run.run_dir for other in split if other is not shard for run in other)
+        packed = {"guests": len(split), "guest": k, "core": cores[k], "beside": beside}
+        context = plan.context.model_copy(update={"backend": {**plan.context.backend, "packed": packed}})
+        path = session / GUESTS_DIR / f"g{k}" / PLAN
+        path.parent.mkdir(parents=True, exist_ok=True)
+        shard_plan = plan.model_copy(update={"context": context, "runs": shard})
+        shard_plan.write(path)
+        written.append((path, shard_plan))
+    return written
+
+
+def run_packed(plan: Plan, session: Path, guests: int, boot_one: BootOne, log=print) -> dict:
+    """The plan over ``guests`` guests at once, each pinned to a core, then the runs that need it again
+    alone; the timings, also written to ``packing.json``."""
+    cores = sorted(os.sched_getaffinity(0))[:guests]
+    written = shard_plans(plan, session, guests, cores)
+    log(f"packed: {len(plan.runs)} runs over {len(written)} guests at once, on cores {cores} (virtual time)")
+
+    def one(k: int) -> dict:
+        os.sched_setaffinity(0, {cores[k]})  # this thread's core: the guest it starts inherits it
+        path, shard = written[k]
+        budget = sum(run.estimate_s for run in shard.runs)
+        return boot_one(path, session / f"guest-console-g{k}.log", budget)
+
+    timings, errors = _run_all(one, len(written))
+    again = rerun_reasons(session, plan.runs)
+    record = {"guests": len(written), "cores": cores, "shards": [], "rerun_alone": again}
+    for k, (_, shard) in enumerate(written):
+        entry = {"guest": k, "core": cores[k], "runs": [run.run_dir for run in shard.runs]}
+        record["shards"].append({**entry, "timing": timings.get(k), "error": errors.get(k)})
+    if again:
+        record["alone"] = _rerun_alone(plan, session, again, boot_one, log)
+    rundir.write_json_atomic(session / PACKING_JSON, record)
+    return record
+
+
+def serialized(observers: tuple[Observer, ...]) -> tuple[Observer, ...]:
+    """The session's observers as packed guests' threads may call them: one line at a time."""
+    lock = threading.Lock()
+
+    def one_at_a_time(observer: Observer) -> Observer:
+        def bound(session: Path, run_dirs: list[str]) -> Callable[[str, float], None]:
+            follower = observer(session, run_dirs)
+
+            def line(text: str, now: float) -> None:
+                with lock:
+                    follower(text, now)
+
+            return line
+
+        return bound
+
+    return tuple(one_at_a_time(observer) for observer in observers)
+
+
+def _run_all(one: Callable[[int], dict], count: int) -> tuple[dict[int, dict], dict[int, str]]:
+    """Every guest at once; a guest that failed is an error for its runs, which then run again alone."""
+    timings, errors = {}, {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=count) as pool:
+        futures = {pool.submit(one, k): k for k in range(count)}
+        for future in concurrent.futures.as_completed(futures):
+            k = futures[future]
+            try:
+                timings[k] = future.result()
+            except Exception as err:  # the guest's failure is its runs' (rerun alone), not the session's
+                errors[k] = f"{type(err).__name__}: {err}"
+    return timings, errors
+
+
+def rerun_reasons(session: Path, runs: list[PlanRun]) -> dict[str, str]:
+    """The runs that ran packed and must run again alone, each with why: not complete, or a fidelity
+    check failed (a run beside another is trusted only when it ran as it would alone)."""
+    reasons = {}
+    for run in runs:
+        folder = session / run.run_dir
+        status = run_status(folder)
+        if status != "complete":
+            reasons[run.run_dir] = f"{status} when packed"
+            continue
+        failed = _failed_checks(read_manifest(folder))
+        if failed:
+            reasons[run.run_dir] = "fidelity checks failed when packed: " + ", ".join(failed)
+    return reasons
+
+
+def _failed_checks(manifest: Manifest) -> list[str]:
+    fidelity = manifest.fidelity
+    if fidelity is None or fidelity.trustworthy is not False:
+        return []
+    return fidelity.problems or ["trustworthy: false"]
+
+
+def _rerun_alone(plan: Plan, session: Path, reasons: dict[str, str], boot_one: BootOne, log) -> dict:
+    """The runs of ``reasons`` again, in one guest with nothing beside it; their packed attempts set aside."""
+    runs = [run for run in plan.runs if run.run_dir in reasons]
+    for run in runs:
+        resume.set_aside(session / run.run_dir, session)
+    log(f"packed: {len(runs)} run(s) again alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
+    alone = {"guests": 1, "alone_after": "packed"}
+    context = plan.context.model_copy(update={"backend": {**plan.context.backend, "packed": alone}})
+    path = session / GUESTS_DIR / "alone" / PLAN
+    path.parent.mkdir(parents=True, exist_ok=True)
+    plan.model_copy(update={"context": context, "runs": runs}).write(path)
+    return boot_one(path, session / "guest-console-alone.log", sum(run.estimate_s for run in runs))

@@ -1,0 +1,148 @@
+"""Packed guests (testbed/host/packing.py): the split, the clock rule, each guest's plan and record, and a
+run that failed its checks packed running again alone. The guests here are a stand-in that writes the
+manifests a runner would (simulated data); the guest tier boots real ones."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import pytest
+
+from testbed.host import backends, packing, virtme
+from testbed.plan.plan import Plan, PlanContext, PlanRun
+from testbed.results.manifest import read_manifest, write_manifest
+
+
+def plan_of(estimates: list[float]) -> Plan:
+    runs = [
+        PlanRun(
+            scenario_name="s",
+            point_id="p",
+            params={},
+            seed=seed,
+            scenario={},
+            run_dir=f"p/seed-{seed}",
+            estimate_s=estimate_s,
+        )
+        for seed, estimate_s in enumerate(estimates, 1)
+    ]
+    return Plan(context=PlanContext(backend={"kind": "guest", "clock": "virtual"}), runs=runs)
+
+
+def test_the_longest_runs_go_first_to_the_least_loaded_guest_and_each_shard_keeps_the_plans_order():
+    plan = plan_of([10, 30, 20, 20, 10])
+    split = packing.shards(plan.runs, 2)
+    assert [[r.seed for r in shard] for shard in split] == [[1, 2, 5], [3, 4]]
+    assert [sum(r.estimate_s for r in shard) for shard in split] == [50, 40]
+    assert packing.makespan_s([10, 30, 20, 20, 10], 2) == 50
+    assert packing.makespan_s([10, 30, 20, 20, 10], 1) == 90
+
+
+def test_guests_are_packed_only_in_virtual_time_and_at_most_one_per_core():
+    assert packing.guests_for(2, "virtual", 2) == (2, "2 guests at once, one per core (virtual time)")
+    count, why = packing.guests_for(2, "real", 2)
+    assert count == 1 and "only in virtual time" in why and "one guest" in why
+    assert packing.guests_for(1, "virtual", 2)[0] == 1
+    with pytest.raises(ValueError, match="--guests 3: .* 2 core"):
+        packing.guests_for(3, "virtual", 2)
+
+
+def test_each_guests_plan_lies_in_its_own_folder_and_names_the_runs_beside_it(tmp_path):
+    plan = plan_of([10, 10, 10])
+    written = packing.shard_plans(plan, tmp_path, 2, [0, 1])
+    assert [path.relative_to(tmp_path).as_posix() for path, _ in written] == [
+        ".guests/g0/plan.json",
+        ".guests/g1/plan.json",
+    ]
+    first = Plan.read(written[0][0])
+    assert [r.run_dir for r in first.runs] == ["p/seed-1", "p/seed-3"]
+    assert first.context.backend["packed"] == {"guests": 2, "guest": 0, "core": 0, "beside": ["p/seed-2"]}
+    assert first.context.backend["clock"] == "virtual"
+    assert Plan.read(written[1][0]).context.backend["packed"]["beside"] == ["p/seed-1", "p/seed-3"]
+
+
+def test_a_plan_smaller_than_the_guests_boots_no_idle_guest(tmp_path):
+    written = packing.shard_plans(plan_of([10]), tmp_path, 2, [0, 1])
+    assert len(written) == 1
+    assert Plan.read(written[0][0]).context.backend["packed"] == {"guests": 1, "guest": 0, "core": 0, "beside": []}
+
+
+def needs_two_cores() -> list[int]:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("this process may use one core: two guests cannot be packed here (the split is tested above)")
+    return cores
+
+
+class StandInGuests:
+    """Writes each plan's manifests as a runner would: seed 2 fails its checks when packed, and every run
+    is trustworthy when it runs alone; records each guest's core."""
+
+    def __init__(self, session):
+        self.session, self.cores, self.plans = session, {}, []
+        self.lock = threading.Lock()
+
+    def __call__(self, plan_path, console, budget_s):
+        plan = Plan.read(plan_path)
+        packed = plan.context.backend["packed"]
+        with self.lock:
+            self.plans.append(plan_path.parent.name)
+            self.cores[plan_path.parent.name] = os.sched_getaffinity(0)
+        for run in plan.runs:
+            bad = packed["guests"] > 1 and run.seed == 2
+            fidelity = {"trustworthy": not bad, "problems": ["cpu headroom: 97 % busy"] if bad else []}
+            manifest = {"status": "complete", "seed": run.seed, "backend": plan.context.backend, "fidelity": fidelity}
+            (self.session / run.run_dir).mkdir(parents=True, exist_ok=True)
+            write_manifest(self.session / run.run_dir, manifest)
+        console.write_text("console\n")
+        return {"wall_s": 1.0, "not_complete": 0}
+
+
+def test_a_run_that_failed_its_checks_packed_runs_again_alone_and_the_record_says_so(tmp_path):
+    cores = needs_two_cores()
+    guests = StandInGuests(tmp_path)
+    record = packing.run_packed(plan_of([10, 10, 10]), tmp_path, 2, guests, log=lambda _: None)
+    # each packed guest on a core of its own; the run alone on this process's cores, pinned to none
+    assert guests.cores == {"g0": {cores[0]}, "g1": {cores[1]}, "alone": set(os.sched_getaffinity(0))}
+    assert record["rerun_alone"] == {"p/seed-2": "fidelity checks failed when packed: cpu headroom: 97 % busy"}
+    again = read_manifest(tmp_path / "p/seed-2")
+    assert again.fidelity.trustworthy is True
+    assert again.backend.model_dump()["packed"] == {"guests": 1, "alone_after": "packed"}
+    assert read_manifest(tmp_path / "p/seed-1").backend.model_dump()["packed"]["guests"] == 2
+    attempts = list((tmp_path / ".attempts" / "p").iterdir())
+    assert [a.name.split("-2026")[0][:6] for a in attempts] == ["seed-2"]
+    assert json.loads((tmp_path / packing.PACKING_JSON).read_text())["rerun_alone"] == record["rerun_alone"]
+    assert (tmp_path / "guest-console-g0.log").exists() and (tmp_path / "guest-console-alone.log").exists()
+
+
+def test_a_guest_that_failed_leaves_its_runs_to_run_again_alone(tmp_path):
+    calls = []
+
+    def boot_one(plan_path, console, budget_s):
+        plan = Plan.read(plan_path)
+        calls.append(plan_path.parent.name)
+        if plan_path.parent.name == "g1":
+            raise virtme.GuestBootError("the guest did not boot")
+        for run in plan.runs:
+            (tmp_path / run.run_dir).mkdir(parents=True, exist_ok=True)
+            write_manifest(tmp_path / run.run_dir, {"status": "complete", "fidelity": {"trustworthy": True}})
+        return {"wall_s": 1.0}
+
+    needs_two_cores()
+    record = packing.run_packed(plan_of([10, 10]), tmp_path, 2, boot_one, log=lambda _: None)
+    assert record["shards"][1]["error"] == "GuestBootError: the guest did not boot"
+    assert record["rerun_alone"] == {"p/seed-2": "missing when packed"}
+    assert calls[-1] == "alone" and read_manifest(tmp_path / "p/seed-2").status == "complete"
+
+
+def test_packing_is_refused_where_it_cannot_pack():
+    with pytest.raises(ValueError, match="--guests 2 packs virtme-ng guests"):
+        backends.create("local", guests=2)
+
+
+def test_a_packed_guests_runner_is_told_the_session_folder(tmp_path):
+    command = virtme._runner_command(tmp_path / ".guests" / "g0" / "plan.json", tmp_path)
+    assert command.endswith(f".guests/g0/plan.json --session {tmp_path}")
+    assert "--session" not in virtme._runner_command(tmp_path / "plan.json")
