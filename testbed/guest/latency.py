@@ -2,9 +2,12 @@
 the iperf3 servers, requests clients started and held with the iperf3 clients, and every ping and
 requests flow let go at its start time by a thread of its own while the bulk flows run.
 
-A ping starts as a process at its start time (it has no connect() to be held at; ``-D`` stamps each
-reply, so a late start only shifts where its samples begin). Their output is the run's
-``raw/ping-<id>.txt`` and ``raw/requests-<id>.jsonl``.
+A ping is started before the traffic too, and held at its first ``socket()`` (the iperf3 clients' shim,
+:mod:`testbed.guest.launch`: ping has no ``connect()`` when given its source address); ``-D`` stamps each
+reply. Exec'd at its start time instead, a ping read its binary and libraries over the guest's shared
+root filesystem while the traffic ran: 90-180 system calls of the host's file server (virtiofsd) at every run's start (measured on
+the bufferbloat point), a wait that in virtual time moved its start, and the flows around it, by the
+host's load. Their output is the run's ``raw/ping-<id>.txt`` and ``raw/requests-<id>.jsonl``.
 """
 
 from __future__ import annotations
@@ -43,20 +46,25 @@ class LatencyTraffic:
                 )
 
     def prestart(self) -> None:
-        """Requests clients started and held; every requests server listening."""
+        """Ping and requests clients started and held; every requests server listening."""
         for flow in self.flows:
             if flow.kind == "requests":
                 command = launch.Command(requests_client_argv(flow, sys.executable), {})
                 self.clients[flow.id] = launch.start(
                     self.net, flow.sender, command, self.raw / f"requests-{flow.id}.jsonl"
                 )
+            else:
+                command = launch.Command(ping_argv(flow), launch.held_at_socket_env())
+                self.clients[flow.id] = launch.start(self.net, flow.sender, command, self.raw / f"ping-{flow.id}.txt")
         for fid, proc in self.clients.items():
             deadline = time.monotonic() + clients.CLIENT_PRESTART_TIMEOUT_S
             while clients.process_state(proc.pid) != "T":
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    output = (self.raw / f"requests-{fid}.jsonl").read_text(errors="replace").strip()[-300:]
+                    kind = next(f.kind for f in self.flows if f.id == fid)
+                    output_file = self.raw / (f"requests-{fid}.jsonl" if kind == "requests" else f"ping-{fid}.txt")
+                    output = output_file.read_text(errors="replace").strip()[-300:]
                     raise RunFailed(
-                        f"the requests client of {fid} could not be started and held (exit status "
+                        f"the {kind} client of {fid} could not be started and held (exit status "
                         f"{proc.poll()}; its output: {output!r})"
                     )
                 time.sleep(0.01)
@@ -82,11 +90,7 @@ class LatencyTraffic:
         for flow in sorted(self.flows, key=lambda f: f.start_s):
             if self._stop.wait(max(0.0, t0 + flow.start_s - time.monotonic())):
                 return
-            if flow.kind == "ping":
-                command = launch.Command(ping_argv(flow), {})
-                self.clients[flow.id] = launch.start(self.net, flow.sender, command, self.raw / f"ping-{flow.id}.txt")
-            else:
-                self.clients[flow.id].send_signal(signal.SIGCONT)
+            self.clients[flow.id].send_signal(signal.SIGCONT)
 
     def wait(self, t0: float) -> list[str]:
         """Wait for every flow to end (its stop plus GRACE_S at most); the servers ended. Returns what failed."""

@@ -148,6 +148,11 @@ def _env(scratch: Path, preload: Path | None = None, drain: bool = False) -> dic
     }
 
 
+def held_at_socket_env() -> dict[str, str]:
+    """A process other than iperf3 (ping) held by the shim at its first ``socket()`` (module doc)."""
+    return {"LD_PRELOAD": str(hold_library()), "CC_TESTBED_HOLD_AT_SOCKET": "1"}
+
+
 def server_command(conn: Connection, scratch: Path) -> Command:
     return Command(server_argv(conn), _env(scratch))
 

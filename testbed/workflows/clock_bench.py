@@ -1,15 +1,18 @@
 """``testbed bench --part clock``: what virtual time buys, and whether it answers as real time does.
 
-Runs a suite (the default suite unless told another) twice in new sessions on a guest, alone in real time
-and then in virtual time (QEMU's icount), at the same seeds, and prints per experiment the seconds of
-traffic per second of wall clock each way (boot included) and the twin-by-twin equivalence of
-:mod:`analysis.verdicts.equivalence` (paired TOST per metric, the claims' verdicts). Numbers, not assertions:
+Runs a suite (the default suite unless told another) three times in new sessions, at the same seeds: in one
+guest in real time, in one guest in virtual time (QEMU's icount), and packed in virtual time (``--guests``,
+one guest per core: :mod:`testbed.host.packing`); it prints the seconds of traffic per second of wall clock
+each way (boot included) and per experiment the twin-by-twin equivalence of
+:mod:`analysis.verdicts.equivalence` (paired TOST per metric, the claims' verdicts): virtual time against
+real time, and packed guests against one guest alone. Numbers, not assertions:
 printed and written to ``bench/clock-<UTC time>.json``; nothing is recorded for ``--clock auto`` (that is
 ``testbed equivalence --record``'s, on sessions a person chose to decide by).
 """
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from testbed import PROJECT
@@ -19,33 +22,42 @@ from testbed.workflows import equivalence
 from testbed.workflows.bench import write_figures
 
 SUITE = "default"
+#: packed guests, one per core (fewer on a host with fewer cores)
+PACKED_GUESTS = 2
 
 
 def bench_clock(kernel_version: str | None = None, suite_name: str = SUITE, out_dir: Path = PROJECT / "bench") -> dict:
     suite = load_suite(find_suite(suite_name, PROJECT / "scenarios" / "suites"), PROJECT / "scenarios")
+    guests = min(PACKED_GUESTS, len(os.sched_getaffinity(0)))
     sessions, failed = {}, 0
-    for clock in ("real", "virtual"):
+    for way, clock, packed in (("real", "real", 1), ("virtual", "virtual", 1), ("packed", "virtual", guests)):
         result = run_session(
             suite,
             backend="guest",
             kernel_version=kernel_version,
             force=True,
             clock=clock,
-            results_root=out_dir / "results" / f"clock-{clock}",
+            guests=packed,
+            results_root=out_dir / "results" / f"clock-{way}",
         )
-        sessions[clock], failed = equivalence.load_side(result.directory), failed + len(result.failed)
-    real, virtual = sessions["real"], sessions["virtual"]
-    results = equivalence.judge_twins(real, virtual)
+        sessions[way], failed = equivalence.load_side(result.directory), failed + len(result.failed)
+    real, virtual, packed = sessions["real"], sessions["virtual"], sessions["packed"]
     figures = {
         "suite": suite_name,
-        "traffic_s_per_wall_s_real": round(real.speed, 3),
-        "traffic_s_per_wall_s_virtual": round(virtual.speed, 3),
+        **{f"traffic_s_per_wall_s_{way}": round(side.speed, 3) for way, side in sessions.items()},
         "speedup": round(virtual.speed / real.speed, 2) if real.speed else None,
-        "wall_s": {"real": round(real.wall_s, 1), "virtual": round(virtual.wall_s, 1)},
-        "experiments": {
-            r.experiment: {"equivalent": r.equivalent, "tests": [m.line() for m in r.metrics], "problems": r.problems}
-            for r in results
-        },
-        "sessions": {clock: str(side.directory) for clock, side in sessions.items()},
+        "packed_guests": guests,
+        "packed_speedup": round(packed.speed / real.speed, 2) if real.speed else None,
+        "wall_s": {way: round(side.wall_s, 1) for way, side in sessions.items()},
+        "experiments": _judged(equivalence.judge_twins(real, virtual)),
+        "packed_against_alone": _judged(equivalence.judge_twins(virtual, packed)),
+        "sessions": {way: str(side.directory) for way, side in sessions.items()},
     }
     return write_figures(out_dir, "clock", {**figures, "status": "incomplete" if failed else "complete"})
+
+
+def _judged(results: list) -> dict:
+    return {
+        r.experiment: {"equivalent": r.equivalent, "tests": [m.line() for m in r.metrics], "problems": r.problems}
+        for r in results
+    }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -103,6 +104,33 @@ def test_the_shim_stops_a_process_at_its_first_connect_and_lets_it_go_on(tmp_pat
     ) as proc:
         _hold_and_release(proc, listener)
     listener.close()
+
+
+def test_the_shim_holds_a_ping_at_its_first_socket_until_it_is_continued(tmp_path, monkeypatch):
+    """ping, given its source address, has no connect(): it is held at socket(), before any echo, and its
+    deadline (-w) counts from when it goes on: held longer than it, it still sends every echo."""
+    if shutil.which("ping") is None:
+        pytest.skip("no ping here (Debian package iputils-ping; 'make setup' installs it)")
+    monkeypatch.setattr(build, "cache_base", lambda: tmp_path)
+    monkeypatch.setattr(launch, "_library", None)
+    env = {**os.environ, **launch.held_at_socket_env()}
+    argv = ["ping", "-n", "-D", "-c", "2", "-i", "0.2", "-w", "1", "-I", "127.0.0.1", "127.0.0.1"]
+    with subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            deadline = time.monotonic() + 10
+            while _state(proc.pid) != "T":
+                assert proc.poll() is None and time.monotonic() < deadline, "ping did not stop at socket()"
+                time.sleep(0.01)
+            time.sleep(1.2)
+            assert _state(proc.pid) == "T", "held until continued"
+            continued = time.time()
+            proc.send_signal(subprocess.signal.SIGCONT)
+            out, _ = proc.communicate(timeout=10)
+        finally:
+            proc.kill()
+    stamps = [float(line[1 : line.index("]")]) for line in out.splitlines() if line.startswith("[")]
+    assert proc.returncode == 0 and len(stamps) == 2, out
+    assert stamps[0] >= continued, "no echo before it was continued"
 
 
 def _hold_and_release(proc: subprocess.Popen, listener: socket.socket) -> None:

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * LD_PRELOAD shim for cc-testbed's iperf3 clients.
+ * LD_PRELOAD shim for cc-testbed's iperf3 clients (and its pings).
  *
  * Held at the first connect(): the process stops itself (SIGSTOP) at its first connect(), and goes
  * on when it is continued (SIGCONT). The runner starts every iperf3 client ahead of traffic and
@@ -8,6 +8,11 @@
  * linked and has read its options: in a 2-vCPU TCG guest that start-up costs tens of milliseconds
  * a process, and 210 clients continued together before exec spread their first packets over
  * 0-8 s. iperf3's first connect() is its control connection, so nothing has been sent yet.
+ *
+ * Held at the first socket() instead (only when CC_TESTBED_HOLD_AT_SOCKET is set: ping, which has
+ * no connect() when given its source address): exec'd, linked, its options read, nothing sent. A ping
+ * exec'd at its start time read its binary and libraries over the guest's shared root filesystem
+ * while the traffic ran, and in virtual time that wait on the host moved its start by the host's load.
  *
  * Drained before the end (only when CC_TESTBED_DRAIN is set: fixed-size transfers, iperf3 -n):
  * iperf3 counts a byte as sent once it is written to the socket, and tells the server the test has
@@ -31,12 +36,27 @@
 #define TEST_END 4 /* iperf3's state byte (iperf_api.h) */
 #define MAX_DATA_FDS 64
 
+typedef int (*socket_fn)(int, int, int);
 typedef int (*connect_fn)(int, const struct sockaddr *, socklen_t);
 typedef ssize_t (*write_fn)(int, const void *, size_t);
 
 static int control_fd = -1;
 static int data_fds[MAX_DATA_FDS];
 static int n_data_fds;
+
+int socket(int domain, int type, int protocol)
+{
+	static socket_fn real_socket;
+	static int held;
+
+	if (!real_socket)
+		real_socket = (socket_fn)dlsym(RTLD_NEXT, "socket");
+	if (!held && getenv("CC_TESTBED_HOLD_AT_SOCKET")) {
+		held = 1;
+		raise(SIGSTOP);
+	}
+	return real_socket(domain, type, protocol);
+}
 
 int connect(int fd, const struct sockaddr *addr, socklen_t len)
 {
@@ -46,7 +66,8 @@ int connect(int fd, const struct sockaddr *addr, socklen_t len)
 		real_connect = (connect_fn)dlsym(RTLD_NEXT, "connect");
 	if (control_fd < 0) {
 		control_fd = fd;
-		raise(SIGSTOP);
+		if (!getenv("CC_TESTBED_HOLD_AT_SOCKET")) /* held at socket() already */
+			raise(SIGSTOP);
 	} else if (n_data_fds < MAX_DATA_FDS) {
 		data_fds[n_data_fds++] = fd;
 	}
