@@ -5,9 +5,9 @@ requests flow let go at its start time by a thread of its own while the bulk flo
 A ping is started before the traffic too, and held at its first ``socket()`` (the iperf3 clients' shim,
 :mod:`testbed.guest.launch`: ping has no ``connect()`` when given its source address); ``-D`` stamps each
 reply. Exec'd at its start time instead, a ping read its binary and libraries over the guest's shared
-root filesystem while the traffic ran: 90-180 system calls of the host's file server (virtiofsd) at every run's start (measured on
-the bufferbloat point), a wait that in virtual time moved its start, and the flows around it, by the
-host's load. Their output is the run's ``raw/ping-<id>.txt`` and ``raw/requests-<id>.jsonl``.
+root filesystem while the traffic ran (90-180 system calls of the host's file server, virtiofsd, at
+every bufferbloat run's start), a wait that in virtual time moved its start by the host's load. Their
+output is the run's ``raw/ping-<id>.txt`` and ``raw/requests-<id>.jsonl``.
 """
 
 from __future__ import annotations
