@@ -44,8 +44,8 @@ def add_bench(sub) -> None:
         "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
         "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); clock: the default "
         "suite in real time, in virtual time and in virtual time on packed guests (--guests 2), traffic seconds "
-        "per wall second each way and their equivalence (~8 min); cluster: Dask's overhead per task and a run folder's shipping on --cluster (default "
-        "local:2, ~30 s); all: the six",
+        "per wall second each way and their equivalence (~8 min); cluster: Dask's overhead per task and a run "
+        "folder's shipping on --cluster (default local:2, ~30 s); all: the six",
     )
     bench.add_argument("--cluster", metavar="SPEC", help="the cluster --part cluster measures (as for run)")
     bench.set_defaults(func=_cmd_bench)
