@@ -60,13 +60,13 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
     not_complete = 0
     started = time.monotonic()
     done_s = 0.0
-    total_s = sum(r.estimate_s for r in runs)
+    total_s = sum(r.expected_s for r in runs)
     keeper = NetworkKeeper(enabled=plan.context.keep_networks)
     with kernellock.one_session(f"session {session_dir}", log):  # one session at a time on this kernel
         try:
             for i, run in enumerate(runs, 1):
                 manifest = _run_with_watchdog(run, i, runs, session_dir, plan, keeper, (started, done_s, total_s))
-                done_s += run.estimate_s
+                done_s += run.expected_s
                 if manifest["status"] != "complete":
                     not_complete += 1
         finally:
@@ -81,8 +81,7 @@ def _run_with_watchdog(
     """One run of the plan under its watchdog, between its progress lines; its manifest."""
     started, done_s, total_s = clock
     spec = run.spec()
-    elapsed = time.monotonic() - started
-    eta = (total_s - done_s) * (elapsed / done_s) if done_s else total_s - done_s
+    eta = time_left_s(total_s, done_s, time.monotonic() - started, plan.context.backend.get("clock", "real"))
     log(
         progress.format_line(
             progress.RunStarted(
@@ -105,6 +104,15 @@ def _run_with_watchdog(
         )
     )
     return manifest
+
+
+def time_left_s(total_s: float, done_s: float, elapsed_s: float, clock: str) -> float:
+    """The plan's time left on the host's clock. In real time the runs' expected times, scaled by how this
+    runner's pace compared with them so far; in virtual time as expected (measured on the host where
+    earlier runs were: testbed.plan.costs), because the guest's own clock cannot see the host's pace."""
+    if clock == "virtual" or not done_s:
+        return total_s - done_s
+    return (total_s - done_s) * (elapsed_s / done_s)
 
 
 def run_budget_s(estimate_s: float) -> float:

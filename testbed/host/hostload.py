@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from testbed.guest import fidelity
@@ -174,6 +174,9 @@ class HostSummary:
     #: the traffic's length on the guest's clock, and wall seconds per guest second over it (virtual time)
     guest_traffic_s: float | None = None
     wall_per_guest_s: float | None = None
+    #: the host's wall seconds from the run's first line to its last (its guest's boot not counted): what the
+    #: run cost this host, which the session's cost model reads back (testbed.plan.costs)
+    run_wall_s: float | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -241,17 +244,18 @@ class HostWatch:
         self.cores, self.tree, self.clock = cores, tree, clock
         self.traffic_s: float | None = None  # the current run's traffic length on the guest's clock
         self.current: int | None = None
+        self.run_started = 0.0  # when the current run's first line came, on the host's clock
         self.before: Snapshot | None = None
         self.summaries: dict[str, HostSummary] = {}
 
     def on_line(self, text: str, now: float) -> None:
         event = progress.parse_line(text)
         if isinstance(event, progress.RunStarted):
-            self.current, self.before, self.traffic_s = event.index - 1, None, None
+            self.current, self.before, self.traffic_s, self.run_started = event.index - 1, None, None, now
         elif isinstance(event, progress.TrafficTick):
             self.traffic_s = event.duration_s
-        elif isinstance(event, progress.RunEnded) and self.session is not None and self.current is not None:
-            self.apply(self.session, self._run_dir())
+        elif isinstance(event, progress.RunEnded) and self.current is not None:
+            self._ended(now)
         elif isinstance(event, progress.TrafficWindow) and event.edge == "begins":
             self.before = snapshot(self.own(), self.cores, self.tree)
         elif isinstance(event, progress.TrafficWindow) and self.before is not None and self._run_dir():
@@ -261,6 +265,15 @@ class HostWatch:
                 self.before, after, cores=self.cores, subject=subject, clock=self.clock, guest_traffic_s=self.traffic_s
             )
             self.before = None
+
+    def _ended(self, now: float) -> None:
+        """The run's wall time on the host added to its summary (a run without a traffic window has none),
+        and the summary to its manifest when the runner writes into the session folder directly."""
+        run_dir = self._run_dir()
+        if run_dir in self.summaries:
+            self.summaries[run_dir] = replace(self.summaries[run_dir], run_wall_s=round(now - self.run_started, 2))
+        if self.session is not None:
+            self.apply(self.session, run_dir)
 
     def _run_dir(self) -> str | None:
         in_plan = self.current is not None and 0 <= self.current < len(self.run_dirs)

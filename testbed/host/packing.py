@@ -69,13 +69,14 @@ def makespan_s(estimates: list[float], guests: int) -> float:
 
 
 def shards(runs: list[PlanRun], guests: int) -> list[list[PlanRun]]:
-    """The runs split over ``guests``: the longest first, each to the guest with the least work so far;
-    each shard keeps the plan's order (a kept network serves the next run of the same scenario)."""
+    """The runs split over ``guests``: the longest first (as measured where earlier runs were measured:
+    testbed.plan.costs), each to the guest with the least work so far; each shard keeps the plan's order
+    (a kept network serves the next run of the same scenario)."""
     loads = [0.0] * guests
     chosen: dict[int, int] = {}
-    for i in sorted(range(len(runs)), key=lambda i: -runs[i].estimate_s):
+    for i in sorted(range(len(runs)), key=lambda i: -runs[i].expected_s):
         k = loads.index(min(loads))
-        loads[k] += runs[i].estimate_s
+        loads[k] += runs[i].expected_s
         chosen[i] = k
     return [[run for i, run in enumerate(runs) if chosen[i] == k] for k in range(guests)]
 

@@ -24,7 +24,7 @@ from testbed.host import backends, virtme
 from testbed.host.backends import Backend
 from testbed.host.choice import choose_backend
 from testbed.host.remote import Observer
-from testbed.plan import estimate, progress, resume
+from testbed.plan import costs, estimate, progress, resume
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
 from testbed.results import folderlock, provenance, rundir
 from testbed.results.manifest import Manifest, read_manifest, run_status, write_manifest
@@ -93,7 +93,8 @@ def run_session(
         if previous is not None and not runs_to_do:
             return _result(previous, runs, backend_info)
         project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
-        total = chosen.wall_s([estimate.estimate_s(r) for r in runs_to_do])
+        costs = _costs(results_root, backend_info, runs_to_do)
+        total = chosen.wall_s([_expected_s(r, costs) for r in runs_to_do])
         planned = progress.SessionPlanned(
             name=scenario.name, profile=scenario.profile, runs=len(runs_to_do), estimate_s=total
         )
@@ -110,7 +111,7 @@ def run_session(
                 keep_networks=keep_networks,
                 queue_hz=queue_hz,
             )
-            plan = Plan(context=context, runs=[_plan_entry(r, scenario, session) for r in runs_to_do])
+            plan = Plan(context=context, runs=[_plan_entry(r, scenario, session, costs) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, total)
     result = _result(session, runs, backend_info)
@@ -214,7 +215,21 @@ def _runs_to_resume(
     return [r for r in runs if r not in done]
 
 
-def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> PlanRun:
+def _costs(results_root: Path, backend_info: dict, runs: list[RunSpec]) -> costs.Costs:
+    """What earlier runs of these experiments cost on this session's clock (testbed.plan.costs); logged."""
+    found = costs.measured(results_root, backend_info.get("clock", "real"), {r.scenario_name for r in runs})
+    log(found.describe())
+    return found
+
+
+def _expected_s(r: RunSpec, found: costs.Costs) -> float:
+    estimate_s = estimate.estimate_s(r)
+    measured_s = found.cost_s(r.scenario_name, estimate_s)
+    return estimate_s if measured_s is None else measured_s
+
+
+def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path, found: costs.Costs | None = None) -> PlanRun:
+    estimate_s = estimate.estimate_s(r)
     return PlanRun(
         scenario_name=r.scenario_name,
         point_id=r.point_id,
@@ -223,7 +238,8 @@ def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path) -> PlanRun:
         profile=r.profile or scenario.profile,  # a suite entry's own, else the session's
         scenario=r.scenario.model_dump(mode="json"),
         run_dir=str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
-        estimate_s=estimate.estimate_s(r),
+        estimate_s=estimate_s,
+        cost_s=found.cost_s(r.scenario_name, estimate_s) if found else None,
     )
 
 

@@ -37,7 +37,15 @@ class PlanRun(BaseModel):
     profile: str | None = None
     scenario: dict[str, Any]  # the resolved scenario as JSON data (Scenario.model_dump(mode="json"))
     run_dir: str  # relative to the plan's folder
-    estimate_s: float
+    estimate_s: float  # the model's, in the guest's seconds: what the run's deadline counts on
+    #: the host's wall seconds this run is expected to take, as earlier runs measured it (testbed.plan.costs);
+    #: None where nothing was measured: the estimate then stands for it
+    cost_s: float | None = None
+
+    @property
+    def expected_s(self) -> float:
+        """What the run will take on the host's clock, as best known: measured, else the model's."""
+        return self.estimate_s if self.cost_s is None else self.cost_s
 
     def spec(self) -> RunSpec:
         """The run as the runner executes it."""

@@ -49,11 +49,18 @@ def bench_clock(kernel_version: str | None = None, suite_name: str = SUITE, out_
         "packed_guests": guests,
         "packed_speedup": round(packed.speed / real.speed, 2) if real.speed else None,
         "wall_s": {way: round(side.wall_s, 1) for way, side in sessions.items()},
+        # per experiment, over its runs only (host.run_wall_s): packed guests each count their own core's time
+        "traffic_s_per_run_wall_s": _per_experiment(sessions),
         "experiments": _judged(equivalence.judge_twins(real, virtual)),
         "packed_against_alone": _judged(equivalence.judge_twins(virtual, packed)),
         "sessions": {way: str(side.directory) for way, side in sessions.items()},
     }
     return write_figures(out_dir, "clock", {**figures, "status": "incomplete" if failed else "complete"})
+
+
+def _per_experiment(sessions: dict) -> dict:
+    names = sorted(set().union(*(side.run_speeds for side in sessions.values())))
+    return {name: {way: side.run_speeds.get(name) for way, side in sessions.items()} for name in names}
 
 
 def _judged(results: list) -> dict:

@@ -39,6 +39,9 @@ class AnalysedSession:
     metrics: dict[str, pd.DataFrame] = field(default_factory=dict)
     untrustworthy: dict[str, int] = field(default_factory=dict)
     verdicts: dict[str, dict[str, str]] = field(default_factory=dict)  # experiment -> claim -> verdict
+    #: per experiment, seconds of traffic per second of the host's wall clock over its runs (boot and the
+    #: other experiments' runs not counted), where the host measured them (``host.run_wall_s``)
+    run_speeds: dict[str, float] = field(default_factory=dict)
 
     @property
     def speed(self) -> float:
@@ -58,6 +61,7 @@ def load_side(session: Path) -> AnalysedSession:
         sum(float((a.manifest.get("resolved") or {}).get("duration_s") or 0) for a in report.runs),
         {key: backend.get(key) for key in timebase.GUEST_KEYS},
     )
+    side.run_speeds = run_speeds([analysed.manifest for analysed in report.runs])
     by_experiment: dict[str, list] = {}
     for analysed in report.runs:
         experiment = analysed.manifest.get("scenario") or "?"
@@ -99,6 +103,19 @@ def judge_twins(reference: AnalysedSession, candidate: AnalysedSession) -> list[
     return found
 
 
+def run_speeds(manifests: list[dict]) -> dict[str, float]:
+    """Per experiment, its runs' seconds of traffic per second of the host's wall clock (complete runs the
+    host timed: ``host.run_wall_s``, testbed.host.hostload)."""
+    sums: dict[str, list[float]] = {}
+    for manifest in manifests:
+        wall_s = (manifest.get("host") or {}).get("run_wall_s")
+        traffic_s = (manifest.get("resolved") or {}).get("duration_s")
+        if manifest.get("status") == "complete" and wall_s and traffic_s:
+            total = sums.setdefault(manifest.get("scenario") or "?", [0.0, 0.0])
+            total[0], total[1] = total[0] + float(traffic_s), total[1] + float(wall_s)
+    return {experiment: round(traffic / wall, 3) for experiment, (traffic, wall) in sorted(sums.items())}
+
+
 def text(
     reference: AnalysedSession, candidate: AnalysedSession, results: list[equivalence.ExperimentEquivalence]
 ) -> str:
@@ -128,10 +145,23 @@ def text(
         f"Speed (seconds of traffic per second of wall clock, boot included): reference "
         f"{reference.speed:.2f} ({reference.traffic_s:.0f} s in {reference.wall_s:.0f} s), candidate "
         f"{candidate.speed:.2f} ({candidate.traffic_s:.0f} s in {candidate.wall_s:.0f} s).",
+        *_run_speed_lines(reference, candidate),
         f"Reference: {reference.directory}",
         f"Candidate: {candidate.directory}",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _run_speed_lines(reference: AnalysedSession, candidate: AnalysedSession) -> list[str]:
+    names = sorted(set(reference.run_speeds) | set(candidate.run_speeds))
+    if not names:
+        return []
+    nan = float("nan")
+    shown = [
+        f"{name} {reference.run_speeds.get(name, nan):.2f} and {candidate.run_speeds.get(name, nan):.2f}"
+        for name in names
+    ]
+    return [f"Per experiment, over its runs alone (boot not counted), reference and candidate: {'; '.join(shown)}."]
 
 
 def record(

@@ -17,7 +17,17 @@ from testbed.scenario.load import scenario_from_dict
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 #: the keys of a plan run as session.py wrote them before the Plan model
-PLAN_RUN_KEYS = {"scenario_name", "point_id", "params", "seed", "profile", "scenario", "run_dir", "estimate_s"}
+PLAN_RUN_KEYS = {
+    "scenario_name",
+    "point_id",
+    "params",
+    "seed",
+    "profile",
+    "scenario",
+    "run_dir",
+    "estimate_s",
+    "cost_s",
+}
 
 
 def sweep():

@@ -56,17 +56,18 @@ def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, mo
             {"status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}},
         )
     watch = hostload.HostWatch(["a", "b"], own=set, session=tmp_path)
-    for line in [
-        "run 1/2: s p seed=1 (ETA 1 min)",
-        f"  {TRAFFIC_BEGINS}",
-        "  traffic t=  5.0 s of 10 s",
-        f"  {TRAFFIC_ENDS}",
-        "run 1/2 complete",
-        "run 2/2: s p seed=2 (ETA 0.5 min)",
+    for now, line in [
+        (100.0, "run 1/2: s p seed=1 (ETA 1 min)"),
+        (101.0, f"  {TRAFFIC_BEGINS}"),
+        (106.0, "  traffic t=  5.0 s of 10 s"),
+        (111.0, f"  {TRAFFIC_ENDS}"),
+        (114.5, "run 1/2 complete"),
+        (114.6, "run 2/2: s p seed=2 (ETA 0.5 min)"),
     ]:
-        watch.on_line(line, 0.0)
+        watch.on_line(line, now)
     first = rundir.read_json(tmp_path / "a" / rundir.MANIFEST)
     assert first["host"]["other_busy_pct"] == 70.0
+    assert first["host"]["run_wall_s"] == 14.5  # the run's first line to its last, on the host's clock
     assert first["fidelity"]["trustworthy"] is False
     assert first["fidelity"]["problems"][0].startswith("host contention: the host was contended")
     assert "host" not in rundir.read_json(tmp_path / "b" / rundir.MANIFEST)  # its traffic never came

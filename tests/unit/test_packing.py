@@ -40,6 +40,15 @@ def test_the_longest_runs_go_first_to_the_least_loaded_guest_and_each_shard_keep
     assert packing.makespan_s([10, 30, 20, 20, 10], 1) == 90
 
 
+def test_the_split_weighs_runs_by_their_measured_cost_where_earlier_runs_measured_one():
+    # by the model the four runs weigh alike; measured, the first two cost five times the others
+    plan = plan_of([20, 20, 20, 20])
+    runs = [run.model_copy(update={"cost_s": cost}) for run, cost in zip(plan.runs, [50, 50, 10, None], strict=True)]
+    split = packing.shards(runs, 2)
+    assert [[r.seed for r in shard] for shard in split] == [[1, 4], [2, 3]]
+    assert [sum(r.expected_s for r in shard) for shard in split] == [70, 60]
+
+
 def test_guests_are_packed_only_in_virtual_time_and_at_most_one_per_core():
     assert packing.guests_for(2, "virtual", 2) == (2, "2 guests at once, one per core (virtual time)")
     count, why = packing.guests_for(2, "real", 2)
