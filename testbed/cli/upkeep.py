@@ -24,7 +24,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     if args.part in ("clock", "all"):
         from testbed.workflows.clock_bench import bench_clock
 
-        statuses.append(bench_clock(kernel_version=kernel)["status"])
+        statuses.append(bench_clock(kernel_version=kernel, suite_name=args.suite)["status"])
     if args.part in ("cluster", "all"):
         from testbed.workflows.cluster_bench import bench_cluster
 
@@ -48,6 +48,11 @@ def add_bench(sub) -> None:
         "folder's shipping on --cluster (default local:2, ~30 s); all: the six",
     )
     bench.add_argument("--cluster", metavar="SPEC", help="the cluster --part cluster measures (as for run)")
+    bench.add_argument(
+        "--suite",
+        default="default",
+        help="the suite --part clock runs three ways, by name or file (default: default), its figures per experiment",
+    )
     bench.set_defaults(func=_cmd_bench)
 
 

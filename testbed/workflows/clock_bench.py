@@ -5,7 +5,9 @@ guest in real time, in one guest in virtual time (QEMU's icount), and packed in 
 one guest per core: :mod:`testbed.host.packing`); it prints the seconds of traffic per second of wall clock
 each way (boot included) and per experiment the twin-by-twin equivalence of
 :mod:`analysis.verdicts.equivalence` (paired TOST per metric, the claims' verdicts): virtual time against
-real time, and packed guests against one guest alone. Numbers, not assertions:
+real time, and packed guests against one guest alone, and each experiment's seconds of traffic per second of
+its runs' wall time on the host each way (``host.run_wall_s``: boot and the other experiments not counted; a
+packed guest's runs on its own core). Numbers, not assertions:
 printed and written to ``bench/clock-<UTC time>.json``; nothing is recorded for ``--clock auto`` (that is
 ``testbed equivalence --record``'s, on sessions a person chose to decide by).
 """
