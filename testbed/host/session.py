@@ -113,7 +113,9 @@ def run_session(
             )
             plan = Plan(context=context, runs=[_plan_entry(r, scenario, session, costs) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
-            started = _execute(chosen, plan, session, total)
+            # a deadline counts on the model, never on what earlier runs happened to take (testbed.plan.costs)
+            budget_s = chosen.wall_s([estimate.estimate_s(r) for r in runs_to_do])
+            started = _execute(chosen, plan, session, budget_s)
     result = _result(session, runs, backend_info)
     log(
         f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "

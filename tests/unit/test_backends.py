@@ -213,3 +213,28 @@ def test_observers_follow_the_guests_lines_after_the_hosts_watch(tmp_path, monke
     backends.run_with_second_boot(LinesGuest(), None, None, tmp_path / "plan.json", tmp_path, 10, observers=(observer,))
     assert len(seen) == 8 and [who for who, _ in seen] == ["watch", "observer"] * 4
     assert [text for who, text in seen if who == "observer"] == [text for who, text in seen if who == "watch"]
+
+
+def test_a_session_is_priced_by_what_earlier_runs_took_and_its_deadline_stays_on_the_model(tmp_path, use, capsys):
+    class TimedBackend(FakeBackend):
+        """Writes manifests as the host watch would, each run having taken 2 s; keeps the deadline it was given."""
+
+        def execute(self, plan, plan_path, session_dir, total_s):
+            self.total_s, self.plan = total_s, plan
+            for run in plan.runs:
+                manifest = {"status": "complete", "kernel": {"release": self.release}, "host": {"run_wall_s": 2.0}}
+                rundir.write_json_atomic(session_dir / run.run_dir / rundir.MANIFEST, manifest)
+            return {}
+
+    first = use(TimedBackend())
+    session.run_session(sweep("reno"), backend="local", results_root=tmp_path)
+    model_s = first.total_s
+    assert [run.cost_s for run in first.plan.runs] == [None] * 3
+    assert "costs: no earlier real-time run measured here" in capsys.readouterr().out
+    again = use(TimedBackend())
+    session.run_session(sweep("reno"), backend="local", results_root=tmp_path, force=True)
+    out = capsys.readouterr().out
+    assert [run.cost_s for run in again.plan.runs] == [2.0] * 3  # measured: the model scaled to what runs took
+    assert "costs: real time measured at " in out and "(3 runs) of the model's estimate" in out
+    assert "3 runs, estimated 0.1 min" in out  # 6 s, not the model's
+    assert again.total_s == model_s > 6.0  # the deadline's basis: the model's, never what runs happened to take
