@@ -18,6 +18,14 @@ measured with 200 + 10 flows in a 2-vCPU TCG guest, ``make bench``'s many-flows 
   nothing sent. The runner continues it (SIGCONT) shortly before its start time. Continued before
   exec, 210 clients spread their first packets over 0-8 s; held here, over 0.14 s.
 
+One more keeps the guest's clock its own in virtual time: **the time zone from a tmpfs**. With ``TZ``
+unset, glibc's ``localtime()`` stats ``/etc/localtime`` at every call to see whether it changed, and
+iperf3 calls it as its test begins: in a guest that file is the host's, reached over virtiofs, so every
+run's traffic began with two waits for the host (seen in the host's file server, 2 in each of 10 runs'
+first 0.06 s), and in virtual time a wait moves the guest's clock at the host's pace. The runner copies
+the zone file into a tmpfs and names the copy in ``TZ`` (:func:`local_zone`): each process reads it
+once, from memory.
+
 The same shim makes a fixed-size transfer (``iperf3 -n``) end when its last byte is acknowledged:
 iperf3 tells its server the test is over once the bytes are written to the socket, and the server
 stops reading, so a 1 MB upload through 100 ms of 10 Mbit/s reached the server as 300-350 KB (the
@@ -31,10 +39,12 @@ lab VM builds its own.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,6 +62,8 @@ SETUP_ROUND_TRIPS = 5.5
 #: directories of iperf3's buffer files are made under the first of these that is a tmpfs
 TMPFS_CANDIDATES = ("/dev/shm", "/run")
 SCRATCH_PREFIX = "cc-testbed-iperf3-"
+#: where glibc reads the time zone when ``TZ`` is unset (module doc)
+ZONE_FILE = Path("/etc/localtime")
 
 #: the shim this process preloads (set from the plan when the host built it); None = build here
 _library: Path | None = None
@@ -127,6 +139,27 @@ def scratch_owner(scratch: Path) -> int:
 def stale_scratch_dirs() -> list[Path]:
     """Every scratch directory there is (``testbed cleanup`` removes those whose runner is gone)."""
     return sorted(tmpfs_base().glob(f"{SCRATCH_PREFIX}*"))
+
+
+@contextlib.contextmanager
+def local_zone(zone_file: Path = ZONE_FILE) -> Iterator[None]:
+    """While the block runs, the processes it starts take this system's time zone from a copy in a tmpfs,
+    named in ``TZ`` (module doc); a ``TZ`` the caller set stands. The copy is removed afterwards (a killed
+    runner's, by the scratch directories' cleanup)."""
+    if "TZ" in os.environ:
+        yield
+        return
+    scratch = make_scratch(kind="zone")
+    try:
+        if zone_file.is_file():
+            shutil.copyfile(zone_file, scratch / "localtime")
+            os.environ["TZ"] = f":{scratch / 'localtime'}"
+        else:
+            os.environ["TZ"] = "UTC0"  # glibc's own choice without the file (looked up once per process)
+        yield
+    finally:
+        os.environ.pop("TZ", None)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,8 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
     done_s = 0.0
     total_s = sum(r.expected_s for r in runs)
     keeper = NetworkKeeper(enabled=plan.context.keep_networks)
-    with kernellock.one_session(f"session {session_dir}", log):  # one session at a time on this kernel
+    # one session at a time on this kernel; its processes read the time zone from memory (launch.local_zone)
+    with kernellock.one_session(f"session {session_dir}", log), launch.local_zone():
         try:
             for i, run in enumerate(runs, 1):
                 manifest = _run_with_watchdog(run, i, runs, session_dir, plan, keeper, (started, done_s, total_s))

@@ -203,3 +203,44 @@ def test_the_shim_holds_the_end_of_test_message_until_the_data_is_acknowledged(t
             proc.kill()
             for sock in [*accepted, control, data]:
                 sock.close()
+
+
+LOCALTIME_FIVE_TIMES = """
+import ctypes, ctypes.util
+libc = ctypes.CDLL(ctypes.util.find_library("c"))
+libc.localtime.restype = ctypes.c_void_p
+now = ctypes.c_long(1796285623)
+for _ in range(5):
+    libc.localtime(ctypes.byref(now))
+"""
+
+
+def zone_file_accesses(tmp_path: Path, name: str) -> list[str]:
+    """The file system calls a process made on /etc/localtime and its copies while calling localtime() 5 times."""
+    trace = tmp_path / f"{name}.strace"
+    subprocess.run(
+        ["strace", "-f", "-e", "trace=%file", "-o", str(trace), sys.executable, "-c", LOCALTIME_FIVE_TIMES],
+        check=True,
+        env=os.environ.copy(),
+    )
+    return [line for line in trace.read_text().splitlines() if "localtime" in line]
+
+
+@pytest.mark.skipif(shutil.which("strace") is None, reason="strace is not installed (make setup installs it)")
+def test_the_runs_read_the_time_zone_once_from_a_tmpfs_not_at_every_localtime(tmp_path, monkeypatch):
+    monkeypatch.delenv("TZ", raising=False)
+    if not launch.ZONE_FILE.is_file():
+        pytest.skip("this system has no /etc/localtime: glibc has no zone file to stat")
+    # unset, glibc stats /etc/localtime at every call (in a guest: a wait for the host each time)
+    assert len(zone_file_accesses(tmp_path, "unset")) >= 5
+    with launch.local_zone():
+        zone = os.environ["TZ"]
+        copy = Path(zone[1:])
+        assert zone.startswith(":") and copy.read_bytes() == launch.ZONE_FILE.read_bytes()
+        assert copy.parent.parent == launch.tmpfs_base() and copy.parent.name.startswith(launch.SCRATCH_PREFIX)
+        accesses = zone_file_accesses(tmp_path, "set")
+    assert len(accesses) == 1 and str(copy) in accesses[0]  # read once, from the copy
+    assert "TZ" not in os.environ and not copy.parent.exists()  # nothing left behind
+    monkeypatch.setenv("TZ", "Europe/Rome")
+    with launch.local_zone():
+        assert os.environ["TZ"] == "Europe/Rome"  # the caller's choice stands
