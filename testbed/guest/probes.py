@@ -4,13 +4,15 @@ kept the queue backlogged long enough to tell, under a UDP probe after it."""
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import time
 from dataclasses import replace
 from pathlib import Path
 
-from testbed.guest import fidelity, queues
-from testbed.guest.clients import listening
+from testbed.guest import fidelity, launch, queues
+from testbed.guest.clients import listening, process_state
 from testbed.guest.network import Network
 from testbed.plan.connections import Connection
 
@@ -31,6 +33,11 @@ UDP_PROBE_ATTEMPTS = 2
 
 #: a probe whose UDP handshake was lost is given up this long after its planned end (it cost 15-20 s at 12)
 UDP_PROBE_SLACK_S = 4.0
+
+
+#: the probe's client must have been exec'd and stopped at its first connect() within this long (in virtual
+#: time on a contended host an exec can take seconds of the guest's clock; a deadline, not a wait)
+PROBE_HOLD_TIMEOUT_S = 60.0
 
 
 #: a probe whose queue has dequeued nothing this long (plus UDP_START_RTTS base RTTs: iperf3's connection,
@@ -234,6 +241,9 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
     path's RTT + UDP_PROBE_SLACK_S, then both ends are killed (the attempt has no result); sooner when
     ``flowing`` (called at the client's start, it returns a test of whether the probed queues have
     dequeued anything since) says nothing flowed UDP_START_CHECK_S + UDP_START_RTTS base RTTs after the start;
+    the client starts held at its first ``connect()`` by the clients' shim (testbed.guest.launch) and that
+    count begins when it is continued: its exec, which reads its program and libraries from the host's
+    files, is not counted (in virtual time a slow host stretched it past the check: two guests packed);
     and once ``enough()`` says the probed queues have been backlogged long enough to read their rate
     (fidelity.PASSIVE_MIN_BUSY_S), the client is ended: the rest of the probe would read the same rate
     (on a 10 Mbit/s link with a 1-BDP queue that cuts the 3 s probe to about 2 s)."""
@@ -266,11 +276,13 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
             "-J",
         ],
         stdout=subprocess.PIPE,
+        env={**os.environ, "LD_PRELOAD": str(launch.hold_library())},
     )
     rtt_s = topology.base_rtt_ms(probe.pair) / 1000
-    timeout = UDP_PROBE_S + 2 * rtt_s + UDP_PROBE_SLACK_S
-    if flowing is not None:
-        started = flowing()
+    timeout = UDP_PROBE_S + 2 * rtt_s + UDP_PROBE_SLACK_S if _held(client) else 0.0
+    started = flowing() if flowing is not None else None
+    client.send_signal(signal.SIGCONT)
+    if started is not None and timeout > 0:
         try:
             client.wait(timeout=UDP_START_CHECK_S + UDP_START_RTTS * rtt_s)
         except subprocess.TimeoutExpired:
@@ -287,6 +299,17 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
             out = proc.communicate()[0]
         outputs.append(out.decode(errors="replace"))
     return outputs[0], outputs[1]
+
+
+def _held(client: subprocess.Popen) -> bool:
+    """Wait until the client has stopped at its first connect() (True), or ended first or never stopped (False:
+    the attempt has no result, its output says why)."""
+    deadline = time.monotonic() + PROBE_HOLD_TIMEOUT_S
+    while process_state(client.pid) != "T":
+        if client.poll() is not None or time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
 
 
 #: how often a probe's queues are read for ``enough`` (the sampler's own rate)
