@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
+import signal
 import subprocess
 from pathlib import Path
 from types import SimpleNamespace
@@ -284,8 +285,14 @@ def test_a_kept_network_keeps_its_calibrated_delays(monkeypatch):
 class _Proc:
     """A stand-in for iperf3 that never ends by itself; records how long it was given."""
 
-    def __init__(self):
-        self.given, self.killed, self.pid = [], False, 0
+    def __init__(self, env=None):
+        self.given, self.killed, self.pid, self.env = [], False, 0, env or {}
+
+    def poll(self):
+        return None
+
+    def send_signal(self, signum):
+        self.given.append(("signal", signum))
 
     def wait(self, timeout):
         self.given.append(("wait", timeout))
@@ -304,9 +311,11 @@ class _Proc:
 @pytest.mark.parametrize("flowed", [False, True])
 def test_a_probe_whose_start_was_lost_is_given_up_at_once_not_at_its_end(monkeypatch, flowed):
     procs = []
-    net = SimpleNamespace(popen=lambda node, argv, **kw: procs.append(_Proc()) or procs[-1])
+    net = SimpleNamespace(popen=lambda node, argv, **kw: procs.append(_Proc(kw.get("env"))) or procs[-1])
     monkeypatch.setattr(probing.time, "sleep", lambda s: None)
     monkeypatch.setattr(probing, "listening", lambda pid, port: True)
+    monkeypatch.setattr(probing, "process_state", lambda pid: "T")  # stopped at its first connect()
+    monkeypatch.setattr(probing.launch, "hold_library", lambda: Path("/hold.so"))
     end = SimpleNamespace(node="h", ip="10.0.0.1")
     topology = SimpleNamespace(endpoints=lambda pair, direction: (end, end), base_rtt_ms=lambda pair: 100.0)
     probing.udp_probe(net, topology, Probe("forward", 0, 10, 100), flowing=lambda: lambda: flowed)
@@ -315,10 +324,27 @@ def test_a_probe_whose_start_was_lost_is_given_up_at_once_not_at_its_end(monkeyp
     full = probing.UDP_PROBE_S + 0.2 + probing.UDP_PROBE_SLACK_S
     given = full if flowed else 0.0
     assert client.given == [
+        ("signal", signal.SIGCONT),  # held until then: its start check counts from here, not from its exec
         ("wait", pytest.approx(start_check)),
         ("communicate", pytest.approx(given)),
         ("communicate", None),
     ]
+    assert client.env["LD_PRELOAD"] == "/hold.so"
+
+
+def test_a_probe_whose_client_ended_before_it_was_held_has_no_result_and_no_wait(monkeypatch):
+    procs = []
+    net = SimpleNamespace(popen=lambda node, argv, **kw: procs.append(_Proc()) or procs[-1])
+    monkeypatch.setattr(probing.time, "sleep", lambda s: None)
+    monkeypatch.setattr(probing, "listening", lambda pid, port: True)
+    monkeypatch.setattr(probing, "process_state", lambda pid: None)  # gone
+    monkeypatch.setattr(probing.launch, "hold_library", lambda: Path("/hold.so"))
+    monkeypatch.setattr(_Proc, "poll", lambda self: 1)
+    end = SimpleNamespace(node="h", ip="10.0.0.1")
+    topology = SimpleNamespace(endpoints=lambda pair, direction: (end, end), base_rtt_ms=lambda pair: 100.0)
+    probing.udp_probe(net, topology, Probe("forward", 0, 10, 100), flowing=lambda: lambda: True)
+    _server, client = procs
+    assert client.given == [("signal", signal.SIGCONT), ("communicate", 0.0), ("communicate", None)]
 
 
 class _Client:
