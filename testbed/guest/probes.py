@@ -254,27 +254,9 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
     deadline = time.monotonic() + SERVER_LISTEN_S  # a server that does not listen leaves the probe without result
     while not listening(server.pid, UDP_PROBE_PORT) and server.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    # sent at 1.2 x the rate, raised by a loss the link may take before its queue
-    send_mbit = probe.rate_mbit * 1.2 / (1 - min(probe.loss_pct, 90) / 100)
     client = net.popen(
         sender.node,
-        [
-            "iperf3",
-            "-c",
-            receiver.ip,
-            "-B",
-            sender.ip,
-            "-p",
-            str(UDP_PROBE_PORT),
-            "-u",
-            "-b",
-            f"{send_mbit:.3f}M",
-            "-l",
-            str(fidelity.UDP_PAYLOAD_BYTES),
-            "-t",
-            f"{UDP_PROBE_S:g}",
-            "-J",
-        ],
+        _client_argv(probe, sender.ip, receiver.ip),
         stdout=subprocess.PIPE,
         env={**os.environ, "LD_PRELOAD": str(launch.hold_library())},
     )
@@ -299,6 +281,15 @@ def udp_probe(net: Network, topology, probe, flowing=None, enough=None) -> tuple
             out = proc.communicate()[0]
         outputs.append(out.decode(errors="replace"))
     return outputs[0], outputs[1]
+
+
+def _client_argv(probe, sender_ip: str, receiver_ip: str) -> list[str]:
+    """The probe's iperf3 client: UDP at 1.2 x the rate, raised by a loss the link may take before its queue."""
+    send_mbit = probe.rate_mbit * 1.2 / (1 - min(probe.loss_pct, 90) / 100)
+    return [
+        *("iperf3", "-c", receiver_ip, "-B", sender_ip, "-p", str(UDP_PROBE_PORT), "-u"),
+        *("-b", f"{send_mbit:.3f}M", "-l", str(fidelity.UDP_PAYLOAD_BYTES), "-t", f"{UDP_PROBE_S:g}", "-J"),
+    ]
 
 
 def _held(client: subprocess.Popen) -> bool:

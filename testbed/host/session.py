@@ -92,35 +92,21 @@ def run_session(
         previous, runs_to_do = _resumable(scenario, runs, results_root, release, git, backend_info, force)
         if previous is not None and not runs_to_do:
             return _result(previous, runs, backend_info)
-        project_modules, bpf_objects, hold_library = chosen.build(runs_to_do, release)
-        costs = _costs(results_root, backend_info, runs_to_do)
-        total = chosen.wall_s([_expected_s(r, costs) for r in runs_to_do])
-        planned = progress.SessionPlanned(
-            name=scenario.name, profile=scenario.profile, runs=len(runs_to_do), estimate_s=total
-        )
-        log(progress.format_line(planned))
+        artefacts = chosen.build(runs_to_do, release)
+        found = costs.measured_for(results_root, backend_info, runs_to_do)
+        budget_s = _priced(chosen, scenario, runs_to_do, found)
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
         with folderlock.acquire(session) as lock:
             _make_room(session, lock, runs_to_do)
             context = PlanContext(
-                git=git,
-                backend=backend_info,
-                project_modules=project_modules,
-                bpf_objects=bpf_objects,
-                hold_library=hold_library,
-                keep_networks=keep_networks,
-                queue_hz=queue_hz,
+                git=git, backend=backend_info, **artefacts._asdict(), keep_networks=keep_networks, queue_hz=queue_hz
             )
-            plan = Plan(context=context, runs=[_plan_entry(r, scenario, session, costs) for r in runs_to_do])
+            plan = Plan(context=context, runs=[_plan_entry(r, scenario, session, found) for r in runs_to_do])
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
-            # a deadline counts on the model, never on what earlier runs happened to take (testbed.plan.costs)
-            budget_s = chosen.wall_s([estimate.estimate_s(r) for r in runs_to_do])
             started = _execute(chosen, plan, session, budget_s)
     result = _result(session, runs, backend_info)
-    log(
-        f"runs finished in {(time.monotonic() - started) / 60:.1f} min: "
-        f"{sum(s == 'complete' for s in result.statuses.values())}/{len(result.runs)} complete"
-    )
+    complete = sum(s == "complete" for s in result.statuses.values())
+    log(f"runs finished in {(time.monotonic() - started) / 60:.1f} min: {complete}/{len(result.runs)} complete")
     return result
 
 
@@ -217,17 +203,17 @@ def _runs_to_resume(
     return [r for r in runs if r not in done]
 
 
-def _costs(results_root: Path, backend_info: dict, runs: list[RunSpec]) -> costs.Costs:
-    """What earlier runs of these experiments cost on this session's clock (testbed.plan.costs); logged."""
-    found = costs.measured(results_root, backend_info.get("clock", "real"), {r.scenario_name for r in runs})
+def _priced(chosen: Backend, scenario: ScenarioFile, runs: list[RunSpec], found: costs.Costs) -> float:
+    """The session's estimate logged (the model scaled by what earlier runs took: testbed.plan.costs, said too),
+    and its deadline's basis: the model's, never what earlier runs happened to take."""
     log(found.describe())
-    return found
-
-
-def _expected_s(r: RunSpec, found: costs.Costs) -> float:
-    estimate_s = estimate.estimate_s(r)
-    measured_s = found.cost_s(r.scenario_name, estimate_s)
-    return estimate_s if measured_s is None else measured_s
+    estimates = [estimate.estimate_s(r) for r in runs]
+    expected = [found.expected_s(r.scenario_name, e) for r, e in zip(runs, estimates, strict=True)]
+    planned = progress.SessionPlanned(
+        name=scenario.name, profile=scenario.profile, runs=len(runs), estimate_s=chosen.wall_s(expected)
+    )
+    log(progress.format_line(planned))
+    return chosen.wall_s(estimates)
 
 
 def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path, found: costs.Costs | None = None) -> PlanRun:

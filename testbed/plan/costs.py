@@ -46,6 +46,11 @@ class Costs:
         ratio = self.ratios.get(experiment)
         return None if ratio is None else round(estimate_s * ratio, 1)
 
+    def expected_s(self, experiment: str, estimate_s: float) -> float:
+        """A run's expected wall time here: measured where it was, else the model's estimate."""
+        measured_s = self.cost_s(experiment, estimate_s)
+        return estimate_s if measured_s is None else measured_s
+
     def describe(self) -> str:
         """One line for the session's log: what was measured, or that nothing was."""
         if not self.ratios:
@@ -68,6 +73,11 @@ def measured(results_root: Path, clock: str, experiments: Iterable[str]) -> Cost
                 samples[experiment].append(ratio)
     ratios = {name: round(statistics.median(values), 3) for name, values in samples.items() if values}
     return Costs(clock, ratios, {name: len(samples[name]) for name in ratios})
+
+
+def measured_for(results_root: Path, backend: dict, runs: Iterable) -> Costs:
+    """The costs of these runs' experiments on the clock of ``backend`` (a session's record of it)."""
+    return measured(results_root, backend.get("clock", "real"), {run.scenario_name for run in runs})
 
 
 def _recent_sessions(results_root: Path) -> list[Path]:
