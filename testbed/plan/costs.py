@@ -31,6 +31,10 @@ MAX_SESSIONS = 40
 RECENT_RUNS = 40
 #: the most plan.json entries read per session (a session of a runaway sweep is not read whole)
 MAX_PLAN_RUNS = 2000
+#: the largest session, plan or manifest file read (a 200-flow run's manifest is 0.25 MB, a plan 2.2 kB per
+#: run: some 3,800 runs fit); a larger one, a link or a FIFO is skipped as unreadable (rundir.read_bounded),
+#: so that a results folder can neither hang the session's start nor fill its memory
+MAX_FILE_BYTES = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -95,7 +99,7 @@ def _recent_sessions(results_root: Path) -> list[Path]:
 def _session_clock(session: Path) -> str | None:
     """The clock a session ran on (its ``session.json``'s backend), so that another clock's runs go unread."""
     try:
-        backend = rundir.read_json(session / rundir.SESSION).get("backend") or {}
+        backend = rundir.read_json(session / rundir.SESSION, MAX_FILE_BYTES).get("backend") or {}
     except (OSError, ValueError, AttributeError):
         return None
     return backend.get("clock", "real")
@@ -104,7 +108,7 @@ def _session_clock(session: Path) -> str | None:
 def _session_ratios(session: Path, clock: str, wanted: set[str]) -> Iterable[tuple[str, float]]:
     """(experiment, measured / estimated) for each complete run of ``wanted`` on ``clock`` in ``session``."""
     try:
-        entries = rundir.read_json(session / PLAN).get("runs", [])[:MAX_PLAN_RUNS]
+        entries = rundir.read_json(session / PLAN, MAX_FILE_BYTES).get("runs", [])[:MAX_PLAN_RUNS]
     except (OSError, ValueError, AttributeError):
         return
     for entry in entries:
@@ -120,7 +124,7 @@ def _ratio(session: Path, entry: dict, clock: str) -> float | None:
     if not isinstance(run_dir, str) or ".." in Path(run_dir).parts or not isinstance(estimate_s, int | float):
         return None  # a plan written by hand or by another version: nothing to learn from it
     try:
-        manifest = rundir.read_json(session / run_dir / rundir.MANIFEST)
+        manifest = rundir.read_json(session / run_dir / rundir.MANIFEST, MAX_FILE_BYTES)
     except (OSError, ValueError):
         return None
     host, backend = manifest.get("host") or {}, manifest.get("backend") or {}

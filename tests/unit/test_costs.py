@@ -93,3 +93,22 @@ def test_each_experiments_speed_is_its_traffic_over_the_hosts_wall_time_for_its_
         manifest("busy", "complete", None),  # the host did not time it
     ]
     assert run_speeds(manifests) == {"busy": 0.5, "mobile": 4.0}
+
+
+def test_an_oversized_or_linked_manifest_is_not_read(tmp_path, monkeypatch):
+    folder = session(tmp_path, "s", "20261201T000000Z", "virtual", [("mobile", 30.0, "complete", 6.0)] * 2)
+    big = folder / "mobile.p/seed=0" / rundir.MANIFEST
+    elsewhere = tmp_path / "elsewhere.json"
+    rundir.write_json_atomic(
+        elsewhere, {"status": "complete", "backend": {"clock": "virtual"}, "host": {"run_wall_s": 3}}
+    )
+    linked = folder / "mobile.p/seed=1" / rundir.MANIFEST
+    linked.unlink()
+    linked.symlink_to(elsewhere)
+    assert costs.measured(tmp_path, "virtual", {"mobile"}).ratios == {"mobile": 0.2}  # seed 0 alone
+    manifest = rundir.read_json(big)
+    rundir.write_json_atomic(big, {**manifest, "padding": "x" * 10_000})
+    monkeypatch.setattr(costs, "MAX_FILE_BYTES", 5_000)  # the session's plan and record still fit
+    assert costs.measured(tmp_path, "virtual", {"mobile"}).ratios == {}
+    monkeypatch.setattr(costs, "MAX_FILE_BYTES", 20_000)
+    assert costs.measured(tmp_path, "virtual", {"mobile"}).ratios == {"mobile": 0.2}
