@@ -251,13 +251,18 @@ class GuestBackend:
             observers=packing.serialized(self.observers) if self.guests > 1 else self.observers,
         )
         if self.guests > 1:
-            return {"guest": packing.run_packed(plan, session, self.guests, self._boot_one(boot), log=self.log)}
+            one = self._boot_one(boot, self.log)
+            return {"guest": packing.run_packed(plan, session, self.guests, one, log=self.log)}
         return {"guest": boot(plan_path=plan_path, total_s=total_s)}
 
     @staticmethod
-    def _boot_one(boot) -> packing.BootOne:
-        def one(plan_path: Path, console: Path, budget_s: float) -> dict:
-            return boot(plan_path=plan_path, total_s=budget_s + estimate.GUEST_BOOT_S, console=console)
+    def _boot_one(boot, log) -> packing.BootOne:
+        def one(plan_path: Path, console: Path, budget_s: float, name: str) -> dict:
+            # each guest's lines named, or two guests' "run 1/5" lines read as one session's
+            def named(text: str) -> None:
+                log(f"{name}: {text}")
+
+            return boot(plan_path=plan_path, total_s=budget_s + estimate.GUEST_BOOT_S, console=console, log=named)
 
         return one
 

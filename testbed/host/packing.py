@@ -38,8 +38,9 @@ GUESTS_DIR = ".guests"
 #: the most guests packed at once (one core each; more than this host has is refused anyway)
 MAX_GUESTS = 16
 
-#: one guest for one plan: (plan file, its console log, its time budget in s) -> the guest's timing
-BootOne = Callable[[Path, Path, float], dict]
+#: one guest for one plan: (plan file, its console log, its time budget in s, the name its lines are shown
+#: with) -> the guest's timing
+BootOne = Callable[[Path, Path, float, str], dict]
 
 
 def guests_for(requested: int, clock: str, cores: int) -> tuple[int, str]:
@@ -109,7 +110,7 @@ def run_packed(plan: Plan, session: Path, guests: int, boot_one: BootOne, log=pr
         os.sched_setaffinity(0, {cores[k]})  # this thread's core: the guest it starts inherits it
         path, shard = written[k]
         budget = sum(run.estimate_s for run in shard.runs)
-        return boot_one(path, session / f"guest-console-g{k}.log", budget)
+        return boot_one(path, session / f"guest-console-g{k}.log", budget, f"g{k}")
 
     timings, errors = _run_all(one, len(written))
     again = rerun_reasons(session, plan.runs)
@@ -190,4 +191,4 @@ def _rerun_alone(plan: Plan, session: Path, reasons: dict[str, str], boot_one: B
     path = session / GUESTS_DIR / "alone" / PLAN
     path.parent.mkdir(parents=True, exist_ok=True)
     plan.model_copy(update={"context": context, "runs": runs}).write(path)
-    return boot_one(path, session / "guest-console-alone.log", sum(run.estimate_s for run in runs))
+    return boot_one(path, session / "guest-console-alone.log", sum(run.estimate_s for run in runs), "alone")

@@ -7,10 +7,12 @@ from __future__ import annotations
 import json
 import os
 import threading
+from pathlib import Path
 
 import pytest
 
 from testbed.host import backends, packing, virtme
+from testbed.plan import estimate
 from testbed.plan.plan import Plan, PlanContext, PlanRun
 from testbed.results.manifest import read_manifest, write_manifest
 
@@ -93,9 +95,10 @@ class StandInGuests:
         self.session, self.cores, self.plans = session, {}, []
         self.lock = threading.Lock()
 
-    def __call__(self, plan_path, console, budget_s):
+    def __call__(self, plan_path, console, budget_s, name):
         plan = Plan.read(plan_path)
         packed = plan.context.backend["packed"]
+        assert name == plan_path.parent.name  # the name its lines are shown with: g0, g1, alone
         with self.lock:
             self.plans.append(plan_path.parent.name)
             self.cores[plan_path.parent.name] = os.sched_getaffinity(0)
@@ -129,7 +132,7 @@ def test_a_run_that_failed_its_checks_packed_runs_again_alone_and_the_record_say
 def test_a_guest_that_failed_leaves_its_runs_to_run_again_alone(tmp_path):
     calls = []
 
-    def boot_one(plan_path, console, budget_s):
+    def boot_one(plan_path, console, budget_s, name):
         plan = Plan.read(plan_path)
         calls.append(plan_path.parent.name)
         if plan_path.parent.name == "g1":
@@ -144,6 +147,20 @@ def test_a_guest_that_failed_leaves_its_runs_to_run_again_alone(tmp_path):
     assert record["shards"][1]["error"] == "GuestBootError: the guest did not boot"
     assert record["rerun_alone"] == {"p/seed-2": "missing when packed"}
     assert calls[-1] == "alone" and read_manifest(tmp_path / "p/seed-2").status == "complete"
+
+
+def test_each_packed_guests_lines_are_shown_with_its_name():
+    shown, given = [], {}
+
+    def boot(**kwargs):
+        given.update(kwargs)
+        kwargs["log"]("run 1/5: mobile-bernoulli seed=4 (ETA 2.6 min)")
+        return {"wall_s": 1.0}
+
+    one = backends.GuestBackend._boot_one(boot, shown.append)
+    one(Path("g1/plan.json"), Path("guest-console-g1.log"), 30.0, "g1")
+    assert shown == ["g1: run 1/5: mobile-bernoulli seed=4 (ETA 2.6 min)"]
+    assert given["console"] == Path("guest-console-g1.log") and given["total_s"] == 30.0 + estimate.GUEST_BOOT_S
 
 
 def test_packing_is_refused_where_it_cannot_pack():
