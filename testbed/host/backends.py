@@ -67,8 +67,9 @@ class Backend(Protocol):
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         """Build what these runs need on the host (modules, BPF objects, the connect hold library)."""
 
-    def wall_s(self, estimates: list[float]) -> float:
-        """How long runs of these estimates take here (a guest's boot added; spread over a cluster's workers)."""
+    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
+        """How long runs of these estimates take here (a guest's boot added, ``boot_s`` where it was measured
+        (testbed.plan.costs), else the model's; spread over a cluster's workers)."""
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         """Run the plan written at ``plan_path`` into ``session``; returns its timings for ``session.json``."""
@@ -146,7 +147,7 @@ class LocalBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return build_on_host(runs, release, self.log)
 
-    def wall_s(self, estimates: list[float]) -> float:
+    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
         return sum(estimates)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
@@ -236,9 +237,9 @@ class GuestBackend:
                 "kernel is rebuilt, incrementally, with the module)"
             )
 
-    def wall_s(self, estimates: list[float]) -> float:
+    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
         # packed: the longest guest's share (in virtual time a busy run's wall time is its own, not its traffic's)
-        return packing.makespan_s(estimates, self.guests) + estimate.GUEST_BOOT_S
+        return packing.makespan_s(estimates, self.guests) + (estimate.GUEST_BOOT_S if boot_s is None else boot_s)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         boot = functools.partial(
@@ -300,7 +301,7 @@ class LabVMBackend:
         wanted = modules.needed(set().union(*(r.scenario.algorithms for r in runs)))
         return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
 
-    def wall_s(self, estimates: list[float]) -> float:
+    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
         return sum(estimates)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:

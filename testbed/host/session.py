@@ -94,14 +94,16 @@ def run_session(
             return _result(previous, runs, backend_info)
         artefacts = chosen.build(runs_to_do, release)
         found = costs.measured_for(results_root, backend_info, runs_to_do)
-        budget_s = _priced(chosen, scenario, runs_to_do, found)
+        builds = costs.builds_network(runs_to_do, keep_networks)
+        budget_s = _priced(chosen, scenario, runs_to_do, found, builds)
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
         with folderlock.acquire(session) as lock:
             _make_room(session, lock, runs_to_do)
             context = PlanContext(
                 git=git, backend=backend_info, **artefacts._asdict(), keep_networks=keep_networks, queue_hz=queue_hz
             )
-            plan = Plan(context=context, runs=[_plan_entry(r, scenario, session, found) for r in runs_to_do])
+            entries = [_plan_entry(r, scenario, session, found, b) for r, b in zip(runs_to_do, builds, strict=True)]
+            plan = Plan(context=context, runs=entries)
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, budget_s)
     result = _result(session, runs, backend_info)
@@ -203,20 +205,24 @@ def _runs_to_resume(
     return [r for r in runs if r not in done]
 
 
-def _priced(chosen: Backend, scenario: ScenarioFile, runs: list[RunSpec], found: costs.Costs) -> float:
-    """The session's estimate logged (the model scaled by what earlier runs took: testbed.plan.costs, said too),
-    and its deadline's basis: the model's, never what earlier runs happened to take."""
+def _priced(
+    chosen: Backend, scenario: ScenarioFile, runs: list[RunSpec], found: costs.Costs, builds: list[bool]
+) -> float:
+    """The session's estimate logged (the model scaled by what earlier runs took: testbed.plan.costs, said too;
+    ``builds``: which runs build their network), and its deadline's basis: the model's, never what earlier
+    runs happened to take."""
     log(found.describe())
     estimates = [estimate.estimate_s(r) for r in runs]
-    expected = [found.expected_s(r.scenario_name, e) for r, e in zip(runs, estimates, strict=True)]
-    planned = progress.SessionPlanned(
-        name=scenario.name, profile=scenario.profile, runs=len(runs), estimate_s=chosen.wall_s(expected)
-    )
+    expected = [found.expected_s(r.scenario_name, e, b) for r, e, b in zip(runs, estimates, builds, strict=True)]
+    wall_s = chosen.wall_s(expected, found.boot_s)
+    planned = progress.SessionPlanned(name=scenario.name, profile=scenario.profile, runs=len(runs), estimate_s=wall_s)
     log(progress.format_line(planned))
     return chosen.wall_s(estimates)
 
 
-def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path, found: costs.Costs | None = None) -> PlanRun:
+def _plan_entry(
+    r: RunSpec, scenario: ScenarioFile, session: Path, found: costs.Costs | None = None, builds: bool = False
+) -> PlanRun:
     estimate_s = estimate.estimate_s(r)
     return PlanRun(
         scenario_name=r.scenario_name,
@@ -227,7 +233,7 @@ def _plan_entry(r: RunSpec, scenario: ScenarioFile, session: Path, found: costs.
         scenario=r.scenario.model_dump(mode="json"),
         run_dir=str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
         estimate_s=estimate_s,
-        cost_s=found.cost_s(r.scenario_name, estimate_s) if found else None,
+        cost_s=found.cost_s(r.scenario_name, estimate_s, builds) if found else None,
     )
 
 

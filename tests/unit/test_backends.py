@@ -51,7 +51,7 @@ class FakeBackend:
     def build(self, runs, release):
         return backends.Artefacts({}, {}, None)
 
-    def wall_s(self, estimates):
+    def wall_s(self, estimates, boot_s=None):
         return sum(estimates)
 
     def execute(self, plan, plan_path, session_dir, total_s):
@@ -91,6 +91,7 @@ def test_a_name_gives_its_backend_and_only_the_guest_takes_a_kernel():
     guest = backends.create("guest", kernel_version="6.1.0-56", vcpus=1)
     assert isinstance(guest, backends.GuestBackend) and guest.kernel_version == "6.1.0-56"
     assert guest.wall_s([10.0]) > 10.0 and backends.LocalBackend().wall_s([10.0, 5.0]) == 15.0
+    assert guest.wall_s([10.0], boot_s=15.5) == 25.5  # a boot measured here (testbed.plan.costs), not the model's
     assert not guest.runs_here and backends.LocalBackend.runs_here
     for name in ("local", "vagrant"):
         with pytest.raises(ValueError, match="--kernel needs the guest backend"):

@@ -4,14 +4,17 @@ here are written by the test as a session and its runs would write them (simulat
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from testbed.guest.runner import time_left_s
 from testbed.plan import costs
 from testbed.plan.plan import PLAN
 from testbed.results import rundir
 
 
-def session(root, name, stamp, clock, runs):
-    """A session folder: ``runs`` as (experiment, estimate_s, status, run_wall_s or None)."""
+def session(root, name, stamp, clock, runs, timing=None, built=()):
+    """A session folder: ``runs`` as (experiment, estimate_s, status, run_wall_s or None); the runs whose
+    index is in ``built`` built their network, the others used the one kept from the run before."""
     folder = root / name / f"{stamp}-abc1234"
     entries = []
     for i, (experiment, estimate_s, status, wall_s) in enumerate(runs):
@@ -19,9 +22,12 @@ def session(root, name, stamp, clock, runs):
         entries.append({"scenario_name": experiment, "run_dir": run_dir, "estimate_s": estimate_s})
         host = {"run_wall_s": wall_s} if wall_s is not None else {}
         manifest = {"status": status, "backend": {"kind": "guest", "clock": clock}, "host": host}
+        if built:
+            manifest["network"] = {"kept_from_earlier_runs": i not in built}
         rundir.write_json_atomic(folder / run_dir / rundir.MANIFEST, manifest)
     rundir.write_json_atomic(folder / PLAN, {"context": {}, "runs": entries})
-    rundir.write_json_atomic(folder / rundir.SESSION, {"backend": {"kind": "guest", "clock": clock}})
+    record = {"backend": {"kind": "guest", "clock": clock}, **({"timing": timing} if timing else {})}
+    rundir.write_json_atomic(folder / rundir.SESSION, record)
     return folder
 
 
@@ -46,7 +52,7 @@ def test_the_median_measured_ratio_per_experiment_and_clock_scales_the_model(tmp
     assert found.cost_s("mobile", 40.0) == 12.0 and found.cost_s("busy", 10.0) == 30.0
     assert found.cost_s("never", 40.0) is None  # never measured on this clock: the model stands
     assert found.describe() == (
-        "costs: virtual time measured at busy 3.00x (1 runs), mobile 0.30x (3 runs) of the model's estimate"
+        "costs: virtual time measured at busy 3.00x (1 runs); mobile 0.30x (3 runs) of the model's estimate"
     )
     real = costs.measured(tmp_path, "real", {"mobile"})
     assert real.ratios == {"mobile": 1.1}
@@ -112,3 +118,37 @@ def test_an_oversized_or_linked_manifest_is_not_read(tmp_path, monkeypatch):
     assert costs.measured(tmp_path, "virtual", {"mobile"}).ratios == {}
     monkeypatch.setattr(costs, "MAX_FILE_BYTES", 20_000)
     assert costs.measured(tmp_path, "virtual", {"mobile"}).ratios == {"mobile": 0.2}
+
+
+def test_runs_that_built_their_network_and_a_guests_boot_are_priced_apart(tmp_path):
+    # the default suite in virtual time: the first run built the network (15 s), the others used it (5 s)
+    runs = [("mobile", 30.0, "complete", 15.0)] + [("mobile", 30.0, "complete", 5.0)] * 4
+    one = {"guest": {"ready_s": 15.2, "wall_s": 50.0}}
+    packed = {"guest": {"shards": [{"timing": {"ready_s": 16.0}}, {"timing": {"ready_s": 15.9}}, {"error": "x"}]}}
+    session(tmp_path, "a", "20261201T000000Z", "virtual", runs, timing=one, built={0})
+    session(tmp_path, "b", "20261202T000000Z", "virtual", runs[:2], timing=packed, built={0})
+    session(tmp_path, "c", "20261203T000000Z", "real", runs[:1], timing={"guest": {"ready_s": 12.0}}, built={0})
+    found = costs.measured(tmp_path, "virtual", {"mobile"})
+    assert found.ratios == {"mobile": 0.167} and found.built == {"mobile": 0.5}
+    assert found.runs == {"mobile": 5} and found.built_runs == {"mobile": 2}
+    assert found.boot_s == 15.9 and found.boots == 3  # the real-time session's boot is not counted
+    assert found.cost_s("mobile", 30.0) == 5.0 and found.cost_s("mobile", 30.0, builds=True) == 15.0
+    assert found.describe() == (
+        "costs: virtual time measured at mobile 0.17x (5 runs), 0.50x building its network (2 runs) of the "
+        "model's estimate; a guest's boot 15.9 s (3 guests)"
+    )
+    only_built = costs.Costs("virtual", built={"x": 0.5}, built_runs={"x": 1})
+    assert only_built.cost_s("x", 10.0) == 5.0  # the other kind where only it was measured
+
+
+def test_a_run_builds_its_network_first_and_after_a_different_one():
+    from testbed.scenario.suite import find_suite, load_suite
+
+    scenarios = Path(__file__).resolve().parents[2] / "scenarios"
+    default = load_suite(find_suite("default", scenarios / "suites"), scenarios).runs()
+    assert costs.builds_network(default) == [True] + [False] * (len(default) - 1)  # one path, its seeds and sides
+    assert costs.builds_network(default, keep_networks=False) == [True] * len(default)
+    tour = load_suite(find_suite("tour", scenarios / "suites"), scenarios).runs()
+    names = [run.scenario_name for run in tour]
+    changed = [i == 0 or names[i] != names[i - 1] for i in range(len(tour))]
+    assert costs.builds_network(tour) == changed
