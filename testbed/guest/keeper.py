@@ -12,6 +12,9 @@ What a run leaves in a kept network, and how the next run starts clean:
 * its connections' TIME_WAIT sockets: none, the hosts keep no TIME_WAIT sockets
   (``net.ipv4.tcp_max_tw_buckets=0``, testbed.guest.run.HOST_SYSCTLS): the next run binds the same
   fixed client ports;
+* its other sockets, orphans of its killed processes that linger while their peer does not answer:
+  destroyed (:meth:`Network.end_run`), so that none holds a fixed client port; how many is handed on
+  (``carried["sockets_left"]``, the next run's manifest ``network.sockets_left_before``);
 * the qdiscs' counters: they count on; each run records the counters the previous run ended with
   (``raw/tc-stats-before.json``) and the analysis subtracts them;
 * the loss channels' counters: cleared after they are read (testbed.guest.lossbpf.Channel.clear);
@@ -78,7 +81,7 @@ class NetworkKeeper:
             kept = lease.keep and self.enabled and key is not None
         finally:
             if kept:
-                self._net.end_run()
+                self._carried["sockets_left"] = self._net.end_run()
                 self._runs += 1
             else:
                 self.close()

@@ -206,11 +206,22 @@ class Network:
     def cmd(self, node: str, command: str) -> str:
         return self.nodes[node].cmd(command)
 
-    def end_run(self) -> None:
-        """End what a run started in the network (its processes, its output files) and keep the nodes,
-        links and qdiscs for the next run (testbed.guest.keeper)."""
+    def end_run(self) -> int:
+        """End what a run started in the network (its processes, its output files, the TCP sockets they
+        left) and keep the nodes, links and qdiscs for the next run (testbed.guest.keeper); returns how
+        many sockets were left."""
         self._end_processes()
         self._popens, self._files = [], []
+        return self._destroy_sockets()
+
+    def _destroy_sockets(self) -> int:
+        """Destroy every TCP socket left in the hosts (``ss -K``, the kernel's SOCK_DESTROY): a socket closed
+        by a killed process lingers while its peer does not answer (FIN-WAIT-1 with data unsent, or its
+        FIN or RST lost on a lossy link), and it holds its connection's fixed client port, so the next run's
+        client would fail to bind it ("Address already in use": tests/netns/test_dumbbell_host.py).
+        The run's processes are gone by then, so every socket left is such an orphan."""
+        left = self.cmd_all("ss -tanHK 2>/dev/null", self.spec.hosts)
+        return sum(1 for out in left.values() for line in out.splitlines() if line.strip())
 
     def stop(self) -> None:
         self._end_processes()

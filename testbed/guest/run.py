@@ -133,7 +133,11 @@ def run_one(spec: RunSpec, directory: Path, context: PlanContext, keeper: Networ
         _prepare(state)
         with keeper.network(state.netspec, state.reuse_key, HOST_SYSCTLS) as lease:
             state.lease, net = lease, lease.net
-            manifest["network"] = {"kept_from_earlier_runs": lease.reused, "runs_before_on_it": lease.runs_before}
+            manifest["network"] = {
+                "kept_from_earlier_runs": lease.reused,
+                "runs_before_on_it": lease.runs_before,
+                "sockets_left_before": lease.carried.get("sockets_left", 0),  # by the run before: destroyed
+            }
             state.mark("network_up")
             sprayers = _configure_hosts(state, net)
             report, endpoints = _check_and_start(state, net)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 
 import pytest
 
@@ -91,9 +92,13 @@ def test_runs_after_the_first_use_its_network_and_count_their_own_packets(sweep)
     bottleneck counters, less where the run before left them, are their own run's bytes, not the sum."""
     runs = {r.parent.name: r for r in sweep.runs}
     kept = {cc: rundir.read_json(runs[f"cc={cc}"] / "manifest.json")["network"] for cc in ("reno", "cubic", "bbr")}
-    assert kept["reno"] == {"kept_from_earlier_runs": False, "runs_before_on_it": 0}
-    assert kept["cubic"] == {"kept_from_earlier_runs": True, "runs_before_on_it": 1}
-    assert kept["bbr"] == {"kept_from_earlier_runs": True, "runs_before_on_it": 2}
+    assert kept["reno"] == {"kept_from_earlier_runs": False, "runs_before_on_it": 0, "sockets_left_before": 0}
+    assert {k: v for k, v in kept["cubic"].items() if k != "sockets_left_before"} == {
+        "kept_from_earlier_runs": True,
+        "runs_before_on_it": 1,
+    }
+    assert kept["bbr"]["kept_from_earlier_runs"] and kept["bbr"]["runs_before_on_it"] == 2
+    assert all(isinstance(kept[cc]["sockets_left_before"], int) for cc in kept)
     for cc in ("cubic", "bbr"):
         raw = runs[f"cc={cc}"] / "raw"
         tc = load_tc_stats(raw / "tc-stats.json", before=raw / "tc-stats-before.json")
@@ -220,3 +225,56 @@ def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host(tmp_path)
     assert manifest["fidelity"]["trustworthy"] is False
     (problem,) = [p for p in manifest["fidelity"]["problems"] if p.startswith("host contention")]
     assert "others than the run's processes used" in problem, problem
+
+
+#: a peer that accepts and never reads: the client's window closes and its unsent data keeps a socket closed by
+#: a kill in FIN-WAIT-1, as a peer whose RST a lossy link lost does
+SILENT_PEER = """
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 5999)); s.listen(); conn, _ = s.accept(); time.sleep(60)
+"""
+#: a client on a fixed port, as iperf3 --cport binds it, that sends until its buffers are full
+FIXED_PORT_CLIENT = """
+import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 1 << 20)
+s.bind(("0.0.0.0", 40000)); s.connect((sys.argv[1], 5999)); s.setblocking(False)
+while True:
+    try: s.send(b"x" * 65536)
+    except BlockingIOError: print("full", flush=True); break
+import time; time.sleep(60)
+"""
+BIND_40000 = 'python3 -c \'import socket; socket.socket().bind(("0.0.0.0", 40000)); print("bound")\' 2>&1 | tail -1'
+
+
+def test_a_socket_a_run_left_on_its_client_port_is_destroyed_before_the_next_run(clean_kernel):
+    """iperf3's "Address already in use" (one run of 135 in make reproduce): a run's client killed with data
+    unsent, its peer silent, leaves its socket on the fixed client port; a kept network's next run could not
+    bind it. Ending the run destroys it (testbed.guest.network.Network.end_run)."""
+    from testbed.guest.network import Network
+    from topologies.dumbbell import Dumbbell
+
+    topology = Dumbbell.from_scenario(host_scenario(["reno"]).points[0].scenario)
+    sender, receiver = topology.endpoints(0, "forward")
+    with Network(topology.netspec(), "orphans") as net:
+        # not started by the run (Network.popen): end_run spares it
+        peer = net.nodes[receiver.node].popen(
+            ["python3", "-c", SILENT_PEER], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
+        try:
+            for _ in range(100):  # until the peer listens
+                if ":5999" in net.cmd(receiver.node, "ss -ltnH 'sport = :5999'"):
+                    break
+                time.sleep(0.05)
+            client = net.popen(sender.node, ["python3", "-c", FIXED_PORT_CLIENT, receiver.ip], stdout=subprocess.PIPE)
+            assert client.stdout.readline().strip() == b"full"
+            client.kill()
+            client.wait()
+            assert "FIN-WAIT-1" in net.cmd(sender.node, "ss -tanH 'sport = :40000'")
+            assert "Address already in use" in net.cmd(sender.node, BIND_40000)
+            assert net.end_run() >= 1
+            assert net.cmd(sender.node, "ss -tanH 'sport = :40000'").strip() == ""
+            assert net.cmd(sender.node, BIND_40000).strip() == "bound"
+        finally:
+            peer.kill()
+            peer.wait()

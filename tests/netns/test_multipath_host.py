@@ -54,7 +54,7 @@ def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
     # (the sprayers' own counts) does not depend on it
     assert again["status"] == "complete", again.get("reason")
     assert again["fidelity"]["trustworthy"] or hoststeal.stolen(again), again.get("fidelity")
-    assert again["network"] == {"kept_from_earlier_runs": True, "runs_before_on_it": 1}
+    assert again["network"]["kept_from_earlier_runs"] and again["network"]["runs_before_on_it"] == 1
     first_counts = {s["node"]: sum(s["sprayed_packets"]) for s in manifest["spray"]}
     for spray in again["spray"]:
         counts = spray["sprayed_packets"]
