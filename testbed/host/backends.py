@@ -68,8 +68,8 @@ class Backend(Protocol):
         """Build what these runs need on the host (modules, BPF objects, the connect hold library)."""
 
     def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
-        """How long runs of these estimates take here (a guest's boot added, ``boot_s`` where it was measured
-        (testbed.plan.costs), else the model's; spread over a cluster's workers)."""
+        """How long runs of these estimates take here (each guest's boot added: ``boot_s`` where it was
+        measured, testbed.plan.costs, else the model's; spread over a cluster's workers)."""
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         """Run the plan written at ``plan_path`` into ``session``; returns its timings for ``session.json``."""

@@ -94,8 +94,8 @@ def run_session(
             return _result(previous, runs, backend_info)
         artefacts = chosen.build(runs_to_do, release)
         found = costs.measured_for(results_root, backend_info, runs_to_do)
-        builds = costs.builds_network(runs_to_do, keep_networks)
-        budget_s = _priced(chosen, scenario, runs_to_do, found, builds)
+        packed, builds = _builds(chosen, runs_to_do, keep_networks)
+        budget_s = _priced(chosen, scenario, runs_to_do, found, builds, packed)
         session = previous or rundir.session_dir(results_root, scenario.name, git["sha"])
         with folderlock.acquire(session) as lock:
             _make_room(session, lock, runs_to_do)
@@ -205,16 +205,33 @@ def _runs_to_resume(
     return [r for r in runs if r not in done]
 
 
+def _builds(chosen: Backend, runs: list[RunSpec], keep_networks: bool) -> tuple[bool, list[bool]]:
+    """Whether the session packs guests, and which runs will build their network: in one guest, as the plan's
+    order says (testbed.plan.costs.builds_network); packed guests split the runs, so there none is marked,
+    and each guest's first run is priced with its boot (:func:`_priced`)."""
+    packed = getattr(chosen, "guests", 1) > 1
+    return packed, [False] * len(runs) if packed else costs.builds_network(runs, keep_networks)
+
+
 def _priced(
-    chosen: Backend, scenario: ScenarioFile, runs: list[RunSpec], found: costs.Costs, builds: list[bool]
+    chosen: Backend,
+    scenario: ScenarioFile,
+    runs: list[RunSpec],
+    found: costs.Costs,
+    builds: list[bool],
+    packed: bool = False,
 ) -> float:
     """The session's estimate logged (the model scaled by what earlier runs took: testbed.plan.costs, said too;
-    ``builds``: which runs build their network), and its deadline's basis: the model's, never what earlier
-    runs happened to take."""
+    ``builds``: which runs build their network; ``packed``: each guest's first run builds one), and its
+    deadline's basis: the model's, never what earlier runs happened to take."""
     log(found.describe())
     estimates = [estimate.estimate_s(r) for r in runs]
     expected = [found.expected_s(r.scenario_name, e, b) for r, e, b in zip(runs, estimates, builds, strict=True)]
-    wall_s = chosen.wall_s(expected, found.boot_s)
+    per_guest_s = found.boot_s
+    if packed and runs and found.boot_s is not None:  # a guest's boot and its first run's network, measured
+        name, first_s = runs[0].scenario_name, estimates[0]
+        per_guest_s += found.expected_s(name, first_s, builds=True) - found.expected_s(name, first_s)
+    wall_s = chosen.wall_s(expected, per_guest_s)
     planned = progress.SessionPlanned(name=scenario.name, profile=scenario.profile, runs=len(runs), estimate_s=wall_s)
     log(progress.format_line(planned))
     return chosen.wall_s(estimates)

@@ -239,3 +239,40 @@ def test_a_session_is_priced_by_what_earlier_runs_took_and_its_deadline_stays_on
     assert "costs: real time measured at " in out and "(3 runs) of the model's estimate" in out
     assert "3 runs, estimated 0.1 min" in out  # 6 s, not the model's
     assert again.total_s == model_s > 6.0  # the deadline's basis: the model's, never what runs happened to take
+
+
+def test_runs_that_build_their_network_and_each_packed_guests_first_run_are_priced_as_measured(tmp_path, use):
+    class BuildingBackend(FakeBackend):
+        """Each run on a new network took 6 s, on a kept one 2 s; the guest booted in 10 s."""
+
+        guests = 1
+
+        def wall_s(self, estimates, boot_s=None):
+            self.priced = getattr(self, "priced", None) or (list(estimates), boot_s)  # the estimate, not the deadline
+            return sum(estimates)
+
+        def execute(self, plan, plan_path, session_dir, total_s):
+            self.plan = plan
+            for i, run in enumerate(plan.runs):
+                manifest = {
+                    "status": "complete",
+                    "kernel": {"release": self.release},
+                    "host": {"run_wall_s": 6.0 if i == 0 else 2.0},
+                    "network": {"kept_from_earlier_runs": i > 0},
+                }
+                rundir.write_json_atomic(session_dir / run.run_dir / rundir.MANIFEST, manifest)
+            return {"guest": {"ready_s": 10.0}}
+
+    for root in ("one", "packed"):  # a session measured in each results folder
+        use(BuildingBackend())
+        session.run_session(sweep("reno"), backend="local", results_root=tmp_path / root)
+    one = use(BuildingBackend())
+    session.run_session(sweep("reno"), backend="local", results_root=tmp_path / "one", force=True)
+    # in one guest the plan's first run builds the network, the other two use it
+    assert one.priced == ([6.0, 2.0, 2.0], 10.0) and [run.cost_s for run in one.plan.runs] == [6.0, 2.0, 2.0]
+    packed = BuildingBackend()
+    packed.guests = 2
+    use(packed)
+    session.run_session(sweep("reno"), backend="local", results_root=tmp_path / "packed", force=True)
+    # packed, every run is split at its kept cost, and each guest pays its boot and its first run's network
+    assert packed.priced == ([2.0, 2.0, 2.0], 14.0)
