@@ -64,6 +64,7 @@ def rate_checks(
     raw: Path,
     samples: list[queues.QueueSample],
     probed: dict | None = None,
+    run: str | None = None,
 ) -> list[fidelity.Check]:
     """The rate of every bottleneck in a direction that has flows, read passively from its queue
     during the traffic (``samples``); where that cannot decide, or reads off, from its queue under a
@@ -73,7 +74,9 @@ def rate_checks(
 
     ``probed``: the probes that passed on this network after earlier runs (it was kept for this run:
     testbed.guest.keeper), by check name; a direction whose every bottleneck has one is not probed
-    again (the probe measures the emulated link, which is the same), and new passes are added."""
+    again (the probe measures the emulated link, which is the same), and new passes are added, each named
+    by ``run`` ("<point id> seed=<n>"; by default from ``raw``'s folder, which in virtual time is a staging
+    folder in a tmpfs, not the run's)."""
     checks, undecided = _passive(netspec, connections, samples)
     probed = {} if probed is None else probed
     for direction in sorted({b.direction for _, b, _ in undecided}):
@@ -83,7 +86,7 @@ def rate_checks(
         else:
             probes = [p for p in topology.probes() if p.direction == direction]
             verdicts = {c.name: c for c in probe_direction(net, topology, probes, todo, raw)}
-            run = f"{raw.parent.parent.name} {raw.parent.name}"  # the run folder: <point id>/seed=<n>
+            run = run or f"{raw.parent.parent.name} {raw.parent.name}"  # the run folder: <point id>/seed=<n>
             probed.update({name: (c, run) for name, c in verdicts.items() if c.ok})
         for name, _, passive in todo:
             check = verdicts.get(name)

@@ -453,6 +453,7 @@ def _check_rates(
         state.raw,
         samples,
         probed=state.lease.carried.setdefault("probed", {}),
+        run=f"{state.directory.parent.name} {state.directory.name}",  # not state.raw's: a staging folder
     )
     _log_checks(checks)
     report.checks += checks

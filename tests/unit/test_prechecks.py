@@ -244,7 +244,8 @@ def test_a_kept_network_is_probed_once_per_direction_and_only_a_passing_probe_is
     probed: dict = {}
 
     def run(name):
-        raw = tmp_path / name / "raw"
+        # in virtual time the raw files are staged in a tmpfs until the run ends: the run is named by the runner
+        raw = tmp_path / "staging" / name / "raw"
         raw.mkdir(parents=True)
         # the queue stood 0.2 s: the passive reading cannot decide
         stood = [
@@ -259,6 +260,7 @@ def test_a_kept_network_is_probed_once_per_direction_and_only_a_passing_probe_is
             raw,
             stood,
             probed=probed,
+            run=f"{tmp_path.name} {name}",
         )
 
     (first,), (second,), (third,) = run("seed=1"), run("seed=2"), run("seed=3")
