@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from testbed import PROJECT
+from testbed.plan.connections import MAX_SLOTS
 
 SUITES = PROJECT / "scenarios" / "suites"
 
@@ -27,6 +28,7 @@ def where(args: argparse.Namespace):
         queue_hz=getattr(args, "queue_hz", 10.0),
         clock=getattr(args, "clock", "auto"),
         guests=getattr(args, "guests", 1),
+        side_by_side=getattr(args, "side_by_side", 1),
         allow_dirty=getattr(args, "allow_dirty", False),
     )
 
@@ -61,6 +63,20 @@ def guest_count(text: str) -> int:
         raise argparse.ArgumentTypeError(f"--guests {text!r} is not a whole number: give 1 to 16") from None
     if not 1 <= count <= 16:
         raise argparse.ArgumentTypeError(f"--guests {text} is out of range: give 1 to 16 (one guest per core)")
+    return count
+
+
+def slot_count(text: str) -> int:
+    try:
+        count = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"--side-by-side {text!r} is not a whole number: give 1 to {MAX_SLOTS}"
+        ) from None
+    if not 1 <= count <= MAX_SLOTS:
+        raise argparse.ArgumentTypeError(
+            f"--side-by-side {text} is out of range: give 1 to {MAX_SLOTS} (each run takes a block of ports of its own)"
+        )
     return count
 
 
@@ -113,6 +129,15 @@ def where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> None
         metavar="N",
         help="in virtual time, split the session's runs over N guests at once, one per core; a run that fails "
         "its checks packed runs again alone; in real time one guest runs (docs/results.md)",
+    )
+    parser.add_argument(
+        "--side-by-side",
+        type=slot_count,
+        default=1,
+        metavar="N",
+        help="run N runs at once on the local kernel (--backend local), each in namespaces, ports and tracing "
+        "instances of its own; every manifest names the runs beside it, and a run that fails its checks runs "
+        "again alone (docs/commands.md)",
     )
     cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")

@@ -22,11 +22,19 @@ import subprocess
 import time
 from pathlib import Path
 
+from testbed.plan.connections import MAX_SLOTS
+
 TRACEFS = Path("/sys/kernel/tracing")
 INSTANCE = "cc-testbed"
 #: the instance for our module's own events (kernel-patch/: westwood_tb_sample, westwood_tb_cong)
 MODULE_INSTANCE = "cc-testbed-module"
-INSTANCES = (INSTANCE, MODULE_INSTANCE)
+#: every name our instances take: runs side by side on one kernel (testbed.guest.sidebyside) each have their
+#: own, named after their slot; leftovers are looked for under all of them
+INSTANCES = tuple(
+    base if slot is None else f"{base}-s{slot}"
+    for base in (INSTANCE, MODULE_INSTANCE)
+    for slot in (None, *range(MAX_SLOTS))
+)
 #: per-CPU ring buffer; ~1 event per ACK (400-470/s at 10 Mbit/s) leaves a wide margin (MACHINE.md)
 BUFFER_KB = 16384
 SNAPLEN = 128
@@ -34,6 +42,19 @@ SNAPLEN = 128
 
 #: the instances this process made and keeps: name -> (events, filter)
 _KEPT: dict[str, tuple[tuple[str, ...], str]] = {}
+#: this process's slot among runs side by side on one kernel (None: alone): the suffix of its instances' names
+_SLOT: int | None = None
+
+
+def use_slot(slot: int | None) -> None:
+    """This process's runs are side by side with others' (``slot``), or alone (None): which instances are its."""
+    global _SLOT
+    _SLOT = slot
+
+
+def own_instance(base: str) -> str:
+    """The name of this process's instance ``base`` (INSTANCE or MODULE_INSTANCE)."""
+    return base if _SLOT is None else f"{base}-s{_SLOT}"
 
 
 def _write(path: Path, value: str) -> None:
@@ -148,12 +169,15 @@ def release_instances() -> None:
 
 
 def tcp_probe_trace(out: Path, client_ports: list[int]) -> EventTrace:
-    return EventTrace(out, client_ports, ["tcp/tcp_probe"], INSTANCE)
+    return EventTrace(out, client_ports, ["tcp/tcp_probe"], own_instance(INSTANCE))
 
 
 def module_trace(out: Path, client_ports: list[int]) -> EventTrace:
     return EventTrace(
-        out, client_ports, ["westwood_tb/westwood_tb_sample", "westwood_tb/westwood_tb_cong"], MODULE_INSTANCE
+        out,
+        client_ports,
+        ["westwood_tb/westwood_tb_sample", "westwood_tb/westwood_tb_cong"],
+        own_instance(MODULE_INSTANCE),
     )
 
 

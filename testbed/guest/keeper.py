@@ -33,12 +33,10 @@ network is this runner's own and stays.
 from __future__ import annotations
 
 import contextlib
-import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
-from testbed.guest.network import Network, cleanup_leftovers
+from testbed.guest.network import Network, cleanup_leftovers, run_id
 from topologies.netspec import NetSpec
 
 
@@ -71,7 +69,7 @@ class NetworkKeeper:
             self.close()
         if self._net is None:
             cleanup_leftovers()  # what a run killed before this one may have left (a kept network is ours)
-            net = Network(spec, f"{os.getpid()}-{time.monotonic_ns()}", host_sysctls=host_sysctls)
+            net = Network(spec, run_id(), host_sysctls=host_sysctls)
             net.__enter__()
             self._net, self._key, self._runs, self._carried = net, key, 0, {}
         lease = Lease(self._net, reused=self._runs > 0, runs_before=self._runs, carried=self._carried)

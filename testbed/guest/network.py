@@ -54,7 +54,8 @@ def cleanup_leftovers(verbose: bool = True) -> list[str]:
     own_run = os.environ.get(MARKER)
     for pid in _marked_pids():
         try:
-            if own_run and f"{MARKER}={own_run}".encode() in Path(f"/proc/{pid}/environ").read_bytes():
+            run_id = _run_of(Path(f"/proc/{pid}/environ").read_bytes())
+            if run_id == own_run or _other_live_runner(run_id):
                 continue
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             os.kill(pid, signal.SIGKILL)
@@ -77,6 +78,33 @@ def cleanup_leftovers(verbose: bool = True) -> list[str]:
         for line in done:
             print(f"[testbed] cleanup: {line}", flush=True)
     return done
+
+
+def _run_of(environ: bytes) -> str | None:
+    """The run id a process's environment carries (MARKER), if any."""
+    for entry in environ.split(b"\0"):
+        if entry.startswith(f"{MARKER}=".encode()):
+            return entry.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def _other_live_runner(run_id: str | None) -> bool:
+    """Whether ``run_id`` is a run of another runner still alive on this kernel: a run side by side with ours
+    (testbed.guest.sidebyside), whose processes are its own. A run id is ``<runner pid>-<ns since boot when
+    made>`` (:func:`run_id`); a pid reused since is told apart by its process's start, later than the run."""
+    owner, _, made_ns = (run_id or "").partition("-")
+    if not (owner.isdigit() and made_ns.isdigit()) or int(owner) == os.getpid():
+        return False
+    try:
+        started_ticks = int(Path(f"/proc/{owner}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return False  # the runner is gone: what its runs left is leftover
+    return started_ticks / os.sysconf("SC_CLK_TCK") <= int(made_ns) / 1e9
+
+
+def run_id() -> str:
+    """A new run id of this runner (MARKER's value): its pid and the time, which :func:`_other_live_runner` reads."""
+    return f"{os.getpid()}-{time.clock_gettime_ns(time.CLOCK_BOOTTIME)}"  # the clock of /proc/PID/stat's start
 
 
 class Network:

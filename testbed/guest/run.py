@@ -200,7 +200,7 @@ def _prepare(state: RunState) -> None:
     scenario, manifest = state.spec.scenario, state.manifest
     state.topology = TOPOLOGIES[scenario.topology.name].from_scenario(scenario)
     state.netspec = netspec = state.topology.netspec()
-    state.connections = connections = plan_connections(scenario, state.topology)
+    state.connections = connections = plan_connections(scenario, state.topology, state.context.slot)
     # capture where senders' packets enter the network, before any queue can drop them
     state.capture_nodes = sorted({c.capture_node for c in connections})
     manifest["topology"] = {
@@ -564,8 +564,8 @@ def _finish(state: RunState) -> None:
             try:
                 leftover_trace.stop()
             except Exception:  # noqa: BLE001 - the run's own error is what gets reported
-                for name in capture.INSTANCES:
-                    capture.remove_instance(name)
+                for base in (capture.INSTANCE, capture.MODULE_INSTANCE):
+                    capture.remove_instance(capture.own_instance(base))
     for proc in state.dumps:
         capture.stop_tcpdump(proc)
     if state.scratch is not None:

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from testbed.guest import capture, kernellock, launch, lossbpf
+from testbed.guest import capture, kernellock, launch, lossbpf, sidebyside
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.guest.keeper import NetworkKeeper
@@ -48,12 +48,17 @@ def _fail_manifest(directory: Path, reason: str) -> dict:
     return manifest.to_data()
 
 
-def execute_plan(plan: Plan, session_dir: Path) -> int:
+def execute_plan(plan: Plan, session_dir: Path, slot: int | None = None) -> int:
     """Run every run of a plan (see :mod:`testbed.host.session`); returns the number of runs not complete.
 
     Run directories in the plan are relative to ``session_dir`` (the plan's folder), so a plan
     runs wherever its session folder is: here, in a virtme-ng guest, or copied into the lab VM.
+    ``slot``: the plan runs side by side with others, in this slot (testbed.guest.sidebyside, which holds the
+    kernel's session lock for them all); None: alone, under the lock it takes here.
     """
+    if slot is not None:
+        plan = plan.model_copy(update={"context": plan.context.model_copy(update={"slot": slot})})
+    capture.use_slot(slot)
     runs = plan.runs
     lossbpf.use_objects(plan.context.bpf_objects)
     launch.use_hold_library(plan.context.hold_library)
@@ -63,7 +68,8 @@ def execute_plan(plan: Plan, session_dir: Path) -> int:
     total_s = sum(r.expected_s for r in runs)
     keeper = NetworkKeeper(enabled=plan.context.keep_networks)
     # one session at a time on this kernel; its processes read the time zone from memory (launch.local_zone)
-    with kernellock.one_session(f"session {session_dir}", log), launch.local_zone():
+    lock = kernellock.one_session(f"session {session_dir}", log) if slot is None else contextlib.nullcontext()
+    with lock, launch.local_zone():
         try:
             for i, run in enumerate(runs, 1):
                 manifest = _run_with_watchdog(run, i, runs, session_dir, plan, keeper, (started, done_s, total_s))
@@ -163,12 +169,25 @@ def _interrupt(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m testbed.guest.runner", description=__doc__.splitlines()[0])
-    parser.add_argument("plan", type=Path, help="plan JSON written by `testbed run`")
+    parser.add_argument(
+        "plans",
+        type=Path,
+        nargs="+",
+        metavar="plan",
+        help="plan JSON written by `testbed run`; several: they run side by side, each in a slot of its own "
+        "(testbed/guest/sidebyside.py)",
+    )
     parser.add_argument(
         "--session",
         type=Path,
         help="the folder the plan's run folders are relative to (default: the plan's own folder; a packed "
         "guest's plan lies in a folder of its own, testbed/host/packing.py)",
+    )
+    parser.add_argument(
+        "--slot",
+        type=int,
+        help="run the plan in this slot beside others (what testbed/guest/sidebyside.py starts; it holds the "
+        "kernel's session lock for them)",
     )
     args = parser.parse_args(argv)
     progress.configure_logging()
@@ -176,13 +195,18 @@ def main(argv: list[str] | None = None) -> int:
     if os.geteuid() != 0:
         print("testbed.guest.runner: must run as root (network namespaces, qdiscs, tracing)", file=sys.stderr)
         return 2
-    plan = Plan.read(args.plan)
+    if len(args.plans) > 1 and args.slot is not None:
+        parser.error("--slot runs one plan")
     try:
-        failed = execute_plan(plan, args.session or args.plan.parent)
+        if len(args.plans) > 1:
+            failed = sidebyside.execute(args.plans, args.session or args.plans[0].parent)
+        else:
+            (path,) = args.plans
+            failed = execute_plan(Plan.read(path), args.session or path.parent, args.slot)
+            (path.parent / "plan.done").write_text(f"{failed}\n")
     except KeyboardInterrupt:
         log("interrupted: the current run is marked incomplete; the topology was torn down")
         return 130
-    (args.plan.parent / "plan.done").write_text(f"{failed}\n")
     return 1 if failed else 0
 
 

@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import functools
 import os
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple, Protocol
 
 from testbed import PROJECT
-from testbed.guest import console, launch, lossbpf, modules
+from testbed.guest import console, launch, lossbpf, modules, sidebyside
 from testbed.guest.runner import execute_plan
 from testbed.host import guardian, hostload, kernels, packing, timebase, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
@@ -57,6 +59,9 @@ class Backend(Protocol):
     runs_here: bool
     #: set by the session before :meth:`execute`: told the runner's lines after the host's watch
     observers: tuple[Observer, ...]
+    #: how many plans run at once, each beginning with a network to build (packed guests, or runs side by side
+    #: on one kernel: testbed.host.packing); 1 for one plan at a time (after :meth:`prepare`)
+    at_once: int
 
     def prepare(self) -> str:
         """Settle everything that can refuse before the results folder exists; returns the kernel release."""
@@ -86,11 +91,18 @@ def create(
     clock: str = "auto",
     experiments: frozenset[str] = frozenset(),
     guests: int = 1,
+    side_by_side: int = 1,
 ) -> Backend:
     """The backend of this name; only the guest boots a kernel of the caller's choice, and only a guest
-    runs in virtual time (``clock``, for the runs of ``experiments``: :func:`timebase.choose`)."""
+    runs in virtual time (``clock``, for the runs of ``experiments``: :func:`timebase.choose`).
+    ``side_by_side``: runs at once on the local kernel, a slot each (testbed.guest.sidebyside)."""
     if name not in NAMES:
         raise ValueError(f"unknown backend {name!r}: one of {', '.join(NAMES)}")
+    if side_by_side > 1 and name != LocalBackend.name:
+        raise ValueError(
+            f"--side-by-side {side_by_side} runs side by side on the local kernel (--backend local) only; "
+            f"the {name} backend runs one run at a time (in virtual time, --guests packs guests)"
+        )
     if name == GuestBackend.name:
         return GuestBackend(kernel_version, vcpus, log, clock, experiments, guests)
     if guests > 1:
@@ -108,7 +120,7 @@ def create(
             "--kernel needs the guest backend (the local backend and the lab VM use their running kernel; "
             "the lab VM's kernel is chosen with TESTBED_KERNEL at 'vagrant provision')"
         )
-    return LabVMBackend(log) if name == LabVMBackend.name else LocalBackend(log)
+    return LabVMBackend(log) if name == LabVMBackend.name else LocalBackend(log, side_by_side)
 
 
 def build_on_host(runs: list[RunSpec], release: str, log=print) -> Artefacts:
@@ -133,9 +145,11 @@ class LocalBackend:
     runs_here = True
     observers: tuple[Observer, ...] = ()  # ignored: the runner runs in this process, it has no lines to follow
 
-    def __init__(self, log=print) -> None:
+    def __init__(self, log=print, side_by_side: int = 1) -> None:
         self.log = log
         self.release = ""
+        #: ``--side-by-side``: runs at once on this kernel, a slot each (testbed.guest.sidebyside)
+        self.at_once = side_by_side
 
     def prepare(self) -> str:
         self.release = os.uname().release
@@ -148,15 +162,47 @@ class LocalBackend:
         return build_on_host(runs, release, self.log)
 
     def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
-        return sum(estimates)
+        return packing.makespan_s(estimates, self.at_once)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
-        # the host's contention is watched as for a guest, the run's own processes being this process's tree
-        run_dirs = [run.run_dir for run in plan.runs]
-        watch = hostload.HostWatch(run_dirs, set, session=session, cores=hostload.host_cores(), tree=os.getpid())
-        with console.following(watch.on_line):
-            execute_plan(plan, session)
+        if self.at_once > 1:
+            record = packing.run_side_by_side(
+                plan, session, self.at_once, self._slots(session), self._alone(session), log=self.log
+            )
+            return {"side_by_side": record}
+        self._watched(session, [plan], lambda: execute_plan(plan, session))
         return {}
+
+    def _slots(self, session: Path) -> packing.ExecuteSlots:
+        def execute(plan_paths: list[Path]) -> dict:
+            plans = [Plan.read(path) for path in plan_paths]
+            started = time.monotonic()
+            self._watched(session, plans, lambda: sidebyside.execute(plan_paths, session))
+            return {"wall_s": round(time.monotonic() - started, 1)}
+
+        return execute
+
+    def _alone(self, session: Path) -> packing.BootOne:
+        def alone(plan_path: Path, console_log: Path, budget_s: float, name: str) -> dict:
+            plan = Plan.read(plan_path)
+            self._watched(session, [plan], lambda: execute_plan(plan, session))
+            return {}
+
+        return alone
+
+    @staticmethod
+    def _watched(session: Path, plans: list[Plan], body: Callable[[], object]) -> None:
+        """``body`` run with the host's contention watched, as for a guest (the runs' own processes being this
+        process's tree); the lines of plans side by side go to each one's watch by its slot."""
+        watches = [
+            hostload.HostWatch(
+                [run.run_dir for run in plan.runs], set, session=session, cores=hostload.host_cores(), tree=os.getpid()
+            )
+            for plan in plans
+        ]
+        on_line = watches[0].on_line if len(watches) == 1 else packing.by_slot([w.on_line for w in watches])
+        with console.following(on_line):
+            body()
 
     def close(self) -> None:
         pass
@@ -237,6 +283,10 @@ class GuestBackend:
                 "kernel is rebuilt, incrementally, with the module)"
             )
 
+    @property
+    def at_once(self) -> int:
+        return self.guests
+
     def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
         # packed: the longest guest's share (in virtual time a busy run's wall time is its own, not its traffic's)
         return packing.makespan_s(estimates, self.guests) + (estimate.GUEST_BOOT_S if boot_s is None else boot_s)
@@ -279,6 +329,7 @@ class LabVMBackend:
     failures: tuple[type[Exception], ...] = (vagrant.VagrantError,)
     runs_here = False
     observers: tuple[Observer, ...] = ()  # told the lines, but the run folders come back only at the end
+    at_once = 1
 
     def __init__(self, log=print) -> None:
         self.log = log

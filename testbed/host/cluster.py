@@ -58,6 +58,7 @@ class ClusterBackend:
     failures: tuple[type[Exception], ...] = (ClusterError,)
     runs_here = False
     observers: tuple[Observer, ...] = ()  # the runners' lines stay on the workers; the report reads the folders
+    at_once = 1  # a plan of one run per worker at a time (the workers' spread is in wall_s)
 
     def __init__(
         self,

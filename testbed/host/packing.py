@@ -15,6 +15,11 @@ did not complete, or failed its fidelity checks, runs again alone afterwards (on
 it; its first attempt set aside under ``.attempts/``), as Mininet-HiFi trusts a run only when its monitor
 says it ran as it would alone. ``packing.json`` in the session folder says what ran where and what ran
 again.
+
+Runs side by side on one kernel (:func:`run_side_by_side`, testbed.guest.sidebyside) are split the same
+way, into slots (``.slots/sK/``) that one kernel runs at once; they are recorded (``backend.side_by_side``)
+and run again alone the same way. They suit a kernel that can give every run its CPU at once, in real time:
+the runs' own checks (the CPU headroom above all) say whether it did.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed.host.remote import Observer
-from testbed.plan import resume
+from testbed.plan import progress, resume
 from testbed.plan.plan import PLAN, Plan, PlanRun
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest, run_status
@@ -35,12 +40,16 @@ from testbed.results.manifest import Manifest, read_manifest, run_status
 PACKING_JSON = "packing.json"
 #: where each guest's plan (and its runner's ``plan.done``) lies, under the session folder
 GUESTS_DIR = ".guests"
+#: where each slot's plan lies when runs go side by side on one kernel (testbed.guest.sidebyside)
+SLOTS_DIR = ".slots"
 #: the most guests packed at once (one core each; more than this host has is refused anyway)
 MAX_GUESTS = 16
 
 #: one guest for one plan: (plan file, its console log, its time budget in s, the name its lines are shown
 #: with) -> the guest's timing
 BootOne = Callable[[Path, Path, float, str], dict]
+#: the slots' plans run at once on one kernel -> the timing
+ExecuteSlots = Callable[[list[Path]], dict]
 
 
 def guests_for(requested: int, clock: str, cores: int) -> tuple[int, str]:
@@ -86,12 +95,33 @@ def shard_plans(plan: Plan, session: Path, guests: int, cores: list[int]) -> lis
     """Each guest's plan, written into its own folder; its runs' manifests will name the other guests' runs
     as those that ran beside them."""
     split = [shard for shard in shards(plan.runs, guests) if shard]
+
+    def packed(k: int, beside: list[str]) -> dict:
+        return {"packed": {"guests": len(split), "guest": k, "core": cores[k], "beside": beside}}
+
+    return _write_shards(plan, session, split, GUESTS_DIR + "/g", packed)
+
+
+def side_by_side_plans(plan: Plan, session: Path, count: int) -> list[tuple[Path, Plan]]:
+    """Each slot's plan, for ``count`` runs at once on one kernel (testbed.guest.sidebyside), split as guests
+    are; its runs' manifests will name the other slots' runs as those that ran beside them."""
+    split = [shard for shard in shards(plan.runs, count) if shard]
+
+    def slot(k: int, beside: list[str]) -> dict:
+        return {"side_by_side": {"runs_at_once": len(split), "slot": k, "beside": beside}}
+
+    return _write_shards(plan, session, split, SLOTS_DIR + "/s", slot)
+
+
+def _write_shards(
+    plan: Plan, session: Path, split: list[list[PlanRun]], folder: str, record: Callable[[int, list[str]], dict]
+) -> list[tuple[Path, Plan]]:
+    """Shard K's plan written to ``<folder>K/plan.json``, its backend record updated by ``record(K, beside)``."""
     written = []
     for k, shard in enumerate(split):
         beside = sorted(run.run_dir for other in split if other is not shard for run in other)
-        packed = {"guests": len(split), "guest": k, "core": cores[k], "beside": beside}
-        context = plan.context.model_copy(update={"backend": {**plan.context.backend, "packed": packed}})
-        path = session / GUESTS_DIR / f"g{k}" / PLAN
+        context = plan.context.model_copy(update={"backend": {**plan.context.backend, **record(k, beside)}})
+        path = session / f"{folder}{k}" / PLAN
         path.parent.mkdir(parents=True, exist_ok=True)
         shard_plan = plan.model_copy(update={"context": context, "runs": shard})
         shard_plan.write(path)
@@ -124,6 +154,27 @@ def run_packed(plan: Plan, session: Path, guests: int, boot_one: BootOne, log=pr
     return record
 
 
+def run_side_by_side(
+    plan: Plan, session: Path, count: int, execute_slots: ExecuteSlots, run_alone: BootOne, log=print
+) -> dict:
+    """The plan ``count`` runs at a time on one kernel, a slot each (testbed.guest.sidebyside), then the runs
+    that need it again alone (``run_alone``); the record, also written to ``packing.json``."""
+    written = side_by_side_plans(plan, session, count)
+    log(f"side by side: {len(plan.runs)} runs, {len(written)} at a time on one kernel, one slot each")
+    timing, error = None, None
+    try:
+        timing = execute_slots([path for path, _ in written])
+    except Exception as err:  # as a packed guest's: the slots' runs run again alone
+        error = f"{type(err).__name__}: {err}"
+    again = rerun_reasons(session, plan.runs, how="side by side")
+    record = {"side_by_side": len(written), "timing": timing, "error": error, "rerun_alone": again}
+    record["slots"] = [{"slot": k, "runs": [run.run_dir for run in shard.runs]} for k, (_, shard) in enumerate(written)]
+    if again:
+        record["alone"] = _rerun_alone(plan, session, again, run_alone, log, how="side by side")
+    rundir.write_json_atomic(session / PACKING_JSON, record)
+    return record
+
+
 def serialized(observers: tuple[Observer, ...]) -> tuple[Observer, ...]:
     """The session's observers as packed guests' threads may call them: one line at a time."""
     lock = threading.Lock()
@@ -143,6 +194,20 @@ def serialized(observers: tuple[Observer, ...]) -> tuple[Observer, ...]:
     return tuple(one_at_a_time(observer) for observer in observers)
 
 
+def by_slot(on_lines: list[Callable[[str, float], None]]) -> Callable[[str, float], None]:
+    """One follower of lines side by side on one kernel (``s1: ...``: testbed.plan.progress.slot_line) that
+    hands each slot's lines, unnamed, to that slot's follower, one line at a time; other lines go nowhere."""
+    lock = threading.Lock()
+
+    def on_line(text: str, now: float) -> None:
+        slot = progress.slot_of(text)
+        if slot is not None and slot[0] < len(on_lines):
+            with lock:
+                on_lines[slot[0]](slot[1], now)
+
+    return on_line
+
+
 def _run_all(one: Callable[[int], dict], count: int) -> tuple[dict[int, dict], dict[int, str]]:
     """Every guest at once; a guest that failed is an error for its runs, which then run again alone."""
     timings, errors = {}, {}
@@ -157,19 +222,19 @@ def _run_all(one: Callable[[int], dict], count: int) -> tuple[dict[int, dict], d
     return timings, errors
 
 
-def rerun_reasons(session: Path, runs: list[PlanRun]) -> dict[str, str]:
-    """The runs that ran packed and must run again alone, each with why: not complete, or a fidelity
-    check failed (a run beside another is trusted only when it ran as it would alone)."""
+def rerun_reasons(session: Path, runs: list[PlanRun], how: str = "packed") -> dict[str, str]:
+    """The runs that ran packed (or side by side: ``how``) and must run again alone, each with why: not
+    complete, or a fidelity check failed (a run beside another is trusted only when it ran as it would alone)."""
     reasons = {}
     for run in runs:
         folder = session / run.run_dir
         status = run_status(folder)
         if status != "complete":
-            reasons[run.run_dir] = f"{status} when packed"
+            reasons[run.run_dir] = f"{status} when {how}"
             continue
         failed = _failed_checks(read_manifest(folder))
         if failed:
-            reasons[run.run_dir] = "fidelity checks failed when packed: " + ", ".join(failed)
+            reasons[run.run_dir] = f"fidelity checks failed when {how}: " + ", ".join(failed)
     return reasons
 
 
@@ -180,14 +245,21 @@ def _failed_checks(manifest: Manifest) -> list[str]:
     return fidelity.problems or ["trustworthy: false"]
 
 
-def _rerun_alone(plan: Plan, session: Path, reasons: dict[str, str], boot_one: BootOne, log) -> dict:
-    """The runs of ``reasons`` again, in one guest with nothing beside it; their packed attempts set aside."""
+def _rerun_alone(
+    plan: Plan, session: Path, reasons: dict[str, str], boot_one: BootOne, log, how: str = "packed"
+) -> dict:
+    """The runs of ``reasons`` again, in one guest (or kernel) with nothing beside it; their first attempts
+    (``how``: packed, or side by side) set aside."""
     runs = [run for run in plan.runs if run.run_dir in reasons]
     for run in runs:
         resume.set_aside(session / run.run_dir, session)
-    log(f"packed: {len(runs)} run(s) again alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
-    alone = {"guests": 1, "alone_after": "packed"}
-    context = plan.context.model_copy(update={"backend": {**plan.context.backend, "packed": alone}})
+    log(f"{how}: {len(runs)} run(s) again alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
+    alone = (
+        {"packed": {"guests": 1, "alone_after": "packed"}}
+        if how == "packed"
+        else {"side_by_side": {"runs_at_once": 1, "alone_after": how}}
+    )
+    context = plan.context.model_copy(update={"backend": {**plan.context.backend, **alone}})
     path = session / GUESTS_DIR / "alone" / PLAN
     path.parent.mkdir(parents=True, exist_ok=True)
     plan.model_copy(update={"context": context, "runs": runs}).write(path)

@@ -65,6 +65,7 @@ def run_session(
     placement_seed: int | None = None,
     clock: str = "auto",
     guests: int = 1,
+    side_by_side: int = 1,
 ) -> SessionResult:
     """Run every run of a scenario; without ``force``, resume the newest unfinished session of the same runs.
 
@@ -76,14 +77,15 @@ def run_session(
     the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``;
     ``placement_seed`` draws each run's host from its point and seed (the same draw in another session).
     ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it.
-    ``guests``: in virtual time, that many guests at once, one per core (testbed.host.packing)."""
+    ``guests``: in virtual time, that many guests at once, one per core (testbed.host.packing).
+    ``side_by_side``: that many runs at once on the local kernel, a slot each (testbed.guest.sidebyside)."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
     results_root = Path(results_root).resolve()
     git = provenance.git_state(PROJECT)
     virtme.stop_orphans(log=log)  # a guest whose controller was killed must not compete with the next
-    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed, clock, guests)
+    chosen = _open_backend(backend, runs, kernel_version, vcpus, cluster, placement_seed, clock, guests, side_by_side)
     chosen.observers = tuple(observers)
     with contextlib.closing(chosen):
         # Everything that can refuse (kernel, accelerator, the lab VM) is settled before the results folder exists.
@@ -131,6 +133,7 @@ def _open_backend(
     placement_seed: int | None = None,
     clock: str = "auto",
     guests: int = 1,
+    side_by_side: int = 1,
 ) -> Backend:
     """The backend ``--backend`` names; for ``auto``, the one :func:`choose_backend` picks (logged with why),
     a guest when virtual time is asked for; with ``cluster``, the cluster's, whose workers each decide
@@ -144,9 +147,10 @@ def _open_backend(
                 f"--cluster needs Dask ({', '.join(missing)} not installed: 'make setup-experiment' "
                 "leaves it out): run 'make setup', or .venv/bin/pip install -e '.[cluster]'"
             )
-        if guests > 1:
+        if guests > 1 or side_by_side > 1:
+            option = f"--guests {guests}" if guests > 1 else f"--side-by-side {side_by_side}"
             raise ValueError(
-                f"--guests {guests} with --cluster: a cluster packs its own way (local:N, one guest per worker "
+                f"{option} with --cluster: a cluster packs its own way (local:N, one guest per worker "
                 "and core): give one of them"
             )
         from testbed.host import cluster as dask_cluster
@@ -168,7 +172,16 @@ def _open_backend(
     elif choice == "auto":
         choice, why = choose_backend(runs, kernel_version)
         log(f"backend: {choice} ({why})")
-    return backends.create(choice, kernel_version, vcpus, log=log, clock=clock, experiments=experiments, guests=guests)
+    return backends.create(
+        choice,
+        kernel_version,
+        vcpus,
+        log=log,
+        clock=clock,
+        experiments=experiments,
+        guests=guests,
+        side_by_side=side_by_side,
+    )
 
 
 def _resumable(
@@ -206,10 +219,10 @@ def _runs_to_resume(
 
 
 def _builds(chosen: Backend, runs: list[RunSpec], keep_networks: bool) -> tuple[bool, list[bool]]:
-    """Whether the session packs guests, and which runs will build their network: in one guest, as the plan's
-    order says (testbed.plan.costs.builds_network); packed guests split the runs, so there none is marked,
-    and each guest's first run is priced with its boot (:func:`_priced`)."""
-    packed = getattr(chosen, "guests", 1) > 1
+    """Whether the session splits its runs (packed guests, or side by side on one kernel), and which runs will
+    build their network: in one plan, as its order says (testbed.plan.costs.builds_network); split, none is
+    marked, and each part's first run is priced with its boot and its network (:func:`_priced`)."""
+    packed = chosen.at_once > 1
     return packed, [False] * len(runs) if packed else costs.builds_network(runs, keep_networks)
 
 
@@ -228,9 +241,10 @@ def _priced(
     estimates = [estimate.estimate_s(r) for r in runs]
     expected = [found.expected_s(r.scenario_name, e, b) for r, e, b in zip(runs, estimates, builds, strict=True)]
     per_guest_s = found.boot_s
-    if packed and runs and found.boot_s is not None:  # a guest's boot and its first run's network, measured
+    if packed and runs:  # a guest's boot (measured, else the model's) and its first run's network
         name, first_s = runs[0].scenario_name, estimates[0]
-        per_guest_s += found.expected_s(name, first_s, builds=True) - found.expected_s(name, first_s)
+        network_s = found.expected_s(name, first_s, builds=True) - found.expected_s(name, first_s)
+        per_guest_s = (estimate.GUEST_BOOT_S if found.boot_s is None else found.boot_s) + network_s
     wall_s = chosen.wall_s(expected, per_guest_s)
     planned = progress.SessionPlanned(name=scenario.name, profile=scenario.profile, runs=len(runs), estimate_s=wall_s)
     log(progress.format_line(planned))

@@ -6,6 +6,10 @@ connection per period (paper 000 §3.1's reverse flows are ON in [250, 500] and 
 Each connection gets its own server port and a fixed client port (``--cport``), so its data
 packets and its tcp_probe events can be told apart from every other connection and from
 iperf3's control connection, which shares the server port (MACHINE.md).
+
+Runs side by side on one kernel (testbed.guest.sidebyside) each take a block of these ports of their own
+(``slot``): their hosts live in namespaces of their own, but tcp_probe and our module's events are the
+kernel's, told apart by port alone.
 """
 
 from __future__ import annotations
@@ -15,6 +19,9 @@ from dataclasses import asdict, dataclass
 SERVER_PORT_BASE = 5201
 CLIENT_PORT_BASE = 40000
 MAX_CONNECTIONS = 20000
+#: the most runs side by side on one kernel; each gets a block of MAX_CONNECTIONS // MAX_SLOTS ports
+MAX_SLOTS = 4
+SLOT_PORTS = MAX_CONNECTIONS // MAX_SLOTS
 
 
 @dataclass(frozen=True)
@@ -50,9 +57,13 @@ class Connection:
         return asdict(self)
 
 
-def plan_connections(scenario, topology) -> list[Connection]:
+def plan_connections(scenario, topology, slot: int | None = None) -> list[Connection]:
     """Expand a resolved scenario's flows into connections on ``topology`` (its ``flow_pairs`` says
-    which sender/receiver pair each instance of each flow uses)."""
+    which sender/receiver pair each instance of each flow uses). ``slot``: the run's place among runs side
+    by side on one kernel, whose ports it must not share (None: alone, every port is its own)."""
+    offset, limit = (0, MAX_CONNECTIONS) if slot is None else (slot * SLOT_PORTS, SLOT_PORTS)
+    if slot is not None and not 0 <= slot < MAX_SLOTS:
+        raise ValueError(f"slot {slot}: at most {MAX_SLOTS} runs side by side, slots 0-{MAX_SLOTS - 1}")
     connections: list[Connection] = []
     for flow_index, (flow, pairs) in enumerate(zip(scenario.flows, topology.flow_pairs(scenario.flows), strict=True)):
         if flow.kind != "bulk":
@@ -74,8 +85,8 @@ def plan_connections(scenario, topology) -> list[Connection]:
                         sender_ip=sender.ip,
                         receiver=receiver.node,
                         receiver_ip=receiver.ip,
-                        server_port=SERVER_PORT_BASE + k,
-                        client_port=CLIENT_PORT_BASE + k,
+                        server_port=SERVER_PORT_BASE + offset + k,
+                        client_port=CLIENT_PORT_BASE + offset + k,
                         start_s=float(start),
                         stop_s=float(stop),
                         base_rtt_ms=topology.base_rtt_ms(pair),
@@ -84,8 +95,9 @@ def plan_connections(scenario, topology) -> list[Connection]:
                         window_kb=flow.window_kb,
                     )
                 )
-    if len(connections) > MAX_CONNECTIONS:
-        raise ValueError(f"{len(connections)} connections; at most {MAX_CONNECTIONS} are supported")
+    if len(connections) > limit:
+        beside = " side by side with other runs (the ports are shared out): run it alone" if slot is not None else ""
+        raise ValueError(f"{len(connections)} connections; at most {limit} are supported{beside}")
     return connections
 
 

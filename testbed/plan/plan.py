@@ -77,6 +77,9 @@ class PlanContext(BaseModel):
     keep_networks: bool = True
     #: how often the bottleneck queues are read during traffic (``--queue-hz``; testbed.guest.queues)
     queue_hz: float = 10.0
+    #: this plan's place among plans run side by side on one kernel (testbed.guest.sidebyside): its runs take
+    #: their own block of ports (testbed.plan.connections) and tracing instances; None: the kernel is its alone
+    slot: int | None = None
 
 
 class Plan(BaseModel):

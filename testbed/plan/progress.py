@@ -171,6 +171,21 @@ def parse_line(message: str) -> Event | None:
     return None
 
 
+#: a line of one of several plans side by side on one kernel (testbed.guest.sidebyside): ``s1: run 2/5 ...``
+SLOT_LINE = re.compile(r"^s(?P<slot>\d+): (?P<message>.*)$")
+
+
+def slot_line(slot: int, message: str) -> str:
+    """A slot's line: its runner's message, named after the slot (each slot counts its own runs)."""
+    return f"s{slot}: {message}"
+
+
+def slot_of(message: str) -> tuple[int, str] | None:
+    """A slot's line read back: (slot, its runner's message); None for a line of no slot."""
+    match = SLOT_LINE.match(message.rstrip())
+    return (int(match["slot"]), match["message"]) if match else None
+
+
 def message_of(console_line: str) -> str | None:
     """What follows the tag on a console line (the kernel may print before it), or None if it has none."""
     before, tag, after = console_line.partition(TAG)

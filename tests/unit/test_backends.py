@@ -36,6 +36,7 @@ class FakeBackend:
     """Runs a plan by writing its manifests: the first ``complete_first`` runs complete, then ``raise_``."""
 
     name, label, failures, release = "fake", "fake VM", (FakeError,), "6.1.0-fake"
+    at_once = 1
 
     def __init__(self, runs_here=False, complete_first=None, raise_=None, identities=None):
         self.runs_here, self.complete_first, self.raise_ = runs_here, complete_first, raise_
@@ -245,7 +246,7 @@ def test_runs_that_build_their_network_and_each_packed_guests_first_run_are_pric
     class BuildingBackend(FakeBackend):
         """Each run on a new network took 6 s, on a kept one 2 s; the guest booted in 10 s."""
 
-        guests = 1
+        at_once = 1
 
         def wall_s(self, estimates, boot_s=None):
             self.priced = getattr(self, "priced", None) or (list(estimates), boot_s)  # the estimate, not the deadline
@@ -271,7 +272,7 @@ def test_runs_that_build_their_network_and_each_packed_guests_first_run_are_pric
     # in one guest the plan's first run builds the network, the other two use it
     assert one.priced == ([6.0, 2.0, 2.0], 10.0) and [run.cost_s for run in one.plan.runs] == [6.0, 2.0, 2.0]
     packed = BuildingBackend()
-    packed.guests = 2
+    packed.at_once = 2
     use(packed)
     session.run_session(sweep("reno"), backend="local", results_root=tmp_path / "packed", force=True)
     # packed, every run is split at its kept cost, and each guest pays its boot and its first run's network

@@ -1,0 +1,137 @@
+"""Runs side by side on one kernel: each slot's plan and record, its ports and tracing instances, its lines,
+a cleanup that spares another live runner, and a run that failed its checks beside others running again
+alone. The slots here are a stand-in that writes the manifests a runner would (simulated data); the netns
+tier runs real ones on the host kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+
+import pytest
+
+from testbed.guest import capture, network
+from testbed.host import backends, packing
+from testbed.plan import progress
+from testbed.plan.connections import CLIENT_PORT_BASE, SERVER_PORT_BASE, SLOT_PORTS, plan_connections
+from testbed.plan.plan import Plan
+from testbed.results.manifest import read_manifest, write_manifest
+from testbed.scenario.load import load_scenario_text
+from tests.unit.test_packing import plan_of
+from topologies import Dumbbell
+
+
+def test_each_slots_plan_lies_in_its_own_folder_and_names_the_runs_beside_it(tmp_path):
+    written = packing.side_by_side_plans(plan_of([10, 10, 10]), tmp_path, 2)
+    assert [path.relative_to(tmp_path).as_posix() for path, _ in written] == [
+        ".slots/s0/plan.json",
+        ".slots/s1/plan.json",
+    ]
+    first, second = (Plan.read(path) for path, _ in written)
+    assert first.context.backend["side_by_side"] == {"runs_at_once": 2, "slot": 0, "beside": ["p/seed-2"]}
+    assert second.context.backend["side_by_side"]["beside"] == ["p/seed-1", "p/seed-3"]
+    assert "packed" not in first.context.backend
+
+
+def test_a_run_that_failed_its_checks_beside_others_runs_again_alone(tmp_path):
+    seen = []
+
+    def slots(plan_paths):
+        for path in plan_paths:
+            plan = Plan.read(path)
+            seen.append(path.parent.name)
+            for run in plan.runs:
+                bad = run.seed == 2
+                fidelity = {"trustworthy": not bad, "problems": ["cpu headroom: 96 % busy"] if bad else []}
+                _write(tmp_path, run, {"status": "complete", "backend": plan.context.backend, "fidelity": fidelity})
+        return {"wall_s": 1.0}
+
+    def alone(plan_path, console, budget_s, name):
+        plan = Plan.read(plan_path)
+        seen.append(name)
+        for run in plan.runs:
+            manifest = {"status": "complete", "backend": plan.context.backend, "fidelity": {"trustworthy": True}}
+            _write(tmp_path, run, manifest)
+        return {}
+
+    record = packing.run_side_by_side(plan_of([10, 10, 10]), tmp_path, 2, slots, alone, log=lambda _: None)
+    assert seen == ["s0", "s1", "alone"]
+    assert record["rerun_alone"] == {"p/seed-2": "fidelity checks failed when side by side: cpu headroom: 96 % busy"}
+    assert read_manifest(tmp_path / "p/seed-2").backend.model_dump()["side_by_side"] == {
+        "runs_at_once": 1,
+        "alone_after": "side by side",
+    }
+    assert read_manifest(tmp_path / "p/seed-1").backend.model_dump()["side_by_side"]["runs_at_once"] == 2
+    assert json.loads((tmp_path / packing.PACKING_JSON).read_text())["slots"][1]["runs"] == ["p/seed-2"]
+
+
+def _write(session, run, manifest):
+    (session / run.run_dir).mkdir(parents=True, exist_ok=True)
+    write_manifest(session / run.run_dir, {**manifest, "seed": run.seed})
+
+
+def test_each_slots_lines_reach_that_slots_follower_without_its_name():
+    heard = {0: [], 1: []}
+    on_line = packing.by_slot([lambda text, now, k=k: heard[k].append(text) for k in (0, 1)])
+    for text in ("s1: run 1/2: s seed=2", "s0: run 1/1: s seed=1", "run 1/3: not a slot's", "s7: no such slot"):
+        on_line(text, 0.0)
+    assert heard == {0: ["run 1/1: s seed=1"], 1: ["run 1/2: s seed=2"]}
+    assert progress.slot_of(progress.slot_line(3, "traffic window begins")) == (3, "traffic window begins")
+    assert progress.slot_of("run 1/3: s seed=1") is None
+
+
+SCENARIO = """
+topology: {name: dumbbell, bottleneck: {rate_mbit: 2, queue_pkts: 40}}
+flows:
+  - {cc: westwood, rtt_ms: 50, count: 3}
+duration_s: 8
+"""
+
+
+def test_each_slot_takes_a_block_of_ports_of_its_own():
+    (point,) = load_scenario_text(SCENARIO, name="t").points
+    topology = Dumbbell.from_scenario(point.scenario)
+    alone = plan_connections(point.scenario, topology)
+    assert [c.client_port for c in alone] == [CLIENT_PORT_BASE, CLIENT_PORT_BASE + 1, CLIENT_PORT_BASE + 2]
+    ports = [{(c.client_port, c.server_port) for c in plan_connections(point.scenario, topology, k)} for k in (0, 1)]
+    assert not ports[0] & ports[1]
+    assert min(ports[1]) == (CLIENT_PORT_BASE + SLOT_PORTS, SERVER_PORT_BASE + SLOT_PORTS)
+    # the tracing filters are port ranges: one slot's range holds none of another's ports
+    assert max(p for p, _ in ports[0]) < min(p for p, _ in ports[1])
+    with pytest.raises(ValueError, match="slot 4: at most 4 runs side by side"):
+        plan_connections(point.scenario, topology, 4)
+
+
+def test_each_slot_traces_into_instances_of_its_own():
+    try:
+        capture.use_slot(1)
+        assert capture.own_instance(capture.INSTANCE) == "cc-testbed-s1"
+        assert capture.own_instance(capture.MODULE_INSTANCE) == "cc-testbed-module-s1"
+    finally:
+        capture.use_slot(None)
+    assert capture.own_instance(capture.INSTANCE) == "cc-testbed"
+    assert {"cc-testbed", "cc-testbed-s1", "cc-testbed-module-s3"} <= set(capture.INSTANCES)
+
+
+def test_a_cleanup_spares_the_runs_of_another_live_runner_only():
+    other = subprocess.Popen(["sleep", "30"])
+    try:
+        time.sleep(0.05)
+        now_ns = time.clock_gettime_ns(time.CLOCK_BOOTTIME)
+        assert network._other_live_runner(f"{other.pid}-{now_ns}")  # a runner beside this one
+        assert not network._other_live_runner(f"{other.pid}-{now_ns - 3_600_000_000_000}")  # its pid, reused since
+        assert not network._other_live_runner(f"{os.getpid()}-{now_ns}")  # this runner's own earlier run
+        assert not network._other_live_runner("shell-p-1") and not network._other_live_runner(None)
+    finally:
+        other.kill()
+        other.wait()
+    assert not network._other_live_runner(f"{other.pid}-{now_ns}")  # its runner gone: leftovers
+    assert network.run_id().startswith(f"{os.getpid()}-")
+
+
+def test_runs_side_by_side_need_the_local_kernel():
+    with pytest.raises(ValueError, match=r"--side-by-side 2 runs side by side on the local kernel \(--backend local\)"):
+        backends.create("guest", side_by_side=2)
+    assert backends.create("local", side_by_side=2).at_once == 2
