@@ -135,9 +135,9 @@ def where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> None
         type=slot_count,
         default=1,
         metavar="N",
-        help="run N runs at once on the local kernel (--backend local), each in namespaces, ports and tracing "
-        "instances of its own; every manifest names the runs beside it, and a run that fails its checks runs "
-        "again alone (docs/commands.md)",
+        help="run N runs at once in one real-time guest (or on the local kernel), each in namespaces, ports and "
+        "tracing instances of its own; every manifest names the runs beside it, and a run that fails its checks "
+        "runs again alone (docs/commands.md)",
     )
     cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")

@@ -200,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if len(args.plans) > 1:
             failed = sidebyside.execute(args.plans, args.session or args.plans[0].parent)
+            # where the host waits for it: the slots' common folder (testbed.host.virtme.run_in_guest)
+            (Path(os.path.commonpath([path.parent for path in args.plans])) / "plan.done").write_text(f"{failed}\n")
         else:
             (path,) = args.plans
             failed = execute_plan(Plan.read(path), args.session or path.parent, args.slot)

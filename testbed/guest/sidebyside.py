@@ -66,7 +66,9 @@ def execute(plan_paths: list[Path], session: Path) -> int:
 
 
 def _start(slot: int, plan_path: Path, session: Path) -> subprocess.Popen:
-    argv = [sys.executable, "-m", "testbed.guest.runner", "--slot", str(slot), "--session", str(session)]
+    # started as this runner was (in a guest: without site, through testbed.guest.start: less to import)
+    python = [sys.executable, "-S"] if sys.flags.no_site else [sys.executable]
+    argv = [*python, "-m", "testbed.guest.start", "--slot", str(slot), "--session", str(session)]
     return subprocess.Popen(
         [*argv, str(plan_path)],
         stdout=subprocess.PIPE,

@@ -31,7 +31,7 @@ from testbed.guest.runner import execute_plan
 from testbed.host import guardian, hostload, kernels, packing, timebase, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
 from testbed.plan import estimate, resume
-from testbed.plan.plan import Plan
+from testbed.plan.plan import PLAN, Plan
 from testbed.results import rundir
 from testbed.results.manifest import run_status
 from testbed.scenario.points import RunSpec
@@ -95,16 +95,16 @@ def create(
 ) -> Backend:
     """The backend of this name; only the guest boots a kernel of the caller's choice, and only a guest
     runs in virtual time (``clock``, for the runs of ``experiments``: :func:`timebase.choose`).
-    ``side_by_side``: runs at once on the local kernel, a slot each (testbed.guest.sidebyside)."""
+    ``side_by_side``: runs at once in one guest or on the local kernel, a slot each (testbed.guest.sidebyside)."""
     if name not in NAMES:
         raise ValueError(f"unknown backend {name!r}: one of {', '.join(NAMES)}")
-    if side_by_side > 1 and name != LocalBackend.name:
+    if side_by_side > 1 and name == LabVMBackend.name:
         raise ValueError(
-            f"--side-by-side {side_by_side} runs side by side on the local kernel (--backend local) only; "
-            f"the {name} backend runs one run at a time (in virtual time, --guests packs guests)"
+            f"--side-by-side {side_by_side} runs side by side in a guest (--backend guest) or on the local kernel "
+            f"(--backend local); the {name} backend runs one run at a time"
         )
     if name == GuestBackend.name:
-        return GuestBackend(kernel_version, vcpus, log, clock, experiments, guests)
+        return GuestBackend(kernel_version, vcpus, log, clock, experiments, guests, side_by_side)
     if guests > 1:
         raise ValueError(
             f"--guests {guests} packs virtme-ng guests (--backend guest, in virtual time): the {name} backend "
@@ -225,18 +225,23 @@ class GuestBackend:
         clock: str = "auto",
         experiments: frozenset[str] = frozenset(),
         guests: int = 1,
+        side_by_side: int = 1,
     ) -> None:
         self.kernel_version, self.vcpus, self.log = kernel_version, vcpus, log
         self.clock, self.experiments = clock, experiments
         #: ``--guests``: asked for; then how many this session packs (testbed.host.packing.guests_for)
         self.requested_guests, self.guests = guests, 1
+        #: ``--side-by-side``: runs at once in the one guest, a slot each (testbed.guest.sidebyside)
+        self.side_by_side = side_by_side
         self.kernel: kernels.Kernel | None = None
         self.config: virtme.GuestConfig | None = None
 
     def prepare(self) -> str:
         self.kernel = kernels.fetch(self.kernel_version, log=self.log)
-        # an explicit vCPU count above one is a request for real time under auto (icount runs one vCPU)
-        requested = "real" if self.clock == "auto" and (self.vcpus or 1) > 1 else self.clock
+        # an explicit vCPU count above one is a request for real time under auto (icount runs one vCPU), and so
+        # are runs side by side (they would share one virtual clock's CPU)
+        for_real = (self.vcpus or 1) > 1 or self.side_by_side > 1
+        requested = "real" if self.clock == "auto" and for_real else self.clock
         clock, why = timebase.choose(requested, self.experiments, lambda: virtme.kvm_usable(self.kernel, self.log))
         self.config = virtme.guest_config(self.kernel, self.vcpus, log=self.log, clock=clock)
         shown = f", virtual time (icount shift {self.config.icount_shift})" if clock == "virtual" else ", real time"
@@ -248,6 +253,11 @@ class GuestBackend:
         self.guests, why = packing.guests_for(self.requested_guests, self.config.clock, cores)
         if self.requested_guests > 1:
             self.log(f"guests: {why}")
+        if self.side_by_side > 1 and (self.config.clock == "virtual" or self.guests > 1):
+            raise ValueError(
+                f"--side-by-side {self.side_by_side} runs share one guest's CPU, which in virtual time would lengthen "
+                "each run's own clock: give --clock real, or pack virtual-time guests with --guests N instead"
+            )
         return self.kernel.release
 
     def record(self) -> dict:
@@ -285,11 +295,11 @@ class GuestBackend:
 
     @property
     def at_once(self) -> int:
-        return self.guests
+        return max(self.guests, self.side_by_side)
 
     def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
         # packed: the longest guest's share (in virtual time a busy run's wall time is its own, not its traffic's)
-        return packing.makespan_s(estimates, self.guests) + (estimate.GUEST_BOOT_S if boot_s is None else boot_s)
+        return packing.makespan_s(estimates, self.at_once) + (estimate.GUEST_BOOT_S if boot_s is None else boot_s)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         boot = functools.partial(
@@ -304,7 +314,45 @@ class GuestBackend:
         if self.guests > 1:
             one = self._boot_one(boot, self.log)
             return {"guest": packing.run_packed(plan, session, self.guests, one, log=self.log)}
+        if self.side_by_side > 1:
+            slots, alone = self._slots(plan, session), self._boot_one(boot, self.log)
+            return {"guest": packing.run_side_by_side(plan, session, self.side_by_side, slots, alone, log=self.log)}
         return {"guest": boot(plan_path=plan_path, total_s=total_s)}
+
+    def _slots(self, plan: Plan, session: Path) -> packing.ExecuteSlots:
+        """One guest for the slots' plans at once; each slot's lines to its own watch and observers."""
+
+        def execute(plan_paths: list[Path]) -> dict:
+            whole = session / packing.SLOTS_DIR / PLAN  # the slots' common folder, where plan.done is written
+            plan.write(whole)
+            shards = [Plan.read(path) for path in plan_paths]
+            ours = guardian.marker_value(str(PROJECT))
+            followers = []
+            for shard in shards:
+                run_dirs = [run.run_dir for run in shard.runs]
+                watch = hostload.HostWatch(
+                    run_dirs,
+                    lambda: hostload.marked_processes(ours),
+                    session=session,
+                    cores=hostload.host_cores(),
+                    clock=self.config.clock,
+                )
+                followers.append(with_observers(watch.on_line, self.observers, session, run_dirs))
+            longest_s = max(sum(run.estimate_s for run in shard.runs) for shard in shards)
+            return virtme.run_in_guest(
+                self.kernel,
+                self.config,
+                whole,
+                [session],
+                session / "guest-console.log",
+                timeout_s=longest_s * 3 + virtme.BOOT_TIMEOUT_S,
+                echo=self.log,
+                on_line=packing.by_slot(followers),
+                session=session,
+                slot_plans=plan_paths,
+            )
+
+        return execute
 
     @staticmethod
     def _boot_one(boot, log) -> packing.BootOne:

@@ -19,7 +19,8 @@ again.
 Runs side by side on one kernel (:func:`run_side_by_side`, testbed.guest.sidebyside) are split the same
 way, into slots (``.slots/sK/``) that one kernel runs at once; they are recorded (``backend.side_by_side``)
 and run again alone the same way. They suit a kernel that can give every run its CPU at once, in real time:
-the runs' own checks (the CPU headroom above all) say whether it did.
+runs are admitted by the CPU their experiment's runs alone measured (:func:`admitted`), and the runs' own
+checks (the CPU headroom above all) say whether it sufficed.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ PACKING_JSON = "packing.json"
 GUESTS_DIR = ".guests"
 #: where each slot's plan lies when runs go side by side on one kernel (testbed.guest.sidebyside)
 SLOTS_DIR = ".slots"
+#: runs go side by side only while their guest's CPU, busy as each kept it alone (testbed.plan.costs), sums
+#: to at most this: its cpu headroom check fails a run at 90 %, and a TCG guest's timers and packets need idle
+#: CPU to be served on time (a choice, not yet measured against runs alone)
+ADMIT_BUSY_PCT = 50.0
 #: the most guests packed at once (one core each; more than this host has is refused anyway)
 MAX_GUESTS = 16
 
@@ -154,23 +159,44 @@ def run_packed(plan: Plan, session: Path, guests: int, boot_one: BootOne, log=pr
     return record
 
 
+def admitted(runs: list[PlanRun], count: int) -> tuple[list[PlanRun], dict[str, str]]:
+    """The runs that may go side by side, ``count`` at once, and why each other one runs alone: its
+    experiment kept its guest's CPU so busy alone (``busy_pct``, measured: testbed.plan.costs) that ``count``
+    of it would need more than ADMIT_BUSY_PCT. A run never measured is admitted: its own checks judge it,
+    and it runs again alone when they fail."""
+    alone = {}
+    for run in runs:
+        if run.busy_pct is not None and run.busy_pct * count > ADMIT_BUSY_PCT:
+            alone[run.run_dir] = (
+                f"{run.scenario_name} kept its guest's CPU {run.busy_pct:.0f} % busy alone; {count} at once would "
+                f"need {run.busy_pct * count:.0f} % (admitted up to {ADMIT_BUSY_PCT:.0f} %)"
+            )
+    return [run for run in runs if run.run_dir not in alone], alone
+
+
 def run_side_by_side(
     plan: Plan, session: Path, count: int, execute_slots: ExecuteSlots, run_alone: BootOne, log=print
 ) -> dict:
     """The plan ``count`` runs at a time on one kernel, a slot each (testbed.guest.sidebyside), then the runs
-    that need it again alone (``run_alone``); the record, also written to ``packing.json``."""
-    written = side_by_side_plans(plan, session, count)
-    log(f"side by side: {len(plan.runs)} runs, {len(written)} at a time on one kernel, one slot each")
+    not admitted (:func:`admitted`) and those whose checks failed beside others, alone (``run_alone``); the
+    record, also written to ``packing.json``."""
+    runs, by_cpu = admitted(plan.runs, count)
+    written = side_by_side_plans(plan.with_runs(runs), session, count) if len(runs) > 1 else []
+    log(f"side by side: {len(runs)} of {len(plan.runs)} runs, {len(written)} at a time on one kernel, one slot each")
     timing, error = None, None
     try:
-        timing = execute_slots([path for path, _ in written])
+        timing = execute_slots([path for path, _ in written]) if written else None
     except Exception as err:  # as a packed guest's: the slots' runs run again alone
         error = f"{type(err).__name__}: {err}"
-    again = rerun_reasons(session, plan.runs, how="side by side")
-    record = {"side_by_side": len(written), "timing": timing, "error": error, "rerun_alone": again}
+    if written:
+        again = rerun_reasons(session, runs, how="side by side")
+    else:  # one run admitted: nothing to run beside it
+        again = {run.run_dir: "nothing admitted beside it" for run in runs}
+    record = {"side_by_side": len(written), "timing": timing, "error": error, "alone_by_cpu": by_cpu}
+    record["rerun_alone"] = again
     record["slots"] = [{"slot": k, "runs": [run.run_dir for run in shard.runs]} for k, (_, shard) in enumerate(written)]
-    if again:
-        record["alone"] = _rerun_alone(plan, session, again, run_alone, log, how="side by side")
+    if by_cpu or again:
+        record["alone"] = _rerun_alone(plan, session, {**by_cpu, **again}, run_alone, log, how="side by side")
     rundir.write_json_atomic(session / PACKING_JSON, record)
     return record
 
@@ -253,11 +279,11 @@ def _rerun_alone(
     runs = [run for run in plan.runs if run.run_dir in reasons]
     for run in runs:
         resume.set_aside(session / run.run_dir, session)
-    log(f"{how}: {len(runs)} run(s) again alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
+    log(f"{how}: {len(runs)} run(s) alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
     alone = (
         {"packed": {"guests": 1, "alone_after": "packed"}}
         if how == "packed"
-        else {"side_by_side": {"runs_at_once": 1, "alone_after": how}}
+        else {"side_by_side": {"runs_at_once": 1, "alone_in": how}}  # packing.json says why each ran alone
     )
     context = plan.context.model_copy(update={"backend": {**plan.context.backend, **alone}})
     path = session / GUESTS_DIR / "alone" / PLAN

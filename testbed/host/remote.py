@@ -84,6 +84,33 @@ class RunnerProgress:
         return f"stopped responding in {where}: nothing from it for {silent_s:.0f} s"
 
 
+class SlotsProgress:
+    """:class:`RunnerProgress` for plans side by side on one kernel (testbed.guest.sidebyside): each slot's
+    lines (``s1: run 2/5 ...``) move that slot's deadline; the remote side is hung when a slot that has runs
+    left is overdue. A slot whose last run ended is done."""
+
+    def __init__(self, estimates_s: list[list[float]], started: float, start_timeout_s: float):
+        self.slots = [RunnerProgress(estimates, started, start_timeout_s) for estimates in estimates_s]
+        self.done: set[int] = set()
+
+    def line(self, text: str, now: float) -> None:
+        named = events.slot_of(text)
+        if named is None or not 0 <= named[0] < len(self.slots):
+            return
+        slot, message = named
+        self.slots[slot].line(message, now)
+        event = events.parse_line(message)
+        if isinstance(event, events.RunEnded) and event.index == event.total:
+            self.done.add(slot)
+
+    def overdue(self, now: float) -> bool:
+        return any(p.overdue(now) for k, p in enumerate(self.slots) if k not in self.done)
+
+    def status_text(self, silent_s: float) -> str:
+        late = [k for k, p in enumerate(self.slots) if k not in self.done and p.overdue(time.monotonic())]
+        return "; ".join(f"slot {k} {self.slots[k].status_text(silent_s)}" for k in late or range(len(self.slots)))
+
+
 def console_tail(path: Path, lines: int = 25) -> str:
     """The end of a console log, indented, for an error message (the log may be gone when it is read)."""
     try:
@@ -97,7 +124,7 @@ def console_tail(path: Path, lines: int = 25) -> str:
 def follow(
     proc: subprocess.Popen,
     log_file: BinaryIO,
-    progress: RunnerProgress,
+    progress: RunnerProgress | SlotsProgress,
     *,
     label: str,
     start_timeout_s: float,
@@ -172,12 +199,19 @@ def follow_plan(
     on_line: Callable[[str, float], None] | None = None,
     finished: Callable[[], bool] = lambda: False,
     shutdown_timeout_s: float = 60,
+    slot_plans: Sequence[Path] = (),
 ) -> float | None:
     """:func:`follow` for a runner executing the plan at ``plan_path``: both remote backends start it their
     own way (``vng --exec``, ssh) and stream it here. The plan's run estimates (from ``started``, when the
-    backend began) set the silence deadlines; every runner line is echoed, then passed to ``on_line``."""
-    plan_runs = json.loads(plan_path.read_text())["runs"]
-    progress = RunnerProgress([run["estimate_s"] for run in plan_runs], started, start_timeout_s)
+    backend began) set the silence deadlines; every runner line is echoed, then passed to ``on_line``.
+    ``slot_plans``: the runner runs these plans side by side instead, each slot's lines named after it."""
+    estimates = [
+        [run["estimate_s"] for run in json.loads(path.read_text())["runs"]] for path in slot_plans or [plan_path]
+    ]
+    if slot_plans:
+        progress: RunnerProgress | SlotsProgress = SlotsProgress(estimates, started, start_timeout_s)
+    else:
+        progress = RunnerProgress(estimates[0], started, start_timeout_s)
 
     def line(text: str, now: float) -> None:
         echo(text)

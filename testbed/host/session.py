@@ -78,7 +78,8 @@ def run_session(
     ``placement_seed`` draws each run's host from its point and seed (the same draw in another session).
     ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it.
     ``guests``: in virtual time, that many guests at once, one per core (testbed.host.packing).
-    ``side_by_side``: that many runs at once on the local kernel, a slot each (testbed.guest.sidebyside)."""
+    ``side_by_side``: that many runs at once in one real-time guest (or on the local kernel), a slot each
+    (testbed.guest.sidebyside), admitted by their measured CPU (testbed.host.packing.admitted)."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")
@@ -265,6 +266,7 @@ def _plan_entry(
         run_dir=str(rundir.run_dir(session, r.point_id, r.seed).relative_to(session)),
         estimate_s=estimate_s,
         cost_s=found.cost_s(r.scenario_name, estimate_s, builds) if found else None,
+        busy_pct=found.busy_pct.get(r.scenario_name) if found else None,
     )
 
 

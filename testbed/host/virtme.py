@@ -172,6 +172,7 @@ def run_in_guest(
     echo=print,
     on_line=None,
     session: Path | None = None,
+    slot_plans: list[Path] | None = None,
 ) -> dict:
     """Boot, run the runner on ``plan_path`` inside (:mod:`testbed.guest.start`), stream its progress lines.
 
@@ -179,14 +180,16 @@ def run_in_guest(
     (``ready_s``: command to the runner's first line, ``wall_s``) and the number of runs not complete
     as written to ``plan.done``; raises GuestError when the guest did not boot or did not finish in time.
     ``on_line(text, now)`` sees every runner line too (the host's contention watch). ``session``: the
-    folder the plan's run folders are relative to, when it is not the plan's own.
+    folder the plan's run folders are relative to, when it is not the plan's own. ``slot_plans``: the runner
+    runs these plans side by side instead (testbed.guest.sidebyside), and writes ``plan.done`` beside
+    ``plan_path``, the whole plan (their common folder's).
     """
     venv_bin = Path(sys.executable).parent
     if not shutil.which("vng", path=str(venv_bin)) and not shutil.which("vng"):
         raise GuestError("virtme-ng (vng) is not installed: run 'make setup'")
     done = plan_path.parent / "plan.done"
     done.unlink(missing_ok=True)
-    argv = vng_argv(kernel, config, rwdirs, _runner_command(plan_path, session))
+    argv = vng_argv(kernel, config, rwdirs, _runner_command(slot_plans or [plan_path], session))
     started = time.monotonic()
     label = f"the guest ({kernel.release}, {config.accel})"
     with open(console_log, "wb") as log_file:
@@ -206,6 +209,7 @@ def run_in_guest(
                 on_line=on_line,
                 finished=done.exists,
                 shutdown_timeout_s=SHUTDOWN_TIMEOUT_S,
+                slot_plans=slot_plans or (),
             )
             if proc.poll() is None:
                 echo(
@@ -232,8 +236,8 @@ def run_in_guest(
 _GUEST_ERRORS = {remote.RunnerNotStarted: GuestBootError, remote.RunnerSilent: GuestHungError}
 
 
-def _runner_command(plan_path: Path, session: Path | None = None) -> str:
-    runner = start.runner_command_line(sys.executable, str(plan_path))
+def _runner_command(plan_paths: list[Path], session: Path | None = None) -> str:
+    runner = start.runner_command_line(sys.executable, " ".join(shlex.quote(str(path)) for path in plan_paths))
     if session is not None:
         runner += f" --session {shlex.quote(str(session))}"
     return f"cd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin {runner}"

@@ -12,6 +12,9 @@ run before them left (testbed.guest.keeper): in virtual time the default suite's
 the others 5. An experiment never measured on the clock keeps the model as it is. A guest's boot is
 the median of the newest sessions' (``ready_s`` in their ``session.json``), not the model's 12 s.
 
+The same manifests say how busy each run kept its guest's CPU during its traffic (its ``cpu headroom``
+check), when it ran alone: the median per experiment admits runs side by side (testbed.host.packing).
+
 What it prices: the session's wall-time estimate, the split over packed guests, and the ETA a
 virtual-time runner prints (its own clock cannot see the host's pace). It never shortens a deadline:
 the guests' and the runs' budgets stay on the model (:func:`testbed.guest.runner.run_budget_s`).
@@ -46,7 +49,8 @@ MAX_FILE_BYTES = 8 << 20
 class Costs:
     """Per experiment, measured wall time over the model's estimate on ``clock``, and how many runs say so:
     ``ratios`` of the runs on a network kept from the run before, ``built`` of those that built theirs;
-    ``boot_s``, a guest's measured boot on this clock (None: not measured), over ``boots`` guests."""
+    ``boot_s``, a guest's measured boot on this clock (None: not measured), over ``boots`` guests;
+    ``busy_pct``, how busy runs alone kept their guest's CPU during traffic (median, in %)."""
 
     clock: str
     ratios: dict[str, float] = field(default_factory=dict)
@@ -55,6 +59,7 @@ class Costs:
     built_runs: dict[str, int] = field(default_factory=dict)
     boot_s: float | None = None
     boots: int = 0
+    busy_pct: dict[str, float] = field(default_factory=dict)
 
     def cost_s(self, experiment: str, estimate_s: float, builds: bool = False) -> float | None:
         """A run's expected wall time here, measured (for a run that builds its network or not, or the other
@@ -96,6 +101,7 @@ def measured(results_root: Path, clock: str, experiments: Iterable[str]) -> Cost
     kept: dict[str, list[float]] = {name: [] for name in wanted}
     built: dict[str, list[float]] = {name: [] for name in wanted}
     boots: list[float] = []
+    busy: dict[str, list[float]] = {name: [] for name in wanted}
     for session in _recent_sessions(Path(results_root)):
         if all(len(values) >= RECENT_RUNS for values in kept.values()) and len(boots) >= RECENT_RUNS:
             break
@@ -103,10 +109,12 @@ def measured(results_root: Path, clock: str, experiments: Iterable[str]) -> Cost
         if (record.get("backend") or {}).get("clock", "real") != clock:
             continue
         boots += _boots(record)
-        for experiment, ratio, builds in _session_ratios(session, clock, wanted):
+        for experiment, (ratio, builds, busy_pct) in _session_ratios(session, clock, wanted):
             samples = built if builds else kept
             if len(samples[experiment]) < RECENT_RUNS:
                 samples[experiment].append(ratio)
+            if busy_pct is not None and len(busy[experiment]) < RECENT_RUNS:
+                busy[experiment].append(busy_pct)
     medians = [{name: round(statistics.median(v), 3) for name, v in kind.items() if v} for kind in (kept, built)]
     boot_s = round(statistics.median(boots[:RECENT_RUNS]), 1) if boots else None
     return Costs(
@@ -117,6 +125,7 @@ def measured(results_root: Path, clock: str, experiments: Iterable[str]) -> Cost
         {name: len(built[name]) for name in medians[1]},
         boot_s,
         min(len(boots), RECENT_RUNS),
+        {name: round(statistics.median(v), 1) for name, v in busy.items() if v},
     )
 
 
@@ -158,9 +167,9 @@ def _boots(record: dict) -> list[float]:
     return [float(r) for r in ready if isinstance(r, int | float) and r > 0]
 
 
-def _session_ratios(session: Path, clock: str, wanted: set[str]) -> Iterable[tuple[str, float, bool]]:
-    """(experiment, measured / estimated, whether it built its network) for each complete run of ``wanted``
-    on ``clock`` in ``session``."""
+def _session_ratios(session: Path, clock: str, wanted: set[str]) -> Iterable[tuple[str, tuple]]:
+    """(experiment, (measured / estimated, whether it built its network, its guest's CPU busy % alone or None))
+    for each complete run of ``wanted`` on ``clock`` in ``session``."""
     try:
         entries = rundir.read_json(session / PLAN, MAX_FILE_BYTES).get("runs", [])[:MAX_PLAN_RUNS]
     except (OSError, ValueError, AttributeError):
@@ -170,10 +179,10 @@ def _session_ratios(session: Path, clock: str, wanted: set[str]) -> Iterable[tup
             continue
         measured_ratio = _ratio(session, entry, clock)
         if measured_ratio is not None:
-            yield entry["scenario_name"], *measured_ratio
+            yield entry["scenario_name"], measured_ratio
 
 
-def _ratio(session: Path, entry: dict, clock: str) -> tuple[float, bool] | None:
+def _ratio(session: Path, entry: dict, clock: str) -> tuple[float, bool, float | None] | None:
     run_dir, estimate_s = entry.get("run_dir"), entry.get("estimate_s")
     if not isinstance(run_dir, str) or ".." in Path(run_dir).parts or not isinstance(estimate_s, int | float):
         return None  # a plan written by hand or by another version: nothing to learn from it
@@ -188,4 +197,14 @@ def _ratio(session: Path, entry: dict, clock: str) -> tuple[float, bool] | None:
     if manifest.get("status") != "complete" or backend.get("clock", "real") != clock or not wall_s or estimate_s <= 0:
         return None
     kept = (manifest.get("network") or {}).get("kept_from_earlier_runs", True)  # older runs: counted as kept
-    return float(wall_s) / float(estimate_s), kept is False
+    return float(wall_s) / float(estimate_s), kept is False, _busy_alone(manifest)
+
+
+def _busy_alone(manifest: dict) -> float | None:
+    """How busy the run kept its guest's CPU during traffic (its cpu headroom check), if it ran alone in it."""
+    beside = (manifest.get("backend") or {}).get("side_by_side") or {}
+    if not isinstance(beside, dict) or beside.get("runs_at_once", 1) != 1:
+        return None
+    checks = (manifest.get("fidelity") or {}).get("checks") or []
+    found = [c.get("measured") for c in checks if isinstance(c, dict) and c.get("name") == "cpu headroom"]
+    return float(found[0]) if found and isinstance(found[0], int | float) else None

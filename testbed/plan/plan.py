@@ -41,6 +41,9 @@ class PlanRun(BaseModel):
     #: the host's wall seconds this run is expected to take, as earlier runs measured it (testbed.plan.costs);
     #: None where nothing was measured: the estimate then stands for it
     cost_s: float | None = None
+    #: how busy runs of its experiment kept their guest's CPU during traffic, alone (its cpu headroom check,
+    #: testbed.plan.costs); None: not measured. Runs side by side are admitted by it (testbed.host.packing)
+    busy_pct: float | None = None
 
     @property
     def expected_s(self) -> float:

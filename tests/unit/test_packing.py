@@ -169,6 +169,6 @@ def test_packing_is_refused_where_it_cannot_pack():
 
 
 def test_a_packed_guests_runner_is_told_the_session_folder(tmp_path):
-    command = virtme._runner_command(tmp_path / ".guests" / "g0" / "plan.json", tmp_path)
+    command = virtme._runner_command([tmp_path / ".guests" / "g0" / "plan.json"], tmp_path)
     assert command.endswith(f".guests/g0/plan.json --session {tmp_path}")
-    assert "--session" not in virtme._runner_command(tmp_path / "plan.json")
+    assert "--session" not in virtme._runner_command([tmp_path / "plan.json"])

@@ -14,9 +14,10 @@ import pytest
 
 from testbed.guest import capture, network
 from testbed.host import backends, packing
-from testbed.plan import progress
+from testbed.plan import costs, progress
 from testbed.plan.connections import CLIENT_PORT_BASE, SERVER_PORT_BASE, SLOT_PORTS, plan_connections
-from testbed.plan.plan import Plan
+from testbed.plan.plan import PLAN, Plan
+from testbed.results import rundir
 from testbed.results.manifest import read_manifest, write_manifest
 from testbed.scenario.load import load_scenario_text
 from tests.unit.test_packing import plan_of
@@ -61,7 +62,7 @@ def test_a_run_that_failed_its_checks_beside_others_runs_again_alone(tmp_path):
     assert record["rerun_alone"] == {"p/seed-2": "fidelity checks failed when side by side: cpu headroom: 96 % busy"}
     assert read_manifest(tmp_path / "p/seed-2").backend.model_dump()["side_by_side"] == {
         "runs_at_once": 1,
-        "alone_after": "side by side",
+        "alone_in": "side by side",
     }
     assert read_manifest(tmp_path / "p/seed-1").backend.model_dump()["side_by_side"]["runs_at_once"] == 2
     assert json.loads((tmp_path / packing.PACKING_JSON).read_text())["slots"][1]["runs"] == ["p/seed-2"]
@@ -131,7 +132,72 @@ def test_a_cleanup_spares_the_runs_of_another_live_runner_only():
     assert network.run_id().startswith(f"{os.getpid()}-")
 
 
-def test_runs_side_by_side_need_the_local_kernel():
-    with pytest.raises(ValueError, match=r"--side-by-side 2 runs side by side on the local kernel \(--backend local\)"):
-        backends.create("guest", side_by_side=2)
+def test_runs_side_by_side_need_a_guest_or_the_local_kernel():
+    with pytest.raises(ValueError, match=r"--side-by-side 2 runs side by side in a guest \(--backend guest\) or on"):
+        backends.create("vagrant", side_by_side=2)
     assert backends.create("local", side_by_side=2).at_once == 2
+    assert backends.create("guest", side_by_side=2).at_once == 2
+
+
+def test_a_guest_follows_each_slots_runs_and_is_hung_only_when_a_slot_with_runs_left_is_late():
+    from testbed.guest.runner import run_budget_s
+    from testbed.host.remote import HANG_MARGIN_S, SlotsProgress
+
+    slots = SlotsProgress([[10.0], [10.0, 10.0]], started=0.0, start_timeout_s=60.0)
+    slots.line("s0: run 1/1: s p seed=1 (ETA 0.2 min)", 70.0)
+    slots.line("s1: run 1/2: s p seed=2 (ETA 0.3 min)", 70.0)
+    slots.line("s0: run 1/1 complete", 80.0)  # slot 0 is done: never late
+    slots.line("s1: run 1/2 complete", 80.0)
+    slots.line("s1: run 2/2: s p seed=3 (ETA 0.2 min)", 81.0)
+    assert not slots.overdue(81.0 + run_budget_s(10.0) + HANG_MARGIN_S - 1)
+    assert slots.overdue(81.0 + run_budget_s(10.0) + HANG_MARGIN_S + 1)
+    assert slots.done == {0}
+
+
+def test_each_experiments_cpu_is_measured_from_its_runs_alone_only(tmp_path):
+    folder = tmp_path / "suite" / "20261203T000000Z-abc1234"
+    entries = []
+    for i, (busy, at_once) in enumerate([(6.0, None), (10.0, 1), (40.0, 2)]):
+        run_dir = f"mobile.p/seed={i}"
+        entries.append({"scenario_name": "mobile", "run_dir": run_dir, "estimate_s": 30.0})
+        backend = {"kind": "guest", "clock": "real", **({"side_by_side": {"runs_at_once": at_once}} if at_once else {})}
+        checks = [{"name": "cpu headroom", "ok": True, "measured": busy, "expected": 90.0}]
+        manifest = {
+            "status": "complete",
+            "backend": backend,
+            "host": {"run_wall_s": 35.0},
+            "fidelity": {"checks": checks},
+        }
+        rundir.write_json_atomic(folder / run_dir / rundir.MANIFEST, manifest)
+    rundir.write_json_atomic(folder / PLAN, {"context": {}, "runs": entries})
+    rundir.write_json_atomic(folder / rundir.SESSION, {"backend": {"kind": "guest", "clock": "real"}})
+    # the run beside another (40 %) measured the two together: not this experiment's own CPU
+    assert costs.measured(tmp_path, "real", {"mobile"}).busy_pct == {"mobile": 8.0}
+
+
+def test_runs_too_busy_to_share_the_guest_run_alone_and_unmeasured_ones_are_admitted(tmp_path):
+    plan = plan_of([10, 10, 10, 10])
+    runs = [
+        run.model_copy(update={"busy_pct": busy}) for run, busy in zip(plan.runs, [6.0, 30.0, None, 6.0], strict=True)
+    ]
+    chosen, alone = packing.admitted(runs, 2)
+    assert [run.seed for run in chosen] == [1, 3, 4]
+    assert alone == {
+        "p/seed-2": "s kept its guest's CPU 30 % busy alone; 2 at once would need 60 % (admitted up to 50 %)"
+    }
+    seen = []
+
+    def slots(plan_paths):
+        seen.extend(run.run_dir for path in plan_paths for run in Plan.read(path).runs)
+        for path in plan_paths:
+            for run in Plan.read(path).runs:
+                _write(tmp_path, run, {"status": "complete", "fidelity": {"trustworthy": True}})
+        return {}
+
+    def alone_boot(plan_path, console, budget_s, name):
+        seen.append(("alone", [run.run_dir for run in Plan.read(plan_path).runs]))
+        return {}
+
+    record = packing.run_side_by_side(plan.with_runs(runs), tmp_path, 2, slots, alone_boot, log=lambda _: None)
+    assert sorted(seen[:3]) == ["p/seed-1", "p/seed-3", "p/seed-4"] and seen[3] == ("alone", ["p/seed-2"])
+    assert record["alone_by_cpu"] == alone and record["rerun_alone"] == {}
