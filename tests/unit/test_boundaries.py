@@ -27,6 +27,7 @@ PLAN_RUN_KEYS = {
     "run_dir",
     "estimate_s",
     "cost_s",
+    "busy_pct",
 }
 
 
