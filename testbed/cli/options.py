@@ -4,6 +4,7 @@ cluster, resuming and starting anew) and read back typed (:class:`testbed.workfl
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 
 from testbed import PROJECT
@@ -56,28 +57,23 @@ def queue_hz(text: str) -> float:
     return hz
 
 
-def guest_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--guests {text!r} is not a whole number: give 1 to 16") from None
-    if not 1 <= count <= 16:
-        raise argparse.ArgumentTypeError(f"--guests {text} is out of range: give 1 to 16 (one guest per core)")
-    return count
+def whole_number(option: str, high: int, why: str) -> Callable[[str], int]:
+    """An argparse type for ``option``: a whole number from 1 to ``high``; out of range, the error says ``why``."""
+
+    def parse(text: str) -> int:
+        try:
+            count = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{option} {text!r} is not a whole number: give 1 to {high}") from None
+        if not 1 <= count <= high:
+            raise argparse.ArgumentTypeError(f"{option} {text} is out of range: give 1 to {high} ({why})")
+        return count
+
+    return parse
 
 
-def slot_count(text: str) -> int:
-    try:
-        count = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"--side-by-side {text!r} is not a whole number: give 1 to {MAX_SLOTS}"
-        ) from None
-    if not 1 <= count <= MAX_SLOTS:
-        raise argparse.ArgumentTypeError(
-            f"--side-by-side {text} is out of range: give 1 to {MAX_SLOTS} (each run takes a block of ports of its own)"
-        )
-    return count
+guest_count = whole_number("--guests", 16, "one guest per core")
+slot_count = whole_number("--side-by-side", MAX_SLOTS, "each run takes a block of ports of its own")
 
 
 def run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
