@@ -22,22 +22,18 @@ ran as it would alone; MPTCP's virtme CI runs its tests in parallel namespaces o
 
 from __future__ import annotations
 
-import ctypes
 import signal
 import subprocess
 import sys
 import threading
 from pathlib import Path
 
-from testbed.guest import kernellock
+from testbed.guest import kernellock, parentdeath
 from testbed.guest.console import log
 from testbed.guest.network import cleanup_leftovers
 from testbed.plan import progress
 from testbed.plan.connections import MAX_SLOTS
 
-#: linux/prctl.h: a slot's runner is sent SIGTERM when this process dies, however it dies (SIGKILL
-#: included), and then marks its run incomplete and tears its network down, as when stopped
-_PR_SET_PDEATHSIG = 1
 #: how long the slots' runners get to mark their runs incomplete after SIGTERM before they are killed
 STOP_GRACE_S = 30.0
 
@@ -75,12 +71,10 @@ def _start(slot: int, plan_path: Path, session: Path) -> subprocess.Popen:
         stderr=subprocess.STDOUT,
         text=True,
         errors="replace",
-        preexec_fn=_die_with_parent,
+        # SIGTERM when this runner dies, however it dies: the slot's runner then marks its run
+        # incomplete and tears its network down, as when stopped
+        preexec_fn=parentdeath.die_with_parent,
     )
-
-
-def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _forward(slot: int, child: subprocess.Popen) -> None:

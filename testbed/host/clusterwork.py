@@ -17,7 +17,6 @@ building the modules take :data:`BUILD_LOCK`: two workers of one host share thei
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import fcntl
 import hashlib
 import io
@@ -37,6 +36,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from testbed import PROJECT
+from testbed.guest import parentdeath
 from testbed.host import backends, virtme
 from testbed.host.choice import host_can_run
 from testbed.plan.plan import PLAN, Plan, PlanContext, PlanRun
@@ -53,7 +53,6 @@ DASK_DIRECTORY = SCRATCH / "dask"
 BUILD_LOCK = SCRATCH / "build.lock"
 #: the backends a worker can run on (the lab VM is one per checkout, driven from its host)
 WORKER_BACKENDS = ("auto", "local", "guest")
-_PR_SET_PDEATHSIG = 1
 
 
 class WorkRequest(BaseModel):
@@ -190,7 +189,7 @@ def _run_child(scratch: Path, cores: list[int] | None, timeout_s: float, worker,
 
     def in_child() -> None:
         # dies with the worker (SIGTERM: the runner's orderly stop); pinned to the worker's cores
-        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+        parentdeath.die_with_parent(signal.SIGTERM)
         if cores:
             os.sched_setaffinity(0, cores)
 

@@ -28,7 +28,6 @@ in this process, with no lines to follow) costs nothing.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import functools
 import json
 import os
@@ -40,6 +39,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from testbed import PROJECT
+from testbed.guest import parentdeath
 from testbed.plan import progress
 from testbed.results.manifest import run_status
 
@@ -49,7 +49,6 @@ FINISH_TIMEOUT_S = 30.0
 NICENESS = 19
 #: a run's status after which nothing changes its folder (an incomplete one may be set aside and run again)
 FINISHED = ("complete", "failed")
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 class AheadAnalysis:
@@ -182,9 +181,7 @@ def _jobs(fd: int) -> Iterator[tuple[dict, bool]]:
 def _end_with(parent: int) -> None:
     """The kernel kills this worker when its parent dies, even by SIGKILL and even while it is stopped
     (a stopped orphan would stay forever). The parent's thread that started it counts: the main thread."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before the line above
-        sys.exit(0)
+    parentdeath.die_with_parent(signal.SIGKILL, parent)
 
 
 def _ahead_of_report(step: str, session: Path, what) -> None:
