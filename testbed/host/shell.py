@@ -16,6 +16,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import termios
+import time
 from pathlib import Path
 
 from testbed import PROJECT
@@ -29,6 +31,8 @@ from testbed.scenario.points import RunSpec, ScenarioFile
 
 #: where the lab VM finds a shell's plan (pushed with the checkout by ``vagrant rsync``)
 VM_PLANS = "/var/tmp/cc-testbed-shell"
+#: how long a guest may take from its start to its shell's login before it is booted once more
+SHELL_BOOT_S = virtme.BOOT_TIMEOUT_S
 
 
 def chosen_run(scenario: ScenarioFile, log=print) -> RunSpec:
@@ -108,20 +112,58 @@ def _attach(chosen: backends.Backend, plan: Plan, folder: Path) -> int:
 
 
 def _in_guest(guest: backends.GuestBackend, plan_path: Path) -> int:
-    """vng with this terminal as the guest's console and our shell as root's login shell there."""
+    """vng with this terminal as the guest's console and our shell as root's login shell there; booted
+    once more when the first guest does not reach that login in time (under TCG a boot can hang with
+    not a line printed, as ``backends.run_with_second_boot`` boots a run's guest again)."""
+    started = plan_path.with_name("login-started")
     login = plan_path.with_name("login.sh")
     login.write_text(
-        f"#!/bin/sh\ncd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin "
+        f"#!/bin/sh\ntouch {started}\ncd {PROJECT} && PATH=/usr/sbin:/usr/bin:/sbin:/bin "
         f"{start.runner_command_line(sys.executable, str(plan_path), module='testbed.guest.shell')}\n"
     )
     login.chmod(0o755)
     argv = virtme.vng_argv(guest.kernel, guest.config, [plan_path.parent], shell=login)
+    return attached_booting_twice(argv, started)
+
+
+def attached_booting_twice(argv: list[str], started: Path, timeout_s: float = SHELL_BOOT_S) -> int:
+    """The attached guest's exit status, booted a second time if the first did not log in in time."""
+    for boot in (1, 2):
+        started.unlink(missing_ok=True)
+        code = attached_until_login(argv, started, timeout_s)
+        if code is not None:
+            return code
+        print(
+            f"\r\n[testbed] the guest did not reach its shell in {timeout_s:.0f} s (boot {boot} of 2)"
+            + ("; booting it once more" if boot == 1 else ""),
+            file=sys.stderr,
+            flush=True,
+        )
+    raise virtme.GuestBootError(
+        f"the guest did not reach its shell twice, {timeout_s:.0f} s each: its kernel hung or panicked "
+        "while booting (its console was this terminal). Try again, or another kernel (--kernel VERSION; "
+        "testbed kernels lists them), or --backend local where the host kernel has what the scenario needs"
+    )
+
+
+def attached_until_login(argv: list[str], started: Path, timeout_s: float) -> int | None:
+    """Run the attached guest ``argv`` to its end and return its exit status; or, when ``started`` has
+    not appeared within ``timeout_s`` (the login script's first act), stop it and return None. The
+    terminal's modes are put back either way: qemu sets them raw, and a stopped qemu may not restore them."""
+    modes = termios.tcgetattr(sys.stdin) if sys.stdin.isatty() else None
     proc, guard = virtme.start_attached(argv)
     try:
+        deadline = time.monotonic() + timeout_s
+        while not started.exists() and proc.poll() is None:
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.5)
         return proc.wait()
     finally:
         virtme.stop_session(proc)
         guard.release()
+        if modes is not None:
+            termios.tcsetattr(sys.stdin, termios.TCSADRAIN, modes)
 
 
 def _in_lab_vm(folder: Path) -> int:

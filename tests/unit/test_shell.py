@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from testbed.cli import main
 from testbed.host import shell, virtme
 from testbed.host.kernels import Kernel
@@ -43,3 +45,17 @@ def test_a_starter_file_with_knobs_left_is_refused_before_anything_boots(capsys)
     assert status == 2
     err = capsys.readouterr().err
     assert "left for you to set" in err and "task 1" in err
+
+
+def test_a_guest_that_never_reaches_its_login_is_booted_once_more_then_refused(tmp_path, capsys):
+    """Real processes stand for the guest (``sh``): one that never runs the login script is stopped at
+    the deadline, twice, and the error says what to try; one that logs in runs past the deadline."""
+    started = tmp_path / "login-started"
+    silent = ["sh", "-c", f"echo $$ > {tmp_path}/pid; sleep 60"]
+    with pytest.raises(virtme.GuestBootError, match="did not reach its shell twice.*--kernel"):
+        shell.attached_booting_twice(silent, started, timeout_s=1)
+    assert "booting it once more" in capsys.readouterr().err
+    pid = int((tmp_path / "pid").read_text())
+    assert not Path(f"/proc/{pid}").exists(), "the silent guest was left running"
+    logs_in = ["sh", "-c", f"sleep 0.2; touch {started}; sleep 2; exit 3"]
+    assert shell.attached_booting_twice(logs_in, started, timeout_s=1) == 3
