@@ -37,7 +37,9 @@ class _TimeLeft(ProgressColumn):
 
 
 class ProgressBar(logging.Handler):
-    """Moves a rich progress bar on the progress events among the log records it sees."""
+    """Moves a rich progress bar on the progress events among the log records it sees: a session's own, or
+    those of its slots, packed guests and runs again alone, each named (``s0: run 2/5 ...``) and counting
+    its own runs; the bar counts the session's, and its time left is the last of theirs."""
 
     def __init__(self, bar: Progress):
         super().__init__()
@@ -45,16 +47,18 @@ class ProgressBar(logging.Handler):
         self.task = bar.add_task("starting", total=None, ends_at=None)
         self.total = 0
         self.done = 0
+        self.ends_at: dict[str | None, float] = {}  # by line's name: when its latest estimate says it ends
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.update(events.parse_line(record.getMessage()))
+        name, message = events.named_of(record.getMessage())
+        self.update(events.parse_line(message), name)
 
-    def update(self, event: events.Event | None) -> None:
+    def update(self, event: events.Event | None, name: str | None = None) -> None:
         if event is None:
             return
         now = time.monotonic()
         if isinstance(event, events.SessionPlanned):
-            self.total, self.done = event.runs, 0
+            self.total, self.done, self.ends_at = event.runs, 0, {}
             self.bar.update(
                 self.task,
                 description=f"{event.name}: {event.runs} runs",
@@ -63,17 +67,20 @@ class ProgressBar(logging.Handler):
                 ends_at=now + event.estimate_s,
             )
         elif isinstance(event, events.RunStarted):
-            # a second guest boot numbers the runs left from 1 again: the session's count goes on
+            # a second guest boot numbers the runs left from 1 again, and a slot counts its own: the
+            # session's count goes on
             self.total = max(self.total, event.total)
+            self.ends_at[name] = now + event.eta_s
             self.bar.update(
                 self.task,
-                description=f"run {event.index}/{event.total}: {event.point_id} seed={event.seed}",
+                description=f"{name + ': ' if name else ''}run {event.index}/{event.total}: {event.point_id} "
+                f"seed={event.seed}",
                 total=self.total,
-                ends_at=now + event.eta_s,
+                ends_at=max(self.ends_at.values()),
             )
         elif isinstance(event, events.RunEnded):
-            self.done += 1
-            self.bar.update(self.task, completed=self.done)
+            self.done += 1  # a run again alone counts twice: the bar stops at the session's total
+            self.bar.update(self.task, completed=min(self.done, self.total))
         self.bar.refresh()  # also counts the time left down on every other event (traffic ticks)
 
 

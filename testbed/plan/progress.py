@@ -186,6 +186,17 @@ def slot_of(message: str) -> tuple[int, str] | None:
     return (int(match["slot"]), match["message"]) if match else None
 
 
+#: a line named after where it ran: a slot (``s1:``), a packed guest (``g0:``, testbed.host.packing) or a run
+#: again alone after them (``alone:``)
+NAMED_LINE = re.compile(r"^(?P<name>s\d+|g\d+|alone): (?P<message>.*)$")
+
+
+def named_of(message: str) -> tuple[str | None, str]:
+    """A line's name and its runner's message (``None`` and the line itself for a line of no name)."""
+    match = NAMED_LINE.match(message.rstrip())
+    return (match["name"], match["message"]) if match else (None, message)
+
+
 def message_of(console_line: str) -> str | None:
     """What follows the tag on a console line (the kernel may print before it), or None if it has none."""
     before, tag, after = console_line.partition(TAG)

@@ -166,6 +166,44 @@ def test_the_bar_counts_runs_done_across_a_second_boot():
     assert 390 < task.fields["ends_at"] - time.monotonic() <= 402  # the line says 6.7 min
 
 
+def test_the_bar_counts_the_runs_of_slots_side_by_side_and_ends_when_the_last_slot_does():
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from testbed.host.progressbar import ProgressBar
+
+    bar = ProgressBar(Progress(console=Console(file=io.StringIO(), force_terminal=True), auto_refresh=False))
+    lines = [
+        progress.format_line(progress.SessionPlanned(name="s", profile=None, runs=4, estimate_s=600.0)),
+        progress.slot_line(
+            0,
+            progress.format_line(
+                progress.RunStarted(index=1, total=2, scenario="s", point_id="p", seed=1, eta_s=300.0)
+            ),
+        ),
+        progress.slot_line(
+            1,
+            progress.format_line(
+                progress.RunStarted(index=1, total=2, scenario="s", point_id="p", seed=2, eta_s=100.0)
+            ),
+        ),
+        progress.slot_line(1, progress.format_line(progress.RunEnded(index=1, total=2, status="complete"))),
+        progress.slot_line(
+            1,
+            progress.format_line(progress.RunStarted(index=2, total=2, scenario="s", point_id="p", seed=4, eta_s=50.0)),
+        ),
+        "g0: a packed guest's line that is no event",
+    ]
+    for line in lines:
+        bar.emit(logging.makeLogRecord({"msg": line}))
+    task = bar.bar.tasks[0]
+    assert (task.completed, task.total) == (1, 4)
+    assert task.description == "s1: run 2/2: p seed=4"
+    assert 290 < task.fields["ends_at"] - time.monotonic() <= 302  # slot 0's, the last to end
+    assert progress.named_of("alone: run 1/1 complete") == ("alone", "run 1/1 complete")
+    assert progress.named_of("guest: 6.1.0-57-amd64 under TCG") == (None, "guest: 6.1.0-57-amd64 under TCG")
+
+
 def test_run_writes_the_session_folder_and_report_for_scripts(tmp_path, monkeypatch, capsys):
     from testbed.cli import main
     from testbed.host import session
