@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from testbed import PROJECT
-from testbed.plan.connections import MAX_SLOTS
+from testbed.plan.connections import AUTO_SLOTS, MAX_SLOTS
 
 SUITES = PROJECT / "scenarios" / "suites"
 
@@ -57,23 +57,27 @@ def queue_hz(text: str) -> float:
     return hz
 
 
-def whole_number(option: str, high: int, why: str) -> Callable[[str], int]:
-    """An argparse type for ``option``: a whole number from 1 to ``high``; out of range, the error says ``why``."""
+def whole_number(option: str, high: int, why: str, auto: int | None = None) -> Callable[[str], int]:
+    """An argparse type for ``option``: a whole number from 1 to ``high``; out of range, the error says ``why``.
+    ``auto``: what the word ``auto`` stands for, when the option takes it."""
+    valid = f"give {'auto or ' if auto is not None else ''}1 to {high}"
 
     def parse(text: str) -> int:
+        if auto is not None and text == "auto":
+            return auto
         try:
             count = int(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{option} {text!r} is not a whole number: give 1 to {high}") from None
+            raise argparse.ArgumentTypeError(f"{option} {text!r} is not a whole number: {valid}") from None
         if not 1 <= count <= high:
-            raise argparse.ArgumentTypeError(f"{option} {text} is out of range: give 1 to {high} ({why})")
+            raise argparse.ArgumentTypeError(f"{option} {text} is out of range: {valid} ({why})")
         return count
 
     return parse
 
 
 guest_count = whole_number("--guests", 16, "one guest per core")
-slot_count = whole_number("--side-by-side", MAX_SLOTS, "each run takes a block of ports of its own")
+slot_count = whole_number("--side-by-side", MAX_SLOTS, "each run takes a block of ports of its own", AUTO_SLOTS)
 
 
 def run_options(parser: argparse.ArgumentParser, outputs: bool = True) -> None:
@@ -129,11 +133,12 @@ def where_options(parser: argparse.ArgumentParser, kernels: bool = True) -> None
     parser.add_argument(
         "--side-by-side",
         type=slot_count,
-        default=1,
+        default=AUTO_SLOTS,
         metavar="N",
         help="run N runs at once in one real-time guest (or on the local kernel), each in namespaces, ports and "
         "tracing instances of its own; every manifest names the runs beside it, and a run that fails its checks "
-        "runs again alone (docs/commands.md)",
+        "runs again alone. auto (the default): in a real-time guest, as many as the session's experiments were "
+        "shown equivalent at (scenarios/timebase/side-by-side.yaml), else one (docs/commands.md)",
     )
     cluster_option(parser)
     parser.add_argument("--results", type=Path, default=PROJECT / "results", help="results root (default: results/)")

@@ -114,18 +114,19 @@ def _cmd_equivalence(args: argparse.Namespace) -> int:
 def add_equivalence(sub) -> None:
     parser = sub.add_parser(
         "equivalence",
-        help="a faster way of running (virtual time) against runs alone in real time, twin runs at the "
-        "same seeds: paired TOST per experiment and metric, the claims' verdicts on both "
+        help="a faster way of running (virtual time, side by side) against runs alone in real time, twin runs "
+        "at the same seeds: paired TOST per experiment and metric, the claims' verdicts on both "
         "(docs/results.md, 'Virtual time'); exit 1 when an experiment is not shown equivalent",
     )
     parser.add_argument(
         "reference", type=Path, help="the session alone in real time (results/<scenario>/<time>-<sha>/)"
     )
-    parser.add_argument("candidate", type=Path, help="the same runs the faster way (e.g. --clock virtual)")
+    parser.add_argument("candidate", type=Path, help="the same runs the faster way (--clock virtual, --side-by-side N)")
     parser.add_argument(
         "--record",
         action="store_true",
-        help="write each experiment's result into scenarios/timebase/equivalence.yaml, which --clock auto reads",
+        help="write each experiment's result into the file the faster way's auto reads: "
+        "scenarios/timebase/equivalence.yaml (--clock auto) or side-by-side.yaml beside it (--side-by-side auto)",
     )
     parser.set_defaults(func=_cmd_equivalence)
 

@@ -7,7 +7,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from testbed.guest import modules
+from testbed.guest import kernellock, modules
 from testbed.guest.console import log
 from testbed.guest.errors import RunFailed
 from testbed.results import provenance
@@ -27,27 +27,29 @@ def load_project_modules(paths: dict[str, str | None]) -> dict[str, str]:
     (the lab VM's DKMS copy, loaded at boot) is replaced, so that what runs is what the manifest
     records.
     """
-    loaded = {}
-    for name, path in paths.items():
-        ko = Path(path) if path else modules.build(os.uname().release, log=log)
-        wanted = provenance.module_info(str(ko)) or {}
-        sys_module = Path(f"/sys/module/{name}")
-        if sys_module.exists():
-            current = (sys_module / "srcversion").read_text().strip() if (sys_module / "srcversion").exists() else None
-            if current and current == wanted.get("srcversion"):
-                loaded[name] = str(ko)
-                continue
-            out = subprocess.run(["rmmod", name], capture_output=True, text=True)
-            if out.returncode != 0:
-                raise RunFailed(
-                    f"another build of {name} is loaded and cannot be unloaded ({out.stderr.strip()}): "
-                    f"end the connections that use it, or 'rmmod {name}'"
-                )
-        out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
+    with kernellock.loading_modules():
+        return {name: _loaded(name, path) for name, path in paths.items()}
+
+
+def _loaded(name: str, path: str | None) -> str:
+    """One project module inserted (or kept, when this build of it is in already); the .ko's path."""
+    ko = Path(path) if path else modules.build(os.uname().release, log=log)
+    wanted = provenance.module_info(str(ko)) or {}
+    sys_module = Path(f"/sys/module/{name}")
+    if sys_module.exists():
+        current = (sys_module / "srcversion").read_text().strip() if (sys_module / "srcversion").exists() else None
+        if current and current == wanted.get("srcversion"):
+            return str(ko)
+        out = subprocess.run(["rmmod", name], capture_output=True, text=True)
         if out.returncode != 0:
-            raise RunFailed(f"insmod {ko} failed: {out.stderr.strip()} (built for another kernel? see dmesg)")
-        loaded[name] = str(ko)
-    return loaded
+            raise RunFailed(
+                f"another build of {name} is loaded and cannot be unloaded ({out.stderr.strip()}): "
+                f"end the connections that use it, or 'rmmod {name}'"
+            )
+    out = subprocess.run(["insmod", str(ko)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RunFailed(f"insmod {ko} failed: {out.stderr.strip()} (built for another kernel? see dmesg)")
+    return str(ko)
 
 
 def ensure_kernel_support(

@@ -27,9 +27,9 @@ from testbed.guest.launch import tmpfs_base
 from testbed.results import rundir
 
 
-def lock_path() -> Path:
+def lock_path(what: str = "kernel") -> Path:
     boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    return tmpfs_base() / f"cc-testbed-kernel-{boot_id}.lock"
+    return tmpfs_base() / f"cc-testbed-{what}-{boot_id}.lock"
 
 
 def holder(path: Path | None = None) -> str:
@@ -76,3 +76,16 @@ def busy() -> str | None:
             return holder(path)
         fcntl.flock(handle, fcntl.LOCK_UN)
         return None
+
+
+@contextlib.contextmanager
+def loading_modules() -> Iterator[None]:
+    """One process at a time loading modules into this kernel: runs side by side (testbed.guest.sidebyside)
+    hold the session lock through their parent, and two slots' first runs once inserted our module at
+    once: the second ``insmod`` failed with "File exists" while the first one's was still going in."""
+    with open(lock_path("modules"), "a+") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -28,9 +28,10 @@ from typing import NamedTuple, Protocol
 from testbed import PROJECT
 from testbed.guest import console, launch, lossbpf, modules, sidebyside
 from testbed.guest.runner import execute_plan
-from testbed.host import guardian, hostload, kernels, packing, timebase, vagrant, virtme
+from testbed.host import guardian, hostload, kernels, packing, slotchoice, timebase, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
 from testbed.plan import estimate, resume
+from testbed.plan.connections import AUTO_SLOTS
 from testbed.plan.plan import PLAN, Plan
 from testbed.results import rundir
 from testbed.results.manifest import run_status
@@ -148,8 +149,8 @@ class LocalBackend:
     def __init__(self, log=print, side_by_side: int = 1) -> None:
         self.log = log
         self.release = ""
-        #: ``--side-by-side``: runs at once on this kernel, a slot each (testbed.guest.sidebyside)
-        self.at_once = side_by_side
+        #: ``--side-by-side``: runs at once on this kernel, a slot each; ``auto``: one (shown in a guest only)
+        self.at_once = max(side_by_side, 1)
 
     def prepare(self) -> str:
         self.release = os.uname().release
@@ -231,7 +232,7 @@ class GuestBackend:
         self.clock, self.experiments = clock, experiments
         #: ``--guests``: asked for; then how many this session packs (testbed.host.packing.guests_for)
         self.requested_guests, self.guests = guests, 1
-        #: ``--side-by-side``: runs at once in the one guest, a slot each (testbed.guest.sidebyside)
+        #: ``--side-by-side``: runs at once in the one guest, a slot each (AUTO_SLOTS until prepare() decides)
         self.side_by_side = side_by_side
         self.kernel: kernels.Kernel | None = None
         self.config: virtme.GuestConfig | None = None
@@ -258,6 +259,9 @@ class GuestBackend:
                 f"--side-by-side {self.side_by_side} runs share one guest's CPU, which in virtual time would lengthen "
                 "each run's own clock: give --clock real, or pack virtual-time guests with --guests N instead"
             )
+        if self.side_by_side == AUTO_SLOTS:
+            self.side_by_side, why = slotchoice.choose(AUTO_SLOTS, self.experiments, self.config.to_dict())
+            self.log(f"runs at once: {self.side_by_side} ({why})")
         return self.kernel.release
 
     def record(self) -> dict:

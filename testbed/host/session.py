@@ -79,7 +79,8 @@ def run_session(
     ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it.
     ``guests``: in virtual time, that many guests at once, one per core (testbed.host.packing).
     ``side_by_side``: that many runs at once in one real-time guest (or on the local kernel), a slot each
-    (testbed.guest.sidebyside), admitted by their measured CPU (testbed.host.packing.admitted)."""
+    (testbed.guest.sidebyside), admitted by their measured CPU (testbed.host.packing.admitted); 0
+    (AUTO_SLOTS): as many as the session's experiments were shown equivalent at (testbed.host.slotchoice)."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")

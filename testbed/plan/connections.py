@@ -21,6 +21,8 @@ CLIENT_PORT_BASE = 40000
 MAX_CONNECTIONS = 20000
 #: the most runs side by side on one kernel; each gets a block of MAX_CONNECTIONS // MAX_SLOTS ports
 MAX_SLOTS = 4
+#: ``--side-by-side auto``: how many slots is decided per session (testbed.host.slotchoice)
+AUTO_SLOTS = 0
 SLOT_PORTS = MAX_CONNECTIONS // MAX_SLOTS
 
 

@@ -1,13 +1,14 @@
 """``testbed equivalence REFERENCE CANDIDATE``: is a faster way of running equivalent to the reference?
 
 The reference is a session alone in real time; the candidate the same experiments at the same seeds run
-the faster way (``--clock virtual``, side by side). Each experiment is judged by
+the faster way (``--clock virtual``, ``--side-by-side N``). Each experiment is judged by
 :mod:`analysis.verdicts.equivalence` (paired TOST per metric, the claims' verdicts on both, untrustworthy runs);
 the table is printed and written beside the candidate (``equivalence.md``), with each side's speed
-(seconds of traffic per second of wall clock). ``--record`` writes the result into
-``scenarios/timebase/equivalence.yaml``, which ``--clock auto`` reads (:mod:`testbed.host.timebase`):
-an experiment shown equivalent runs in virtual time from then on, one that failed keeps real time and
-the file says why.
+(seconds of traffic per second of wall clock). ``--record`` writes the result into the file the faster
+way's ``auto`` reads: ``scenarios/timebase/equivalence.yaml`` for virtual time (``--clock auto``,
+:mod:`testbed.host.timebase`), ``scenarios/timebase/side-by-side.yaml`` for runs side by side
+(``--side-by-side auto``, :mod:`testbed.host.slotchoice`). An experiment shown equivalent runs that way
+from then on; one that failed keeps the old way, and the file says why.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import yaml
 from analysis.kernels import regression
 from analysis.verdicts import equivalence
 from analysis.verdicts.flowrows import flow_rows
-from testbed.host import timebase
+from testbed.host import slotchoice, timebase
 from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 
@@ -42,6 +43,17 @@ class AnalysedSession:
     #: per experiment, seconds of traffic per second of the host's wall clock over its runs (boot and the
     #: other experiments' runs not counted), where the host measured them (``host.run_wall_s``)
     run_speeds: dict[str, float] = field(default_factory=dict)
+    #: the most runs that ran at once side by side in one guest (1: each alone), and that guest's
+    #: accelerator and vCPUs (slotchoice.GUEST_KEYS)
+    slots: int = 1
+    machine: dict = field(default_factory=dict)
+
+    @property
+    def way(self) -> str:
+        """How its runs ran, as the table's title says it."""
+        if self.clock == "virtual":
+            return "virtual time"
+        return f"{self.slots} side by side in real time" if self.slots > 1 else "alone in real time"
 
     @property
     def speed(self) -> float:
@@ -62,6 +74,8 @@ def load_side(session: Path) -> AnalysedSession:
         {key: backend.get(key) for key in timebase.GUEST_KEYS},
     )
     side.run_speeds = run_speeds([analysed.manifest for analysed in report.runs])
+    side.slots = max((_runs_at_once(analysed.manifest) for analysed in report.runs), default=1)
+    side.machine = {key: backend.get(key) for key in slotchoice.GUEST_KEYS}
     by_experiment: dict[str, list] = {}
     for analysed in report.runs:
         experiment = analysed.manifest.get("scenario") or "?"
@@ -78,6 +92,10 @@ def load_side(session: Path) -> AnalysedSession:
     for verdict in report.verdicts:
         side.verdicts.setdefault(verdict.claim.experiment, {})[verdict.claim.id] = verdict.label
     return side
+
+
+def _runs_at_once(manifest: dict) -> int:
+    return int(((manifest.get("backend") or {}).get("side_by_side") or {}).get("runs_at_once") or 1)
 
 
 def _bare_point(point: str, experiment: str) -> str:
@@ -120,7 +138,7 @@ def text(
     reference: AnalysedSession, candidate: AnalysedSession, results: list[equivalence.ExperimentEquivalence]
 ) -> str:
     """The answer first (each experiment equivalent or not, and why), then every test and the speeds."""
-    lines = [f"# {candidate.clock} time against {reference.clock} time, twin runs at the same seeds", ""]
+    lines = [f"# {candidate.way} against {reference.way}, twin runs at the same seeds", ""]
     for result in results:
         lines.append(
             f"- **{result.experiment}**: "
@@ -161,36 +179,40 @@ def _run_speed_lines(reference: AnalysedSession, candidate: AnalysedSession) -> 
         f"{name} {reference.run_speeds.get(name, nan):.2f} and {candidate.run_speeds.get(name, nan):.2f}"
         for name in names
     ]
-    return [f"Per experiment, over its runs alone (boot not counted), reference and candidate: {'; '.join(shown)}."]
+    overlap = " (runs side by side: each run's own wall time, which theirs overlap)" if candidate.slots > 1 else ""
+    return [
+        f"Per experiment, over its runs' wall time (boot not counted){overlap}, reference and candidate: "
+        f"{'; '.join(shown)}."
+    ]
 
 
 def record(
     reference: AnalysedSession,
     candidate: AnalysedSession,
     results: list[equivalence.ExperimentEquivalence],
-    path: Path = timebase.EQUIVALENCE,
-) -> None:
-    """Each experiment's result into the file ``--clock auto`` reads (virtual time only: the clock it decides)."""
-    if candidate.clock != "virtual" or reference.clock != "real":
+    path: Path | None = None,
+) -> Path:
+    """Each experiment's result into the file the candidate's way's ``auto`` reads (``path``: that file,
+    by default the project's); returns the file."""
+    if reference.way != "alone in real time" or candidate.way == reference.way:
         raise ValueError(
-            f"--record keeps virtual time against real time: the reference ran in {reference.clock} "
-            f"time and the candidate in {candidate.clock} time"
+            f"--record keeps a faster way against runs alone in real time: the reference ran {reference.way} "
+            f"and the candidate {candidate.way}"
         )
+    side_by_side = candidate.clock == "real"
+    path = path or (slotchoice.SIDE_BY_SIDE if side_by_side else timebase.EQUIVALENCE)
     data = yaml.safe_load(path.read_text()) if path.exists() else None
     data = data or {}
     experiments = data.setdefault("experiments", {})
     for result in results:
-        experiments[result.experiment] = {
-            "equivalent": result.equivalent,
-            "why": "every test passed" if result.equivalent else "; ".join(result.problems),
-            "metrics": {m.metric: _metric_record(m) for m in result.metrics},
-            "verdicts": {claim: list(pair) for claim, pair in result.verdicts.items()},
-            "speed": {"reference": round(reference.speed, 3), "candidate": round(candidate.speed, 3)},
-            "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
-            "seeds": sorted({int(seed) for seed in candidate.metrics.get(result.experiment, {"seed": []})["seed"]}),
-            "sessions": [reference.directory.name, candidate.directory.name],
-            "guest": dict(candidate.guest),  # a copy each: one dict shared would be written as a YAML alias
-        }
+        entry = _result_record(reference, candidate, result)
+        # what the record holds for, a copy each (one dict shared would be written as a YAML alias)
+        entry.update(
+            {"slots": candidate.slots, "guest": dict(candidate.machine)}
+            if side_by_side
+            else {"guest": dict(candidate.guest)}
+        )
+        experiments[result.experiment] = entry
     path.parent.mkdir(parents=True, exist_ok=True)
     # the file's own comments (its header) are kept above the data
     lines = path.read_text().splitlines() if path.exists() else []
@@ -200,6 +222,22 @@ def record(
         header + yaml.safe_dump(data, sort_keys=True, width=100, default_flow_style=None, allow_unicode=True)
     )
     timebase.equivalence.cache_clear()
+    return path
+
+
+def _result_record(
+    reference: AnalysedSession, candidate: AnalysedSession, result: equivalence.ExperimentEquivalence
+) -> dict:
+    return {
+        "equivalent": result.equivalent,
+        "why": "every test passed" if result.equivalent else "; ".join(result.problems),
+        "metrics": {m.metric: _metric_record(m) for m in result.metrics},
+        "verdicts": {claim: list(pair) for claim, pair in result.verdicts.items()},
+        "speed": {"reference": round(reference.speed, 3), "candidate": round(candidate.speed, 3)},
+        "measured": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d"),
+        "seeds": sorted({int(seed) for seed in candidate.metrics.get(result.experiment, {"seed": []})["seed"]}),
+        "sessions": [reference.directory.name, candidate.directory.name],
+    }
 
 
 def _metric_record(m: equivalence.MetricEquivalence) -> dict:
@@ -221,6 +259,5 @@ def run(reference_dir: Path, candidate_dir: Path, keep: bool = False) -> int:
     print(table, end="")
     (Path(candidate_dir) / "equivalence.md").write_text(table)
     if keep:
-        record(reference, candidate, results)
-        print(f"recorded in {timebase.EQUIVALENCE}")
+        print(f"recorded in {record(reference, candidate, results)}")
     return 0 if all(r.equivalent for r in results) else 1

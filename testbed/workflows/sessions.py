@@ -41,7 +41,8 @@ class Where:
     queue_hz: float = 10.0
     clock: str = "auto"  # a guest's: real, virtual (QEMU's icount) or auto (testbed.host.timebase)
     guests: int = 1  # virtual-time guests at once, one per core (testbed.host.packing)
-    side_by_side: int = 1  # runs at once in one guest or on the local kernel, a slot each (testbed.guest.sidebyside)
+    #: runs at once in one guest or on the local kernel, a slot each (testbed.guest.sidebyside); 0: auto
+    side_by_side: int = 1
     allow_dirty: bool = False  # a tree:PATH kernel with uncommitted changes: its diff built as a patch
 
 

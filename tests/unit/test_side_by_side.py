@@ -5,22 +5,31 @@ tier runs real ones on the host kernel."""
 
 from __future__ import annotations
 
+import argparse
+import fcntl
 import json
 import os
 import subprocess
+import sys
 import time
 
+import numpy as np
 import pytest
 
-from testbed.guest import capture, network
-from testbed.host import backends, packing
+from analysis.verdicts import equivalence
+from testbed.cli.options import slot_count
+from testbed.guest import capture, kernellock, network
+from testbed.host import backends, packing, slotchoice, timebase
 from testbed.plan import costs, progress
-from testbed.plan.connections import CLIENT_PORT_BASE, SERVER_PORT_BASE, SLOT_PORTS, plan_connections
+from testbed.plan.connections import AUTO_SLOTS, CLIENT_PORT_BASE, SERVER_PORT_BASE, SLOT_PORTS, plan_connections
 from testbed.plan.plan import PLAN, Plan
 from testbed.results import rundir
 from testbed.results.manifest import read_manifest, write_manifest
 from testbed.scenario.load import load_scenario_text
+from testbed.workflows import equivalence as equivalence_workflow
+from tests.conftest import PROJECT
 from tests.unit.test_packing import plan_of
+from tests.unit.test_timebase import twins
 from topologies import Dumbbell
 
 
@@ -201,3 +210,80 @@ def test_runs_too_busy_to_share_the_guest_run_alone_and_unmeasured_ones_are_admi
     record = packing.run_side_by_side(plan.with_runs(runs), tmp_path, 2, slots, alone_boot, log=lambda _: None)
     assert sorted(seen[:3]) == ["p/seed-1", "p/seed-3", "p/seed-4"] and seen[3] == ("alone", ["p/seed-2"])
     assert record["alone_by_cpu"] == alone and record["rerun_alone"] == {}
+
+
+TCG2 = {"accel": "tcg", "vcpus": 2}
+
+
+def test_auto_runs_side_by_side_only_what_was_shown_equivalent_so_on_such_a_guest():
+    table = {
+        "mobile-bernoulli": {"equivalent": True, "slots": 2, "guest": TCG2},
+        "rtt-fairness": {"equivalent": False, "slots": 2, "guest": TCG2},
+        "multipath": {"equivalent": True, "slots": 3, "guest": TCG2},
+    }
+    assert slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli"}, {**TCG2, "clock": "real", "memory": "2G"}, table)[0] == 2
+    assert slotchoice.choose(3, {"rtt-fairness"}, {**TCG2, "clock": "virtual"}, table) == (3, "--side-by-side 3")
+    alone = {
+        "rtt-fairness not shown equivalent": ({"mobile-bernoulli", "rtt-fairness"}, TCG2),
+        "bufferbloat not yet measured": ({"bufferbloat"}, TCG2),
+        "another guest": ({"mobile-bernoulli"}, {"accel": "kvm", "vcpus": 2}),
+        "different numbers": ({"mobile-bernoulli", "multipath"}, TCG2),
+        "virtual time runs one": ({"mobile-bernoulli"}, {**TCG2, "clock": "virtual"}),
+    }
+    for why, (experiments, guest) in alone.items():
+        count, said = slotchoice.choose(AUTO_SLOTS, experiments, guest, table)
+        assert count == 1 and why in said, said
+
+
+def test_the_option_takes_auto_by_default_or_a_count_and_says_what_is_valid():
+    from testbed.cli.options import run_options
+
+    parser = argparse.ArgumentParser()
+    run_options(parser)
+    assert parser.parse_args([]).side_by_side == AUTO_SLOTS
+    assert parser.parse_args(["--side-by-side", "auto"]).side_by_side == AUTO_SLOTS
+    assert parser.parse_args(["--side-by-side", "2"]).side_by_side == 2
+    with pytest.raises(argparse.ArgumentTypeError, match="give auto or 1 to 4"):
+        slot_count("0")
+    assert backends.LocalBackend(side_by_side=AUTO_SLOTS).at_once == 1  # measured in a guest only
+
+
+def test_recording_side_by_side_writes_the_file_auto_then_reads(tmp_path):
+    path = tmp_path / "side-by-side.yaml"
+    path.write_text("# header kept\nexperiments: {}\n")
+    results = [equivalence.compare(*twins(0.0, 0.001, 6, np.random.default_rng(5)), "mobile-bernoulli")]
+    alone = equivalence_workflow.AnalysedSession(tmp_path / "a", "real", 100.0, 50.0, machine=TCG2)
+    beside = equivalence_workflow.AnalysedSession(tmp_path / "s", "real", 60.0, 50.0, slots=2, machine=TCG2)
+    assert equivalence_workflow.record(alone, beside, results, path) == path
+    table = timebase.equivalence(path)
+    assert path.read_text().startswith("# header kept\n")
+    assert table["mobile-bernoulli"]["slots"] == 2 and table["mobile-bernoulli"]["guest"] == TCG2
+    assert slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli"}, TCG2, table)[0] == 2
+    assert "2 side by side in real time against alone" in equivalence_workflow.text(alone, beside, results)
+    with pytest.raises(ValueError, match="the reference ran 2 side by side"):
+        equivalence_workflow.record(beside, alone, results, path)
+
+
+def test_one_process_at_a_time_loads_modules_into_the_kernel():
+    """Two slots' first runs once inserted our module at once, and the second insmod failed ("File exists")."""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys, time; from testbed.guest import kernellock\n"
+            "with kernellock.loading_modules():\n    print('held', flush=True); time.sleep(30)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=PROJECT,
+    )
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with open(kernellock.lock_path("modules"), "a+") as handle, pytest.raises(BlockingIOError):
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    with kernellock.loading_modules():  # free again once its holder is gone, however it went
+        pass
