@@ -159,14 +159,19 @@ def run_packed(plan: Plan, session: Path, guests: int, boot_one: BootOne, log=pr
     return record
 
 
-def admitted(runs: list[PlanRun], count: int) -> tuple[list[PlanRun], dict[str, str]]:
+def admitted(
+    runs: list[PlanRun], count: int, alone_experiments: dict[str, str] | None = None
+) -> tuple[list[PlanRun], dict[str, str]]:
     """The runs that may go side by side, ``count`` at once, and why each other one runs alone: its
-    experiment kept its guest's CPU so busy alone (``busy_pct``, measured: testbed.plan.costs) that ``count``
-    of it would need more than ADMIT_BUSY_PCT. A run never measured is admitted: its own checks judge it,
-    and it runs again alone when they fail."""
+    experiment is one of ``alone_experiments`` (not shown equivalent side by side: testbed.host.slotchoice),
+    or kept its guest's CPU so busy alone (``busy_pct``, measured: testbed.plan.costs) that ``count`` of it
+    would need more than ADMIT_BUSY_PCT. A run never measured is admitted: its own checks judge it, and it
+    runs again alone when they fail."""
     alone = {}
     for run in runs:
-        if run.busy_pct is not None and run.busy_pct * count > ADMIT_BUSY_PCT:
+        if run.scenario_name in (alone_experiments or {}):
+            alone[run.run_dir] = f"{run.scenario_name} {alone_experiments[run.scenario_name]}"
+        elif run.busy_pct is not None and run.busy_pct * count > ADMIT_BUSY_PCT:
             alone[run.run_dir] = (
                 f"{run.scenario_name} kept its guest's CPU {run.busy_pct:.0f} % busy alone; {count} at once would "
                 f"need {run.busy_pct * count:.0f} % (admitted up to {ADMIT_BUSY_PCT:.0f} %)"
@@ -175,12 +180,18 @@ def admitted(runs: list[PlanRun], count: int) -> tuple[list[PlanRun], dict[str, 
 
 
 def run_side_by_side(
-    plan: Plan, session: Path, count: int, execute_slots: ExecuteSlots, run_alone: BootOne, log=print
+    plan: Plan,
+    session: Path,
+    count: int,
+    execute_slots: ExecuteSlots,
+    run_alone: BootOne,
+    alone_experiments: dict[str, str] | None = None,
+    log=print,
 ) -> dict:
     """The plan ``count`` runs at a time on one kernel, a slot each (testbed.guest.sidebyside), then the runs
     not admitted (:func:`admitted`) and those whose checks failed beside others, alone (``run_alone``); the
     record, also written to ``packing.json``."""
-    runs, by_cpu = admitted(plan.runs, count)
+    runs, not_admitted = admitted(plan.runs, count, alone_experiments)
     written = side_by_side_plans(plan.with_runs(runs), session, count) if len(runs) > 1 else []
     log(f"side by side: {len(runs)} of {len(plan.runs)} runs, {len(written)} at a time on one kernel, one slot each")
     timing, error = None, None
@@ -192,11 +203,11 @@ def run_side_by_side(
         again = rerun_reasons(session, runs, how="side by side")
     else:  # one run admitted: nothing to run beside it
         again = {run.run_dir: "nothing admitted beside it" for run in runs}
-    record = {"side_by_side": len(written), "timing": timing, "error": error, "alone_by_cpu": by_cpu}
+    record = {"side_by_side": len(written), "timing": timing, "error": error, "not_admitted": not_admitted}
     record["rerun_alone"] = again
     record["slots"] = [{"slot": k, "runs": [run.run_dir for run in shard.runs]} for k, (_, shard) in enumerate(written)]
-    if by_cpu or again:
-        record["alone"] = _rerun_alone(plan, session, {**by_cpu, **again}, run_alone, log, how="side by side")
+    if not_admitted or again:
+        record["alone"] = _rerun_alone(plan, session, {**not_admitted, **again}, run_alone, log, how="side by side")
     rundir.write_json_atomic(session / PACKING_JSON, record)
     return record
 

@@ -114,7 +114,7 @@ def _attach(chosen: backends.Backend, plan: Plan, folder: Path) -> int:
 def _in_guest(guest: backends.GuestBackend, plan_path: Path) -> int:
     """vng with this terminal as the guest's console and our shell as root's login shell there; booted
     once more when the first guest does not reach that login in time (under TCG a boot can hang with
-    not a line printed, as ``backends.run_with_second_boot`` boots a run's guest again)."""
+    not a line printed, as ``secondboot.run_with_second_boot`` boots a run's guest again)."""
     started = plan_path.with_name("login-started")
     login = plan_path.with_name("login.sh")
     login.write_text(

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from testbed.host import backends, remote, session
+from testbed.host import backends, remote, secondboot, session
 from testbed.plan import resume
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
@@ -206,13 +206,15 @@ def test_observers_follow_the_guests_lines_after_the_hosts_watch(tmp_path, monke
     plan = {"context": {}, "runs": [{"run_dir": f"p/seed={i}", "estimate_s": 10} for i in (1, 2)]}
     (tmp_path / "plan.json").write_text(json.dumps(plan))
     seen = []
-    monkeypatch.setattr(backends.hostload.HostWatch, "on_line", lambda watch, text, now: seen.append(("watch", text)))
+    monkeypatch.setattr(secondboot.hostload.HostWatch, "on_line", lambda watch, text, now: seen.append(("watch", text)))
 
     def observer(session_dir, run_dirs):
         assert session_dir == tmp_path and run_dirs == ["p/seed=1", "p/seed=2"]
         return lambda text, now: seen.append(("observer", text))
 
-    backends.run_with_second_boot(LinesGuest(), None, None, tmp_path / "plan.json", tmp_path, 10, observers=(observer,))
+    secondboot.run_with_second_boot(
+        LinesGuest(), None, None, tmp_path / "plan.json", tmp_path, 10, observers=(observer,)
+    )
     assert len(seen) == 8 and [who for who, _ in seen] == ["watch", "observer"] * 4
     assert [text for who, text in seen if who == "observer"] == [text for who, text in seen if who == "watch"]
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from testbed.host import guardian
 
@@ -99,3 +100,23 @@ def test_orphans_are_the_groups_of_this_checkout_whose_controller_is_gone(tmp_pa
         for proc in (orphan, other, live):
             proc.kill()
             proc.wait()
+
+
+def test_a_group_whose_only_process_is_an_unwaited_zombie_has_ended():
+    """The controller stops its own child's group: the leader stays a zombie until waited for, and a stop
+    that counted it would wait out its whole grace for every guest."""
+    proc = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        assert guardian._group_alive(proc.pid)
+        os.killpg(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while _state(proc.pid) != "Z" and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert _state(proc.pid) == "Z" and not guardian._group_alive(proc.pid)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]

@@ -209,7 +209,7 @@ def test_runs_too_busy_to_share_the_guest_run_alone_and_unmeasured_ones_are_admi
 
     record = packing.run_side_by_side(plan.with_runs(runs), tmp_path, 2, slots, alone_boot, log=lambda _: None)
     assert sorted(seen[:3]) == ["p/seed-1", "p/seed-3", "p/seed-4"] and seen[3] == ("alone", ["p/seed-2"])
-    assert record["alone_by_cpu"] == alone and record["rerun_alone"] == {}
+    assert record["not_admitted"] == alone and record["rerun_alone"] == {}
 
 
 TCG2 = {"accel": "tcg", "vcpus": 2}
@@ -221,18 +221,27 @@ def test_auto_runs_side_by_side_only_what_was_shown_equivalent_so_on_such_a_gues
         "rtt-fairness": {"equivalent": False, "slots": 2, "guest": TCG2},
         "multipath": {"equivalent": True, "slots": 3, "guest": TCG2},
     }
-    assert slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli"}, {**TCG2, "clock": "real", "memory": "2G"}, table)[0] == 2
-    assert slotchoice.choose(3, {"rtt-fairness"}, {**TCG2, "clock": "virtual"}, table) == (3, "--side-by-side 3")
+    chosen = slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli"}, {**TCG2, "clock": "real", "memory": "2G"}, table)
+    assert (chosen.count, chosen.alone) == (2, {})
+    assert slotchoice.choose(3, {"rtt-fairness"}, {**TCG2, "clock": "virtual"}, table).count == 3  # asked for
     alone = {
-        "rtt-fairness not shown equivalent": ({"mobile-bernoulli", "rtt-fairness"}, TCG2),
         "bufferbloat not yet measured": ({"bufferbloat"}, TCG2),
+        "rtt-fairness not shown equivalent": ({"rtt-fairness"}, TCG2),
         "another guest": ({"mobile-bernoulli"}, {"accel": "kvm", "vcpus": 2}),
-        "different numbers": ({"mobile-bernoulli", "multipath"}, TCG2),
         "virtual time runs one": ({"mobile-bernoulli"}, {**TCG2, "clock": "virtual"}),
     }
     for why, (experiments, guest) in alone.items():
-        count, said = slotchoice.choose(AUTO_SLOTS, experiments, guest, table)
-        assert count == 1 and why in said, said
+        chosen = slotchoice.choose(AUTO_SLOTS, experiments, guest, table)
+        assert chosen.count == 1 and why in chosen.why, chosen.why
+    # a session of several experiments: those shown go side by side, the others' runs alone after them
+    mixed = slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli", "rtt-fairness", "multipath", "x"}, TCG2, table)
+    assert mixed.count == 2 and sorted(mixed.alone) == ["multipath", "rtt-fairness", "x"]
+    assert mixed.alone["multipath"] == "shown at 3 at once, not 2" and "run alone after them" in mixed.why
+    runs = plan_of([10, 10, 10]).runs
+    runs[1] = runs[1].model_copy(update={"scenario_name": "rtt-fairness"})
+    together, why = packing.admitted(runs, 2, mixed.alone)
+    assert [r.run_dir for r in together] == [runs[0].run_dir, runs[2].run_dir]
+    assert why == {runs[1].run_dir: "rtt-fairness not shown equivalent side by side"}
 
 
 def test_the_option_takes_auto_by_default_or_a_count_and_says_what_is_valid():
@@ -258,7 +267,7 @@ def test_recording_side_by_side_writes_the_file_auto_then_reads(tmp_path):
     table = timebase.equivalence(path)
     assert path.read_text().startswith("# header kept\n")
     assert table["mobile-bernoulli"]["slots"] == 2 and table["mobile-bernoulli"]["guest"] == TCG2
-    assert slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli"}, TCG2, table)[0] == 2
+    assert slotchoice.choose(AUTO_SLOTS, {"mobile-bernoulli"}, TCG2, table).count == 2
     assert "2 side by side in real time against alone" in equivalence_workflow.text(alone, beside, results)
     with pytest.raises(ValueError, match="the reference ran 2 side by side"):
         equivalence_workflow.record(beside, alone, results, path)

@@ -77,7 +77,7 @@ def session_with_plan(tmp_path, runs=3):
 
 
 def test_a_guest_that_does_not_boot_is_booted_once_more_with_its_first_console_kept(tmp_path):
-    from testbed.host.backends import run_with_second_boot
+    from testbed.host.secondboot import run_with_second_boot
 
     flaky, session = FlakyBoot(failures=1), session_with_plan(tmp_path)
     assert run_with_second_boot(flaky, None, None, session / "plan.json", session, 10) == {"wall_s": 1.0}
@@ -95,7 +95,7 @@ def test_a_guest_that_does_not_boot_is_booted_once_more_with_its_first_console_k
 
 
 def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_path):
-    from testbed.host.backends import run_with_second_boot
+    from testbed.host.secondboot import run_with_second_boot
     from testbed.results.manifest import run_status
 
     hung, session = FlakyBoot(failures=1, error=guest.GuestHungError), session_with_plan(tmp_path)
