@@ -73,14 +73,13 @@ def run_session(
     follow the runner's lines where the plan runs elsewhere (:data:`remote.Observer`: the report's analysis
     ahead); the local backend runs it in this process and has none to give them. ``keep_networks``: a run
     may use the network of the run before it when it would build the same one (testbed.guest.keeper).
-    ``queue_hz``: how often the bottleneck queues are sampled during traffic. ``cluster``: the runs go to
-    the workers of this Dask cluster (:mod:`testbed.host.cluster`), each on its host's ``backend``;
-    ``placement_seed`` draws each run's host from its point and seed (the same draw in another session).
+    ``queue_hz``: the bottleneck queues' sampling rate. ``cluster``: the runs go to this Dask cluster's
+    workers (:mod:`testbed.host.cluster`), each on its host's ``backend``; ``placement_seed`` draws each
+    run's host from its point and seed.
     ``clock``: a guest's, ``real``, ``virtual`` or ``auto`` (testbed.host.timebase); resumed only on it.
     ``guests``: in virtual time, that many guests at once, one per core (testbed.host.packing).
-    ``side_by_side``: that many runs at once in one real-time guest (or on the local kernel), a slot each
-    (testbed.guest.sidebyside), admitted by their measured CPU (testbed.host.packing.admitted); 0
-    (AUTO_SLOTS): as many as the session's experiments were shown equivalent at (testbed.host.slotchoice)."""
+    ``side_by_side``: runs at once in one real-time guest or on the local kernel (testbed.host.packing); 0
+    (AUTO_SLOTS): decided from what was shown equivalent (testbed.host.slotchoice)."""
     runs = scenario.runs()
     # absolute: a guest shares the folder by its path and starts in the project's folder, not this one
     # (`--results results` from a lab's folder made every run fail: "cannot access results/... on the host")

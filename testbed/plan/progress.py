@@ -171,8 +171,10 @@ def parse_line(message: str) -> Event | None:
     return None
 
 
-#: a line of one of several plans side by side on one kernel (testbed.guest.sidebyside): ``s1: run 2/5 ...``
-SLOT_LINE = re.compile(r"^s(?P<slot>\d+): (?P<message>.*)$")
+#: a line named after where it ran: a slot of several plans side by side on one kernel (``s1: run 2/5 ...``,
+#: testbed.guest.sidebyside), a packed guest (``g0:``, testbed.host.packing) or a run again alone after them
+#: (``alone:``)
+NAMED_LINE = re.compile(r"^(?P<name>s\d+|g\d+|alone): (?P<message>.*)$")
 
 
 def slot_line(slot: int, message: str) -> str:
@@ -180,21 +182,16 @@ def slot_line(slot: int, message: str) -> str:
     return f"s{slot}: {message}"
 
 
-def slot_of(message: str) -> tuple[int, str] | None:
-    """A slot's line read back: (slot, its runner's message); None for a line of no slot."""
-    match = SLOT_LINE.match(message.rstrip())
-    return (int(match["slot"]), match["message"]) if match else None
-
-
-#: a line named after where it ran: a slot (``s1:``), a packed guest (``g0:``, testbed.host.packing) or a run
-#: again alone after them (``alone:``)
-NAMED_LINE = re.compile(r"^(?P<name>s\d+|g\d+|alone): (?P<message>.*)$")
-
-
 def named_of(message: str) -> tuple[str | None, str]:
     """A line's name and its runner's message (``None`` and the line itself for a line of no name)."""
     match = NAMED_LINE.match(message.rstrip())
     return (match["name"], match["message"]) if match else (None, message)
+
+
+def slot_of(message: str) -> tuple[int, str] | None:
+    """A slot's line read back: (slot, its runner's message); None for a line of no slot."""
+    name, text = named_of(message)
+    return (int(name[1:]), text) if name and name.startswith("s") else None
 
 
 def message_of(console_line: str) -> str | None:
