@@ -28,7 +28,7 @@ from typing import NamedTuple, Protocol
 from testbed import PROJECT
 from testbed.guest import console, launch, lossbpf, modules, sidebyside
 from testbed.guest.runner import execute_plan
-from testbed.host import guardian, hostload, kernels, packing, slotchoice, timebase, vagrant, virtme
+from testbed.host import contended, guardian, hostload, kernels, packing, slotchoice, timebase, vagrant, virtme
 from testbed.host.remote import Observer, with_observers
 from testbed.host.secondboot import run_with_second_boot
 from testbed.plan import estimate
@@ -72,9 +72,12 @@ class Backend(Protocol):
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         """Build what these runs need on the host (modules, BPF objects, the connect hold library)."""
 
-    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
+    def wall_s(
+        self, estimates: list[float], boot_s: float | None = None, experiments: list[str] | None = None
+    ) -> float:
         """How long runs of these estimates take here (each guest's boot added: ``boot_s`` where it was
-        measured, testbed.plan.costs, else the model's; spread over a cluster's workers)."""
+        measured, testbed.plan.costs, else the model's; spread over a cluster's workers). ``experiments``:
+        each run's, for a backend that runs some experiments' runs apart from the others'."""
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         """Run the plan written at ``plan_path`` into ``session``; returns its timings for ``session.json``."""
@@ -161,17 +164,20 @@ class LocalBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return build_on_host(runs, release, self.log)
 
-    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
+    def wall_s(
+        self, estimates: list[float], boot_s: float | None = None, experiments: list[str] | None = None
+    ) -> float:
         return packing.makespan_s(estimates, self.at_once)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
+        alone, timing, twice = self._alone(session), {}, frozenset()
         if self.at_once > 1:
-            record = packing.run_side_by_side(
-                plan, session, self.at_once, self._slots(session), self._alone(session), log=self.log
-            )
-            return {"side_by_side": record}
-        self._watched(session, [plan], lambda: execute_plan(plan, session))
-        return {}
+            record = packing.run_side_by_side(plan, session, self.at_once, self._slots(session), alone, log=self.log)
+            timing, twice = {"side_by_side": record}, frozenset(record["rerun_alone"])
+        else:
+            self._watched(session, [plan], lambda: execute_plan(plan, session))
+        again = contended.run_again(plan, session, alone, self.log, twice)
+        return {**timing, **({"run_again": again} if again else {})}
 
     def _slots(self, session: Path) -> packing.ExecuteSlots:
         def execute(plan_paths: list[Path]) -> dict:
@@ -302,9 +308,18 @@ class GuestBackend:
     def at_once(self) -> int:
         return max(self.guests, self.side_by_side)
 
-    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
+    def wall_s(
+        self, estimates: list[float], boot_s: float | None = None, experiments: list[str] | None = None
+    ) -> float:
         # packed: the longest guest's share (in virtual time a busy run's wall time is its own, not its traffic's)
-        return packing.makespan_s(estimates, self.at_once) + (estimate.GUEST_BOOT_S if boot_s is None else boot_s)
+        boot_s = estimate.GUEST_BOOT_S if boot_s is None else boot_s
+        apart = [self.side_by_side > 1 and name in self.alone_experiments for name in experiments or []]
+        apart = apart or [False] * len(estimates)
+        beside = [e for e, alone in zip(estimates, apart, strict=True) if not alone]
+        after = [e for e, alone in zip(estimates, apart, strict=True) if alone]
+        # under auto, the runs of experiments not shown equivalent side by side run alone after the slots, in a
+        # guest of their own (testbed.host.packing.run_side_by_side)
+        return packing.makespan_s(beside, self.at_once) + sum(after) + boot_s * (1 + bool(beside and after))
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         boot = functools.partial(
@@ -316,16 +331,18 @@ class GuestBackend:
             log=self.log,
             observers=packing.serialized(self.observers) if self.guests > 1 else self.observers,
         )
+        one = self._boot_one(boot, self.log)
         if self.guests > 1:
-            one = self._boot_one(boot, self.log)
             return {"guest": packing.run_packed(plan, session, self.guests, one, log=self.log)}
         if self.side_by_side > 1:
-            slots, alone = self._slots(plan, session), self._boot_one(boot, self.log)
             record = packing.run_side_by_side(
-                plan, session, self.side_by_side, slots, alone, self.alone_experiments, self.log
+                plan, session, self.side_by_side, self._slots(plan, session), one, self.alone_experiments, self.log
             )
-            return {"guest": record}
-        return {"guest": boot(plan_path=plan_path, total_s=total_s)}
+            twice = frozenset(record["rerun_alone"])  # run alone already after failing side by side
+        else:
+            record, twice = boot(plan_path=plan_path, total_s=total_s), frozenset()
+        again = contended.run_again(plan, session, one, self.log, twice)
+        return {"guest": record, **({"run_again": again} if again else {})}
 
     def _slots(self, plan: Plan, session: Path) -> packing.ExecuteSlots:
         """One guest for the slots' plans at once; each slot's lines to its own watch and observers."""
@@ -408,7 +425,9 @@ class LabVMBackend:
         wanted = modules.needed(set().union(*(r.scenario.algorithms for r in runs)))
         return Artefacts(dict.fromkeys(sorted(wanted)), {}, None)
 
-    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
+    def wall_s(
+        self, estimates: list[float], boot_s: float | None = None, experiments: list[str] | None = None
+    ) -> float:
         return sum(estimates)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:

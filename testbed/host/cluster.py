@@ -163,7 +163,9 @@ class ClusterBackend:
     def build(self, runs: list[RunSpec], release: str) -> Artefacts:
         return Artefacts({}, {}, None)  # each worker builds what its run needs for its own kernel
 
-    def wall_s(self, estimates: list[float], boot_s: float | None = None) -> float:
+    def wall_s(
+        self, estimates: list[float], boot_s: float | None = None, experiments: list[str] | None = None
+    ) -> float:
         # a worker boots on its own host: the boot measured here (``boot_s``) is not its
         boot = estimate.GUEST_BOOT_S if self._worker_backend() == "guest" else 0.0
         return spread_s([e + boot for e in estimates], max(1, len(self.facts)))

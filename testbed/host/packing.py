@@ -154,7 +154,7 @@ def run_packed(plan: Plan, session: Path, guests: int, boot_one: BootOne, log=pr
         entry = {"guest": k, "core": cores[k], "runs": [run.run_dir for run in shard.runs]}
         record["shards"].append({**entry, "timing": timings.get(k), "error": errors.get(k)})
     if again:
-        record["alone"] = _rerun_alone(plan, session, again, boot_one, log)
+        record["alone"] = rerun_alone(plan, session, again, boot_one, log)
     rundir.write_json_atomic(session / PACKING_JSON, record)
     return record
 
@@ -207,7 +207,7 @@ def run_side_by_side(
     record["rerun_alone"] = again
     record["slots"] = [{"slot": k, "runs": [run.run_dir for run in shard.runs]} for k, (_, shard) in enumerate(written)]
     if not_admitted or again:
-        record["alone"] = _rerun_alone(plan, session, {**not_admitted, **again}, run_alone, log, how="side by side")
+        record["alone"] = rerun_alone(plan, session, {**not_admitted, **again}, run_alone, log, how="side by side")
     rundir.write_json_atomic(session / PACKING_JSON, record)
     return record
 
@@ -282,22 +282,32 @@ def _failed_checks(manifest: Manifest) -> list[str]:
     return fidelity.problems or ["trustworthy: false"]
 
 
-def _rerun_alone(
-    plan: Plan, session: Path, reasons: dict[str, str], boot_one: BootOne, log, how: str = "packed"
+def rerun_alone(
+    plan: Plan,
+    session: Path,
+    reasons: dict[str, str],
+    boot_one: BootOne,
+    log,
+    how: str = "packed",
+    backend: dict | None = None,
+    name: str = "alone",
 ) -> dict:
     """The runs of ``reasons`` again, in one guest (or kernel) with nothing beside it; their first attempts
-    (``how``: packed, or side by side) set aside."""
+    (``how``: packed, side by side, or the host's contention: testbed.host.contended) set aside. ``backend``:
+    what each manifest's backend record says of it (default: how they ran first); ``name``: the guest's
+    folder under ``.guests/`` and its lines' prefix."""
     runs = [run for run in plan.runs if run.run_dir in reasons]
     for run in runs:
         resume.set_aside(session / run.run_dir, session)
     log(f"{how}: {len(runs)} run(s) alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
-    alone = (
-        {"packed": {"guests": 1, "alone_after": "packed"}}
-        if how == "packed"
-        else {"side_by_side": {"runs_at_once": 1, "alone_in": how}}  # packing.json says why each ran alone
-    )
-    context = plan.context.model_copy(update={"backend": {**plan.context.backend, **alone}})
-    path = session / GUESTS_DIR / "alone" / PLAN
+    if backend is None:
+        backend = (
+            {"packed": {"guests": 1, "alone_after": "packed"}}
+            if how == "packed"
+            else {"side_by_side": {"runs_at_once": 1, "alone_in": how}}  # packing.json says why each ran alone
+        )
+    context = plan.context.model_copy(update={"backend": {**plan.context.backend, **backend}})
+    path = session / GUESTS_DIR / name / PLAN
     path.parent.mkdir(parents=True, exist_ok=True)
     plan.model_copy(update={"context": context, "runs": runs}).write(path)
-    return boot_one(path, session / "guest-console-alone.log", sum(run.estimate_s for run in runs), "alone")
+    return boot_one(path, session / f"guest-console-{name}.log", sum(run.estimate_s for run in runs), name)

@@ -246,10 +246,11 @@ def _priced(
         name, first_s = runs[0].scenario_name, estimates[0]
         network_s = found.expected_s(name, first_s, builds=True) - found.expected_s(name, first_s)
         per_guest_s = (estimate.GUEST_BOOT_S if found.boot_s is None else found.boot_s) + network_s
-    wall_s = chosen.wall_s(expected, per_guest_s)
+    experiments = [r.scenario_name for r in runs]
+    wall_s = chosen.wall_s(expected, per_guest_s, experiments)
     planned = progress.SessionPlanned(name=scenario.name, profile=scenario.profile, runs=len(runs), estimate_s=wall_s)
     log(progress.format_line(planned))
-    return chosen.wall_s(estimates)
+    return chosen.wall_s(estimates, experiments=experiments)
 
 
 def _plan_entry(

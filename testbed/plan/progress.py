@@ -172,9 +172,9 @@ def parse_line(message: str) -> Event | None:
 
 
 #: a line named after where it ran: a slot of several plans side by side on one kernel (``s1: run 2/5 ...``,
-#: testbed.guest.sidebyside), a packed guest (``g0:``, testbed.host.packing) or a run again alone after them
-#: (``alone:``)
-NAMED_LINE = re.compile(r"^(?P<name>s\d+|g\d+|alone): (?P<message>.*)$")
+#: testbed.guest.sidebyside), a packed guest (``g0:``, testbed.host.packing), a run again alone after them
+#: (``alone:``) or a run again because the host took its CPU (``again:``, testbed.host.contended)
+NAMED_LINE = re.compile(r"^(?P<name>s\d+|g\d+|alone|again): (?P<message>.*)$")
 
 
 def slot_line(slot: int, message: str) -> str:

@@ -315,6 +315,8 @@ def completed_runs(session: Path) -> tuple[int, list[str]]:
     """(complete runs, reasons of the others) of one session folder."""
     done, reasons = 0, []
     for path in session.rglob("manifest.json"):
+        if ".attempts" in path.relative_to(session).parts:  # an attempt set aside: its run ran again
+            continue
         manifest = rundir.read_json(path)
         if manifest.get("status") == "complete":
             done += 1

@@ -208,9 +208,10 @@ def test_pcap_accounting_agrees_with_tcptrace_on_fresh_captures(sweep, cc):
         assert value == pytest.approx(theirs[label], rel=0.01, abs=1e-3), message
 
 
-def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host(tmp_path):
+def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host_and_runs_once_more(tmp_path):
     # busy loops outside this process's tree (a child of this test would count as the run's own): each
-    # started in the background by a shell that exits at once
+    # started in the background by a shell that exits at once; they outlive the session, so the run's second
+    # attempt (testbed.host.contended) is contended too, and there is no third
     loops = " ".join(["sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!;"] * (os.cpu_count() or 1))
     hogs = [int(pid) for pid in subprocess.run(["sh", "-c", loops], capture_output=True, text=True).stdout.split()]
     try:
@@ -225,6 +226,11 @@ def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host(tmp_path)
     assert manifest["fidelity"]["trustworthy"] is False
     (problem,) = [p for p in manifest["fidelity"]["problems"] if p.startswith("host contention")]
     assert "others than the run's processes used" in problem, problem
+    assert "run_again" in manifest["backend"], manifest["backend"]
+    (first,) = (result.directory / ".attempts").glob("*/*/")  # the first attempt, set aside
+    assert rundir.read_json(first / "manifest.json")["fidelity"]["trustworthy"] is False
+    timing = rundir.read_json(result.directory / rundir.SESSION)["timing"]
+    assert list(timing["run_again"]["runs"]) == [result.runs[0].relative_to(result.directory).as_posix()]
 
 
 #: a peer that accepts and never reads: the client's window closes and its unsent data keeps a socket closed by

@@ -52,7 +52,7 @@ class FakeBackend:
     def build(self, runs, release):
         return backends.Artefacts({}, {}, None)
 
-    def wall_s(self, estimates, boot_s=None):
+    def wall_s(self, estimates, boot_s=None, experiments=None):
         return sum(estimates)
 
     def execute(self, plan, plan_path, session_dir, total_s):
@@ -250,7 +250,7 @@ def test_runs_that_build_their_network_and_each_packed_guests_first_run_are_pric
 
         at_once = 1
 
-        def wall_s(self, estimates, boot_s=None):
+        def wall_s(self, estimates, boot_s=None, experiments=None):
             self.priced = getattr(self, "priced", None) or (list(estimates), boot_s)  # the estimate, not the deadline
             return sum(estimates)
 

@@ -296,3 +296,15 @@ def test_one_process_at_a_time_loads_modules_into_the_kernel():
         holder.stdout.close()
     with kernellock.loading_modules():  # free again once its holder is gone, however it went
         pass
+
+
+def test_a_mixed_sessions_estimate_runs_the_experiments_not_shown_so_alone_after_the_slots_in_a_second_guest():
+    guest = backends.GuestBackend(side_by_side=2)
+    guest.alone_experiments = {"multipath": "not shown equivalent side by side"}
+    names = ["mobile-bernoulli"] * 4 + ["multipath"] * 2
+    # four 30 s runs two at a time (60 s), then two 20 s runs alone (40 s), and two boots of 10 s
+    assert guest.wall_s([30, 30, 30, 30, 20, 20], 10, names) == pytest.approx(60 + 40 + 20)
+    assert guest.wall_s([30, 30, 30, 30], 10, names[:4]) == pytest.approx(60 + 10)  # none apart: one boot
+    assert guest.wall_s([20, 20], 10, names[4:]) == pytest.approx(40 + 10)  # all apart: one boot
+    guest.side_by_side = 1  # one at a time: nothing is apart
+    assert guest.wall_s([30, 30, 30, 30, 20, 20], 10, names) == pytest.approx(160 + 10)
