@@ -51,7 +51,7 @@ def add_bench(sub) -> None:
     bench.add_argument(
         "--suite",
         default="default",
-        help="the suite --part clock runs three ways, by name or file (default: default), its figures per experiment",
+        help="the suite --part clock runs four ways, by name or file (default: default), its figures per experiment",
     )
     bench.set_defaults(func=_cmd_bench)
 
