@@ -147,6 +147,8 @@ class LocalBackend:
     failures: tuple[type[Exception], ...] = ()
     runs_here = True
     observers: tuple[Observer, ...] = ()  # ignored: the runner runs in this process, it has no lines to follow
+    #: run once more a run the host took the CPU from (testbed.host.contended); a cluster's worker does not
+    contended_again = True
 
     def __init__(self, log=print, side_by_side: int = 1) -> None:
         self.log = log
@@ -173,10 +175,10 @@ class LocalBackend:
         alone, timing, twice = self._alone(session), {}, frozenset()
         if self.at_once > 1:
             record = packing.run_side_by_side(plan, session, self.at_once, self._slots(session), alone, log=self.log)
-            timing, twice = {"side_by_side": record}, frozenset(record["rerun_alone"])
+            timing, twice = {"side_by_side": record}, contended.twice(record)
         else:
             self._watched(session, [plan], lambda: execute_plan(plan, session))
-        again = contended.run_again(plan, session, alone, self.log, twice)
+        again = contended.run_again(plan, session, alone, self.log, twice) if self.contended_again else None
         return {**timing, **({"run_again": again} if again else {})}
 
     def _slots(self, session: Path) -> packing.ExecuteSlots:
@@ -222,6 +224,7 @@ class GuestBackend:
     failures: tuple[type[Exception], ...] = (virtme.GuestError,)
     runs_here = False
     observers: tuple[Observer, ...] = ()
+    contended_again = True  # as LocalBackend's
 
     def __init__(
         self,
@@ -319,7 +322,8 @@ class GuestBackend:
         after = [e for e, alone in zip(estimates, apart, strict=True) if alone]
         # under auto, the runs of experiments not shown equivalent side by side run alone after the slots, in a
         # guest of their own (testbed.host.packing.run_side_by_side)
-        return packing.makespan_s(beside, self.at_once) + sum(after) + boot_s * (1 + bool(beside and after))
+        slots_boot = len(beside) > 1 and bool(after)  # one run admitted runs alone with the others
+        return packing.makespan_s(beside, self.at_once) + sum(after) + boot_s * (1 + slots_boot)
 
     def execute(self, plan: Plan, plan_path: Path, session: Path, total_s: float) -> dict:
         boot = functools.partial(
@@ -338,10 +342,10 @@ class GuestBackend:
             record = packing.run_side_by_side(
                 plan, session, self.side_by_side, self._slots(plan, session), one, self.alone_experiments, self.log
             )
-            twice = frozenset(record["rerun_alone"])  # run alone already after failing side by side
+            twice = contended.twice(record)  # run alone already after failing side by side
         else:
             record, twice = boot(plan_path=plan_path, total_s=total_s), frozenset()
-        again = contended.run_again(plan, session, one, self.log, twice)
+        again = contended.run_again(plan, session, one, self.log, twice) if self.contended_again else None
         return {"guest": record, **({"run_again": again} if again else {})}
 
     def _slots(self, plan: Plan, session: Path) -> packing.ExecuteSlots:

@@ -317,6 +317,9 @@ def _run_request(request_path: Path) -> int:
         clock=request.clock,
         experiments=frozenset({request.run.scenario_name}),
     )
+    # the worker ships back the run's folder only: a run again for the host's contention would lose its first
+    # attempt (testbed.host.contended); a contended run is left out, and says why
+    backend.contended_again = False
     host_kernel = host_lock(LOCAL_KERNEL_LOCK) if backend.name == "local" else contextlib.nullcontext()
     with contextlib.closing(backend), host_kernel:
         with host_lock(BUILD_LOCK):

@@ -26,6 +26,8 @@ from testbed.results.manifest import read_manifest, run_status
 #: the fidelity check whose failure is the host's (testbed.guest.fidelity.host_check)
 HOST_CHECK = "host contention"
 #: what the runs of a second attempt record in their manifests' backend
+#: the suffix of what a failed second attempt left, set aside beside the first
+FAILED_AGAIN = "-again-failed"
 RUN_AGAIN = {"run_again": {"why": "the host contention check failed on its first attempt (kept under .attempts/)"}}
 
 
@@ -47,9 +49,38 @@ def contended(session: Path, plan: Plan, skip: frozenset[str] = frozenset()) -> 
 def run_again(
     plan: Plan, session: Path, boot_one: packing.BootOne, log, skip: frozenset[str] = frozenset()
 ) -> dict | None:
-    """Run once more, in one guest, the runs :func:`contended` finds; what ran again and why (None: none)."""
+    """Run once more, in one guest, the runs :func:`contended` finds; what ran again and why (None: none).
+    When that guest fails, the first attempts of the runs it did not finish stand, as they were."""
     reasons = contended(session, plan, skip)
     if not reasons:
         return None
-    timing = packing.rerun_alone(plan, session, reasons, boot_one, log, HOST_CHECK, RUN_AGAIN, name="again")
+    try:
+        timing = packing.rerun_alone(plan, session, reasons, boot_one, log, HOST_CHECK, RUN_AGAIN, name="again")
+    except Exception as err:  # any failure of the second chance (its guest's, its kernel's): the first one stands
+        why = f"{type(err).__name__}: {err}"
+        log(f"{HOST_CHECK}: the guest that ran them again failed ({why}); their first attempts stand")
+        for run_dir in reasons:
+            if run_status(session / run_dir) != "complete":
+                _put_back(session, run_dir)
+        return {"runs": reasons, "error": why}
     return {"runs": reasons, "timing": timing}
+
+
+def twice(side_by_side: dict) -> frozenset[str]:
+    """The runs of a side-by-side session's record (testbed.host.packing.run_side_by_side) that ran in a slot
+    and then alone: their second attempt is behind them (a run not admitted beside others ran only once)."""
+    in_slots = {run for slot in side_by_side.get("slots", []) for run in slot["runs"]}
+    return frozenset(side_by_side.get("rerun_alone", {})) & in_slots
+
+
+def _put_back(session: Path, run_dir: str) -> None:
+    """The run's first attempt (the newest set aside) back in its folder; what the failed guest left of the
+    second beside it, under ``.attempts/`` (``...-again-failed``)."""
+    folder = session / run_dir
+    aside = session / ".attempts" / Path(run_dir).parent
+    firsts = sorted(p for p in aside.glob(f"{folder.name}-*") if not p.name.endswith(FAILED_AGAIN))
+    if not firsts:
+        return
+    if folder.exists():
+        folder.rename(firsts[-1].with_name(firsts[-1].name + FAILED_AGAIN))
+    firsts[-1].rename(folder)

@@ -86,10 +86,12 @@ def test_a_killed_controller_leaves_no_guest_and_a_contended_run_is_untrustworth
     out = (tmp_path / "second.log").read_text()
     assert "resuming" in out and "0 of 2 runs complete" in out, out[-3000:]
     (session,) = (tmp_path / "results" / "reliability").iterdir()
-    killed, contended = sorted((session / ".attempts" / "default").iterdir())  # both first attempts, kept
-    assert killed.name.startswith("seed=1-") and run_status(killed) == "incomplete"
+    # both first attempts kept (run 1's twice, had the hypervisor's steal also hit it: it ran again too)
+    attempts = sorted((session / ".attempts" / "default").iterdir())
+    (killed,) = [a for a in attempts if a.name.startswith("seed=1-") and run_status(a) == "incomplete"]
     assert (killed / "raw").is_dir()
-    assert contended.name.startswith("seed=2-") and "host contention: 1 run(s) alone" in out, out[-3000:]
+    (contended,) = [a for a in attempts if a.name.startswith("seed=2-")]
+    assert "host contention: " in out and " run(s) alone" in out, out[-3000:]
     quiet, hogged, again = (
         rundir.read_json(path / rundir.MANIFEST)
         for path in (session / "default" / "seed=1", contended, session / "default" / "seed=2")

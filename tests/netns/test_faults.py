@@ -160,8 +160,9 @@ def test_a_sweep_run_again_resumes_keeps_complete_runs_and_redoes_the_others(tmp
     assert set(second.statuses.values()) == {"complete"}
     assert (reno / "manifest.json").read_bytes() == reno_manifest  # not run again
     assert rundir.read_json(cubic / "manifest.json")["started_utc"] != broken["started_utc"]
-    (attempt,) = (first.directory / ".attempts" / "cc=cubic").iterdir()
-    assert rundir.read_json(attempt / "manifest.json")["reason"] == "made to fail by the test"
+    # (a first run the host took the CPU from would be among them too: testbed.host.contended)
+    attempts = (first.directory / ".attempts" / "cc=cubic").iterdir()
+    assert "made to fail by the test" in [rundir.read_json(a / "manifest.json").get("reason") for a in attempts]
 
     third = run_session(scenario, backend="local", results_root=tmp_path)  # nothing left to do
     assert third.directory == first.directory and (reno / "manifest.json").read_bytes() == reno_manifest

@@ -86,3 +86,31 @@ def test_a_comparison_counts_a_run_by_its_last_attempt_not_the_one_set_aside(tmp
     aside.mkdir(parents=True)
     write_manifest(aside, {"status": "failed", "reason": "insmod: File exists"})
     assert compare.completed_runs(tmp_path) == (1, [])
+
+
+def test_a_guest_that_fails_to_run_them_again_leaves_their_first_attempts_as_they_were(tmp_path):
+    plan = plan_of([10, 20])
+    _first_attempts(tmp_path, plan, {1: [STOLEN], 2: [STOLEN]})
+
+    def failing(plan_path, console, budget_s, name):  # runs seed 1 again, then its guest stops
+        run = Plan.read(plan_path).runs[0]
+        _write(tmp_path, run, [QUIET])
+        (tmp_path / "p/seed-2").mkdir()
+        raise RuntimeError("the guest stopped responding")
+
+    record = contended.run_again(plan, tmp_path, failing, print)
+    assert record["error"] == "RuntimeError: the guest stopped responding"
+    assert read_manifest(tmp_path / "p/seed-1").fidelity.trustworthy is True  # its second attempt, complete
+    second = read_manifest(tmp_path / "p/seed-2")  # its first attempt, back
+    assert second.status == "complete" and second.fidelity.checks == [STOLEN]
+    (failed,) = (tmp_path / ".attempts" / "p").glob("seed-2-*" + contended.FAILED_AGAIN)
+    assert not (failed / "manifest.json").exists()
+
+
+def test_only_runs_that_ran_in_a_slot_and_then_alone_have_had_their_second_attempt():
+    record = {
+        "slots": [{"slot": 0, "runs": ["p/seed-1", "p/seed-2"]}, {"slot": 1, "runs": ["p/seed-3"]}],
+        "rerun_alone": {"p/seed-2": "fidelity checks failed when side by side", "p/seed-4": "not admitted"},
+    }
+    assert contended.twice(record) == {"p/seed-2"}
+    assert contended.twice({"slots": [], "rerun_alone": {"p/seed-1": "nothing admitted beside it"}}) == frozenset()

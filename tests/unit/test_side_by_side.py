@@ -306,5 +306,6 @@ def test_a_mixed_sessions_estimate_runs_the_experiments_not_shown_so_alone_after
     assert guest.wall_s([30, 30, 30, 30, 20, 20], 10, names) == pytest.approx(60 + 40 + 20)
     assert guest.wall_s([30, 30, 30, 30], 10, names[:4]) == pytest.approx(60 + 10)  # none apart: one boot
     assert guest.wall_s([20, 20], 10, names[4:]) == pytest.approx(40 + 10)  # all apart: one boot
+    assert guest.wall_s([30, 20, 20], 10, names[3:]) == pytest.approx(70 + 10)  # one admitted runs with them
     guest.side_by_side = 1  # one at a time: nothing is apart
     assert guest.wall_s([30, 30, 30, 30, 20, 20], 10, names) == pytest.approx(160 + 10)
