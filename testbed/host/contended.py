@@ -20,6 +20,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from testbed.host import packing
+from testbed.plan import resume
 from testbed.plan.plan import Plan
 from testbed.results.manifest import read_manifest, run_status
 
@@ -77,7 +78,7 @@ def _put_back(session: Path, run_dir: str) -> None:
     """The run's first attempt (the newest set aside) back in its folder; what the failed guest left of the
     second beside it, under ``.attempts/`` (``...-again-failed``)."""
     folder = session / run_dir
-    aside = session / ".attempts" / Path(run_dir).parent
+    aside = session / resume.ATTEMPTS / Path(run_dir).parent
     firsts = sorted(p for p in aside.glob(f"{folder.name}-*") if not p.name.endswith(FAILED_AGAIN))
     if not firsts:
         return

@@ -86,10 +86,14 @@ def identity(directory: Path) -> str | None:
         return None
 
 
+#: where a run's earlier attempts are kept, in its session folder
+ATTEMPTS = ".attempts"
+
+
 def set_aside(directory: Path, session: Path) -> None:
     """Move an unfinished run's files out of the way before it runs again (kept under .attempts/)."""
     if directory.exists():
         point = directory.relative_to(session).parent
-        target = session / ".attempts" / point / f"{directory.name}-{rundir.utc_stamp()}"
+        target = session / ATTEMPTS / point / f"{directory.name}-{rundir.utc_stamp()}"
         target.parent.mkdir(parents=True, exist_ok=True)
         directory.rename(target)

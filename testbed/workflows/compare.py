@@ -46,6 +46,7 @@ from testbed.guest.modules import ModuleBuildError
 from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
 from testbed.host.virtme import GuestError
+from testbed.plan import resume
 from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
 from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
@@ -315,7 +316,7 @@ def completed_runs(session: Path) -> tuple[int, list[str]]:
     """(complete runs, reasons of the others) of one session folder."""
     done, reasons = 0, []
     for path in session.rglob("manifest.json"):
-        if ".attempts" in path.relative_to(session).parts:  # an attempt set aside: its run ran again
+        if resume.ATTEMPTS in path.relative_to(session).parts:  # an attempt set aside: its run ran again
             continue
         manifest = rundir.read_json(path)
         if manifest.get("status") == "complete":
