@@ -43,8 +43,9 @@ def add_bench(sub) -> None:
         "loss model (~30 min under TCG); pcap: our capture analysis vs tcptrace on a ~1 M-packet capture made "
         "in network namespaces on the host (~3 min); experiment: the default suite as make experiment runs it, "
         "its overhead per run by phase, guest ready, report time, trust and verdicts (~5 min); clock: the default "
-        "suite in real time, in virtual time and in virtual time on packed guests (--guests 2), traffic seconds "
-        "per wall second each way and their equivalence (~8 min); cluster: Dask's overhead per task and a run "
+        "suite four ways: in real time alone and two runs side by side (--side-by-side 2), in virtual time alone "
+        "and on packed guests (--guests 2), traffic seconds per wall second each way and their equivalence "
+        "(~10 min); cluster: Dask's overhead per task and a run "
         "folder's shipping on --cluster (default local:2, ~30 s); all: the six",
     )
     bench.add_argument("--cluster", metavar="SPEC", help="the cluster --part cluster measures (as for run)")

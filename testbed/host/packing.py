@@ -128,6 +128,9 @@ def _write_shards(
         context = plan.context.model_copy(update={"backend": {**plan.context.backend, **record(k, beside)}})
         path = session / f"{folder}{k}" / PLAN
         path.parent.mkdir(parents=True, exist_ok=True)
+        # a resumed session's earlier done marker would count a slot whose runner died before writing its
+        # own as complete (testbed.guest.sidebyside reads each slot's): a new plan has none yet
+        (path.parent / "plan.done").unlink(missing_ok=True)
         shard_plan = plan.model_copy(update={"context": context, "runs": shard})
         shard_plan.write(path)
         written.append((path, shard_plan))

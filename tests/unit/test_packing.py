@@ -74,6 +74,15 @@ def test_each_guests_plan_lies_in_its_own_folder_and_names_the_runs_beside_it(tm
     assert Plan.read(written[1][0]).context.backend["packed"]["beside"] == ["p/seed-1", "p/seed-3"]
 
 
+def test_a_slots_new_plan_leaves_no_done_marker_from_an_earlier_session(tmp_path):
+    stale = tmp_path / ".slots" / "s1" / "plan.done"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("0\n")  # an earlier attempt's slot 1, all complete
+    written = packing.side_by_side_plans(plan_of([10, 10, 10]), tmp_path, 2)
+    assert [path.parent.name for path, _ in written] == ["s0", "s1"]
+    assert not stale.exists()  # else a slot 1 whose runner dies now would read as complete
+
+
 def test_a_plan_smaller_than_the_guests_boots_no_idle_guest(tmp_path):
     written = packing.shard_plans(plan_of([10]), tmp_path, 2, [0, 1])
     assert len(written) == 1
