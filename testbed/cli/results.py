@@ -108,7 +108,11 @@ def add_lengths(sub) -> None:
 def _cmd_equivalence(args: argparse.Namespace) -> int:
     from testbed.workflows import equivalence
 
-    return equivalence.run(args.reference, args.candidate, keep=args.record)
+    try:
+        return equivalence.run(args.reference, args.candidate, keep=args.record, control_dir=args.control)
+    except ValueError as err:
+        print(f"testbed equivalence: {err}", file=sys.stderr)
+        return 2
 
 
 def add_equivalence(sub) -> None:
@@ -127,6 +131,14 @@ def add_equivalence(sub) -> None:
         action="store_true",
         help="write each experiment's result into the file the faster way's auto reads: "
         "scenarios/timebase/equivalence.yaml (--clock auto) or side-by-side.yaml beside it (--side-by-side auto)",
+    )
+    parser.add_argument(
+        "--control",
+        type=Path,
+        metavar="SESSION",
+        help="the reference's way run again at the same seeds (alone in real time again): judged against the "
+        "reference beside the candidate and recorded with it, to show how far the reference's way stands from "
+        "itself; it changes no decision",
     )
     parser.set_defaults(func=_cmd_equivalence)
 

@@ -134,30 +134,50 @@ def run_speeds(manifests: list[dict]) -> dict[str, float]:
     return {experiment: round(traffic / wall, 3) for experiment, (traffic, wall) in sorted(sums.items())}
 
 
+def judge_control(reference: AnalysedSession, control: AnalysedSession) -> dict[str, equivalence.ExperimentEquivalence]:
+    """The reference's way against itself again at the same seeds (the control), by experiment: how far two
+    sessions of the reference's own way stand apart. It decides nothing (the margins were fixed before any
+    run): it says how much of a candidate's "not shown" the reference's own spread accounts for."""
+    if control.way != reference.way:
+        raise ValueError(
+            f"--control is the reference's way run again at the same seeds: the reference ran {reference.way}, "
+            f"the control {control.way}"
+        )
+    return {result.experiment: result for result in judge_twins(reference, control)}
+
+
+def _answer(result: equivalence.ExperimentEquivalence) -> str:
+    return "equivalent" if result.equivalent else "not shown equivalent: " + "; ".join(result.problems)
+
+
 def text(
-    reference: AnalysedSession, candidate: AnalysedSession, results: list[equivalence.ExperimentEquivalence]
+    reference: AnalysedSession,
+    candidate: AnalysedSession,
+    results: list[equivalence.ExperimentEquivalence],
+    control: dict[str, equivalence.ExperimentEquivalence] | None = None,
 ) -> str:
-    """The answer first (each experiment equivalent or not, and why), then every test and the speeds."""
+    """The answer first (each experiment equivalent or not, and why, and the control's where there is one),
+    then every test and the speeds."""
+    control = control or {}
     lines = [f"# {candidate.way} against {reference.way}, twin runs at the same seeds", ""]
     for result in results:
-        lines.append(
-            f"- **{result.experiment}**: "
-            + ("equivalent" if result.equivalent else "not shown equivalent: " + "; ".join(result.problems))
-        )
+        lines.append(f"- **{result.experiment}**: {_answer(result)}")
+        if result.experiment in control:
+            lines.append(f"  - control, {reference.way} run again: {_answer(control[result.experiment])}")
     lines += [
         "",
         "| experiment | metric | twins | change | 90 % interval | margin | TOST p | equivalent | twins to show it |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for result in results:
+    for result, label in [*((r, "") for r in results), *((r, " (control)") for r in control.values())]:
         for m in result.metrics:
             lines.append(
-                f"| {result.experiment} | {m.metric} | {m.pairs} | {m.change:+.1%} | {m.low:+.1%} to "
+                f"| {result.experiment}{label} | {m.metric} | {m.pairs} | {m.change:+.1%} | {m.low:+.1%} to "
                 f"{m.high:+.1%} | ±{m.margin:.0%} | {m.p_tost:.2g} | {'yes' if m.equivalent else 'no'} | "
                 f"{m.twins_needed or ''} |"
             )
         for claim, (a, b) in result.verdicts.items():
-            lines.append(f"| {result.experiment} | claim {claim} | | | | | | {a} / {b} | |")
+            lines.append(f"| {result.experiment}{label} | claim {claim} | | | | | | {a} / {b} | |")
     lines += [
         "",
         f"Speed (seconds of traffic per second of wall clock, boot included): reference "
@@ -191,9 +211,10 @@ def record(
     candidate: AnalysedSession,
     results: list[equivalence.ExperimentEquivalence],
     path: Path | None = None,
+    control: tuple[AnalysedSession, dict[str, equivalence.ExperimentEquivalence]] | None = None,
 ) -> Path:
     """Each experiment's result into the file the candidate's way's ``auto`` reads (``path``: that file,
-    by default the project's); returns the file."""
+    by default the project's), with the control's beside it where there is one; returns the file."""
     if reference.way != "alone in real time" or candidate.way == reference.way:
         raise ValueError(
             f"--record keeps a faster way against runs alone in real time: the reference ran {reference.way} "
@@ -206,6 +227,8 @@ def record(
     experiments = data.setdefault("experiments", {})
     for result in results:
         entry = _result_record(reference, candidate, result)
+        if control and result.experiment in control[1]:
+            entry["control"] = _control_record(control[0], control[1][result.experiment])
         # what the record holds for, a copy each (one dict shared would be written as a YAML alias)
         entry.update(
             {"slots": candidate.slots, "guest": dict(candidate.machine)}
@@ -240,6 +263,15 @@ def _result_record(
     }
 
 
+def _control_record(control: AnalysedSession, result: equivalence.ExperimentEquivalence) -> dict:
+    """The reference's way against itself again: shown within the margins or not, per metric (it decides nothing)."""
+    return {
+        "within_margins": result.equivalent,
+        "metrics": {m.metric: _metric_record(m) for m in result.metrics},
+        "session": control.directory.name,
+    }
+
+
 def _metric_record(m: equivalence.MetricEquivalence) -> dict:
     return {
         "change_pct": round(100 * m.change, 2),
@@ -251,13 +283,19 @@ def _metric_record(m: equivalence.MetricEquivalence) -> dict:
     }
 
 
-def run(reference_dir: Path, candidate_dir: Path, keep: bool = False) -> int:
-    """Print and write the table; exit 0 when every experiment is equivalent, 1 otherwise."""
+def run(reference_dir: Path, candidate_dir: Path, keep: bool = False, control_dir: Path | None = None) -> int:
+    """Print and write the table; exit 0 when every experiment is equivalent, 1 otherwise. ``control_dir``:
+    the reference's way run again at the same seeds, judged against the reference beside the candidate."""
     reference, candidate = load_side(Path(reference_dir)), load_side(Path(candidate_dir))
     results = judge_twins(reference, candidate)
-    table = text(reference, candidate, results)
+    control_side = load_side(Path(control_dir)) if control_dir else None
+    control = judge_control(reference, control_side) if control_side else {}
+    table = text(reference, candidate, results, control)
+    if control_side:
+        table += f"Control: {control_side.directory}\n"
     print(table, end="")
     (Path(candidate_dir) / "equivalence.md").write_text(table)
     if keep:
-        print(f"recorded in {record(reference, candidate, results)}")
+        beside = (control_side, control) if control_side else None
+        print(f"recorded in {record(reference, candidate, results, control=beside)}")
     return 0 if all(r.equivalent for r in results) else 1

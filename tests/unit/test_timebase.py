@@ -293,3 +293,29 @@ def test_a_cluster_settles_one_clock_for_the_whole_session(monkeypatch):
     local.facts = {"w1": {"backend": "local", "release": "r"}}
     with pytest.raises(clusterspec.ClusterError, match="--clock virtual needs guests on the workers"):
         local._settle_clock()
+
+
+def analysed(name: str, frame: pd.DataFrame, clock: str = "real") -> equivalence_workflow.AnalysedSession:
+    side = equivalence_workflow.AnalysedSession(Path(name), clock, 100.0, 50.0, GUEST if clock == "virtual" else {})
+    side.metrics, side.untrustworthy = {"mobile-bernoulli": frame}, {"mobile-bernoulli": 0}
+    return side
+
+
+def test_a_control_shows_the_references_own_spread_beside_the_candidate_and_decides_nothing(tmp_path):
+    reference, candidate = twins(0.0, 0.001, 6, np.random.default_rng(5))
+    _, again = twins(0.0, 0.10, 6, np.random.default_rng(5))  # the reference's way again, far noisier
+    sides = analysed("r", reference), analysed("v", candidate, "virtual")
+    results = equivalence_workflow.judge_twins(*sides)
+    control = equivalence_workflow.judge_control(sides[0], analysed("r2", again))
+    assert results[0].equivalent and not control["mobile-bernoulli"].equivalent  # the decision is the candidate's
+    lines = equivalence_workflow.text(*sides, results, control).splitlines()
+    assert lines[2] == "- **mobile-bernoulli**: equivalent"
+    assert lines[3].startswith("  - control, alone in real time run again: not shown equivalent: goodput")
+    assert any(line.startswith("| mobile-bernoulli (control) | goodput | 6 |") for line in lines)
+    path = tmp_path / "equivalence.yaml"
+    equivalence_workflow.record(*sides, results, path, control=(analysed("r2", again), control))
+    entry = timebase.equivalence(path)["mobile-bernoulli"]
+    assert entry["equivalent"] is True and entry["control"]["within_margins"] is False
+    assert entry["control"]["session"] == "r2" and entry["control"]["metrics"]["goodput"]["twins"] == 6
+    with pytest.raises(ValueError, match="--control is the reference's way run again"):
+        equivalence_workflow.judge_control(sides[0], sides[1])
