@@ -27,7 +27,7 @@ from testbed.guest.keeper import NetworkKeeper
 from testbed.guest.network import MARKER, cleanup_leftovers
 from testbed.guest.run import run_one
 from testbed.plan import progress
-from testbed.plan.plan import Plan
+from testbed.plan.plan import PLAN_DONE, Plan
 from testbed.results import rundir
 from testbed.results.manifest import read_manifest, write_manifest
 
@@ -201,11 +201,11 @@ def main(argv: list[str] | None = None) -> int:
         if len(args.plans) > 1:
             failed = sidebyside.execute(args.plans, args.session or args.plans[0].parent)
             # where the host waits for it: the slots' common folder (testbed.host.virtme.run_in_guest)
-            (Path(os.path.commonpath([path.parent for path in args.plans])) / "plan.done").write_text(f"{failed}\n")
+            (Path(os.path.commonpath([path.parent for path in args.plans])) / PLAN_DONE).write_text(f"{failed}\n")
         else:
             (path,) = args.plans
             failed = execute_plan(Plan.read(path), args.session or path.parent, args.slot)
-            (path.parent / "plan.done").write_text(f"{failed}\n")
+            (path.parent / PLAN_DONE).write_text(f"{failed}\n")
     except KeyboardInterrupt:
         log("interrupted: the current run is marked incomplete; the topology was torn down")
         return 130

@@ -33,6 +33,7 @@ from testbed.guest.console import log
 from testbed.guest.network import cleanup_leftovers
 from testbed.plan import progress
 from testbed.plan.connections import MAX_SLOTS
+from testbed.plan.plan import PLAN_DONE
 
 #: how long the slots' runners get to mark their runs incomplete after SIGTERM before they are killed
 STOP_GRACE_S = 30.0
@@ -100,6 +101,6 @@ def _not_complete(plan_path: Path) -> int:
     """The runs of a slot's plan that did not complete, as its runner wrote them (``plan.done``); a slot
     whose runner died before writing it counts as one."""
     try:
-        return int((plan_path.parent / "plan.done").read_text().strip())
+        return int((plan_path.parent / PLAN_DONE).read_text().strip())
     except (OSError, ValueError):
         return 1

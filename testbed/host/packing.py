@@ -33,7 +33,7 @@ from pathlib import Path
 
 from testbed.host.remote import Observer
 from testbed.plan import progress, resume
-from testbed.plan.plan import PLAN, Plan, PlanRun
+from testbed.plan.plan import PLAN, PLAN_DONE, Plan, PlanRun
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest, run_status
 
@@ -130,7 +130,7 @@ def _write_shards(
         path.parent.mkdir(parents=True, exist_ok=True)
         # a resumed session's earlier done marker would count a slot whose runner died before writing its
         # own as complete (testbed.guest.sidebyside reads each slot's): a new plan has none yet
-        (path.parent / "plan.done").unlink(missing_ok=True)
+        (path.parent / PLAN_DONE).unlink(missing_ok=True)
         shard_plan = plan.model_copy(update={"context": context, "runs": shard})
         shard_plan.write(path)
         written.append((path, shard_plan))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from testbed import PROJECT
 from testbed.host import guardian, hostload, remote
+from testbed.plan.plan import PLAN_DONE
 from testbed.results import folderlock
 
 #: inside the VM: the synced checkout (Vagrantfile) and where session folders are run
@@ -253,13 +254,13 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print, observers: 
         )
     _bring_back_or_explain(vm, remote_dir, session, lost)
     watch.apply(session)
-    if not (session / "plan.done").exists():
+    if not (session / PLAN_DONE).exists():
         raise VagrantError(
             f"the runner in the lab VM stopped without finishing the plan (ssh exit {proc.returncode}"
             f"{': ' + lost if lost else ''}); its output: {log_path}"
             f"{remote.console_tail(log_path, lines=10)}"
         )
-    return remote.plan_timing(ready_s, started, session / "plan.done")
+    return remote.plan_timing(ready_s, started, session / PLAN_DONE)
 
 
 def _stop(vm: LabVM, proc: subprocess.Popen, stop_runner: list[str]) -> None:

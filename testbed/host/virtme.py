@@ -31,6 +31,7 @@ from testbed.guest import start
 from testbed.host import guardian, remote
 from testbed.host.kernels import Kernel
 from testbed.host.remote import console_tail
+from testbed.plan.plan import PLAN_DONE
 
 #: from `vng` to the guest's first line, measured ~15-20 s under TCG here; a guest silent this long did not boot
 BOOT_TIMEOUT_S = 180
@@ -187,7 +188,7 @@ def run_in_guest(
     venv_bin = Path(sys.executable).parent
     if not shutil.which("vng", path=str(venv_bin)) and not shutil.which("vng"):
         raise GuestError("virtme-ng (vng) is not installed: run 'make setup'")
-    done = plan_path.parent / "plan.done"
+    done = plan_path.parent / PLAN_DONE
     done.unlink(missing_ok=True)
     argv = vng_argv(kernel, config, rwdirs, _runner_command(slot_plans or [plan_path], session))
     started = time.monotonic()

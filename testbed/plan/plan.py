@@ -23,6 +23,8 @@ from testbed.scenario.schema import Scenario
 SCHEMA_VERSION = 1
 #: the plan's file in a session folder
 PLAN = "plan.json"
+#: beside a plan, written by the runner that ran it: the number of its runs not complete
+PLAN_DONE = "plan.done"
 
 
 class PlanRun(BaseModel):
