@@ -101,10 +101,12 @@ class Measurer:
         vcpus: int | None,
         cluster: str | None,
         clock: str = "auto",
+        guests: int = 1,
+        side_by_side: int = 1,
     ) -> None:
         self.suite, self.versions, self.directory = suite, versions, directory
         self.inject, self.inject_from, self.vcpus, self.cluster = inject, inject_from, vcpus, cluster
-        self.clock = clock
+        self.clock, self.guests, self.side_by_side = clock, guests, side_by_side
         self.sessions = 0
         self.started = time.monotonic()
         #: (kernel, seeds) -> the session's metrics with its untrustworthy runs too, when it had any
@@ -128,6 +130,8 @@ class Measurer:
                 vcpus=self.vcpus,
                 cluster=self.cluster,
                 clock=self.clock,
+                guests=self.guests,
+                side_by_side=self.side_by_side,
             ).directory
         except KERNEL_REFUSALS as err:  # it does not build, boot or run the suite: skipped (an end: no answer)
             log(f"bisect: {kernel} skipped: {err}")
@@ -213,7 +217,9 @@ def run_bisect(
         where.results, "bisect", f"{label(good)}..{label(bad)}", spec, force=where.force
     )
     directory = comparison.directory
-    measure = Measurer(chosen, versions, directory, inject, inject_from, where.cpus, cluster, clock)
+    measure = Measurer(
+        chosen, versions, directory, inject, inject_from, where.cpus, cluster, clock, where.guests, where.side_by_side
+    )
     log(f"bisect: {len(versions)} versions, {bisection.planned_steps(len(versions))} steps planned")
     try:
         wanted = {"point": point, "cc": cc, "metric": metric}

@@ -272,9 +272,12 @@ def run_interleaved(
     vcpus: int | None = None,
     cluster: str | None = None,
     clock: str = "auto",
+    guests: int = 1,
+    side_by_side: int = 1,
 ) -> dict[str, set[Path]]:
     """Every side's ``repeat`` repetitions, interleaved (module doc), skipping the sub-sessions already
-    complete; returns each side's sessions (a dropped side has none)."""
+    complete; returns each side's sessions (a dropped side has none). ``guests`` and ``side_by_side`` pack
+    each sub-session's runs as ``testbed suite`` packs a session's (testbed.host.packing)."""
     kind = comparison.spec["kind"]
     plan = [(rep, side) for rep in range(1, repeat + 1) for side in sides]
     per_session_s = sum(estimate_s(r) for r in scenario_for(sides[-1], 1).runs()) + GUEST_BOOT_S
@@ -299,6 +302,8 @@ def run_interleaved(
                 cluster=cluster,
                 placement_seed=comparison.placement_seed,
                 clock=clock,
+                guests=guests,
+                side_by_side=side_by_side,
             ).directory
         except KERNEL_REFUSALS as err:  # this kernel cannot run the suite: the other sides still can
             comparison.drop(side.name, f"it refused the suite before any run ({err})")

@@ -106,7 +106,15 @@ def regress(
 
     sides = [compare.KernelSide("baseline", baseline), compare.KernelSide("candidate", candidate)]
     sessions = compare.run_interleaved(
-        comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
+        comparison,
+        sides,
+        repeat,
+        scenario_for,
+        vcpus=where.cpus,
+        cluster=cluster,
+        clock=clock,
+        guests=where.guests,
+        side_by_side=where.side_by_side,
     )
     bases = {control: control_base(suite, control) for control in suite.controls}
     result = judge_comparison(

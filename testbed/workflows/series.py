@@ -143,7 +143,15 @@ def run_series(
 
     sides = [compare.KernelSide(name, kernel) for name, kernel in by_name.items()]
     sessions = compare.run_interleaved(
-        comparison, sides, repeat, scenario_for, vcpus=where.cpus, cluster=cluster, clock=clock
+        comparison,
+        sides,
+        repeat,
+        scenario_for,
+        vcpus=where.cpus,
+        cluster=cluster,
+        clock=clock,
+        guests=where.guests,
+        side_by_side=where.side_by_side,
     )
     result = SeriesResult(comparison.directory, list(kernel_list))
     for side, why in comparison.dropped.items():

@@ -71,6 +71,33 @@ def test_a_killed_series_resumes_without_running_its_complete_sessions_again(tmp
     assert again.directory != folder and len(ran) == 9
 
 
+def test_every_comparison_packs_its_sessions_as_asked(tmp_path, suite, monkeypatch):
+    """--guests and --side-by-side reach every sub-session of regress, a series and a bisection (they
+    were once accepted by those commands and dropped on the way)."""
+    from testbed.workflows import bisect as bisect_workflow
+    from testbed.workflows import regress as regress_workflow
+
+    asked: list[tuple[int, int]] = []
+
+    def run_session(scenario, kernel_version, results_root, guests=1, side_by_side=1, **_):
+        asked.append((guests, side_by_side))
+        folder = results_root / f"{kernel_version}-{len(asked)}"
+        rundir.write_json_atomic(folder / "run" / "manifest.json", {"status": "complete"})
+        return type("Result", (), {"directory": folder})()
+
+    for module in (compare, bisect_workflow):
+        monkeypatch.setattr(module, "run_session", run_session)
+    monkeypatch.setattr(regress_workflow.kernels, "fetch", lambda kernel, log: None)
+    monkeypatch.setattr(regress_workflow, "judge_comparison", lambda *a, **k: None)
+    monkeypatch.setattr(series_workflow, "judge_series", lambda result, kept, *a, **k: result)
+    packed = Where(results=tmp_path, guests=2, side_by_side=3)
+    regress_workflow.regress(KERNELS[0], KERNELS[1], suite, 2, packed)
+    series_workflow.run_series(KERNELS, suite, 2, packed)
+    measure = bisect_workflow.Measurer(suite, KERNELS, tmp_path, None, None, None, None, "virtual", 2, 3)
+    measure(KERNELS[0], [1, 2])  # the stub's runs carry no metrics: what the session was asked is the point
+    assert len(asked) == 4 + 6 + 1 and set(asked) == {(2, 3)}
+
+
 def test_force_or_other_arguments_start_a_new_comparison(tmp_path, suite, sessions):
     ran, state = sessions
     state["kill_at"] = 3
