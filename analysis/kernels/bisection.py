@@ -139,8 +139,8 @@ def _values(frame: pd.DataFrame, key: Key, seeds: list[int]) -> list[float]:
     return [float(by_seed.get(s, math.nan)) for s in seeds]
 
 
-def _pair(key: Key, a: pd.DataFrame, b: pd.DataFrame, seeds: list[int]) -> regression.MetricChange:
-    return regression.compare_one(*key, _values(a, key, seeds), _values(b, key, seeds), paired=True)
+def _pair(key: Key, a: pd.DataFrame, b: pd.DataFrame, seeds: list[int], alpha: float) -> regression.MetricChange:
+    return regression.compare_one(*key, _values(a, key, seeds), _values(b, key, seeds), paired=True, alpha=alpha)
 
 
 class Runs:
@@ -163,7 +163,7 @@ class Runs:
 def _choose(good: pd.DataFrame, bad: pd.DataFrame, wanted: dict, alpha: float) -> regression.MetricChange | None:
     """The comparison of good vs bad to follow: the one that counts with the smallest Holm-adjusted p,
     among those matching ``wanted`` (point, cc, metric given on the command line)."""
-    found = regression.compare(good, bad)
+    found = regression.compare(good, bad, alpha=alpha)
     found = [c for c in found if all(getattr(c, name) == value for name, value in wanted.items() if value)]
     moved = [c for c in found if counts(c, alpha)]
     return min(moved, key=lambda c: c.p_value) if moved else None
@@ -209,8 +209,8 @@ def judge_version(runs: Runs, result: Bisection, kernel: str, n: int, repeat: in
         alpha = design.alpha_at(look)
         seeds = list(range(1, n + 1))
         frames = {k: runs.upto(k, n) for k in (good, bad, kernel)}
-        vs_good = _pair(result.key, frames[good], frames[kernel], seeds)
-        vs_bad = _pair(result.key, frames[kernel], frames[bad], seeds)
+        vs_good = _pair(result.key, frames[good], frames[kernel], seeds, alpha)
+        vs_bad = _pair(result.key, frames[kernel], frames[bad], seeds, alpha)
         direction = math.copysign(1, result.steps[0].vs_good.change)
         like_bad = counts(vs_good, alpha) and math.copysign(1, vs_good.change) == direction
         like_good = counts(vs_bad, alpha) and math.copysign(1, vs_bad.change) == direction
@@ -334,12 +334,10 @@ def confirm_answer(runs: Runs, result: Bisection, repeat: int) -> None:
     except Skip as err:
         result.confirmed, result.confirmation_note = False, f"it could not be run: {err}"
         return
-    result.confirmation = _pair(result.key, good, bad, seeds)
+    level = regression.ALPHA / result.planned_steps
+    result.confirmation = _pair(result.key, good, bad, seeds, level)
     direction = math.copysign(1, result.steps[0].vs_good.change)
-    result.confirmed = (
-        counts(result.confirmation, regression.ALPHA / result.planned_steps)
-        and math.copysign(1, result.confirmation.change) == direction
-    )
+    result.confirmed = counts(result.confirmation, level) and math.copysign(1, result.confirmation.change) == direction
 
 
 def measured(result: Bisection, kernel: str) -> dict[int, float]:

@@ -26,7 +26,8 @@ raise one in most runs. Holm rather than the false discovery rate because each a
 developer to bisect, hours of work: the run as a whole should be wrong rarely (docs/regression.md).
 Also reported: the test used, Cohen's d (the change in pooled
 standard deviations of the two sides) and the smallest change the repetitions could have detected
-(80 % power, two-sided 5 %), from the noise measured in this very run.
+(80 % power, two-sided, at the level the alarm needs: 5 % / the family's comparisons), from the noise
+measured in this very run.
 
 Why paired: on a wireless point with the seeded timed channel, New Reno's goodput was 1.33 and 0.60
 Mbit/s for seeds 1 and 2 on one kernel; with SACK off on the candidate it fell to 0.65 and 0.32
@@ -36,13 +37,17 @@ test gives p = 0.047.
 **Default repetitions: 5 per kernel.** Under TCG here, the goodput of a 10 s flow has a standard
 deviation of about 1.8 % across repetitions (stock Westwood+ 8.95 / 8.78 / 8.64 Mbit/s in the guest
 tier). Even when the pairs share nothing (unseeded netem loss), a pair's log ratio then has a
-standard deviation of about 1.8 % x sqrt(2) = 2.5 %, and with n = 5 pairs the smallest detectable
-change is (t(0.975, 4) + t(0.80, 4)) x 2.5 % / sqrt(5) = 4.2 %, below the 5 % a regression must
-exceed; n = 3 would give 7.1 %. Pairs that share a seed's loss pattern vary less. Noisier metrics
-get a larger detectable change, which the report prints for each comparison: on 6.1.0-56 vs
-6.12.117 (3 repetitions) the default suite's 1 %-loss dumbbell with netem's unseeded loss gave 16 %
-(cubic) to 150 % (westwood); with the loss seeded (the pairs share it: docs/regression.md) an A/A run
-of 6.1.0-56 at 3 repetitions gave 4.3 % (bbr) to 42 % (westwood_ml), 8.7-17 % for the others.
+standard deviation of about 1.8 % x sqrt(2) = 2.5 %, and with n = 5 pairs one test at 5 % would find
+(t(0.975, 4) + t(0.80, 4)) x 2.5 % / sqrt(5) = 4.2 %. But an alarm is judged after Holm's adjustment:
+a change alone among the default suite's 34 comparisons must reach 5 % / 34, where the smallest
+change found with 80 % power is (t(1 - 0.025/34, 4) + t(0.80, 4)) x 2.5 % / sqrt(5) = 9.8 % (5 pairs),
+39 % (3 pairs), 4.3 % (10 pairs). That is the **detectable** change each comparison prints (``adjust``;
+before 2026-12-04 it printed the lone test's, 2.3 times smaller at 5 pairs and 34 comparisons, which a
+change of that size reached only about one time in ten). Pairs that share a seed's loss pattern vary
+less; noisier metrics get a larger detectable change: measured values in docs/regression.md. The t
+quantiles' sum is the usual approximation of the power: at 4 degrees of freedom and Holm's level, a
+change of the printed size raises the alarm about 70 % of the time rather than 80 %
+(tests/unit/test_regression.py).
 """
 
 from __future__ import annotations
@@ -87,7 +92,7 @@ class MetricChange:
     change: float  # mean(candidate) / mean(baseline) - 1
     p_value: float
     cohen_d: float
-    detectable: float  # the smallest relative change these repetitions could detect
+    detectable: float  # the smallest relative change these repetitions could detect, at the level of the alarm
     verdict: str
     test: str = "Welch"  # "paired" (repetition r vs repetition r) or "Welch" (runs that do not pair up)
     p_raw: float = math.nan  # the test's own p, before Holm's adjustment over the run's comparisons
@@ -150,23 +155,30 @@ def latency_metrics(analyses) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
-def _paired(baseline: list[float], candidate: list[float]) -> tuple[float, float]:
-    """(p, detectable relative change) of the paired test on log ratios, or on differences when a
-    value is not positive (module doc)."""
+def _paired(baseline: list[float], candidate: list[float], alpha: float = ALPHA) -> tuple[float, float]:
+    """(p, detectable relative change at ``alpha``) of the paired test on log ratios, or on differences
+    when a value is not positive (module doc)."""
     if all(v > 0 for v in baseline + candidate):  # the claims' paired effect, two-sided
         effect = stats.paired_ratio_effect(dict(enumerate(candidate)), dict(enumerate(baseline)))
-        return effect.p_two_sided(0.0), effect.detectable(sides=2)
+        return effect.p_two_sided(0.0), effect.detectable(alpha, sides=2)
     test = stats.paired_t_test([c - b for b, c in zip(baseline, candidate, strict=True)])
-    smallest = stats.power_factor(test.df) * test.se
+    smallest = stats.power_factor(test.df, alpha) * test.se
     mean_b = sum(baseline) / len(baseline)
     return test.p_value, smallest / abs(mean_b) if mean_b else math.inf
 
 
 def compare_one(
-    point: str, cc: str, metric: str, baseline: list[float], candidate: list[float], paired: bool = False
+    point: str,
+    cc: str,
+    metric: str,
+    baseline: list[float],
+    candidate: list[float],
+    paired: bool = False,
+    alpha: float = ALPHA,
 ) -> MetricChange:
     """The verdict of one point x algorithm x metric (module doc). ``paired``: ``baseline[i]`` and
-    ``candidate[i]`` are one repetition (same seed) on each kernel."""
+    ``candidate[i]`` are one repetition (same seed) on each kernel. ``alpha``: the level its p will be
+    judged at, for the detectable change (:func:`adjust` sets it for a family)."""
     if paired:  # a pair with a value missing drops out whole
         pairs = [(b, c) for b, c in zip(baseline, candidate, strict=True) if not (math.isnan(b) or math.isnan(c))]
         baseline, candidate = [b for b, _ in pairs], [c for _, c in pairs]
@@ -180,11 +192,8 @@ def compare_one(
         )
     mean_b, mean_c = sum(baseline) / len(baseline), sum(candidate) / len(candidate)
     change = (mean_c / mean_b - 1) if mean_b else (0.0 if mean_c == 0 else math.inf)
-    if paired:
-        p_value, detectable = _paired(baseline, candidate)
-    else:
-        p_value = stats.welch_t_test(candidate, baseline).p_value
-        detectable = stats.detectable_change(baseline, candidate)
+    p_value = _paired(baseline, candidate)[0] if paired else stats.welch_t_test(candidate, baseline).p_value
+    detectable = _detectable(baseline, candidate, paired, alpha)
     var_b = sum((v - mean_b) ** 2 for v in baseline) / (len(baseline) - 1)
     var_c = sum((v - mean_c) ** 2 for v in candidate) / (len(candidate) - 1)
     pooled = math.sqrt((var_b + var_c) / 2)
@@ -209,13 +218,21 @@ def _verdict(metric: str, change: float, p_value: float, difference: float) -> s
     return "improvement" if better else "regression"
 
 
-def adjust(comparisons: list[MetricChange]) -> list[MetricChange]:
-    """Holm's adjustment over one run's comparisons (module doc): each p becomes its Holm-adjusted p
-    (``p_raw`` keeps the test's own), and its verdict is decided again on it."""
+def _detectable(baseline: list[float], candidate: list[float], paired: bool, alpha: float) -> float:
+    return _paired(baseline, candidate, alpha)[1] if paired else stats.detectable_change(baseline, candidate, alpha)
+
+
+def adjust(comparisons: list[MetricChange], alpha: float = ALPHA) -> list[MetricChange]:
+    """Holm's adjustment over one family of comparisons (module doc): each p becomes its Holm-adjusted p
+    (``p_raw`` keeps the test's own), and its verdict is decided again on it. Each detectable change is
+    then the one a test at ``alpha`` / the family's size finds: Holm's first step, the level a change
+    alone in its family must reach to raise an alarm (at 5 pairs and 34 comparisons, 2.3 times the
+    change a lone test at 5 % finds)."""
     adjusted = stats.holm([c.p_value for c in comparisons])
     for c, p_value in zip(comparisons, adjusted, strict=True):
         if c.verdict == "too few runs":
             continue
+        c.detectable = _detectable(c.baseline, c.candidate, c.test == "paired", alpha / len(comparisons))
         c.p_value = p_value
         c.verdict = _verdict(
             c.metric, c.change, p_value, sum(c.candidate) / len(c.candidate) - sum(c.baseline) / len(c.baseline)
@@ -237,7 +254,9 @@ def _common_seeds(sides: list[pd.DataFrame]) -> list:
     return sorted(set(seeds[0]) & set(seeds[1]))
 
 
-def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = True) -> list[MetricChange]:
+def compare(
+    baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = True, alpha: float = ALPHA
+) -> list[MetricChange]:
     """Every point x algorithm x metric that either side measured (``run_metrics`` frames), their p-values
     Holm-adjusted over all of them (:func:`adjust`; ``adjusted=False`` leaves that to a caller whose family
     is larger, as a kernel series' is). The runs
@@ -256,7 +275,7 @@ def compare(baseline: pd.DataFrame, candidate: pd.DataFrame, adjusted: bool = Tr
                 [float(v) for v in side[side["seed"].isin(common)].sort_values("seed")["value"]] for side in sides
             ]
         out.append(compare_one(point, cc, metric, values[0], values[1], paired=len(common) >= 2))
-    return adjust(out) if adjusted else out
+    return adjust(out, alpha) if adjusted else out
 
 
 def counts(comparisons: list[MetricChange]) -> dict[str, int]:

@@ -175,8 +175,8 @@ def power_factor(df: float, alpha: float = ALPHA, power: float = POWER, sides: i
     return student_t_quantile(1 - alpha / sides, df) + student_t_quantile(power, df)
 
 
-def detectable_change(baseline: Sequence[float], candidate: Sequence[float]) -> float:
-    """The smallest relative change Welch's test would find with 80 % power (two-sided 5 %) at these
+def detectable_change(baseline: Sequence[float], candidate: Sequence[float], alpha: float = ALPHA) -> float:
+    """The smallest relative change Welch's test at ``alpha`` (two-sided) would find with 80 % power at these
     sizes and this noise (pooled standard deviation), relative to the baseline's mean; NaN with fewer
     than 2 a side."""
     nb, nc = len(baseline), len(candidate)
@@ -185,7 +185,7 @@ def detectable_change(baseline: Sequence[float], candidate: Sequence[float]) -> 
     var_b, var_c = float(np.var(baseline, ddof=1)), float(np.var(candidate, ddof=1))
     pooled = math.sqrt(((nb - 1) * var_b + (nc - 1) * var_c) / (nb + nc - 2))
     mean_b = float(np.mean(baseline))
-    return power_factor(nb + nc - 2) * pooled * math.sqrt(1 / nb + 1 / nc) / abs(mean_b) if mean_b else math.inf
+    return power_factor(nb + nc - 2, alpha) * pooled * math.sqrt(1 / nb + 1 / nc) / abs(mean_b) if mean_b else math.inf
 
 
 # ------------------------------------------------------------------------------------ effects as ratios

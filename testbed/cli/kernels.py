@@ -69,8 +69,9 @@ def add_regress(sub) -> None:
         "--repeat",
         type=int,
         default=DEFAULT_REPEAT,
-        help=f"repetitions per kernel (default {DEFAULT_REPEAT}: resolves a 5 %% goodput change at "
-        "the noise measured here; analysis/kernels/regression.py says how)",
+        help=f"repetitions per kernel (default {DEFAULT_REPEAT}: at 2.5 %% noise per pair, a 10 %% goodput "
+        "change alone among the suite's comparisons raises the alarm; each comparison prints the change "
+        "it could detect; analysis/kernels/regression.py says how)",
     )
     options.where_options(regress, kernels=False)
     options.dirty_option(regress)

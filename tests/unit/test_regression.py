@@ -191,6 +191,40 @@ def test_paired_noise_at_the_default_repetitions_gives_no_false_alarms_and_resol
     assert sorted(detectable)[len(detectable) // 2] < 0.05
 
 
+def test_the_detectable_change_is_one_the_alarm_finds_among_its_family():
+    """The printed detectable change is at the level Holm asks of a change alone in its family (5 % / the
+    comparisons), so a change of that size raises the alarm most of the time; one of the size a lone test
+    at 5 % resolves (what the column printed before) mostly does not."""
+    rng = random.Random(5)
+    n, family, noise = regression.DEFAULT_REPEAT, 12, 0.05  # log-ratio noise per pair
+
+    def alarm_rate(log_change: float) -> tuple[float, float]:
+        alarms, printed = 0, []
+        for _ in range(150):
+            found = [
+                regression.compare_one(
+                    f"p{k}",
+                    "reno",
+                    "goodput",
+                    [1.0] * n,
+                    [math.exp((log_change if k == 0 else 0.0) + rng.gauss(0, noise)) for _ in range(n)],
+                    paired=True,
+                )
+                for k in range(family)
+            ]
+            target = regression.adjust(found)[0]
+            alarms += target.verdict == "regression"
+            printed.append(math.log1p(target.detectable))
+        return alarms / 150, sorted(printed)[len(printed) // 2]
+
+    at_family = stats.power_factor(n - 1, regression.ALPHA / family) * noise / math.sqrt(n)
+    rate, printed = alarm_rate(-at_family)
+    assert 0.55 <= rate <= 0.95, f"a change of the detectable size alarmed in {rate:.0%}"
+    assert 0.8 <= printed / at_family <= 1.1  # the column says that size (its noise estimated from the runs)
+    lone = stats.power_factor(n - 1) * noise / math.sqrt(n)
+    assert alarm_rate(-lone)[0] < 0.35
+
+
 def test_latency_percentiles_are_metrics_where_lower_is_better():
     """A run's ping and requests samples become p50 and p99 metrics (analysis.kernels.regression.LATENCY_METRICS);
     a slower ping is a regression."""
