@@ -53,6 +53,7 @@ from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.scenario.suite import FlowHarm
 from testbed.scenario.variants import derive
+from testbed.workflows.sessions import Where
 
 STATE_FILE = "comparison.json"
 #: what a session raises when its kernel cannot run the suite at all (a module that does not build for it,
@@ -269,15 +270,11 @@ def run_interleaved(
     sides: list[KernelSide],
     repeat: int,
     scenario_for: Callable[[KernelSide, int], ScenarioFile],
-    vcpus: int | None = None,
-    cluster: str | None = None,
-    clock: str = "auto",
-    guests: int = 1,
-    side_by_side: int = 1,
+    where: Where,
 ) -> dict[str, set[Path]]:
     """Every side's ``repeat`` repetitions, interleaved (module doc), skipping the sub-sessions already
-    complete; returns each side's sessions (a dropped side has none). ``guests`` and ``side_by_side`` pack
-    each sub-session's runs as ``testbed suite`` packs a session's (testbed.host.packing)."""
+    complete; returns each side's sessions (a dropped side has none). Each sub-session runs where ``where``
+    says: its vCPUs, cluster and clock, its runs packed as ``testbed suite`` packs a session's."""
     kind = comparison.spec["kind"]
     plan = [(rep, side) for rep in range(1, repeat + 1) for side in sides]
     per_session_s = sum(estimate_s(r) for r in scenario_for(sides[-1], 1).runs()) + GUEST_BOOT_S
@@ -298,12 +295,12 @@ def run_interleaved(
                 backend="guest",
                 kernel_version=side.kernel,
                 results_root=comparison.directory / side.name,
-                vcpus=vcpus,
-                cluster=cluster,
+                vcpus=where.cpus,
+                cluster=where.cluster,
                 placement_seed=comparison.placement_seed,
-                clock=clock,
-                guests=guests,
-                side_by_side=side_by_side,
+                clock=where.clock,
+                guests=where.guests,
+                side_by_side=where.side_by_side,
             ).directory
         except KERNEL_REFUSALS as err:  # this kernel cannot run the suite: the other sides still can
             comparison.drop(side.name, f"it refused the suite before any run ({err})")

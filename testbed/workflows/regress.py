@@ -105,17 +105,7 @@ def regress(
         return variant(suite, rep, candidate_flow_options if harmed else None, candidate=harmed)
 
     sides = [compare.KernelSide("baseline", baseline), compare.KernelSide("candidate", candidate)]
-    sessions = compare.run_interleaved(
-        comparison,
-        sides,
-        repeat,
-        scenario_for,
-        vcpus=where.cpus,
-        cluster=cluster,
-        clock=clock,
-        guests=where.guests,
-        side_by_side=where.side_by_side,
-    )
+    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, where)
     bases = {control: control_base(suite, control) for control in suite.controls}
     result = judge_comparison(
         comparison.directory,

@@ -142,17 +142,7 @@ def run_series(
         return compare.variant(suite, rep, harm, candidate=side.kernel == kernel_list[-1])
 
     sides = [compare.KernelSide(name, kernel) for name, kernel in by_name.items()]
-    sessions = compare.run_interleaved(
-        comparison,
-        sides,
-        repeat,
-        scenario_for,
-        vcpus=where.cpus,
-        cluster=cluster,
-        clock=clock,
-        guests=where.guests,
-        side_by_side=where.side_by_side,
-    )
+    sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, where)
     result = SeriesResult(comparison.directory, list(kernel_list))
     for side, why in comparison.dropped.items():
         result.failures.append(f"{by_name[side]}: {why}; the series goes on without it")
