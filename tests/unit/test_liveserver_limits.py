@@ -91,3 +91,25 @@ def test_a_quiet_stream_of_events_is_not_idle(server):
     sock.sendall(f"GET /events?token={server.token} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
     assert not _closed_within(sock, 4 * TIMEOUT_S)
     sock.close()
+
+
+def test_a_viewers_stream_gets_the_end_though_the_feed_never_settles(tmp_path):
+    """The session's end (stop's last read) reaches an open stream even when the feed is not settled
+    (a run's host check still awaited): a periodic read after the last one must not take the end back."""
+    live = LiveServer(tmp_path, idle_timeout_s=30)
+    live.start()
+    sock = _connect(live)
+    sock.sendall(f"GET /events?token={live.token} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode())
+    time.sleep(0.5)  # the stream is open and waiting
+    live.stop(drain_s=5)
+    received = b""
+    sock.settimeout(2)
+    try:
+        while chunk := sock.recv(4096):
+            received += chunk
+    except TimeoutError:
+        pass
+    sock.close()
+    assert b"event: end" in received, received
+    live._poll()  # a periodic read after the last: the end stays
+    assert live.history.finished

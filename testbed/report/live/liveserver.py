@@ -244,7 +244,9 @@ class LiveServer:
 
     def _poll(self, last: bool = False) -> None:
         self.history.records += self.feed.poll()
-        self.history.finished = self.feed.settled or last
+        # once finished, finished for good: a periodic poll after stop's last one found the feed not yet
+        # settled (a run's host check still awaited) and took the end back, so a stream never sent it
+        self.history.finished = self.history.finished or self.feed.settled or last
 
     def stop(self, drain_s: float = DRAIN_S) -> None:
         """A last read of the folder (the session's end), up to ``drain_s`` for every viewer's stream to
