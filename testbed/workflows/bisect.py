@@ -29,6 +29,7 @@ from analysis.figures import kernel_plots
 from analysis.kernels import bisection
 from testbed.host import kernels, kernelsource
 from testbed.host.session import log, run_session
+from testbed.plan.connections import AUTO_SLOTS
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
 from testbed.workflows import compare
@@ -231,18 +232,31 @@ def run_bisect(
         return None, directory, 2
     wanted = dict(zip(("point", "cc", "metric"), result.key, strict=True))  # the metric step 0 chose, too
     again = [f"sensitivity: {line}" for line in measure.sensitivity(result, wanted, repeat, max_repeat)]
-    reproduce = reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree)
+    packing = {"guests": where.guests, "side_by_side": where.side_by_side}
+    reproduce = reproduce_lines(spec, result, suite.name.removeprefix("suite-"), point, tree, packing)
     _write(directory, result, measure, inject, inject_from, again + reproduce)
     comparison.finish()
     return result, directory, 2 if result.between or result.confirmed is False else 0
 
 
 def reproduce_lines(
-    spec: dict, result: bisection.Bisection, suite: str, point: str | None, tree: Path | None
+    spec: dict,
+    result: bisection.Bisection,
+    suite: str,
+    point: str | None,
+    tree: Path | None,
+    packing: dict | None = None,
 ) -> list[str]:
     """How to run this again, whole: the bisection with every option it ran with, and the comparison of its
-    answer alone (the pair as ``testbed regress`` judges it, at the most seeds a step may take)."""
+    answer alone (the pair as ``testbed regress`` judges it, at the most seeds a step may take), on the same
+    clock and ``packing`` (guests, runs side by side: not the folder's identity, so a resume may change it)."""
     versions = spec["versions"]
+    packing = packing or {}
+    guests, slots = packing.get("guests", 1), packing.get("side_by_side", AUTO_SLOTS)
+    packed = (f" --guests {guests}" if guests != 1 else "") + (
+        f" --side-by-side {slots}" if slots != AUTO_SLOTS else ""
+    )
+    clock = f" --clock {spec['clock']}" if spec["clock"] != "auto" else ""
     options = [
         ("--tree", tree),
         ("--suite", suite),
@@ -256,7 +270,7 @@ def reproduce_lines(
         ("--clock", spec["clock"] if spec["clock"] != "auto" else None),
     ]
     given = "".join(f" {flag} {value}" for flag, value in options if value is not None)
-    given += " --first-parent" if spec.get("first_parent") else ""
+    given += (" --first-parent" if spec.get("first_parent") else "") + packed
     ends = (versions[0], versions[-1])
     good, bad = (kernelsource.parse(v).rev for v in ends) if tree else ends  # --tree takes commits
     lines = [f"reproduce the bisection: testbed bisect --good {good} --bad {bad}{given}"]
@@ -268,7 +282,7 @@ def reproduce_lines(
         )
         lines.append(
             f"reproduce its answer: testbed regress --baseline {result.last_good} --candidate "
-            f"{result.first_bad} --suite {suite} --repeat {spec['max_repeat']}{harm} (then read its "
+            f"{result.first_bad} --suite {suite} --repeat {spec['max_repeat']}{harm}{clock}{packed} (then read its "
             f"{point or 'every point'}, {result.key[1]} {result.key[2]} line)"
         )
     return lines

@@ -267,7 +267,8 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
         "inject_from": None,
         "clock": "auto",
     }
-    again = bisect_workflow.reproduce_lines(spec, result, "regression-check", "upload.default", tree)
+    packing = {"guests": 2, "side_by_side": 0}  # two guests, runs side by side left to auto
+    again = bisect_workflow.reproduce_lines(spec, result, "regression-check", "upload.default", tree, packing)
     bisect_workflow._write(folder, result, SimpleNamespace(sessions=len(measure.calls)), None, None, again)
     text = (folder / "bisect.txt").read_text()
     assert f"first bad version: {result.first_bad} (last good: {versions[4]})" in text
@@ -276,11 +277,11 @@ def test_a_bisection_over_a_trees_commits_names_the_planted_commit_building_each
     good, bad = (kernelsource.parse(v).rev for v in (versions[0], versions[-1]))  # --tree takes commits
     assert (
         f"reproduce the bisection: testbed bisect --good {good} --bad {bad} --tree {tree} "
-        "--suite regression-check --point upload.default --cc reno --repeat 3 --max-repeat 9"
+        "--suite regression-check --point upload.default --cc reno --repeat 3 --max-repeat 9 --guests 2"
     ) in text
     assert (
         f"reproduce its answer: testbed regress --baseline {versions[4]} --candidate {result.first_bad} "
-        f"--suite regression-check --repeat 9 (then read its upload.default, {result.key[1]} goodput "
+        f"--suite regression-check --repeat 9 --guests 2 (then read its upload.default, {result.key[1]} goodput "
         "line)"
     ) in text
 
