@@ -40,13 +40,13 @@ tier). Even when the pairs share nothing (unseeded netem loss), a pair's log rat
 standard deviation of about 1.8 % x sqrt(2) = 2.5 %, and with n = 5 pairs one test at 5 % would find
 (t(0.975, 4) + t(0.80, 4)) x 2.5 % / sqrt(5) = 4.2 %. But an alarm is judged after Holm's adjustment:
 a change alone among the default suite's 34 comparisons must reach 5 % / 34, where the smallest
-change found with 80 % power is (t(1 - 0.025/34, 4) + t(0.80, 4)) x 2.5 % / sqrt(5) = 9.8 % (5 pairs),
-39 % (3 pairs), 4.3 % (10 pairs). That is the **detectable** change each comparison prints (``adjust``;
-before 2026-12-04 it printed the lone test's, 2.3 times smaller at 5 pairs and 34 comparisons, which a
-change of that size reached only about one time in ten). Pairs that share a seed's loss pattern vary
-less; noisier metrics get a larger detectable change: measured values in docs/regression.md. The t
-quantiles' sum is the usual approximation of the power: at 4 degrees of freedom and Holm's level, a
-change of the printed size raises the alarm about 70 % of the time rather than 80 %
+change found with 80 % power is 10.8 % (5 pairs), 48 % (3 pairs), 4.4 % (10 pairs): the noncentral t's
+shift (``stats.power_factor``) times 2.5 % / sqrt(n). That is the **detectable** change each comparison
+prints (``adjust``; before 2026-12-04 it printed the lone test's, 2.6 times smaller at 5 pairs and 34
+comparisons, which a change of that size reached only about one time in ten). Pairs that share a seed's
+loss pattern vary less; noisier metrics get a larger detectable change: measured values in
+docs/regression.md. The shift was at first the usual shortcut, t(1 - 0.025/34, 4) + t(0.80, 4)
+(9.8 % at 5 pairs), whose power at 4 degrees of freedom and Holm's level is 70 %, not 80 %
 (tests/unit/test_regression.py).
 """
 

@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 from analysis.runs.metrics import number_or_nan
 
@@ -170,9 +170,29 @@ def paired_t_test(differences: Iterable) -> TTest:
 
 @functools.lru_cache(maxsize=4096)
 def power_factor(df: float, alpha: float = ALPHA, power: float = POWER, sides: int = 2) -> float:
-    """t quantiles of a test at ``alpha`` (two-sided unless ``sides`` is 1) plus ``power``: a standard
-    error times this is the smallest difference the test finds with that power."""
-    return student_t_quantile(1 - alpha / sides, df) + student_t_quantile(power, df)
+    """The true difference, in standard errors, that a t-test at ``alpha`` (two-sided unless ``sides`` is
+    1) with ``df`` degrees of freedom finds with probability ``power``: a standard error times this is the
+    smallest difference it finds so. Exact, from the noncentral t (the statistic's law when the difference
+    is real). The usual shortcut, the two t quantiles added, promises too much at few runs and a small
+    level: at 4 degrees of freedom and 0.05 / 34 (Holm's first step over regress's family) a difference of
+    its size is found 70 % of the time, not 80 %."""
+    critical = student_t_quantile(1 - alpha / sides, df)
+    shortcut = critical + student_t_quantile(power, df)
+    if not power > alpha / sides or df > 1e6:  # no shift is needed; or the normal's case, where it is exact
+        return max(shortcut, 0.0)
+
+    def shortfall(shift: float) -> float:
+        upper = stats.nct.sf(critical, df, shift)
+        lower = stats.nct.cdf(-critical, df, shift) if sides == 2 else 0.0
+        # scipy's far tail is sometimes NaN where it is below 1e-15: nothing beside ``power``
+        return float(upper) + (float(lower) if math.isfinite(lower) else 0.0) - power
+
+    high = max(shortcut, 1.0)
+    for _ in range(60):  # the shortcut is near: a few widenings at most
+        if shortfall(high) >= 0:
+            break
+        high *= 1.5
+    return float(optimize.brentq(shortfall, 0.0, high, xtol=1e-6))
 
 
 def detectable_change(baseline: Sequence[float], candidate: Sequence[float], alpha: float = ALPHA) -> float:
@@ -313,7 +333,10 @@ def pairs_for_equivalence(effect: Effect, margin: float, power: float = POWER, a
         return None
     sd, bound = math.sqrt(effect.var_a), math.log1p(margin)
     for n in range(2, SEED_LIMIT + 1):
-        if power_factor(n - 1.0, alpha, 1 - (1 - power) / 2, sides=1) * sd / math.sqrt(n) <= bound:
+        # the standard approximation for equal sides (both tests pass when the estimate lies this far inside
+        # the margins); the noncentral t of power_factor is the law of one shifted test, not of this
+        factor = student_t_quantile(1 - alpha, n - 1.0) + student_t_quantile(1 - (1 - power) / 2, n - 1.0)
+        if factor * sd / math.sqrt(n) <= bound:
             return n
     return SEED_LIMIT + 1
 
