@@ -39,14 +39,16 @@ def add_regress(sub) -> None:
         help="the same suite on two kernels or a series, interleaved repetitions, statistical verdicts "
         "(exit 1: regression)",
         description="Runs the suite on the baseline and the candidate kernel in turn (baseline 1, candidate 1, "
-        "baseline 2, ...), each in a virtme-ng guest, then compares every point x algorithm x metric (goodput, total "
-        "goodput, Jain index, retransmission ratio): a regression is a change beyond 5 %% the bad way with p < "
-        "0.05 in the paired t-test (repetition r runs seed r on both kernels), Holm-adjusted over the run's "
-        "comparisons. Writes regress.txt, report.html, junit.xml and regress.json under results/regress/. With "
-        "--series, every kernel of a series in turn and its change points (series.txt, report.html with one figure "
-        "per metric, trend.csv); with --latest, the newest installable kernel of a series against the newest one "
-        "already run here. Exit 0: nothing regressed; 1: a regression; 2: the run failed (a kernel that cannot be "
-        "had or does not boot, a run that did not complete, a positive control missed). docs/regression.md.",
+        "baseline 2, ...; with --clock virtual each kernel's repetitions in one session), each in a virtme-ng guest, "
+        "then compares every point x algorithm x metric (goodput, total goodput, Jain index, retransmission "
+        "ratio): a regression is a change beyond 5 % the bad way with p < 0.05 in the paired t-test "
+        "(repetition r runs seed r on both kernels), Holm-adjusted over the run's comparisons. Writes "
+        "regress.txt, report.html, junit.xml and regress.json under results/regress/. With --series, every "
+        "kernel of a series in turn and its change points (series.txt, report.html with one figure per "
+        "metric, trend.csv); with --latest, the newest installable kernel of a series against the newest one "
+        "already run here. Exit 0: nothing regressed; 1: a regression; 2: the run failed (a kernel that "
+        "cannot be had or does not boot, a run that did not complete, a positive control missed). "
+        "docs/regression.md.",
     )
     regress.add_argument("--baseline", help="kernel: " + options.KERNEL_HELP.removeprefix("guest kernel: "))
     regress.add_argument("--candidate", help="kernel, as for --baseline")
@@ -69,7 +71,7 @@ def add_regress(sub) -> None:
         "--repeat",
         type=int,
         default=DEFAULT_REPEAT,
-        help=f"repetitions per kernel (default {DEFAULT_REPEAT}: at 2.5 %% noise per pair, a 10 %% goodput "
+        help=f"repetitions per kernel (default {DEFAULT_REPEAT}: at 2.5 %% noise per pair, an 11 %% goodput "
         "change alone among the suite's comparisons raises the alarm; each comparison prints the change "
         "it could detect; analysis/kernels/regression.py says how)",
     )

@@ -7,12 +7,15 @@ judges them paired by seed. This module holds every step they have in common, in
    options that harm it on purpose (:func:`variant`, through testbed/scenario/variants.py: the one
    way every workflow derives a point from another). Repetition r runs seed r on every side, so
    each side sees the same seeded losses and the sides pair by seed.
-2. **The schedule** (:func:`run_interleaved`): repetition by repetition and side by side in turn
-   (baseline 1, candidate 1, baseline 2, ...), so whatever drifts on the machine during hours of runs
-   hits every side alike; on a cluster one placement seed sends a point's run to the same host on
-   every side (host differences cancel in the pair). A side whose kernel refuses the suite, or on
-   which nothing of its first repetition completes, is dropped with why; with fewer than two sides
-   left nothing more runs.
+2. **The schedule** (:func:`run_interleaved`, :func:`schedule`): in real time repetition by repetition and
+   side by side in turn (baseline 1, candidate 1, baseline 2, ...), so whatever drifts on the machine
+   during hours of runs hits every side alike. In virtual time the host's load and drift do not reach
+   the guest's clock (testbed.host.timebase), so each side's repetitions are one session (seeds 1 to
+   ``repeat``), as a bisection step's are: one boot per side instead of one per repetition, and a
+   point's network kept from seed to seed (testbed.guest.keeper). On a cluster one placement seed
+   sends a point's run to the same host on every side (host differences cancel in the pair). A side
+   whose kernel refuses the suite, or on which nothing of its first repetition completes, is dropped
+   with why; with fewer than two sides left nothing more runs.
 3. **Resuming** (:class:`ComparisonFolder`): the comparison's folder is a session of sessions;
    ``comparison.json`` records what is compared and each sub-session once it ends. Started again with
    the same kernels, suite and options, a killed comparison goes on in its folder: sub-sessions whose
@@ -265,33 +268,49 @@ class KernelSide:
     kernel: str
 
 
+def schedule(sides: list[KernelSide], repeat: int, clock: str) -> list[tuple[list[int], KernelSide]]:
+    """The sub-sessions in the order they run, each (its repetitions, its side): interleaved one repetition
+    at a time on any clock but ``virtual``, where each side's repetitions are one session (module doc)."""
+    if clock == "virtual":
+        return [(list(range(1, repeat + 1)), side) for side in sides]
+    return [([rep], side) for rep in range(1, repeat + 1) for side in sides]
+
+
 def run_interleaved(
     comparison: ComparisonFolder,
     sides: list[KernelSide],
     repeat: int,
-    scenario_for: Callable[[KernelSide, int], ScenarioFile],
+    scenario_for: Callable[[KernelSide, list[int]], ScenarioFile],
     where: Where,
 ) -> dict[str, set[Path]]:
-    """Every side's ``repeat`` repetitions, interleaved (module doc), skipping the sub-sessions already
-    complete; returns each side's sessions (a dropped side has none). Each sub-session runs where ``where``
-    says: its vCPUs, cluster and clock, its runs packed as ``testbed suite`` packs a session's."""
+    """Every side's ``repeat`` repetitions as :func:`schedule` orders them (``scenario_for``: a side's suite
+    at these repetitions' seeds), skipping the sub-sessions already complete; returns each side's sessions
+    (a dropped side has none). Each sub-session runs where ``where`` says: its vCPUs, cluster and clock,
+    its runs packed as ``testbed suite`` packs a session's."""
     kind = comparison.spec["kind"]
-    plan = [(rep, side) for rep in range(1, repeat + 1) for side in sides]
-    per_session_s = sum(estimate_s(r) for r in scenario_for(sides[-1], 1).runs()) + GUEST_BOOT_S
+    plan = schedule(sides, repeat, where.clock)
+    per_session_s = sum(estimate_s(r) for r in scenario_for(sides[-1], plan[-1][0]).runs()) + GUEST_BOOT_S
     started, ran = time.monotonic(), 0
-    for done, (rep, side) in enumerate(plan):
+
+    def left(reps: list[int], side: KernelSide) -> bool:
+        return side.name not in comparison.dropped and not all(comparison.session(side.name, r) for r in reps)
+
+    for done, (reps, side) in enumerate(plan):
         if len([s for s in sides if s.name not in comparison.dropped]) < 2:
             break  # nothing left to compare with
-        if side.name in comparison.dropped or comparison.session(side.name, rep):
+        if not left(reps, side):
             continue
-        left = (time.monotonic() - started) / ran if ran else per_session_s
+        each = (time.monotonic() - started) / ran if ran else per_session_s
+        which = (
+            f"repetition {reps[0]}/{repeat}" if len(reps) == 1 else f"repetitions {reps[0]}-{reps[-1]} in one session"
+        )
         log(
-            f"{kind}: {done + 1}/{len(plan)}: {side.name} {side.kernel}, repetition {rep}/{repeat} "
-            f"(ETA {left * sum(1 for r, s in plan[done:] if not comparison.session(s.name, r)) / 60:.0f} min)"
+            f"{kind}: {done + 1}/{len(plan)}: {side.name} {side.kernel}, {which} "
+            f"(ETA {each * sum(left(r, s) for r, s in plan[done:]) / 60:.0f} min)"
         )
         try:
             session = run_session(
-                scenario_for(side, rep),
+                scenario_for(side, reps),
                 backend="guest",
                 kernel_version=side.kernel,
                 results_root=comparison.directory / side.name,
@@ -307,10 +326,11 @@ def run_interleaved(
             continue
         ran += 1
         complete, reasons = completed_runs(session)
-        if rep == 1 and not complete:
+        if 1 in reps and not complete:
             comparison.drop(side.name, f"no run of its first repetition completed ({'; '.join(sorted(set(reasons)))})")
             continue
-        comparison.record(side.name, rep, session, complete=not reasons)
+        for rep in reps:
+            comparison.record(side.name, rep, session, complete=not reasons)
     return {side.name: comparison.side_sessions(side.name) for side in sides}
 
 

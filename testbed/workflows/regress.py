@@ -100,9 +100,9 @@ def regress(
     name = f"{compare.label(baseline)}-vs-{compare.label(candidate)}"
     comparison = compare.ComparisonFolder.open(where.results, "regress", name, spec, force=where.force)
 
-    def scenario_for(side: compare.KernelSide, rep: int) -> ScenarioFile:
+    def scenario_for(side: compare.KernelSide, reps: list[int]) -> ScenarioFile:
         harmed = side.name == "candidate"
-        return variant(suite, rep, candidate_flow_options if harmed else None, candidate=harmed)
+        return variant(suite, reps, candidate_flow_options if harmed else None, candidate=harmed)
 
     sides = [compare.KernelSide("baseline", baseline), compare.KernelSide("candidate", candidate)]
     sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, where)

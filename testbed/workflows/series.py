@@ -137,9 +137,9 @@ def run_series(
     comparison = compare.ComparisonFolder.open(where.results, "series", name, spec, force=where.force, folder="regress")
     by_name = {label(k): k for k in kernel_list}
 
-    def scenario_for(side: compare.KernelSide, rep: int) -> ScenarioFile:
+    def scenario_for(side: compare.KernelSide, reps: list[int]) -> ScenarioFile:
         harm = compare.injected(side.kernel, kernel_list, inject, inject_from)
-        return compare.variant(suite, rep, harm, candidate=side.kernel == kernel_list[-1])
+        return compare.variant(suite, reps, harm, candidate=side.kernel == kernel_list[-1])
 
     sides = [compare.KernelSide(name, kernel) for name, kernel in by_name.items()]
     sessions = compare.run_interleaved(comparison, sides, repeat, scenario_for, where)

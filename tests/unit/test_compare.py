@@ -208,3 +208,41 @@ def test_a_comparison_resumed_with_an_edited_patch_is_refused_naming_it(tmp_path
     assert compare.ComparisonFolder.open(tmp_path, "series", "s", edited, force=True).directory != started.directory
     other = {**before, "repeat": 5}  # another comparison altogether: a new one, no refusal
     assert compare.ComparisonFolder.open(tmp_path, "series", "s", other).directory != started.directory
+
+
+def test_in_virtual_time_each_kernels_repetitions_are_one_session_and_resume_whole(tmp_path, suite, monkeypatch):
+    """--clock virtual: a kernel's repetitions run as one session of seeds 1..repeat (the host's drift does
+    not reach the guest's clock, so nothing is gained by interleaving); killed, the comparison resumes with
+    the session that had a failed run and those not run, and the judge gets each kernel's one session."""
+    asked: list[tuple[str, tuple[int, ...]]] = []
+    state = {"fail": {"6.1.0-55"}, "kill_at": 3}
+
+    def run_session(scenario, kernel_version, results_root, **_):
+        if len(asked) + 1 == state["kill_at"]:
+            raise Killed
+        seeds = tuple(sorted({s for point in scenario.points for s in point.scenario.seeds}))
+        asked.append((kernel_version, seeds))
+        folder = results_root / f"{kernel_version}-seeds{len(seeds)}"
+        for seed in seeds:
+            status = "failed" if kernel_version in state["fail"] and seed == 2 else "complete"
+            rundir.write_json_atomic(folder / f"seed{seed}" / "manifest.json", {"status": status, "reason": "x"})
+        return type("Result", (), {"directory": folder})()
+
+    monkeypatch.setattr(compare, "run_session", run_session)
+    monkeypatch.setattr(series_workflow.kernels, "fetch", lambda kernel, log: None)
+    judged = {}
+    monkeypatch.setattr(series_workflow, "judge_series", lambda result, kept, sessions, *a: judged.update(sessions))
+    virtual = Where(results=tmp_path, clock="virtual", guests=2)
+    with pytest.raises(Killed):
+        series_workflow.run_series(KERNELS, suite, 3, virtual)
+    assert asked == [(k, (1, 2, 3)) for k in KERNELS[:2]]
+    [folder] = (tmp_path / "regress").iterdir()
+    assert rundir.read_json(folder / compare.STATE_FILE)["incomplete"] == [f"6.1.0-55/{r}" for r in (1, 2, 3)]
+    state["fail"], state["kill_at"] = set(), None
+    asked.clear()
+    series_workflow.run_series(KERNELS, suite, 3, virtual)
+    assert asked == [(k, (1, 2, 3)) for k in KERNELS[1:]]
+    assert {k: len(s) for k, s in judged.items()} == dict.fromkeys(KERNELS, 1)
+    # real time interleaves, one repetition at a time
+    sides = [compare.KernelSide(k, k) for k in KERNELS[:2]]
+    assert compare.schedule(sides, 2, "real") == [([1], sides[0]), ([1], sides[1]), ([2], sides[0]), ([2], sides[1])]
