@@ -1,10 +1,12 @@
 """``testbed regress``: did TCP congestion control get worse on a new kernel? (issue 7)
 
-The same suite runs on a baseline and a candidate kernel, each in its own virtme-ng guest (KVM where
-it works, TCG otherwise), repetition by repetition and kernel by kernel in turn: baseline 1,
-candidate 1, baseline 2, candidate 2, ... so that whatever drifts on the machine during the hours
-of a run hits both kernels alike. Repetition r runs every point of the suite with seed r (the seed
-drives loss models and start jitter, so repetition r sees the same random losses on both kernels).
+The same suite runs on a baseline and a candidate kernel, each in its own virtme-ng guest (KVM where it
+works, TCG otherwise), repetition by repetition and kernel by kernel in turn: baseline 1, candidate 1,
+baseline 2, candidate 2, ... so that whatever drifts on the machine during the hours of a run hits both
+kernels alike (in virtual time, which that drift does not reach, each kernel's repetitions are one
+session: testbed.workflows.compare.schedule). Repetition r runs every point of the suite with seed r
+(the seed drives loss models and start jitter, so repetition r sees the same random losses on both
+kernels).
 
 Every run lands in ``results/regress/<UTC time>-<baseline>-vs-<candidate>/{baseline,candidate}/``
 (and in the results catalog). How the runs are scheduled, resumed after a kill (started again with the
@@ -75,10 +77,11 @@ def regress(
     where: Where | None = None,
     candidate_flow_options: dict | None = None,
 ) -> RegressResult:
-    """Run the suite ``repeat`` times on each kernel, interleaved, and judge (module doc). An unfinished
-    comparison of the same kernels, suite and options resumes (``force``: a new one). With ``cluster``,
-    each session's runs spread over its workers, a point's run on the same host on both kernels. ``where``:
-    its results root, vCPUs, cluster, clock, --force and --yes (testbed.workflows.sessions.Where)."""
+    """Run the suite ``repeat`` times on each kernel, as compare.schedule orders them, and judge (module doc).
+    An unfinished comparison of the same kernels, suite and options resumes (``force``: a new one). With
+    ``cluster``, each session's runs spread over its workers, a point's run on the same host on both
+    kernels. ``where``: its results root, vCPUs, cluster, clock, --force and --yes
+    (testbed.workflows.sessions.Where)."""
     where = where or Where()
     cluster, clock = where.cluster, where.clock
     compare.check_repeat(repeat)

@@ -1,15 +1,16 @@
 """``testbed regress --series``: a suite across a series of kernels, and the versions after which a metric
 moved (issue 40).
 
-The suite runs on every kernel, repetition by repetition: kernel 1, kernel 2, ..., kernel N with seed
-1, then all of them with seed 2, ..., so that whatever drifts on the machine during the hours of a
-series hits every kernel alike, and repetition r shares seed r (and its seeded losses) on every
-kernel. A kernel that cannot be had stops the series before anything runs (with the versions that
-can be had; a source name, its tree, revision or patches); one built from source is built when its
-first session starts, so a series of a tree's commits starts at once; a kernel that does not build,
-or on which no run of its first repetition completes (it does not boot), is reported and the series
-goes on without it. The suite's positive controls run on the last kernel
-(its flows harmed) and are compared with that kernel's own runs of their point.
+The suite runs on every kernel, repetition by repetition: kernel 1, kernel 2, ..., kernel N with seed 1,
+then all of them with seed 2, ..., so that whatever drifts on the machine during the hours of a series
+hits every kernel alike, and repetition r shares seed r (and its seeded losses) on every kernel. In
+virtual time, where the host's drift does not reach the guest, each kernel's repetitions are one session
+instead (testbed.workflows.compare.schedule). A kernel that cannot be had stops the series before
+anything runs (with the versions that can be had; a source name, its tree, revision or patches); one
+built from source is built when its first session starts, so a series of a tree's commits starts at
+once; a kernel that does not build, or on which no run of its first repetition completes (it does not
+boot), is reported and the series goes on without it. The suite's positive controls run on the last
+kernel (its flows harmed) and are compared with that kernel's own runs of their point.
 
 Then analysis/kernels/series.py compares each kernel with the one before (and the first with the last),
 paired by seed, Holm over the whole series, and this writes in
