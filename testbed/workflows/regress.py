@@ -135,6 +135,13 @@ def _check_controls(result: RegressResult, controls: dict) -> None:
             result.failures.append(line)
 
 
+def _sensitivity(comparisons: list, sessions: dict, control_bases: dict | None) -> list[str]:
+    """The verdicts judged again with the left-out (untrustworthy) runs put back: which would change."""
+    every = {side: compare.side_metrics(sessions[side], untrusted=True)[0] for side in SIDES}
+    again = regression.compare(_with_control_bases(every["baseline"], control_bases), every["candidate"])
+    return compare.sensitivity({c.name: c.verdict for c in comparisons}, {c.name: c.verdict for c in again})
+
+
 def judge_comparison(
     directory: Path,
     sessions: dict,
@@ -161,11 +168,7 @@ def judge_comparison(
     result.failures += _failed_points(side_status)
     result.left_out = [line for side in SIDES for line in compare.left_out_runs(side_status[side], side)]
     if result.left_out:
-        every = {side: compare.side_metrics(sessions[side], untrusted=True)[0] for side in SIDES}
-        again = regression.compare(_with_control_bases(every["baseline"], control_bases), every["candidate"])
-        result.sensitivity = compare.sensitivity(
-            {c.name: c.verdict for c in result.comparisons}, {c.name: c.verdict for c in again}
-        )
+        result.sensitivity = _sensitivity(result.comparisons, sessions, control_bases)
     _check_controls(result, controls)
     regressed = any(c.verdict == "regression" and c.point not in controls for c in result.comparisons)
     result.exit_code = compare.exit_code(result.failures, regressed)
