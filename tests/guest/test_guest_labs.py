@@ -42,6 +42,10 @@ COMMANDS = {
 LONG = {"cwnd", "fairness", "bufferbloat"}
 #: the handout's runs and the hidden variants in QEMU's virtual time (module doc)
 CLOCK = ("--clock", "virtual")
+#: the handout's runs packed into two guests, as a student with two cores may (the hidden variants and the
+#: rerun then run in one guest, as `lab check` runs them): packed is within ±3 % of one guest in virtual time
+#: (docs/results.md, "Virtual time"), and it saves about a third of the handout's wall time
+PACKED = ("--guests", "2")
 
 
 def _as_a_student(name: str, work: Path) -> Path:
@@ -141,7 +145,7 @@ def test_the_solution_run_as_a_student_runs_it_passes_its_own_check(name, tmp_pa
         )
     work, log = tmp_path / name, tmp_path / f"{name}.log"
     _as_a_student(name, work)
-    _run_the_handout(name, work, log, *CLOCK)
+    _run_the_handout(name, work, log, *CLOCK, *PACKED)
     _quote_the_runs(name, work)
     hidden = ["--backend", "guest", *CLOCK] if (definition.LABS / name / "hidden.yaml").is_file() else ["--no-hidden"]
     status = _testbed(["lab", "check", name, *hidden], work, log)

@@ -7,6 +7,7 @@ suite. Each test file picks its runs by point id; what it checks is its own.
   the mobile path at 10 % loss;
 * test_guest_queues: one run per queue discipline;
 * test_guest_module: our module's westwood_paper beside the stock westwood;
+* test_guest_dumbbell: the first of the stock westwood's runs below (10 s, 10 Mbit/s, 40 ms);
 * test_guest_westwood_tb: 30 s of westwood_ml and westwood_paper at 100 ms; westwood_ml against the stock
   westwood, two seeds each."""
 
@@ -121,6 +122,7 @@ MODULE_POINT = "guest-module"
 WESTWOOD_TB = "westwood-tb"
 ML_VS_STOCK = "ml-vs-stock"
 ML_VS_STOCK_SEEDS = [1, 2]  # two each: four runs of 10 s
+ML_VS_STOCK_RATE_MBIT, ML_VS_STOCK_TRAFFIC_S = 10, 10
 
 
 def module_point() -> Point:
@@ -141,9 +143,9 @@ def westwood_tb_points() -> list[Point]:
     against_stock = {
         # no random loss: Debian 12's netem cannot seed it, and at 0.5 % the seeds' spread
         # (5.5 to 8.2 Mbit/s, measured) would make any two algorithms "agree"
-        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": 10, "queue_bdp": 1}},
+        "topology": {"name": "dumbbell", "bottleneck": {"rate_mbit": ML_VS_STOCK_RATE_MBIT, "queue_bdp": 1}},
         "flows": [{"cc": ["westwood", "westwood_ml"], "rtt_ms": 40}],
-        "duration_s": 10,
+        "duration_s": ML_VS_STOCK_TRAFFIC_S,
         "seeds": ML_VS_STOCK_SEEDS,
     }
     return _points(long, WESTWOOD_TB) + _points(against_stock, ML_VS_STOCK)

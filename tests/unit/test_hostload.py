@@ -15,6 +15,9 @@ from testbed.host import hostload
 from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 
+# these tests read the host's real CPU use: not beside the unit tier's other worker (scripts/pytest-tier.sh)
+pytestmark = pytest.mark.quiet_host
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
