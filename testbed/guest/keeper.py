@@ -20,8 +20,8 @@ What a run leaves in a kept network, and how the next run starts clean:
 * the loss channels' counters: cleared after they are read (testbed.guest.lossbpf.Channel.clear);
 * the delays set by the calibration: kept (the next run only checks the base RTT);
 * what it does not undo, the timing a new network's build and calibration leave before the traffic: in
-  virtual time a 1 MB upload took a fast course right after them and the lossy one real time shows on a
-  kept network (docs/regression.md, "Measured");
+  virtual time a 1 MB upload took a fast course on a new network most often (17 of 22) and the lossy
+  one real time shows on a kept network always (22 of 22) (docs/regression.md, "Measured");
 * the per-flow options (SACK, delayed ACKs, initial window): the next run sets its own, undoing
   those of the run before that it does not share (testbed.guest.collect.apply_flow_options);
 * the multipath sprayers: kept attached; their packet counters count on, and each run reads what
