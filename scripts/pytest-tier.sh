@@ -27,14 +27,11 @@ declare -A select=(
   [vagrant]="tests/vagrant"
 )
 times=()
-# The unit tier runs on every core (pytest-xdist): its tests are independent and touch no shared kernel
-# state, and on 2 cores it takes about half the time. Tests that read the host's own CPU use (marked
-# quiet_host) would see the other worker as contention, so they run after, alone.
+# The unit tier runs on every core (pytest-xdist, in requirements.lock; one worker on one core): its tests
+# are independent and touch no shared kernel state, and on 2 cores it takes about half the time. Tests
+# that read the host's own CPU use (marked quiet_host) would see the other worker as contention, so they
+# run after, alone.
 unit_tier() {
-  if [ "$(nproc)" -lt 2 ] || ! $py -c "import xdist" 2>/dev/null; then
-    $py -m pytest tests/unit --durations=15 ${PYTEST_ARGS:-}
-    return
-  fi
   $py -m pytest tests/unit -n auto -m "not quiet_host" --durations=15 ${PYTEST_ARGS:-}
   local rc=$?
   echo "== test tier: unit, the quiet_host tests alone"

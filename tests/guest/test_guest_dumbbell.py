@@ -1,4 +1,4 @@
-"""A short dumbbell run in a real Debian kernel with Westwood+ (the papers' algorithm, as a module), one of the
+"""A short dumbbell run in a real Debian kernel with Westwood+ (the papers' algorithm, as a module), made in the
 guest tier's one session (tests/guest/tierpoints.py)."""
 
 from __future__ import annotations
