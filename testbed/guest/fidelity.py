@@ -189,6 +189,8 @@ def host_check(host: dict) -> Check:
     )
     if host.get("subject", "guest") == "guest":
         figures += f"; the guest's vCPUs waited for a CPU {host['vcpu_wait_pct']:.0f} % of the time they wanted one"
+    if problems and host.get("busiest_others"):  # who they were, so that the contention can be found and stopped
+        figures += f"; busiest others: {', '.join(host['busiest_others'])}"
     detail = ("the host was contended: " + "; ".join(problems) + f" ({figures})") if problems else figures
     return Check("host contention", not problems, host["other_busy_pct"], OTHER_BUSY_LIMIT_PCT, detail)
 

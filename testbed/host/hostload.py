@@ -25,7 +25,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from testbed.guest import fidelity
@@ -43,6 +43,8 @@ class Snapshot:
     guest_run_ns: int  # every thread of the guest's processes
     load_1m: float
     other_qemu: tuple[str, ...]
+    #: every other process's CPU time (s), by pid with its name: who the others were (:func:`_busiest`)
+    others_cpu_s: dict[int, tuple[str, float]] = field(default_factory=dict)
 
 
 def _cpu_ticks(cores: frozenset[int] | None = None) -> tuple[int, ...]:
@@ -147,7 +149,47 @@ def snapshot(own: set[int], cores: frozenset[int] | None = None, tree: int | Non
         f"{pid} {cmd}" for pid, cmd in sorted(qemu_pids().items()) if pid not in own and _shares_cores(pid, cores)
     )
     load_1m = float(Path("/proc/loadavg").read_text().split()[0])
-    return Snapshot(time.monotonic(), _cpu_ticks(cores), run, wait, own_run, load_1m, others)
+    others_cpu = _others_cpu(own, tree, cores)
+    return Snapshot(time.monotonic(), _cpu_ticks(cores), run, wait, own_run, load_1m, others, others_cpu)
+
+
+def _others_cpu(own: set[int], tree: int | None, cores: frozenset[int] | None) -> dict[int, tuple[str, float]]:
+    """CPU time (s) of every process but the guest's (or the local run's tree) that may run on ``cores``
+    (None: all), with its command line shortened: a contended run then names who took the CPU (a CI
+    machine's daily apt job, say), where the host's ticks alone could not."""
+    import psutil
+
+    mine = set(own)
+    if tree is not None:
+        try:
+            mine |= {tree, *(p.pid for p in psutil.Process(tree).children(recursive=True))}
+        except psutil.NoSuchProcess:
+            pass
+    found = {}
+    for process in psutil.process_iter(["name", "cmdline", "cpu_times"]):
+        info, times = process.info, process.info.get("cpu_times")
+        if process.pid in mine or times is None or not _shares_cores(process.pid, cores):
+            continue
+        label = " ".join(" ".join(info.get("cmdline") or []).split()) or f"[{info.get('name')}]"
+        found[process.pid] = (label[:80], times.user + times.system)
+    return found
+
+
+#: at most this many of the others are named, and only those that used this share of the CPUs judged
+BUSIEST_NAMED, BUSIEST_MIN_PCT = 3, 2.0
+
+
+def _busiest(before: Snapshot, after: Snapshot, window_s: float, cpus: int) -> tuple[str, ...]:
+    """The other processes that used the most CPU over the window, each with its share of the CPUs judged
+    (a process allowed on a pinned guest's cores counts all its time: it may have run beside them)."""
+    if window_s <= 0:
+        return ()
+    used = []
+    for pid, (label, cpu_s) in after.others_cpu_s.items():
+        share = 100 * (cpu_s - before.others_cpu_s.get(pid, (label, 0.0))[1]) / (window_s * cpus)
+        if share >= BUSIEST_MIN_PCT:
+            used.append((share, f"{pid} {label}: {share:.0f} %"))
+    return tuple(text for _, text in sorted(used, reverse=True)[:BUSIEST_NAMED])
 
 
 @dataclass(frozen=True)
@@ -167,6 +209,8 @@ class HostSummary:
     other_guests: list[str]
     #: the cores judged when the guest was pinned to some (None: the whole host)
     cores: list[int] | None = None
+    #: the other processes that used the most CPU during traffic, with their shares (hostload._busiest)
+    busiest_others: tuple[str, ...] = ()
     #: what "own" CPU time was: the guest's processes, or a local run's process tree
     subject: str = "guest"
     #: the guest's clock: "real", or "virtual" (icount: the host's load cannot reach what the guest measures)
@@ -214,6 +258,7 @@ def summarize(
         load_1m=after.load_1m,
         other_guests=sorted(set(before.other_qemu) | set(after.other_qemu)),
         cores=sorted(cores) if cores else None,
+        busiest_others=_busiest(before, after, window_s, cpus),
         subject=subject,
         clock=clock,
         guest_traffic_s=guest_traffic_s,

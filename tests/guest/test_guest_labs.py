@@ -153,10 +153,10 @@ def test_the_solution_run_as_a_student_runs_it_passes_its_own_check(name, tmp_pa
     # a run its fidelity checks judged untrustworthy is a failure here, never run again: a rerun would hide
     # a flaky emulation; its reasons are in the message
     untrustworthy = _untrustworthy_runs(work / "results")
-    if stolen := hoststeal.all_stolen(work / "results"):  # the machine's fault: graded as such, then skipped
+    if machines := hoststeal.all_machines_fault(work / "results"):  # the machine's fault: graded as such, then skipped
         failed = [line for t in graded["tests"] for line in t["output"].splitlines() if line.startswith("MISSING")]
         assert all("untrustworthy" in line or "hidden variant" in line for line in failed), failed
-        pytest.skip("no trustworthy run could be made on this machine now: " + "; ".join(stolen))
+        pytest.skip("no trustworthy run could be made on this machine now: " + "; ".join(machines))
     assert not untrustworthy, "untrustworthy runs:\n" + "\n".join(untrustworthy)
     failed = [t["name"] + "\n" + t["output"] for t in graded["tests"] if t["status"] != "passed"]
     assert status == 0 and not failed, "\n".join(failed) or log.read_text()[-3000:]

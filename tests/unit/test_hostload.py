@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -48,6 +49,48 @@ def test_a_quiet_host_passes_and_a_contended_one_fails_naming_why():
     other = hostload.summarize(BEFORE, snap(10, 9 * TICK, 11 * TICK, 0, 8, others=["4242 qemu-system-x86_64"]))
     check = fidelity.host_check(other.to_dict())
     assert not check.ok and "other guests ran on the host: 4242 qemu-system-x86_64" in check.detail
+
+
+def test_a_contended_run_names_the_other_processes_that_took_the_cpu():
+    """Who the others were, from each process's CPU time over the window: the busiest named (at most
+    three, each with its share of the CPUs judged), a process too idle to matter not; said when the host
+    was contended, where it helps find what to stop."""
+    before = replace(BEFORE, others_cpu_s={7: ("apt-get upgrade", 100.0), 8: ("sshd", 5.0)})
+    after = replace(
+        snap(10, 20 * TICK, 0, 0, 6),
+        others_cpu_s={7: ("apt-get upgrade", 108.0), 8: ("sshd", 5.1), 9: ("[kworker/1:2]", 1.0)},
+    )
+    hog = hostload.summarize(before, after, cpus=2)
+    assert hog.busiest_others == ("7 apt-get upgrade: 40 %", "9 [kworker/1:2]: 5 %")
+    check = fidelity.host_check(hog.to_dict())
+    assert not check.ok and "busiest others: 7 apt-get upgrade: 40 %, 9 [kworker/1:2]: 5 %" in check.detail
+    quiet = hostload.summarize(before, replace(after, cpu_ticks=(9 * TICK, 0, 0, 11 * TICK, 0, 0, 0, 0)), cpus=2)
+    assert "busiest" not in fidelity.host_check(quiet.to_dict()).detail  # named only when it was contended
+
+
+def test_the_snapshot_reads_every_other_process_but_the_guests():
+    """Real /proc: a busy loop running beside a stand-in guest is named, by its command line, with about
+    one of the host's CPUs (its command line on one line); the guest's processes are never among the others."""
+    import subprocess
+
+    spin = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end: pass"
+    guest = subprocess.Popen(["sleep", "30"])
+    busy = subprocess.Popen([sys.executable, "-c", spin, "5"])
+    try:
+        time.sleep(0.2)
+        before = hostload.snapshot({guest.pid})
+        time.sleep(1.0)
+        after = hostload.snapshot({guest.pid})
+    finally:
+        for process in (guest, busy):
+            process.kill()
+            process.wait()
+    assert guest.pid not in after.others_cpu_s and busy.pid in after.others_cpu_s
+    summary = hostload.summarize(before, after)
+    (named,) = [text for text in summary.busiest_others if text.startswith(f"{busy.pid} ")]
+    share = float(named.rpartition(": ")[2].rstrip(" %"))
+    assert f"{busy.pid} {sys.executable} -c import sys, time end = " in named, summary.busiest_others
+    assert share >= 100 / summary.cpus * 0.6, summary.busiest_others  # about one CPU of the host's
 
 
 def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, monkeypatch):
