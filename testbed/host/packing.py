@@ -36,6 +36,7 @@ from testbed.plan import progress, resume
 from testbed.plan.plan import PLAN, PLAN_DONE, Plan, PlanRun
 from testbed.results import rundir
 from testbed.results.manifest import Manifest, read_manifest, run_status
+from testbed.scenario.suite import is_control
 
 #: the session's record of the packing
 PACKING_JSON = "packing.json"
@@ -86,14 +87,19 @@ def makespan_s(estimates: list[float], guests: int) -> float:
 def shards(runs: list[PlanRun], guests: int) -> list[list[PlanRun]]:
     """The runs split over ``guests``: the longest first (as measured where earlier runs were measured:
     testbed.plan.costs), each to the guest with the least work so far; each shard keeps the plan's order
-    (a kept network serves the next run of the same scenario)."""
+    (a kept network serves the next run of the same scenario). A positive control's runs
+    (testbed.scenario.suite.is_control) come after all the others, in the split and in their shard: a
+    comparison's candidate runs them and its baseline may not, and the runs both sides have are then placed
+    alike on both, after the same runs on the same guest (a run's course can follow what ran before it on
+    its guest: docs/regression.md), whatever the controls weigh."""
     loads = [0.0] * guests
     chosen: dict[int, int] = {}
-    for i in sorted(range(len(runs)), key=lambda i: -runs[i].expected_s):
+    for i in sorted(range(len(runs)), key=lambda i: (is_control(runs[i].point_id), -runs[i].expected_s)):
         k = loads.index(min(loads))
         loads[k] += runs[i].expected_s
         chosen[i] = k
-    return [[run for i, run in enumerate(runs) if chosen[i] == k] for k in range(guests)]
+    in_order = sorted(range(len(runs)), key=lambda i: is_control(runs[i].point_id))  # stable: the plan's order
+    return [[runs[i] for i in in_order if chosen[i] == k] for k in range(guests)]
 
 
 def shard_plans(plan: Plan, session: Path, guests: int, cores: list[int]) -> list[tuple[Path, Plan]]:

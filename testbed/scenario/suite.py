@@ -103,6 +103,15 @@ class Suite(StrictModel):
     experiments: list[SuiteEntry] = Field(min_length=1, max_length=200)
 
 
+#: a positive control's point id: the point it repeats, with this suffix
+CONTROL_SUFFIX = ".control"
+
+
+def is_control(point_id: str) -> bool:
+    """A positive control's run: one side of a comparison runs it (the candidate, harmed), maybe both."""
+    return point_id.endswith(CONTROL_SUFFIX)
+
+
 def compress(
     point: Point, traffic_s: float | None, seeds: list[int] | None = None, profile: str | None = None
 ) -> Point:
@@ -260,7 +269,7 @@ def load_suite(path: Path, scenarios_dir: Path) -> ScenarioFile:
                     valid = ", ".join(FlowHarm.model_fields)
                     problems.append(Problem(line, f"{where}.control", f"names no option; valid: {valid}"))
                     break
-                point = replace(point, point_id=f"{point.point_id}.control")
+                point = replace(point, point_id=point.point_id + CONTROL_SUFFIX)
                 controls[point.point_id] = entry.control.options()
             if point.point_id in (p.point_id for p in points):
                 problems.append(Problem(line, where, f"{point.point_id} is already in the suite"))

@@ -54,7 +54,7 @@ from testbed.plan.estimate import GUEST_BOOT_S, estimate_s
 from testbed.report.pages.sessionpage import write_session_report
 from testbed.results import rundir
 from testbed.scenario.points import ScenarioFile
-from testbed.scenario.suite import FlowHarm
+from testbed.scenario.suite import CONTROL_SUFFIX, FlowHarm
 from testbed.scenario.variants import derive
 from testbed.workflows.sessions import Where
 
@@ -127,7 +127,7 @@ def options_text(options: dict) -> str:
 def control_base(suite: ScenarioFile, point_id: str) -> str | None:
     """The point a positive control repeats, when the suite runs that point too (then a side need not run
     the control unharmed: that point is its unharmed run)."""
-    base = point_id.removesuffix(".control")
+    base = point_id.removesuffix(CONTROL_SUFFIX)
     return base if base != point_id and any(p.point_id == base for p in suite.points) else None
 
 

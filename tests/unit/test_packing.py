@@ -51,6 +51,36 @@ def test_the_split_weighs_runs_by_their_measured_cost_where_earlier_runs_measure
     assert [sum(r.expected_s for r in shard) for shard in split] == [70, 60]
 
 
+def test_a_comparisons_shared_runs_are_placed_alike_whether_or_not_its_side_runs_the_controls():
+    """The candidate runs the positive control and the baseline does not: the runs both have go to the same
+    guests, after the same runs, on both; the controls come last on their guests, wherever the plan has them."""
+
+    def run(point: str, seed: int, estimate_s: float) -> PlanRun:
+        return PlanRun(
+            scenario_name=point.removesuffix(".control"),
+            point_id=point,
+            params={},
+            seed=seed,
+            scenario={},
+            run_dir=f"{point}/seed-{seed}",
+            estimate_s=estimate_s,
+        )
+
+    # one repetition; weighed by the model, the control (its window cut) longer than the upload it repeats
+    shared = [run(point, 1, e) for point, e in (("geo", 30), ("wireless", 20), ("upload", 10), ("short", 5))]
+    controls = [run("upload.control", 1, 12)]
+    candidate = shared[:3] + controls + shared[3:]  # the suite may list its control anywhere
+    baseline_split = packing.shards(shared, 2)
+    candidate_split = packing.shards(candidate, 2)
+    assert [[r.run_dir for r in shard if r in shared] for shard in candidate_split] == [
+        [r.run_dir for r in shard] for shard in baseline_split
+    ]
+    for shard in candidate_split:  # each guest's shared runs first, then its controls
+        kinds = [r.point_id.endswith(".control") for r in shard]
+        assert kinds == sorted(kinds), [r.run_dir for r in shard]
+    assert sum(len(shard) for shard in candidate_split) == len(candidate)
+
+
 def test_guests_are_packed_only_in_virtual_time_and_at_most_one_per_core():
     assert packing.guests_for(2, "virtual", 2) == (2, "2 guests at once, one per core (virtual time)")
     count, why = packing.guests_for(2, "real", 2)
