@@ -365,6 +365,7 @@ class GuestBackend:
                     session=session,
                     cores=hostload.host_cores(),
                     clock=self.config.clock,
+                    log=self.log,
                 )
                 followers.append(with_observers(watch.on_line, self.observers, session, run_dirs))
             longest_s = max(sum(run.estimate_s for run in shard.runs) for shard in shards)

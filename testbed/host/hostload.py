@@ -272,7 +272,8 @@ class HostWatch:
     the runner writes into directly), each run's manifest gets its summary as the run ends; otherwise
     :meth:`apply` adds them once the folder is back. ``cores``: the cores the guest is pinned to (judged
     alone); ``tree``: a local run's root process, whose process tree is the "guest"; ``clock``: the
-    guest's (virtual time is measured, not judged)."""
+    guest's (virtual time is measured, not judged); ``log``: told each run the check failed, and why (the
+    guest's own lines cannot say it: the host judges after the run)."""
 
     def __init__(
         self,
@@ -282,8 +283,10 @@ class HostWatch:
         cores: frozenset[int] | None = None,
         tree: int | None = None,
         clock: str = "real",
+        log: Callable[[str], None] | None = None,
     ) -> None:
         self.run_dirs = run_dirs
+        self.log = log
         self.own = own
         self.session = session
         self.cores, self.tree, self.clock = cores, tree, clock
@@ -328,8 +331,9 @@ class HostWatch:
         """Add the host's figures and check to the manifests of runs summarized so far (or one)."""
         for directory in [run_dir] if run_dir else list(self.summaries):
             summary = self.summaries.get(directory)
-            if summary is not None:
-                amend_manifest(session / directory, summary)
+            check = amend_manifest(session / directory, summary) if summary is not None else None
+            if check is not None and not check.ok and self.log is not None:
+                self.log(f"{directory}: {check.name}: failed: {check.detail}")
 
 
 def marked_processes(marker: str) -> set[int]:
@@ -338,17 +342,19 @@ def marked_processes(marker: str) -> set[int]:
     return {int(e) for e in os.listdir("/proc") if e.isdigit() and guardian.environ_marker(int(e)) == marker}
 
 
-def amend_manifest(directory: Path, summary: HostSummary) -> None:
-
+def amend_manifest(directory: Path, summary: HostSummary) -> fidelity.Check | None:
+    """The host's figures added to the run's manifest, and its check to its fidelity report: the check
+    (None: no manifest to amend, one amended already, or no fidelity report to add it to)."""
     path = directory / rundir.MANIFEST
     try:
         manifest = rundir.read_json(path)
     except (OSError, ValueError):
-        return
+        return None
     if "host" in manifest:
-        return
+        return None
     manifest["host"] = summary.to_dict()
     report = manifest.get("fidelity")
+    check = None
     if report is not None:
         check = fidelity.host_check(summary.to_dict())
         report["checks"].append(asdict(check))
@@ -356,3 +362,4 @@ def amend_manifest(directory: Path, summary: HostSummary) -> None:
             report["trustworthy"] = False
             report["problems"].append(f"{check.name}: {check.detail}")
     rundir.write_json_atomic(path, manifest)
+    return check

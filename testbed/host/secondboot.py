@@ -78,7 +78,12 @@ def _boot(
     clock = getattr(config, "clock", "real")
     # a guest pinned to some cores (a local:N worker's) is judged on them alone
     watch = hostload.HostWatch(
-        run_dirs, lambda: hostload.marked_processes(ours), session=session, cores=hostload.host_cores(), clock=clock
+        run_dirs,
+        lambda: hostload.marked_processes(ours),
+        session=session,
+        cores=hostload.host_cores(),
+        clock=clock,
+        log=log,
     )
     # in virtual time a busy guest's run takes longer than its traffic in wall time (timebase.SLOWDOWN_ALLOWANCE)
     factor = 3 * (timebase.SLOWDOWN_ALLOWANCE if clock == "virtual" else 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import time
@@ -208,12 +209,13 @@ def test_pcap_accounting_agrees_with_tcptrace_on_fresh_captures(sweep, cc):
         assert value == pytest.approx(theirs[label], rel=0.01, abs=1e-3), message
 
 
-def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host_and_runs_once_more(tmp_path):
+def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host_and_runs_once_more(tmp_path, caplog):
     # busy loops outside this process's tree (a child of this test would count as the run's own): each
     # started in the background by a shell that exits at once; they outlive the session, so the run's second
     # attempt (testbed.host.contended) is contended too, and there is no third
     loops = " ".join(["sh -c 'while :; do :; done' >/dev/null 2>&1 & echo $!;"] * (os.cpu_count() or 1))
     hogs = [int(pid) for pid in subprocess.run(["sh", "-c", loops], capture_output=True, text=True).stdout.split()]
+    caplog.set_level(logging.INFO, logger="testbed")
     try:
         result = run_session(
             host_scenario(["reno"], duration_s=2, name="hogged"), backend="local", results_root=tmp_path
@@ -226,6 +228,8 @@ def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host_and_runs_
     assert manifest["fidelity"]["trustworthy"] is False
     (problem,) = [p for p in manifest["fidelity"]["problems"] if p.startswith("host contention")]
     assert "others than the run's processes used" in problem, problem
+    assert "busiest others: " in problem and " sh -c while :; do :; done: " in problem, problem  # who they were
+    assert "1/1 complete, 1 untrustworthy" in caplog.text, caplog.text[-2000:]
     assert "run_again" in manifest["backend"], manifest["backend"]
     (first,) = (result.directory / ".attempts").glob("*/*/")  # the first attempt, set aside
     assert rundir.read_json(first / "manifest.json")["fidelity"]["trustworthy"] is False

@@ -101,7 +101,8 @@ def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, mo
             tmp_path / name / rundir.MANIFEST,
             {"status": "complete", "fidelity": {"trustworthy": True, "problems": [], "checks": []}},
         )
-    watch = hostload.HostWatch(["a", "b"], own=set, session=tmp_path)
+    said = []
+    watch = hostload.HostWatch(["a", "b"], own=set, session=tmp_path, log=said.append)
     for now, line in [
         (100.0, "run 1/2: s p seed=1 (ETA 1 min)"),
         (101.0, f"  {TRAFFIC_BEGINS}"),
@@ -117,6 +118,8 @@ def test_the_watch_judges_each_runs_traffic_and_amends_its_manifest(tmp_path, mo
     assert first["fidelity"]["trustworthy"] is False
     assert first["fidelity"]["problems"][0].startswith("host contention: the host was contended")
     assert "host" not in rundir.read_json(tmp_path / "b" / rundir.MANIFEST)  # its traffic never came
+    # said as the run ends: the guest's lines cannot, the host judges after them
+    assert said == [f"a: host contention: failed: {first['fidelity']['problems'][0].removeprefix('host contention: ')}"]
 
 
 def test_the_guests_own_processes_are_found_by_their_marker():
