@@ -80,19 +80,25 @@ def tree_cpu_ns(root: int) -> int:
     reaped inside the tree is counted once, by its parent."""
     import psutil
 
-    try:
-        top = psutil.Process(root)
-        tree = [top, *top.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0
     total_s = 0.0
-    for process in tree:
+    for process in _tree(root):
         try:
             t = process.cpu_times()
         except psutil.NoSuchProcess:  # ended since the tree was listed: its parent counts it once reaped
             continue
         total_s += t.user + t.system + t.children_user + t.children_system
     return int(total_s * 1e9)
+
+
+def _tree(root: int) -> list:
+    """``root``'s process and its descendants (psutil processes; none once it has ended)."""
+    import psutil
+
+    try:
+        top = psutil.Process(root)
+        return [top, *top.children(recursive=True)]
+    except psutil.NoSuchProcess:
+        return []
 
 
 def _schedstat(pid: int) -> tuple[int, int, int]:
@@ -159,12 +165,7 @@ def _others_cpu(own: set[int], tree: int | None, cores: frozenset[int] | None) -
     machine's daily apt job, say), where the host's ticks alone could not."""
     import psutil
 
-    mine = set(own)
-    if tree is not None:
-        try:
-            mine |= {tree, *(p.pid for p in psutil.Process(tree).children(recursive=True))}
-        except psutil.NoSuchProcess:
-            pass
+    mine = set(own) | ({p.pid for p in _tree(tree)} if tree is not None else set())
     found = {}
     for process in psutil.process_iter(["name", "cmdline", "cpu_times"]):
         info, times = process.info, process.info.get("cpu_times")

@@ -109,20 +109,19 @@ def run_session(
             plan = Plan(context=context, runs=entries)
             _write_session_info(session, scenario, runs, backend_info, git, resumed=previous is not None)
             started = _execute(chosen, plan, session, budget_s)
-    result = _result(session, runs, backend_info)
+    return _said(_result(session, runs, backend_info), started)
+
+
+def _said(result: SessionResult, started: float) -> SessionResult:
+    """The result, once said: how long the runs took, how many completed, and how many of those their
+    fidelity checks judged untrustworthy (their manifests say why)."""
     complete = [Path(r) for r, status in result.statuses.items() if status == "complete"]
-    log(
-        f"runs finished in {(time.monotonic() - started) / 60:.1f} min: {len(complete)}/{len(result.runs)} complete"
-        + _untrustworthy_text(complete)
-    )
-    return result
-
-
-def _untrustworthy_text(complete: list[Path]) -> str:
-    """How many complete runs their fidelity checks judged untrustworthy (their manifests say why)."""
     judged = [read_manifest(run).fidelity for run in complete]
     count = sum(1 for f in judged if f is not None and f.trustworthy is False)
-    return f", {count} untrustworthy (their checks failed: manifest.json fidelity)" if count else ""
+    untrustworthy = f", {count} untrustworthy (their checks failed: manifest.json fidelity)" if count else ""
+    minutes = (time.monotonic() - started) / 60
+    log(f"runs finished in {minutes:.1f} min: {len(complete)}/{len(result.runs)} complete{untrustworthy}")
+    return result
 
 
 def _make_room(session: Path, lock, runs_to_do: list[RunSpec]) -> None:
