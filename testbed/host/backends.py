@@ -198,13 +198,17 @@ class LocalBackend:
 
         return alone
 
-    @staticmethod
-    def _watched(session: Path, plans: list[Plan], body: Callable[[], object]) -> None:
+    def _watched(self, session: Path, plans: list[Plan], body: Callable[[], object]) -> None:
         """``body`` run with the host's contention watched, as for a guest (the runs' own processes being this
         process's tree); the lines of plans side by side go to each one's watch by its slot."""
         watches = [
             hostload.HostWatch(
-                [run.run_dir for run in plan.runs], set, session=session, cores=hostload.host_cores(), tree=os.getpid()
+                [run.run_dir for run in plan.runs],
+                set,
+                session=session,
+                cores=hostload.host_cores(),
+                tree=os.getpid(),
+                log=self.log,
             )
             for plan in plans
         ]

@@ -56,7 +56,9 @@ def run_again(
     if not reasons:
         return None
     try:
-        timing = packing.rerun_alone(plan, session, reasons, boot_one, log, HOST_CHECK, RUN_AGAIN, name="again")
+        timing = packing.rerun_alone(
+            plan, session, reasons, boot_one, log, HOST_CHECK, RUN_AGAIN, name="again", said=True
+        )
     except Exception as err:  # any failure of the second chance (its guest's, its kernel's): the first one stands
         why = f"{type(err).__name__}: {err}"
         log(f"{HOST_CHECK}: the guest that ran them again failed ({why}); their first attempts stand")

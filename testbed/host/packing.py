@@ -300,15 +300,18 @@ def rerun_alone(
     how: str = "packed",
     backend: dict | None = None,
     name: str = "alone",
+    said: bool = False,
 ) -> dict:
     """The runs of ``reasons`` again, in one guest (or kernel) with nothing beside it; their first attempts
     (``how``: packed, side by side, or the host's contention: testbed.host.contended) set aside. ``backend``:
     what each manifest's backend record says of it (default: how they ran first); ``name``: the guest's
-    folder under ``.guests/`` and its lines' prefix."""
+    folder under ``.guests/`` and its lines' prefix; ``said``: each reason was printed as its run was judged
+    (the host's check), so the line names the runs only."""
     runs = [run for run in plan.runs if run.run_dir in reasons]
     for run in runs:
         resume.set_aside(session / run.run_dir, session)
-    log(f"{how}: {len(runs)} run(s) alone: " + "; ".join(f"{d} ({why})" for d, why in reasons.items()))
+    why = ", ".join(reasons) + " (why: above)" if said else "; ".join(f"{d} ({w})" for d, w in reasons.items())
+    log(f"{how}: {len(runs)} run(s) alone: {why}")
     if backend is None:
         backend = (
             {"packed": {"guests": 1, "alone_after": "packed"}}

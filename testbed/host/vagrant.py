@@ -212,7 +212,7 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print, observers: 
     command = f"cd {VM_PROJECT} && sudo {VM_PROJECT}/.venv/bin/python -m {runner}"
     plan_path = session / "plan.json"
     run_dirs = [run["run_dir"] for run in json.loads(plan_path.read_text())["runs"]]
-    watch = hostload.HostWatch(run_dirs, vm.qemu_pids)
+    watch = hostload.HostWatch(run_dirs, vm.qemu_pids, log=echo)
     on_line = remote.with_observers(watch.on_line, observers, session, run_dirs)
     stop_runner = vm.argv(f"sudo pkill -TERM -f '[t]{runner[1:]}'")  # "[t]": not the shell running pkill
     log_path = session / "vm-console.log"

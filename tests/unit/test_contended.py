@@ -61,7 +61,8 @@ def test_a_contended_run_runs_once_more_alone_its_first_attempt_kept(tmp_path):
     assert again.fidelity.trustworthy is True
     assert again.backend.model_dump()["run_again"] == contended.RUN_AGAIN["run_again"]
     assert read_manifest(tmp_path / "p/seed-2").backend.model_dump().get("run_again") is None  # never moved
-    assert lines and lines[0].startswith("host contention: 2 run(s) alone")
+    # the check's words were said as each run was judged (testbed.host.hostload.HostWatch): named, not repeated
+    assert lines and lines[0] == "host contention: 2 run(s) alone: p/seed-1, p/seed-3 (why: above)"
 
 
 def test_a_quiet_session_boots_nothing_more(tmp_path):
