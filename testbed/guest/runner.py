@@ -34,6 +34,9 @@ from testbed.results.manifest import read_manifest, write_manifest
 #: a run may take this many times its estimate (plus RUN_WATCHDOG_SLACK_S) before the watchdog fails it
 RUN_WATCHDOG_FACTOR = 2.0
 RUN_WATCHDOG_SLACK_S = 120.0
+#: how long the teardown after a plan's last run (its kept network, its tracing instances) may take: the host
+#: calls a guest silent for remote.HANG_MARGIN_S after its last run hung, and boots it again for runs all done
+TEARDOWN_BUDGET_S = 60.0
 
 
 class RunTimedOut(RunFailed):
@@ -77,9 +80,23 @@ def execute_plan(plan: Plan, session_dir: Path, slot: int | None = None) -> int:
                 if manifest["status"] != "complete":
                     not_complete += 1
         finally:
+            _tear_down(keeper)
+    return not_complete
+
+
+def _tear_down(keeper: NetworkKeeper) -> None:
+    """The kept network and the tracing instances removed within TEARDOWN_BUDGET_S. One that blocks (a device
+    the kernel does not let go) is said, with the runner's stacks in the console, and left to the guest's
+    power-off (on this host, to `testbed cleanup`): the plan's runs are done and its end is still written."""
+    try:
+        with _watchdog(TEARDOWN_BUDGET_S):
             keeper.close()
             capture.release_instances()
-    return not_complete
+    except RunTimedOut:
+        log(
+            f"the teardown after the last run took over {TEARDOWN_BUDGET_S:.0f} s (the runner's stacks are in "
+            "the console log): left to the guest's power-off, or on this host to `testbed cleanup`"
+        )
 
 
 def _run_with_watchdog(

@@ -49,6 +49,9 @@ def run_with_second_boot(
     # read as it is on disk, not as a Plan: the second plan is the first one's file with fewer runs, nothing else
     plan = rundir.read_json(plan_path)
     remaining = [r for r in plan["runs"] if run_status(session / r["run_dir"]) not in ("complete", "failed")]
+    if not remaining:  # it fell silent after its last run: nothing is left to boot it for
+        log(f"the guest {what} after its last run ({reason}); every run is done, so it is not booted again")
+        return {}
     for run in remaining:
         resume.set_aside(session / run["run_dir"], session)
     retry = plan_path.with_name("plan-second-boot.json")

@@ -28,6 +28,33 @@ def test_watchdog_leaves_a_run_within_its_budget_alone():
     assert signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, signal.default_int_handler, None)
 
 
+class Keeper:
+    """Stands in for the runner's NetworkKeeper: its close blocks for ``block_s``."""
+
+    def __init__(self, block_s: float) -> None:
+        self.block_s, self.closed = block_s, False
+
+    def close(self) -> None:
+        time.sleep(self.block_s)
+        self.closed = True
+
+
+def test_a_teardown_that_blocks_after_the_last_run_is_said_and_left_so_the_plan_still_ends(monkeypatch):
+    said, released = [], []
+    assert runner.TEARDOWN_BUDGET_S < remote.HANG_MARGIN_S  # said before the host would call the guest hung
+    monkeypatch.setattr(runner, "TEARDOWN_BUDGET_S", 0.3)
+    monkeypatch.setattr(runner, "log", said.append)
+    monkeypatch.setattr(runner.capture, "release_instances", lambda: released.append(True))
+    started = time.monotonic()
+    runner._tear_down(Keeper(block_s=5))
+    assert time.monotonic() - started < 2  # not the host's HANG_MARGIN_S
+    assert len(said) == 1 and "the teardown after the last run took over" in said[0], said
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+    keeper = Keeper(block_s=0.0)
+    runner._tear_down(keeper)  # within its budget: all of it, nothing said
+    assert keeper.closed and released == [True] and len(said) == 1
+
+
 def test_console_tail_puts_the_last_lines_in_the_message(tmp_path):
     log = tmp_path / "console.log"
     log.write_text("".join(f"line {i}\n" for i in range(100)))
@@ -110,6 +137,25 @@ def test_a_guest_that_hangs_is_booted_once_more_for_the_runs_not_finished(tmp_pa
     session = session_with_plan(tmp_path)
     with pytest.raises(guest.GuestHungError):
         run_with_second_boot(twice, None, None, session / "plan.json", session, 10)
+
+
+class HungAfterItsRuns(FlakyBoot):
+    """A guest that completes every run of its plan, then falls silent before it ends the plan."""
+
+    def run_in_guest(self, kernel, config, plan_path, rwdirs, console_log, timeout_s, echo, on_line=None):
+        self.calls += 1
+        for run in json.loads(plan_path.read_text())["runs"]:
+            write_manifest(rwdirs[0] / run["run_dir"], "complete")
+        raise guest.GuestHungError(f"the guest stopped responding between runs; console log: {console_log}")
+
+
+def test_a_guest_silent_after_its_last_run_is_not_booted_again_for_runs_all_done(tmp_path):
+    from testbed.host.secondboot import run_with_second_boot
+
+    hung, session, said = HungAfterItsRuns(failures=1), session_with_plan(tmp_path), []
+    assert run_with_second_boot(hung, None, None, session / "plan.json", session, 10, log=said.append) == {}
+    assert hung.calls == 1 and not (session / "plan-second-boot.json").exists()
+    assert len(said) == 1 and "every run is done, so it is not booted again" in said[0], said
 
 
 def test_a_silent_guest_is_hung_only_past_the_current_runs_budget():
