@@ -26,7 +26,7 @@ import pytest
 import yaml
 
 from testbed.labs import answerfile, definition, statements, studentruns
-from tests import hoststeal
+from tests import machinefault
 
 #: the handout's commands, per lab (its README.md's "testbed run ..." lines)
 COMMANDS = {
@@ -153,7 +153,8 @@ def test_the_solution_run_as_a_student_runs_it_passes_its_own_check(name, tmp_pa
     # a run its fidelity checks judged untrustworthy is a failure here, never run again: a rerun would hide
     # a flaky emulation; its reasons are in the message
     untrustworthy = _untrustworthy_runs(work / "results")
-    if machines := hoststeal.all_machines_fault(work / "results"):  # the machine's fault: graded as such, then skipped
+    # the machine's fault: graded as such, then skipped
+    if machines := machinefault.all_machines_fault(work / "results"):
         failed = [line for t in graded["tests"] for line in t["output"].splitlines() if line.startswith("MISSING")]
         assert all("untrustworthy" in line or "hidden variant" in line for line in failed), failed
         pytest.skip("no trustworthy run could be made on this machine now: " + "; ".join(machines))

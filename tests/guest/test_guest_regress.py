@@ -20,7 +20,7 @@ from testbed.results import rundir
 from testbed.scenario.suite import load_suite
 from testbed.workflows import compare, regress, series
 from testbed.workflows.sessions import Where
-from tests import hoststeal
+from tests import machinefault
 
 PROJECT = Path(__file__).resolve().parents[2]
 KERNELS = ["6.1.0-54", "6.1.0-55", "6.1.0-56"]
@@ -43,12 +43,12 @@ def _manifests(folder: Path) -> list[dict]:
 def _control_starved(result) -> str | None:
     """Why the control could not be seen at 3 repetitions, when the machine is to blame: a run of the last
     kernel left out only for the machine's doing (its hypervisor's steal, or processes the tests did not start:
-    tests/hoststeal.py), which leaves the control fewer than 3 pairs (at 2, a 64 % cut read p = 0.0085 before
+    tests/machinefault.py), which leaves the control fewer than 3 pairs (at 2, a 64 % cut read p = 0.0085 before
     Holm's correction, and was missed)."""
     left = [
         m for m in _manifests(result.directory / KERNELS[-1]) if (m.get("fidelity") or {}).get("trustworthy") is False
     ]
-    why = [hoststeal.machines_fault(m) for m in left]
+    why = [machinefault.machines_fault(m) for m in left]
     if not left or None in why:
         return None
     return f"{len(left)} of the last kernel's runs left out, only for the machine's doing ({why[0]}): too few pairs"

@@ -19,7 +19,7 @@ from testbed.host import hostload
 from testbed.plan.progress import TRAFFIC_BEGINS, TRAFFIC_ENDS
 from testbed.results import rundir
 from testbed.results.manifest import run_status
-from tests import hoststeal
+from tests import machinefault
 from tests.conftest import PROJECT, guest_processes
 
 SCENARIO = {
@@ -104,11 +104,11 @@ def test_a_killed_controller_leaves_no_guest_and_a_contended_run_is_untrustworth
     assert hogged["host"]["other_busy_pct"] > quiet["host"]["other_busy_pct"]
     print("host, quiet run:", quiet["host"], "\nhost, hogged run:", hogged["host"])
     quiet_check = _host_check(quiet)
-    if not quiet_check["ok"] and (why := hoststeal.machines_fault(quiet)):  # the machine's fault, not the testbed's
+    if not quiet_check["ok"] and (why := machinefault.machines_fault(quiet)):  # the machine's fault, not the testbed's
         pytest.skip(f"the quiet run could not be quiet on this machine now: {why}")
     assert quiet_check["ok"], quiet_check["detail"]
     again_check = _host_check(again)  # the hog had stopped: the run again was quiet, unless the hypervisor stole
-    assert again_check["ok"] or hoststeal.machines_fault(again), again_check["detail"]
+    assert again_check["ok"] or machinefault.machines_fault(again), again_check["detail"]
 
 
 def _hog_during_run_2(log: Path) -> None:

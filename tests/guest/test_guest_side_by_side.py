@@ -12,7 +12,7 @@ from testbed.host.session import run_session
 from testbed.plan.connections import CLIENT_PORT_BASE, SLOT_PORTS
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
-from tests import hoststeal
+from tests import machinefault
 
 DURATION_S = 6
 
@@ -47,7 +47,7 @@ def test_both_runs_ran_at_once_in_one_guest_each_in_a_slot_of_its_own(side_by_si
         assert manifest["status"] == "complete", manifest.get("reason")
         # trustworthy, unless the machine was busy with what the tests did not start through both attempts
         # (once, in CI: others used 36 % of the host beside the slots, and again when alone)
-        assert manifest["fidelity"]["trustworthy"] or hoststeal.machines_fault(manifest), manifest["fidelity"]
+        assert manifest["fidelity"]["trustworthy"] or machinefault.machines_fault(manifest), manifest["fidelity"]
         relative = str(run.relative_to(result.directory))
         if relative in packing["rerun_alone"]:  # the slots' checks said it did not run as it would alone
             assert manifest["backend"]["side_by_side"] == {"runs_at_once": 1, "alone_in": "side by side"}

@@ -9,7 +9,7 @@ from analysis.runs.analyze import analyze_run
 from testbed.host.session import run_session
 from testbed.results import rundir
 from testbed.scenario.load import scenario_from_dict
-from tests import hoststeal
+from tests import machinefault
 
 
 def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
@@ -50,10 +50,10 @@ def test_three_paths_are_sprayed_in_turn_both_ways(tmp_path, clean_kernel):
     # seed 2 on the same network: the sprayers were not attached again, and what they counted is this
     # run's own traffic (a running total would be about twice seed 1's)
     again = rundir.read_json(second / "manifest.json")
-    # untrustworthy only by the machine's doing (tests/hoststeal.py), not the testbed's; what follows
+    # untrustworthy only by the machine's doing (tests/machinefault.py), not the testbed's; what follows
     # (the sprayers' own counts) does not depend on it
     assert again["status"] == "complete", again.get("reason")
-    assert again["fidelity"]["trustworthy"] or hoststeal.machines_fault(again), again.get("fidelity")
+    assert again["fidelity"]["trustworthy"] or machinefault.machines_fault(again), again.get("fidelity")
     assert again["network"]["kept_from_earlier_runs"] and again["network"]["runs_before_on_it"] == 1
     first_counts = {s["node"]: sum(s["sprayed_packets"]) for s in manifest["spray"]}
     for spray in again["spray"]:
