@@ -208,6 +208,7 @@ def run_side_by_side(
         timing = execute_slots([path for path, _ in written]) if written else None
     except Exception as err:  # as a packed guest's: the slots' runs run again alone
         error = f"{type(err).__name__}: {err}"
+    name_overlaps(session, [[run.run_dir for run in shard.runs] for _, shard in written])
     if written:
         again = rerun_reasons(session, runs, how="side by side")
     else:  # one run admitted: nothing to run beside it
@@ -219,6 +220,29 @@ def run_side_by_side(
         record["alone"] = rerun_alone(plan, session, {**not_admitted, **again}, run_alone, log, how="side by side")
     rundir.write_json_atomic(session / PACKING_JSON, record)
     return record
+
+
+def name_overlaps(session: Path, slots: list[list[str]]) -> None:
+    """Each slot's runs' manifests amended with the other slots' runs that were going on at the same time, by
+    their start and end on the kernel's one clock (``backend.side_by_side.overlapped``): the neighbours a run
+    had, where ``beside`` lists every run of the other slots. A run without both times is left as it is."""
+    spans = {}
+    for k, run_dirs in enumerate(slots):
+        for run_dir in run_dirs:
+            try:
+                manifest = rundir.read_json(session / run_dir / rundir.MANIFEST)
+                spans[run_dir] = (k, manifest["started_utc"], manifest["ended_utc"], manifest)
+            except (OSError, ValueError, KeyError):
+                continue
+    for run_dir, (k, start, end, manifest) in spans.items():
+        if not (start and end and isinstance(manifest.get("backend", {}).get("side_by_side"), dict)):
+            continue
+        manifest["backend"]["side_by_side"]["overlapped"] = sorted(
+            other
+            for other, (j, other_start, other_end, _) in spans.items()
+            if j != k and other_start and other_end and other_start < end and start < other_end
+        )
+        rundir.write_json_atomic(session / run_dir / rundir.MANIFEST, manifest)
 
 
 def serialized(observers: tuple[Observer, ...]) -> tuple[Observer, ...]:

@@ -59,6 +59,7 @@ def test_both_runs_ran_at_once_in_one_guest_each_in_a_slot_of_its_own(side_by_si
     for relative, manifest in first.items():
         record = manifest["backend"]["side_by_side"]
         assert record["runs_at_once"] == 2 and record["beside"] == [r for r in first if r != relative]
+        assert record["overlapped"] == record["beside"]  # and it was going on at the same time
         assert "other_busy_pct" in manifest["host"]  # the host's watch followed the slot's lines
 
 

@@ -113,6 +113,21 @@ def test_a_slots_new_plan_leaves_no_done_marker_from_an_earlier_session(tmp_path
     assert not stale.exists()  # else a slot 1 whose runner dies now would read as complete
 
 
+def test_a_side_by_side_runs_manifest_names_the_other_slots_runs_going_on_at_the_same_time(tmp_path):
+    spans = {"a": ("00:00", "00:10"), "b": ("00:10", "00:20"), "c": ("00:05", "00:10"), "d": ("00:12", "00:20")}
+    for run, (start, end) in spans.items():
+        manifest = {"status": "complete", "backend": {"side_by_side": {"runs_at_once": 2, "beside": []}}}
+        manifest |= {"started_utc": f"2026-12-05T06:{start}+00:00", "ended_utc": f"2026-12-05T06:{end}+00:00"}
+        (tmp_path / run).mkdir()
+        (tmp_path / run / "manifest.json").write_text(json.dumps(manifest))
+    (tmp_path / "e").mkdir()  # a run that left no manifest: passed over
+    packing.name_overlaps(tmp_path, [["a", "b"], ["c", "d", "e"]])
+    records = {run: read_manifest(tmp_path / run).backend.model_dump()["side_by_side"] for run in spans}
+    overlapped = {run: record["overlapped"] for run, record in records.items()}
+    # c ends in the second b starts: one after the other, not at once
+    assert overlapped == {"a": ["c"], "b": ["d"], "c": ["a"], "d": ["b"]}
+
+
 def test_a_plan_smaller_than_the_guests_boots_no_idle_guest(tmp_path):
     written = packing.shard_plans(plan_of([10]), tmp_path, 2, [0, 1])
     assert len(written) == 1
