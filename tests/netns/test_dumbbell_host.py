@@ -231,7 +231,7 @@ def test_a_local_run_beside_a_cpu_hog_is_untrustworthy_naming_the_host_and_runs_
     assert "busiest others: " in problem and " sh -c while :; do :; done: " in problem, problem  # who they were
     assert "1/1 complete, 1 untrustworthy" in caplog.text, caplog.text[-2000:]
     # said as the run was judged, then named (not said again) when it runs once more
-    assert ": host contention: failed: others than the run's processes used" in caplog.text, caplog.text[-2000:]
+    assert f": host contention: failed: {problem.removeprefix('host contention: ')}" in caplog.text, caplog.text[-2000:]
     assert "host contention: 1 run(s) alone: " in caplog.text and "(why: above)" in caplog.text, caplog.text[-2000:]
     assert "run_again" in manifest["backend"], manifest["backend"]
     (first,) = (result.directory / ".attempts").glob("*/*/")  # the first attempt, set aside
