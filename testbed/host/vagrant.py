@@ -246,8 +246,18 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print, observers: 
         finally:
             guard.release()
             proc.stdout.close()
+    _bring_back(vm, remote_dir, session, proc.returncode, log_path, watch)
+    return remote.plan_timing(ready_s, started, session / PLAN_DONE)
+
+
+def _bring_back(
+    vm: LabVM, remote_dir: str, session: Path, ssh_exit: int, log_path: Path, watch: hostload.HostWatch
+) -> None:
+    """The session folder back from the VM after its runner's ssh ended (exit ``ssh_exit``), the host's
+    figures added to its runs' manifests; a VagrantError when the VM was lost or the runner stopped before
+    it finished the plan."""
     lost = None
-    if proc.returncode == 255:  # ssh's own failure, not the runner's: the VM stopped answering
+    if ssh_exit == 255:  # ssh's own failure, not the runner's: the VM stopped answering
         lost = (
             f"ssh lost the lab VM: it answered nothing for {ALIVE_INTERVAL_S * ALIVE_COUNT} s "
             f"({remote.console_tail(log_path, lines=1).strip() or 'no message'})"
@@ -256,11 +266,10 @@ def run_plan(vm: LabVM, session: Path, timeout_s: float, echo=print, observers: 
     watch.apply(session)
     if not (session / PLAN_DONE).exists():
         raise VagrantError(
-            f"the runner in the lab VM stopped without finishing the plan (ssh exit {proc.returncode}"
+            f"the runner in the lab VM stopped without finishing the plan (ssh exit {ssh_exit}"
             f"{': ' + lost if lost else ''}); its output: {log_path}"
             f"{remote.console_tail(log_path, lines=10)}"
         )
-    return remote.plan_timing(ready_s, started, session / PLAN_DONE)
 
 
 def _stop(vm: LabVM, proc: subprocess.Popen, stop_runner: list[str]) -> None:
